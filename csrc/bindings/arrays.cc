@@ -1,0 +1,41 @@
+#include "bindings/arrays.h"
+
+namespace cpuformer {
+namespace bindings {
+
+std::string shape_string(const py::array& a) {
+  std::string s = "[";
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(a.shape(i));
+  }
+  return s + "]";
+}
+
+FloatArray as_float32(py::handle obj, const char* name) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(std::string(name) + " must be a numpy.ndarray of float32, got " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  py::array arr = py::reinterpret_borrow<py::array>(obj);
+  if (!arr.dtype().is(py::dtype::of<float>())) {
+    throw py::type_error(std::string(name) + " must have dtype float32, got " + std::string(py::str(arr.dtype())));
+  }
+  return FloatArray::ensure(arr);  // copies only when not C-contiguous
+}
+
+void require_ndim(const py::array& a, py::ssize_t ndim, const char* name, const char* expected) {
+  if (a.ndim() != ndim) {
+    throw py::value_error(std::string(name) + " must have " + std::to_string(ndim) + " dimensions " + expected +
+                          ", got shape " + shape_string(a));
+  }
+}
+
+void require_nonempty(const py::array& a, const char* name) {
+  for (py::ssize_t i = 0; i < a.ndim(); ++i) {
+    if (a.shape(i) == 0) throw py::value_error(std::string(name) + " must not have an empty dimension, got shape " + shape_string(a));
+  }
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

@@ -1,0 +1,31 @@
+// Argument checks shared by the bindings: every public entry point validates here, at the
+// boundary, so the kernels can assume well-formed input.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+namespace cpuformer {
+namespace bindings {
+
+namespace py = pybind11;
+using FloatArray = py::array_t<float, py::array::c_style>;
+
+// Describes a shape as "[2, 3, 4]".
+std::string shape_string(const py::array& a);
+
+// A C-contiguous float32 view of `obj`. Raises TypeError naming `name` unless obj is a NumPy
+// array of dtype float32; non-contiguous arrays are copied (documented behaviour).
+FloatArray as_float32(py::handle obj, const char* name);
+
+// Raises ValueError "<name> must have <ndim> dimensions <expected>, got shape [..]".
+void require_ndim(const py::array& a, py::ssize_t ndim, const char* name, const char* expected);
+
+// Raises ValueError if any dimension is zero.
+void require_nonempty(const py::array& a, const char* name);
+
+}  // namespace bindings
+}  // namespace cpuformer

@@ -1,0 +1,141 @@
+// cpuformer._core norms and element-wise activations over NumPy arrays (last dimension).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "bindings/arrays.h"
+#include "kernels/activation/activation.h"
+#include "kernels/norm/norm.h"
+
+namespace cpuformer {
+namespace bindings {
+namespace {
+
+FloatArray new_like(const FloatArray& x) { return FloatArray(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim())); }
+
+// Shared checks of the normalisations: x [..., n], weight/bias [n], residual like x.
+struct NormInputs {
+  FloatArray x, weight, bias, residual;  // bias and residual are meaningful only when has_*
+  bool has_bias = false, has_residual = false;
+  long n = 0, rows = 0;
+};
+
+NormInputs norm_inputs(const py::object& x_obj, const py::object& weight_obj, const py::object* bias_obj,
+                       const py::object& residual_obj) {
+  NormInputs in;
+  in.x = as_float32(x_obj, "x");
+  if (in.x.ndim() < 1) throw py::value_error("x must have at least 1 dimension [..., N], got a scalar");
+  require_nonempty(in.x, "x");
+  in.n = in.x.shape(in.x.ndim() - 1);
+  in.rows = static_cast<long>(in.x.size() / in.n);
+  const std::string expect = "[" + std::to_string(in.n) + "] (the last dimension of x)";
+  in.weight = as_float32(weight_obj, "weight");
+  if (in.weight.ndim() != 1 || in.weight.shape(0) != in.n)
+    throw py::value_error("weight must have shape " + expect + ", got " + shape_string(in.weight));
+  if (bias_obj && !bias_obj->is_none()) {
+    in.bias = as_float32(*bias_obj, "bias");
+    in.has_bias = true;
+    if (in.bias.ndim() != 1 || in.bias.shape(0) != in.n)
+      throw py::value_error("bias must have shape " + expect + ", got " + shape_string(in.bias));
+  }
+  if (!residual_obj.is_none()) {
+    in.residual = as_float32(residual_obj, "residual");
+    in.has_residual = true;
+    if (in.residual.ndim() != in.x.ndim() ||
+        !std::equal(in.x.shape(), in.x.shape() + in.x.ndim(), in.residual.shape()))
+      throw py::value_error("residual must have the shape of x " + shape_string(in.x) + ", got " +
+                            shape_string(in.residual));
+  }
+  return in;
+}
+
+void check_eps(float eps) {
+  if (!(eps >= 0.0f)) throw py::value_error("eps must be >= 0, got " + std::to_string(eps));
+}
+
+py::array_t<float> layer_norm_op(const py::object& x, const py::object& weight, const py::object& bias, float eps,
+                                 const py::object& residual) {
+  check_eps(eps);
+  NormInputs in = norm_inputs(x, weight, &bias, residual);
+  FloatArray y = new_like(in.x);
+  const float* r = in.has_residual ? in.residual.data() : nullptr;
+  const float* b = in.has_bias ? in.bias.data() : nullptr;
+  const float *xp = in.x.data(), *wp = in.weight.data();
+  float* yp = y.mutable_data();
+  py::gil_scoped_release release;
+  layer_norm(xp, r, nullptr, wp, b, eps, yp, in.rows, in.n);
+  return y;
+}
+
+py::array_t<float> rms_norm_op(const py::object& x, const py::object& weight, float eps, const py::object& residual) {
+  check_eps(eps);
+  NormInputs in = norm_inputs(x, weight, nullptr, residual);
+  FloatArray y = new_like(in.x);
+  const float* r = in.has_residual ? in.residual.data() : nullptr;
+  const float *xp = in.x.data(), *wp = in.weight.data();
+  float* yp = y.mutable_data();
+  py::gil_scoped_release release;
+  rms_norm(xp, r, nullptr, wp, eps, yp, in.rows, in.n);
+  return y;
+}
+
+py::array_t<float> activation_op(const py::object& x_obj, Activation act) {
+  FloatArray x = as_float32(x_obj, "x");
+  FloatArray y = new_like(x);
+  const float* xp = x.data();
+  float* yp = y.mutable_data();
+  const long n = static_cast<long>(x.size());
+  py::gil_scoped_release release;
+  apply_activation(act, xp, yp, n);
+  return y;
+}
+
+py::array_t<float> gelu_op(const py::object& x, const std::string& approximate) {
+  if (approximate == "none") return activation_op(x, Activation::kGeluErf);
+  if (approximate == "tanh") return activation_op(x, Activation::kGeluTanh);
+  throw py::value_error("approximate must be 'none' or 'tanh', got '" + approximate + "'");
+}
+
+py::array_t<float> softmax_op(const py::object& x_obj) {
+  FloatArray x = as_float32(x_obj, "x");
+  if (x.ndim() < 1) throw py::value_error("x must have at least 1 dimension [..., N], got a scalar");
+  require_nonempty(x, "x");
+  FloatArray y = new_like(x);
+  const long n = x.shape(x.ndim() - 1), rows = static_cast<long>(x.size() / n);
+  const float* xp = x.data();
+  float* yp = y.mutable_data();
+  py::gil_scoped_release release;
+  softmax_rows(xp, yp, rows, n);
+  return y;
+}
+
+py::array_t<float> silu_mul_op(const py::object& gate_obj, const py::object& up_obj) {
+  FloatArray gate = as_float32(gate_obj, "gate"), up = as_float32(up_obj, "up");
+  if (gate.ndim() != up.ndim() || !std::equal(gate.shape(), gate.shape() + gate.ndim(), up.shape()))
+    throw py::value_error("up must have the shape of gate " + shape_string(gate) + ", got " + shape_string(up));
+  FloatArray y = new_like(gate);
+  const float *g = gate.data(), *u = up.data();
+  float* yp = y.mutable_data();
+  const long n = static_cast<long>(gate.size());
+  py::gil_scoped_release release;
+  silu_mul(g, u, yp, n);
+  return y;
+}
+
+}  // namespace
+
+void register_ops_norm(py::module_& m) {
+  m.def("layer_norm", &layer_norm_op, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
+        py::arg("eps") = 1e-5f, py::arg("residual") = py::none());
+  m.def("rms_norm", &rms_norm_op, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6f,
+        py::arg("residual") = py::none());
+  m.def("gelu", &gelu_op, py::arg("x"), py::arg("approximate") = "none");
+  m.def("silu", [](const py::object& x) { return activation_op(x, Activation::kSilu); }, py::arg("x"));
+  m.def("relu", [](const py::object& x) { return activation_op(x, Activation::kRelu); }, py::arg("x"));
+  m.def("softmax", &softmax_op, py::arg("x"));
+  m.def("silu_mul", &silu_mul_op, py::arg("gate"), py::arg("up"));
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

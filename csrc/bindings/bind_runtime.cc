@@ -1,0 +1,34 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "runtime/cpu_features.h"
+#include "runtime/threading.h"
+
+namespace py = pybind11;
+
+namespace cpuformer {
+namespace bindings {
+
+void register_runtime(py::module_& m) {
+  // Called by cpuformer/__init__.py at import: chooses the ISA level once, so a bad
+  // CPUFORMER_ISA fails the import with a clear message (std::invalid_argument -> ValueError).
+  m.def("_select_isa", [] { return isa_name(active_isa()); });
+  m.def("cpu_info", [] {
+    py::dict info;
+    info["isa"] = isa_name(active_isa());
+    info["best_isa"] = cpu_features().supports(Isa::kAvx512) ? "avx512"
+                       : cpu_features().supports(Isa::kAvx2) ? "avx2"
+                                                              : "scalar";
+    info["features"] = cpu_features().names();
+    info["num_threads"] = default_num_threads();
+    return info;
+  }, "ISA level in use, CPU features and the default thread count.");
+  m.def("set_num_threads", [](int n) {
+    if (n < 0) throw py::value_error("num_threads must be >= 1 (or 0 for the automatic default), got " + std::to_string(n));
+    set_default_num_threads(n);
+  }, py::arg("n"));
+  m.def("get_num_threads", &default_num_threads);
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

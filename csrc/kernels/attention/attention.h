@@ -1,0 +1,51 @@
+// Fused scaled-dot-product attention, float32: out = softmax(scale · q·kᵀ + mask) · v, computed
+// with an online (streaming) softmax so the [Tq, Tk] score matrix is never materialised.
+//
+// Shapes (element strides; the last dimension, head_dim D, is contiguous in every tensor):
+//   q   [B, H,   Tq, D]   k, v [B, Hkv, Tk, D]   out [B, H, Tq, D]
+// Grouped-query attention: Hkv divides H; query head h reads kv head h / (H / Hkv). Heads are
+// never copied. Strides let the models pass views straight into a fused QKV buffer
+// ([B, T, 3, H, D]) or into a preallocated KV cache ([B, Hkv, Tmax, D] with Tk ≤ Tmax).
+// Masking, all optional and combinable:
+//   causal: query i sees key j iff j ≤ i + causal_offset (decode with a cache: Tk - Tq)
+//   window > 0: additionally j > i + causal_offset - window (sliding window, Mistral)
+//   mask: additive float mask, element (b, h, i, j) at b·mask_stride_b + h·mask_stride_h +
+//         i·mask_stride_q + j·mask_stride_k; stride 0 broadcasts (a key-padding mask is
+//         [B, 1, 1, Tk]: strides (Tk, 0, 0, 1)). -inf removes a key.
+// A query row that sees no key at all gets zeros.
+// Aliasing: out must not alias q, k or v. Threads: current_num_threads().
+#pragma once
+
+namespace cpuformer {
+
+struct AttentionArgs {
+  long batch = 0, heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
+  const float* q = nullptr;
+  long q_stride_b = 0, q_stride_h = 0, q_stride_t = 0;
+  const float* k = nullptr;
+  long k_stride_b = 0, k_stride_h = 0, k_stride_t = 0;
+  const float* v = nullptr;
+  long v_stride_b = 0, v_stride_h = 0, v_stride_t = 0;
+  float* out = nullptr;
+  long out_stride_b = 0, out_stride_h = 0, out_stride_t = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  long causal_offset = 0;
+  long window = 0;
+  const float* mask = nullptr;
+  long mask_stride_b = 0, mask_stride_h = 0, mask_stride_q = 0, mask_stride_k = 0;
+};
+
+struct AttentionKernels {
+  // Multi-threaded over (batch, head, query blocks) and, for short queries, over key splits.
+  void (*attention)(const AttentionArgs& args);
+};
+
+const AttentionKernels& attention_kernels();
+void attention(const AttentionArgs& args);
+
+namespace scalar { extern const AttentionKernels kAttentionKernels; }
+namespace avx2 { extern const AttentionKernels kAttentionKernels; }
+namespace avx512 { extern const AttentionKernels kAttentionKernels; }
+
+}  // namespace cpuformer

@@ -1,0 +1,67 @@
+// Portable reference attention: one query row at a time, online softmax over the keys
+// (running max m, running denominator l, unnormalised accumulator acc):
+//   for each visible key j: s = scale·q·k_j + mask; m' = max(m, s);
+//   acc = acc·e^(m−m') + e^(s−m')·v_j; l = l·e^(m−m') + e^(s−m'); m = m'
+//   out = acc / l
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "runtime/threading.h"
+
+namespace cpuformer {
+namespace scalar {
+namespace {
+
+void attention(const AttentionArgs& a) {
+  const long group = a.heads / a.kv_heads;
+  const long rows = a.batch * a.heads * a.q_len;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel num_threads(current_num_threads())
+  {
+    std::vector<float> acc(a.head_dim);
+#pragma omp for schedule(static)
+    for (long row = 0; row < rows; ++row) {
+      const long i = row % a.q_len, h = (row / a.q_len) % a.heads, b = row / (a.q_len * a.heads);
+      const long hk = h / group;
+      const float* q = a.q + b * a.q_stride_b + h * a.q_stride_h + i * a.q_stride_t;
+      const float* kb = a.k + b * a.k_stride_b + hk * a.k_stride_h;
+      const float* vb = a.v + b * a.v_stride_b + hk * a.v_stride_h;
+      const float* mask_row =
+          a.mask ? a.mask + b * a.mask_stride_b + h * a.mask_stride_h + i * a.mask_stride_q : nullptr;
+      long end = a.kv_len, begin = 0;
+      if (a.causal) {
+        const long last = i + a.causal_offset;  // last visible key
+        end = last + 1 < end ? last + 1 : end;
+        if (a.window > 0 && last - a.window + 1 > begin) begin = last - a.window + 1;
+      }
+      float m = neg_inf, l = 0.0f;
+      for (long d = 0; d < a.head_dim; ++d) acc[d] = 0.0f;
+      for (long j = begin; j < end; ++j) {
+        const float* kj = kb + j * a.k_stride_t;
+        float s = 0.0f;
+        for (long d = 0; d < a.head_dim; ++d) s += q[d] * kj[d];
+        s = s * a.scale + (mask_row ? mask_row[j * a.mask_stride_k] : 0.0f);
+        if (s == neg_inf) continue;
+        const float m_new = s > m ? s : m;
+        const float correction = std::exp(m - m_new);  // 0 on the first visible key
+        const float p = std::exp(s - m_new);
+        const float* vj = vb + j * a.v_stride_t;
+        for (long d = 0; d < a.head_dim; ++d) acc[d] = acc[d] * correction + p * vj[d];
+        l = l * correction + p;
+        m = m_new;
+      }
+      float* out = a.out + b * a.out_stride_b + h * a.out_stride_h + i * a.out_stride_t;
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (long d = 0; d < a.head_dim; ++d) out[d] = acc[d] * inv;
+    }
+  }
+}
+
+}  // namespace
+
+const AttentionKernels kAttentionKernels = {attention};
+
+}  // namespace scalar
+}  // namespace cpuformer

@@ -1,0 +1,130 @@
+#include "runtime/cpu_features.h"
+
+#include <cpuid.h>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace cpuformer {
+namespace {
+
+uint64_t read_xcr0() {
+  uint32_t eax, edx;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = ecx & (1u << 27);
+  f.fma = ecx & (1u << 12);
+  f.f16c = ecx & (1u << 29);
+  const bool avx = ecx & (1u << 28);
+  if (osxsave && avx) {
+    const uint64_t xcr0 = read_xcr0();
+    f.os_avx = (xcr0 & 0x6) == 0x6;            // XMM + YMM state
+    f.os_avx512 = (xcr0 & 0xE6) == 0xE6;       // + opmask, ZMM_Hi256, Hi16_ZMM
+  }
+  if (__get_cpuid_max(0, nullptr) >= 7) {
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    f.avx2 = f.os_avx && (ebx & (1u << 5));
+    f.avx512f = f.os_avx512 && (ebx & (1u << 16));
+    f.avx512dq = f.os_avx512 && (ebx & (1u << 17));
+    f.avx512bw = f.os_avx512 && (ebx & (1u << 30));
+    f.avx512vl = f.os_avx512 && (ebx & (1u << 31));
+    f.avx512vnni = f.os_avx512 && (ecx & (1u << 11));
+    f.avx512fp16 = f.os_avx512 && (edx & (1u << 23));
+    __cpuid_count(7, 1, eax, ebx, ecx, edx);
+    f.avx_vnni = f.os_avx && (eax & (1u << 4));
+    f.avx512bf16 = f.os_avx512 && (eax & (1u << 5));
+  }
+  f.fma = f.fma && f.os_avx;
+  f.f16c = f.f16c && f.os_avx;
+  // Test hook: pretend the CPU stops at a lower level, so the "CPU lacks this level" path can
+  // be tested on any machine. Not for production use.
+  if (const char* cap = std::getenv("CPUFORMER_TEST_MAX_ISA")) {
+    const std::string level(cap);
+    if (level == "scalar" || level == "avx2") {
+      f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = false;
+      f.avx512vnni = f.avx512bf16 = f.avx512fp16 = false;
+    }
+    if (level == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
+  }
+  return f;
+}
+
+Isa best_isa(const CpuFeatures& f) {
+  if (f.supports(Isa::kAvx512)) return Isa::kAvx512;
+  if (f.supports(Isa::kAvx2)) return Isa::kAvx2;
+  return Isa::kScalar;
+}
+
+Isa choose_isa() {
+  const CpuFeatures& f = cpu_features();
+  const char* env = std::getenv("CPUFORMER_ISA");
+  if (env == nullptr || *env == '\0') return best_isa(f);
+  const std::string want(env);
+  Isa isa;
+  if (want == "scalar") {
+    isa = Isa::kScalar;
+  } else if (want == "avx2") {
+    isa = Isa::kAvx2;
+  } else if (want == "avx512") {
+    isa = Isa::kAvx512;
+  } else {
+    throw std::invalid_argument("CPUFORMER_ISA='" + want +
+                                "' is not a level; use scalar, avx2 or avx512 (this CPU supports up to " +
+                                isa_name(best_isa(f)) + ")");
+  }
+  if (!f.supports(isa)) {
+    throw std::invalid_argument(std::string("CPUFORMER_ISA=") + want + " asks for a level this CPU lacks; it supports up to " +
+                                isa_name(best_isa(f)));
+  }
+  return isa;
+}
+
+}  // namespace
+
+bool CpuFeatures::supports(Isa isa) const {
+  switch (isa) {
+    case Isa::kScalar: return true;
+    case Isa::kAvx2: return avx2 && fma && f16c;
+    case Isa::kAvx512: return supports(Isa::kAvx2) && avx512f && avx512bw && avx512dq && avx512vl;
+  }
+  return false;
+}
+
+std::vector<std::string> CpuFeatures::names() const {
+  std::vector<std::string> out;
+  const std::pair<bool, const char*> all[] = {
+      {avx2, "avx2"},         {fma, "fma"},           {f16c, "f16c"},
+      {avx512f, "avx512f"},   {avx512bw, "avx512bw"}, {avx512dq, "avx512dq"},
+      {avx512vl, "avx512vl"}, {avx512vnni, "avx512_vnni"}, {avx512bf16, "avx512_bf16"},
+      {avx512fp16, "avx512_fp16"}, {avx_vnni, "avx_vnni"}};
+  for (const auto& [has, name] : all)
+    if (has) out.emplace_back(name);
+  return out;
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+Isa active_isa() {
+  static const Isa isa = choose_isa();  // a throw leaves it unset; the next call throws again
+  return isa;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+}  // namespace cpuformer

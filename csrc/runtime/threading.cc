@@ -1,0 +1,38 @@
+#include "runtime/threading.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <atomic>
+
+namespace cpuformer {
+namespace {
+
+int automatic_num_threads() {
+  // omp_get_max_threads() honours OMP_NUM_THREADS and otherwise reports the CPUs in the affinity mask.
+  const int n = omp_get_max_threads();
+  return n > 0 ? n : 1;
+}
+
+std::atomic<int> g_default{0};
+thread_local int t_current = 0;
+
+}  // namespace
+
+int default_num_threads() {
+  int n = g_default.load(std::memory_order_relaxed);
+  if (n <= 0) {
+    static const int automatic = automatic_num_threads();
+    n = automatic;
+  }
+  return n;
+}
+
+void set_default_num_threads(int n) { g_default.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+
+int current_num_threads() { return t_current > 0 ? t_current : default_num_threads(); }
+
+ScopedNumThreads::ScopedNumThreads(int n) : previous_(t_current) { t_current = n > 0 ? n : 0; }
+ScopedNumThreads::~ScopedNumThreads() { t_current = previous_; }
+
+}  // namespace cpuformer

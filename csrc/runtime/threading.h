@@ -1,0 +1,55 @@
+// Thread-count plumbing. Kernels open their own OpenMP parallel regions with
+// `num_threads(current_num_threads())`; the caller (a model, or the ops bindings) sets the count
+// for the calling thread with a ScopedNumThreads guard. The value is thread-local, so several
+// Python threads can each run a model with its own count.
+#pragma once
+
+#include <omp.h>
+
+namespace cpuformer {
+
+int default_num_threads();   // OMP_NUM_THREADS if set, else the cores this process may use
+int current_num_threads();   // the count set on this thread, else the process-wide default
+void set_default_num_threads(int n);  // n <= 0 restores the automatic default
+
+class ScopedNumThreads {
+ public:
+  explicit ScopedNumThreads(int n);
+  ~ScopedNumThreads();
+  ScopedNumThreads(const ScopedNumThreads&) = delete;
+  ScopedNumThreads& operator=(const ScopedNumThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+// Splits [0, n) into `parts` contiguous ranges of near-equal size; returns range `index`.
+inline void split_range(long n, int parts, int index, long* begin, long* end) {
+  const long base = n / parts, extra = n % parts;
+  *begin = index * base + (index < extra ? index : extra);
+  *end = *begin + base + (index < extra ? 1 : 0);
+}
+
+// Runs fn(begin, end) over [0, n) split into contiguous ranges, one per thread, using at most
+// current_num_threads() threads and at least `min_per_thread` items per thread.
+// Use from generic (non-ISA) translation units only.
+template <typename Fn>
+void parallel_ranges(long n, long min_per_thread, Fn&& fn) {
+  if (n <= 0) return;
+  long by_size = min_per_thread > 0 ? n / min_per_thread : n;
+  if (by_size < 1) by_size = 1;
+  const int max_threads = current_num_threads();
+  const int nt = by_size < max_threads ? static_cast<int>(by_size) : max_threads;
+  if (nt <= 1) {
+    fn(0L, n);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    long begin, end;
+    split_range(n, nt, omp_get_thread_num(), &begin, &end);
+    if (begin < end) fn(begin, end);
+  }
+}
+
+}  // namespace cpuformer

@@ -1,0 +1,87 @@
+"""Kernel-level operations on float32 NumPy arrays.
+
+Every function takes ``numpy.ndarray`` inputs of dtype float32 (other dtypes raise TypeError;
+non-contiguous arrays are copied) and returns new float32 arrays. Compute releases the GIL and
+uses ``cpuformer.get_num_threads()`` threads.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from . import _core
+
+__all__ = ["Linear", "linear", "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
+
+
+class Linear:
+    """y = activation(x · wᵀ + bias) with ``w`` [N, K] in PyTorch ``nn.Linear`` layout, packed once
+    for the GEMM microkernel. ``activation`` is None, "relu", "gelu" (erf), "gelu_tanh" or "silu".
+    Calling it maps x [..., K] to [..., N]."""
+
+    def __init__(self, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None):
+        self._impl = _core.Linear(w, bias, activation)
+
+    @property
+    def in_features(self) -> int:
+        return self._impl.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self._impl.out_features
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self._impl(x)
+
+    def __repr__(self) -> str:
+        return f"Linear(in_features={self.in_features}, out_features={self.out_features})"
+
+
+def linear(x: np.ndarray, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None) -> np.ndarray:
+    """One-shot ``Linear(w, bias, activation)(x)``: packs ``w`` on every call (models hold a Linear)."""
+    return _core.Linear(w, bias, activation)(x)
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
+              mask: Optional[np.ndarray] = None, scale: Optional[float] = None) -> np.ndarray:
+    """Fused attention. q [B, H, Tq, D]; k, v [B, Hkv, Tk, D] with Hkv dividing H (grouped-query).
+    ``causal`` aligns the triangle to the end (query i sees keys j <= i + Tk - Tq).
+    ``mask``: additive float32 or boolean (True = attend), broadcastable to [B, 1|H, Tq, Tk].
+    ``scale`` defaults to 1/sqrt(D). A query that sees no key returns zeros."""
+    return _core.attention(q, k, v, bool(causal), mask, scale)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray] = None, eps: float = 1e-5,
+               residual: Optional[np.ndarray] = None) -> np.ndarray:
+    """LayerNorm over the last dimension of ``x + residual`` (residual optional, fused)."""
+    return _core.layer_norm(x, weight, bias, float(eps), residual)
+
+
+def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6, residual: Optional[np.ndarray] = None) -> np.ndarray:
+    """RMSNorm over the last dimension of ``x + residual`` (residual optional, fused)."""
+    return _core.rms_norm(x, weight, float(eps), residual)
+
+
+def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
+    """GELU: ``approximate="none"`` uses the exact erf form, ``"tanh"`` the tanh approximation."""
+    return _core.gelu(x, approximate)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    return _core.silu(x)
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    return _core.relu(x)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last dimension; rows that are all -inf give zeros."""
+    return _core.softmax(x)
+
+
+def silu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """silu(gate) * up, the SwiGLU combination."""
+    return _core.silu_mul(gate, up)

@@ -1,0 +1,78 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+import cpuformer as cf
+
+LEVELS = ["scalar", "avx2", "avx512"]
+
+
+def supported_levels():
+    best = cf.cpu_info()["best_isa"]
+    return LEVELS[: LEVELS.index(best) + 1]
+
+
+def test_cpu_info_fields():
+    info = cf.cpu_info()
+    assert info["isa"] in LEVELS
+    assert info["best_isa"] in LEVELS
+    assert LEVELS.index(info["isa"]) <= LEVELS.index(info["best_isa"])
+    assert isinstance(info["features"], list)
+    assert info["num_threads"] >= 1
+    if info["best_isa"] == "avx512":
+        assert {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(info["features"])
+
+
+def test_env_forces_level():
+    for level in supported_levels():
+        env = dict(os.environ, CPUFORMER_ISA=level)
+        out = subprocess.run([sys.executable, "-c", "import cpuformer; print(cpuformer.cpu_info()['isa'])"],
+                             env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == level
+
+
+@pytest.mark.parametrize("value,message", [
+    ("avx9", "CPUFORMER_ISA='avx9' is not a level; use scalar, avx2 or avx512"),
+])
+def test_bad_isa_value_fails_import(value, message):
+    env = dict(os.environ, CPUFORMER_ISA=value)
+    out = subprocess.run([sys.executable, "-c", "import cpuformer"], env=env, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "ImportError" in out.stderr and message in out.stderr
+
+
+def test_level_above_cpu_fails_import():
+    # CPUFORMER_TEST_MAX_ISA makes the detector pretend the CPU stops at avx2.
+    env = dict(os.environ, CPUFORMER_ISA="avx512", CPUFORMER_TEST_MAX_ISA="avx2")
+    out = subprocess.run([sys.executable, "-c", "import cpuformer"], env=env, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "CPUFORMER_ISA=avx512 asks for a level this CPU lacks; it supports up to avx2" in out.stderr
+
+
+def test_set_num_threads():
+    before = cf.get_num_threads()
+    try:
+        cf.set_num_threads(1)
+        assert cf.get_num_threads() == 1
+        cf.set_num_threads(0)
+        assert cf.get_num_threads() >= 1
+    finally:
+        cf.set_num_threads(before)
+    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+        cf.set_num_threads(-1)
+
+
+# The kernel tests run in this process at the best level; here they run again in a child
+# process at every lower level this CPU supports.
+@pytest.mark.parametrize("level", [lv for lv in supported_levels() if lv != cf.cpu_info()["isa"]])
+def test_kernels_at_level(level):
+    env = dict(os.environ, CPUFORMER_ISA=level)
+    kernels_dir = os.path.join(os.path.dirname(__file__), "kernels")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", kernels_dir],
+                         env=env, capture_output=True, text=True)
+    summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    print(f"[{level}] {summary}")
+    assert out.returncode == 0, f"kernel tests failed at CPUFORMER_ISA={level}:\n{out.stdout[-6000:]}\n{out.stderr[-3000:]}"
+    assert "passed" in summary
