@@ -16,6 +16,8 @@ except ValueError as error:
     raise ImportError(f"cpuformer: {error}") from None
 
 from . import ops  # noqa: E402
+from ._load import load  # noqa: E402
+from .encoder import Encoder  # noqa: E402
 
 try:
     __version__ = _version("cpuformer")
@@ -39,4 +41,4 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
-__all__ = ["__version__", "cpu_info", "get_num_threads", "ops", "set_num_threads"]
+__all__ = ["Encoder", "__version__", "cpu_info", "get_num_threads", "load", "ops", "set_num_threads"]

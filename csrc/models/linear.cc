@@ -1,0 +1,49 @@
+#include "models/linear.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace cpuformer {
+
+Linear::Linear(const std::vector<LinearPart>& parts, long k) {
+  long n = 0;
+  bool any_bias = false;
+  for (const LinearPart& p : parts) {
+    n += p.rows;
+    any_bias = any_bias || p.bias != nullptr;
+  }
+  if (n <= 0 || k <= 0) throw std::invalid_argument("Linear needs a non-empty weight");
+  if (parts.size() == 1) {
+    packed_ = pack_weights_f32(parts[0].weight, n, k, k);
+  } else {
+    // The packer reads one strided matrix; the row blocks live in separate tensors, so they are
+    // gathered once here (load time only).
+    std::vector<float> joined(static_cast<size_t>(n) * k);
+    long row = 0;
+    for (const LinearPart& p : parts) {
+      std::copy(p.weight, p.weight + p.rows * k, joined.begin() + row * k);
+      row += p.rows;
+    }
+    packed_ = pack_weights_f32(joined.data(), n, k, k);
+  }
+  if (any_bias) {
+    bias_.assign(n, 0.0f);
+    long row = 0;
+    for (const LinearPart& p : parts) {
+      if (p.bias) std::copy(p.bias, p.bias + p.rows, bias_.begin() + row);
+      row += p.rows;
+    }
+  }
+}
+
+void Linear::apply(const float* x, long m, long ldx, float* y, long ldy, Activation activation, const float* residual,
+                   long ldr) const {
+  GemmEpilogue epilogue;
+  epilogue.bias = bias();
+  epilogue.activation = activation;
+  epilogue.residual = residual;
+  epilogue.ldr = ldr;
+  gemm(x, m, ldx, packed_, y, ldy, epilogue);
+}
+
+}  // namespace cpuformer

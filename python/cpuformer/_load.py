@@ -1,0 +1,93 @@
+"""``cpuformer.load``: open a Hugging Face model directory as the right model class.
+
+The model kind comes from ``config.json``: the first entry of ``architectures`` that we know,
+else ``model_type``. Encoders are supported; decoders and encoder-decoders are recognised and
+refused with NotImplementedError until their model classes exist.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Optional, Tuple, Union
+
+# Encoder families: (model_type, tensor-name prefix used by task-head checkpoints).
+ENCODER_FAMILIES = {
+    "bert": "bert.",
+    "roberta": "roberta.",
+    "xlm-roberta": "roberta.",
+    "distilbert": "distilbert.",
+}
+_ENCODER_CLASS_PREFIX = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert"}
+_HEADS = ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+          "ForMultipleChoice"]
+ENCODER_ARCHITECTURES = {
+    _ENCODER_CLASS_PREFIX[family] + head: family for family in ENCODER_FAMILIES for head in _HEADS
+}
+ENCODER_ARCHITECTURES["BertForPreTraining"] = "bert"
+ENCODER_ARCHITECTURES["BertForNextSentencePrediction"] = "bert"
+
+# Recognised but not implemented yet (issue order: GPT-2, Llama family, Marian, BART, T5).
+DECODER_MODEL_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3"}
+SEQ2SEQ_MODEL_TYPES = {"marian", "bart", "mbart", "t5", "mt5"}
+_DECODER_ARCHITECTURE_PREFIXES = ("GPT2", "Llama", "Mistral", "Qwen2", "Qwen3")
+_SEQ2SEQ_ARCHITECTURE_PREFIXES = ("Marian", "Bart", "MBart", "T5", "MT5")
+
+
+def supported_text() -> str:
+    return ("supported: " + ", ".join(sorted(ENCODER_ARCHITECTURES)) + " (model_type "
+            + ", ".join(sorted(ENCODER_FAMILIES)) + ")")
+
+
+def classify(config: Mapping[str, Any]) -> Tuple[str, str, str]:
+    """(kind, family, name) for a config: kind is "encoder", "decoder" or "seq2seq"; name is the
+    architecture (or model_type) the decision was made from. Raises ValueError for unknown ones."""
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise ValueError(f"config.json: 'architectures' must be a list of class names, got {architectures!r}")
+    model_type = config.get("model_type")
+    for name in architectures:
+        if name in ENCODER_ARCHITECTURES:
+            return "encoder", ENCODER_ARCHITECTURES[name], name
+    for name in architectures:
+        if name.startswith(_SEQ2SEQ_ARCHITECTURE_PREFIXES):
+            return "seq2seq", name, name
+        if name.startswith(_DECODER_ARCHITECTURE_PREFIXES):
+            return "decoder", name, name
+    if isinstance(model_type, str):
+        if model_type in ENCODER_FAMILIES and not architectures:
+            return "encoder", model_type, model_type
+        if model_type in DECODER_MODEL_TYPES:
+            return "decoder", model_type, architectures[0] if architectures else model_type
+        if model_type in SEQ2SEQ_MODEL_TYPES:
+            return "seq2seq", model_type, architectures[0] if architectures else model_type
+    described = ", ".join(architectures) if architectures else "none"
+    raise ValueError(f"unknown architecture (architectures: {described}; model_type: {model_type!r}); "
+                     + supported_text())
+
+
+def not_implemented(kind: str, name: str) -> NotImplementedError:
+    what = {"decoder": "decoder (causal LM)", "seq2seq": "encoder-decoder (seq2seq)"}[kind]
+    return NotImplementedError(f"{name} is a {what} architecture, which cpuformer does not run yet; "
+                               + supported_text())
+
+
+def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Optional[int] = None):
+    """Opens the model directory ``path`` as the model class its config names.
+
+    Returns an :class:`~cpuformer.Encoder` for BERT / RoBERTa / XLM-RoBERTa / DistilBERT
+    checkpoints (base models and task-head checkpoints; the heads are ignored). Decoder and
+    encoder-decoder architectures raise NotImplementedError; unknown ones raise ValueError listing
+    what is supported.
+    """
+    from ._model_dir import ModelDir
+    from .encoder import Encoder
+
+    model_dir = ModelDir(path)
+    try:
+        kind, _, name = classify(model_dir.config)
+        if kind != "encoder":
+            raise not_implemented(kind, name)
+    except BaseException:
+        model_dir.close()
+        raise
+    return Encoder(model_dir, dtype=dtype, num_threads=num_threads)
