@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._load import ENCODER_FAMILIES, classify, not_implemented, supported_text
+from ._load import ENCODER_FAMILIES, classify, not_implemented
 from ._model_dir import ModelDir, config_float, config_int
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -390,4 +390,4 @@ def _as_mask(value) -> np.ndarray:
     return _as_int_array(array, "attention_mask", allow_bool=True)
 
 
-__all__ = ["Encoder", "supported_text"]
+__all__ = ["Encoder"]
