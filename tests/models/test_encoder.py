@@ -527,3 +527,12 @@ def test_load_peak_memory(tmp_path):
     added_kib = int(out.stdout.strip().splitlines()[-1])
     print(f"peak RSS added by loading: {added_kib} KiB for a {file_kib:.0f} KiB file")
     assert added_kib <= 1.2 * file_kib, f"loading added {added_kib} KiB of peak RSS for a {file_kib:.0f} KiB file"
+
+
+def test_close_and_repr(small_models):
+    enc = cf.Encoder(small_models["distilbert"][0])
+    assert repr(enc) == "Encoder(DistilBertModel, layers=2, hidden=64, heads=4, dtype=float32)"
+    assert enc.hidden_size == 64 and enc.max_seq_len == 40 and enc.pad_token_id == 0
+    enc.close()
+    with pytest.raises(ValueError, match="this Encoder is closed"):
+        enc([[1, 2]])
