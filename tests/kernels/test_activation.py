@@ -202,3 +202,9 @@ def test_errors():
         cf.ops.silu_mul(np.zeros(3, np.int64), np.zeros(3, np.float32))
     with pytest.raises(TypeError, match="up must be a numpy.ndarray of float32, got tuple"):
         cf.ops.silu_mul(np.zeros(3, np.float32), (1.0, 2.0, 3.0))
+
+
+def test_numpy_scalar_is_named_by_its_type():
+    import cpuformer as cf
+    with pytest.raises(TypeError, match=r"x must be a numpy.ndarray of float32, got numpy.float32$"):
+        cf.ops.relu(np.float32(1.0))
