@@ -96,14 +96,16 @@ def read_bandwidth(threads: int, gib: float = 1.0) -> float:
     return nbytes / best
 
 
-def write_word_level_tokenizer(directory: str, vocab_size: int) -> None:
-    """A WordLevel tokenizer with tokens "t0".."t{V-1}": CTranslate2's converter needs a vocabulary."""
+def write_word_level_tokenizer(directory: str, vocab_size: int, bos: int, eos: int) -> None:
+    """A WordLevel tokenizer with tokens "t0".."t{V-1}": CTranslate2's converter needs a vocabulary
+    (and named BOS / EOS tokens)."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0").save_pretrained(directory)
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0", bos_token=f"t{bos}",
+                            eos_token=f"t{eos}").save_pretrained(directory)
 
 
 def save_random_llama(directory: str, config: dict, seed: int = 0) -> None:
@@ -288,7 +290,7 @@ def main(argv=None) -> int:
         gpt2 = os.path.join(work, "gpt2")
         print("building GPT-2 124M (random weights) ...", flush=True)
         build_gpt2(gpt2)
-        write_word_level_tokenizer(gpt2, 50257)
+        write_word_level_tokenizer(gpt2, 50257, 50256, 50256)
         results["gpt2"] = decode_workloads(args, Engines(args, gpt2, work, "gpt2"), 50257, [
             ("decode_b1_p16_n128", 1, 16, 128), ("decode_b8_p16_n128", 8, 16, 128), ("prefill_512", 1, 512, 1)],
             skip)
@@ -300,7 +302,7 @@ def main(argv=None) -> int:
                           num_key_value_heads=4, intermediate_size=5632, max_position_embeddings=2048)
             print("building a 1.1B Llama (TinyLlama shape, random weights) ...", flush=True)
             save_random_llama(llama, config)
-            write_word_level_tokenizer(llama, 32000)
+            write_word_level_tokenizer(llama, 32000, 1, 2)
             entry = decode_workloads(args, Engines(args, llama, work, "llama_1b"), 32000, [
                 ("decode_b1_p16_n32" if args.quick else "decode_b1_p16_n64", 1, 16, 32 if args.quick else 64),
                 ("prefill_512", 1, 512, 1)], skip)
