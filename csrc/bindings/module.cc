@@ -11,6 +11,7 @@ void register_ops_attention(py::module_& m);
 void register_ops_norm(py::module_& m);
 void register_models_encoder(py::module_& m);
 void register_models_decoder(py::module_& m);
+void register_models_seq2seq(py::module_& m);
 }  // namespace bindings
 }  // namespace cpuformer
 
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_core, m) {
   cpuformer::bindings::register_ops_norm(m);
   cpuformer::bindings::register_models_encoder(m);
   cpuformer::bindings::register_models_decoder(m);
+  cpuformer::bindings::register_models_seq2seq(m);
 }

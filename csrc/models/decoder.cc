@@ -232,7 +232,7 @@ void DecoderModel::logits(const int64_t* ids, const int64_t* mask, long batch, l
   forward(cache, ws, ids, positions.data(), batch, seq_len, true, out);
 }
 
-void DecoderSession::prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long max_new,
+void DecoderSession::prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long /*copies*/, long max_new,
                              float* logits) {
   const DecoderConfig& c = model_.config_;
   if (!model_.complete()) throw std::logic_error("the decoder is missing layers or its head");

@@ -101,7 +101,8 @@ class DecoderSession : public StepModel {
  public:
   explicit DecoderSession(const DecoderModel& model) : model_(model) {}
   long vocab_size() const override { return model_.config_.vocab_size; }
-  void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long max_new, float* logits) override;
+  void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
+               float* logits) override;
   void step(const int64_t* tokens, float* logits) override;
   void reorder(const long* source) override;
 

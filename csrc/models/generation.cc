@@ -29,6 +29,37 @@ void repetition_penalty(float penalty, const std::vector<int64_t>& prompt, const
   for (int64_t t : seen) scores[t] = scores[t] < 0 ? scores[t] * penalty : scores[t] / penalty;
 }
 
+// NoRepeatNGramLogitsProcessor over history + generated: a token that would repeat an n-gram
+// already present gets -inf.
+void no_repeat_ngram(long n, const std::vector<int64_t>& history, const std::vector<int64_t>& generated,
+                     float* scores, std::vector<int64_t>& seq) {
+  if (n <= 0) return;
+  seq.assign(history.begin(), history.end());
+  seq.insert(seq.end(), generated.begin(), generated.end());
+  const long len = static_cast<long>(seq.size());
+  if (len + 1 < n) return;
+  const int64_t* tail = seq.data() + len - (n - 1);
+  for (long i = 0; i + n <= len; ++i) {
+    if (std::equal(tail, tail + (n - 1), seq.data() + i)) scores[seq[i + n - 1]] = kNegInf;
+  }
+}
+
+// bad_words_ids of one token each (transformers' SequenceBiasLogitsProcessor with -inf).
+void suppress_tokens(const GenerationOptions& o, float* scores) {
+  for (int64_t t : o.suppress_token_ids) scores[t] = kNegInf;
+}
+
+// ForcedBOSTokenLogitsProcessor / ForcedEOSTokenLogitsProcessor: every other token gets -inf and
+// the forced one 0, at the first step / the last allowed step.
+void force_tokens(const GenerationOptions& o, long generated, float* scores, long V) {
+  int64_t forced = -1;
+  if (generated == 0 && o.forced_bos_token_id >= 0) forced = o.forced_bos_token_id;
+  if (generated == o.max_new_tokens - 1 && o.forced_eos_token_id >= 0) forced = o.forced_eos_token_id;
+  if (forced < 0) return;
+  for (long i = 0; i < V; ++i) scores[i] = kNegInf;
+  scores[forced] = 0.0f;
+}
+
 // MinNewTokensLengthLogitsProcessor: EOS is impossible before min_new_tokens.
 void suppress_eos(const GenerationOptions& o, long generated, float* scores) {
   if (generated >= o.min_new_tokens) return;
@@ -122,8 +153,21 @@ long pad_prompts(const std::vector<std::vector<int64_t>>& prompts, long copies, 
   return T;
 }
 
+// The logits processors in transformers' order (repetition penalty, no-repeat n-grams, bad
+// words, min new tokens, forced BOS/EOS), on raw logits (greedy, sampling) or log-probabilities
+// (beam search).
+void process(const GenerationOptions& o, const std::vector<int64_t>& history, const std::vector<int64_t>& generated,
+             long step, float* scores, long V, std::vector<int64_t>& seq) {
+  repetition_penalty(o.repetition_penalty, history, generated, scores);
+  no_repeat_ngram(o.no_repeat_ngram_size, history, generated, scores, seq);
+  suppress_tokens(o, scores);
+  suppress_eos(o, step, scores);
+  force_tokens(o, step, scores, V);
+}
+
 GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                                  const GenerationOptions& o, const TokenCallback& on_token) {
+                                  const std::vector<std::vector<int64_t>>& histories, const GenerationOptions& o,
+                                  const TokenCallback& on_token) {
   const long B = static_cast<long>(prompts.size()), V = model.vocab_size();
   std::vector<int64_t> ids, mask;
   const long T = pad_prompts(prompts, 1, o.pad_token_id, ids, mask);
@@ -132,9 +176,9 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
   result.tokens.resize(B);
   if (o.return_log_probs) result.log_probs.resize(B);
   std::vector<char> finished(B, 0);
-  std::vector<int64_t> next(B, o.pad_token_id);
+  std::vector<int64_t> next(B, o.pad_token_id), seq;
   std::mt19937_64 rng(o.seed);
-  model.prefill(ids.data(), mask.data(), B, T, o.max_new_tokens, logits.data());
+  model.prefill(ids.data(), mask.data(), B, T, 1, o.max_new_tokens, logits.data());
   for (long step = 0; step < o.max_new_tokens; ++step) {
     if (step > 0) model.step(next.data(), logits.data());
     long running = 0;
@@ -144,8 +188,7 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
         continue;
       }
       float* s = logits.data() + b * V;
-      repetition_penalty(o.repetition_penalty, prompts[b], result.tokens[b], s);
-      suppress_eos(o, step, s);
+      process(o, histories[b], result.tokens[b], step, s, V, seq);
       long token;
       if (o.do_sample) {
         warp(o, s, V, tmp);
@@ -189,7 +232,8 @@ struct Candidate {
 // hypotheses kept in a num_beams-sized pool, the early-stopping heuristic), one prompt at a time
 // for the bookkeeping and all prompts' beams at once through the model.
 GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                             const GenerationOptions& o, const TokenCallback& on_token) {
+                             const std::vector<std::vector<int64_t>>& histories, const GenerationOptions& o,
+                             const TokenCallback& on_token) {
   const long B = static_cast<long>(prompts.size()), nb = o.num_beams, V = model.vocab_size(), rows = B * nb;
   const long keep = std::max<long>(2, 1 + static_cast<long>(o.eos_token_ids.size())) * nb;
   std::vector<int64_t> ids, mask;
@@ -204,10 +248,11 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
   std::vector<int64_t> next(rows);
   std::vector<long> source(rows);
   std::vector<long> order;
+  std::vector<int64_t> seq;
   auto length_factor = [&](long length) {
     return static_cast<float>(std::pow(static_cast<double>(length), static_cast<double>(o.length_penalty)));
   };
-  model.prefill(ids.data(), mask.data(), rows, T, o.max_new_tokens, logits.data());
+  model.prefill(ids.data(), mask.data(), rows, T, nb, o.max_new_tokens, logits.data());
   for (long generated = 0;; ++generated) {
     if (generated > 0) model.step(next.data(), logits.data());
     const bool at_max = generated + 1 >= o.max_new_tokens;
@@ -217,8 +262,7 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
         float* s = logits.data() + (b * nb + k) * V;
         float* a = all.data() + k * V;
         log_softmax(s, a, V);
-        repetition_penalty(o.repetition_penalty, prompts[b], running[b][k].tokens, a);
-        suppress_eos(o, generated, a);
+        process(o, histories[b], running[b][k].tokens, generated, a, V, seq);
         const float base = running[b][k].score;
         for (long t = 0; t < V; ++t) a[t] += base;
       }
@@ -293,15 +337,18 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
     if (all_hit || !any_improvable || (every_pool_full && o.early_stopping == 1)) break;
     model.reorder(source.data());
   }
+  const long n = o.num_return_sequences;
   GenerationResult result;
-  result.tokens.resize(B);
-  if (o.return_log_probs) result.log_probs.resize(B);
+  result.tokens.resize(B * n);
+  if (o.return_log_probs) result.log_probs.resize(B * n);
   for (long b = 0; b < B; ++b) {
-    const Hypothesis& best = done[b][0].finished ? done[b][0] : running[b][0];
-    result.tokens[b] = best.tokens;
-    if (o.return_log_probs) result.log_probs[b] = best.log_probs;
-    if (on_token) {
-      for (int64_t t : best.tokens) on_token(b, t);
+    for (long k = 0; k < n; ++k) {
+      const Hypothesis& best = done[b][k].finished ? done[b][k] : running[b][k];
+      result.tokens[b * n + k] = best.tokens;
+      if (o.return_log_probs) result.log_probs[b * n + k] = best.log_probs;
+      if (on_token && k == 0) {
+        for (int64_t t : best.tokens) on_token(b, t);
+      }
     }
   }
   return result;
@@ -310,16 +357,25 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
 }  // namespace
 
 GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const GenerationOptions& options, const TokenCallback& on_token) {
+                          const GenerationOptions& options, const TokenCallback& on_token,
+                          const std::vector<std::vector<int64_t>>* histories) {
   if (prompts.empty()) throw std::invalid_argument("generate() needs at least one prompt");
+  if (histories && histories->size() != prompts.size()) {
+    throw std::invalid_argument("generate() needs one history per prompt");
+  }
+  const long returned = options.num_beams > 1 ? options.num_return_sequences : 1;
+  if (options.num_return_sequences < 1 || returned > options.num_beams) {
+    throw std::invalid_argument("num_return_sequences must be in [1, num_beams]");
+  }
   if (options.max_new_tokens < 1) {
     GenerationResult empty;
-    empty.tokens.resize(prompts.size());
-    if (options.return_log_probs) empty.log_probs.resize(prompts.size());
+    empty.tokens.resize(prompts.size() * returned);
+    if (options.return_log_probs) empty.log_probs.resize(prompts.size() * returned);
     return empty;
   }
-  if (options.num_beams > 1) return beam_search(model, prompts, options, on_token);
-  return greedy_or_sample(model, prompts, options, on_token);
+  const std::vector<std::vector<int64_t>>& h = histories ? *histories : prompts;
+  if (options.num_beams > 1) return beam_search(model, prompts, h, options, on_token);
+  return greedy_or_sample(model, prompts, h, options, on_token);
 }
 
 }  // namespace cpuformer

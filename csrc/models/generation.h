@@ -20,8 +20,11 @@ class StepModel {
   virtual long vocab_size() const = 0;
   // Starts a run over `rows` sequences given left-padded as ids/mask [rows, T] (mask 1 = token,
   // 0 = padding; every row ends with a token). Room is reserved for max_new more tokens per row.
-  // logits [rows, V]: next-token logits after the last position.
-  virtual void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long max_new, float* logits) = 0;
+  // logits [rows, V]: next-token logits after the last position. Rows come in groups of `copies`
+  // identical consecutive rows (the beams of one prompt), so a model may do per-prompt work
+  // (an encoder pass, cross-attention keys) once per group.
+  virtual void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
+                       float* logits) = 0;
   // Appends one token per row (tokens [rows]); logits [rows, V] as above.
   virtual void step(const int64_t* tokens, float* logits) = 0;
   // Beam bookkeeping: afterwards row r holds the state row source[r] held before (rows entries).
@@ -36,17 +39,24 @@ struct GenerationOptions {
   long top_k = 0;         // 0: off
   float top_p = 1.0f;     // 1: off
   float repetition_penalty = 1.0f;
+  long no_repeat_ngram_size = 0;  // 0: off
   long num_beams = 1;
+  long num_return_sequences = 1;  // beam search: the best n finished hypotheses per prompt
   float length_penalty = 1.0f;
   int early_stopping = 0;  // beam search: 0 = False (heuristic), 1 = True, 2 = "never"
   std::vector<int64_t> eos_token_ids;
+  int64_t forced_bos_token_id = -1;  // ≥ 0: the first new token (transformers' forced_bos_token_id)
+  int64_t forced_eos_token_id = -1;  // ≥ 0: the token at the max_new_tokens-th step
+  std::vector<int64_t> suppress_token_ids;  // never generated (single-token bad_words_ids)
   int64_t pad_token_id = 0;  // fed for finished rows / prompt padding; any valid id
   uint64_t seed = 0;
   bool return_log_probs = false;
 };
 
 struct GenerationResult {
-  std::vector<std::vector<int64_t>> tokens;   // new tokens per prompt (EOS included when produced)
+  // New tokens per prompt (EOS included when produced); beam search with num_return_sequences = n
+  // gives n entries per prompt, best first (prompt i's at [i·n, i·n + n)).
+  std::vector<std::vector<int64_t>> tokens;
   std::vector<std::vector<float>> log_probs;  // per new token, if requested
 };
 
@@ -55,7 +65,11 @@ struct GenerationResult {
 using TokenCallback = std::function<void(long, int64_t)>;
 
 // Prompts must be non-empty with ids in [0, V); options validated by the caller.
+// histories: the tokens the repetition penalty and no_repeat_ngram_size see before the first new
+// token, one list per prompt; null means the prompts themselves (decoder-only LMs). An
+// encoder-decoder passes its decoder start tokens: its prompt is the source, not the history.
 GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
-                          const GenerationOptions& options, const TokenCallback& on_token = nullptr);
+                          const GenerationOptions& options, const TokenCallback& on_token = nullptr,
+                          const std::vector<std::vector<int64_t>>* histories = nullptr);
 
 }  // namespace cpuformer

@@ -20,28 +20,39 @@ void KvCache::reset(long layers, long rows, long kv_heads, long max_len, long he
 }
 
 void KvCache::reorder(const long* source) {
-  bool identity = true;
-  for (long r = 0; r < rows_; ++r) identity = identity && source[r] == r;
-  if (identity) return;
-  // One layer at a time through a scratch copy: a row may be both a source and a destination.
+  // Only rows whose source differs are rewritten, and only the sources they read are snapshotted
+  // (the first length() slots of each head): beams that kept their own history cost nothing.
+  std::vector<long> needed(rows_, -1);  // old row -> its slot in the snapshot, or -1
+  long snapshots = 0;
+  for (long r = 0; r < rows_; ++r) {
+    if (source[r] != r && needed[source[r]] < 0) needed[source[r]] = snapshots++;
+  }
+  if (snapshots == 0) return;
   const long per_row = stride_row();
-  const std::size_t slab = static_cast<std::size_t>(rows_) * per_row;
+  const long used = length_ * head_dim_;  // floats per head in use
+  const std::size_t slab = static_cast<std::size_t>(snapshots) * kv_heads_ * used;
   if (scratch_.size() < slab) scratch_.resize(slab);
-  const std::size_t used = static_cast<std::size_t>(length_) * head_dim_ * sizeof(float);
   for (long layer = 0; layer < layers_; ++layer) {
     for (float* base : {k(layer), v(layer)}) {
-      std::memcpy(scratch_.data(), base, slab * sizeof(float));
+      for (long r = 0; r < rows_; ++r) {
+        if (needed[r] < 0) continue;
+        for (long h = 0; h < kv_heads_; ++h) {
+          std::memcpy(scratch_.data() + (needed[r] * kv_heads_ + h) * used, base + r * per_row + h * stride_head(),
+                      used * sizeof(float));
+        }
+      }
       for (long r = 0; r < rows_; ++r) {
         if (source[r] == r) continue;
         for (long h = 0; h < kv_heads_; ++h) {
-          std::memcpy(base + r * per_row + h * stride_head(), scratch_.data() + source[r] * per_row + h * stride_head(),
-                      used);
+          std::memcpy(base + r * per_row + h * stride_head(),
+                      scratch_.data() + (needed[source[r]] * kv_heads_ + h) * used, used * sizeof(float));
         }
       }
     }
   }
   std::vector<float> mask(mask_.data(), mask_.data() + rows_ * max_len_);
   for (long r = 0; r < rows_; ++r) {
+    if (source[r] == r) continue;
     std::memcpy(mask_.data() + r * max_len_, mask.data() + source[r] * max_len_, max_len_ * sizeof(float));
   }
 }

@@ -2,7 +2,7 @@
 
 The model kind comes from ``config.json``: the first entry of ``architectures`` that we know,
 else ``model_type``. Encoders and decoders (causal LMs) are supported; encoder-decoders are
-recognised and refused with NotImplementedError until their model class exists.
+opened as Seq2Seq.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Opt
 
     Returns an :class:`~cpuformer.Encoder` for BERT / RoBERTa / XLM-RoBERTa / DistilBERT
     checkpoints (base models and task-head checkpoints; the heads are ignored), a
-    :class:`~cpuformer.Generator` for GPT-2 / Llama / Mistral / Qwen2 / Qwen3 causal LMs.
-    Encoder-decoder architectures raise NotImplementedError; unknown ones raise ValueError listing
-    what is supported.
+    :class:`~cpuformer.Generator` for GPT-2 / Llama / Mistral / Qwen2 / Qwen3 causal LMs, a
+    :class:`~cpuformer.Seq2Seq` for Marian / BART / mBART / T5 / mT5 encoder-decoders. Unknown
+    architectures raise ValueError listing what is supported.
     """
     from ._model_dir import ModelDir
     from .encoder import Encoder
@@ -90,6 +90,10 @@ def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Opt
             from .generator import Generator
 
             return Generator(model_dir, dtype=dtype, num_threads=num_threads)
+        if kind == "seq2seq":
+            from .seq2seq import Seq2Seq
+
+            return Seq2Seq(model_dir, dtype=dtype, num_threads=num_threads)
         if kind != "encoder":
             raise not_implemented(kind, name)
     except BaseException:

@@ -1,0 +1,402 @@
+// cpuformer._core.Seq2SeqModel: the encoder-decoder graph and the shared C++ generation loop.
+//
+// Ownership: the C++ model keeps raw pointers into the word embeddings and position tables
+// (zero-copy views of the mmapped weights); this class holds Python references to those arrays
+// for the model's lifetime. Compute runs with the GIL released.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/arrays.h"
+#include "models/generation.h"
+#include "models/seq2seq.h"
+#include "runtime/threading.h"
+
+namespace cpuformer {
+namespace bindings {
+namespace {
+
+using IdArray = py::array_t<int64_t, py::array::c_style>;
+
+IdArray as_ids(const py::handle& obj, const char* name) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(std::string(name) + " must be a numpy.ndarray of int64, got " + type_name(obj));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (!a.dtype().is(py::dtype::of<int64_t>())) {
+    throw py::type_error(std::string(name) + " must have dtype int64, got " + std::string(py::str(a.dtype())));
+  }
+  require_ndim(a, 2, name, "[batch, seq_len]");
+  return IdArray::ensure(a);
+}
+
+Activation parse_activation(const std::string& s) {
+  if (s == "gelu_tanh") return Activation::kGeluTanh;
+  if (s == "gelu") return Activation::kGeluErf;
+  if (s == "relu") return Activation::kRelu;
+  if (s == "silu") return Activation::kSilu;
+  throw py::value_error("activation must be 'gelu_tanh', 'gelu', 'relu' or 'silu', got '" + s + "'");
+}
+
+class PySeq2SeqModel {
+ public:
+  PySeq2SeqModel(const py::dict& config, const py::dict& embeddings) {
+    Seq2SeqConfig c;
+    c.vocab_size = config["vocab_size"].cast<long>();
+    c.d_model = config["d_model"].cast<long>();
+    c.encoder_layers = config["encoder_layers"].cast<long>();
+    c.decoder_layers = config["decoder_layers"].cast<long>();
+    c.heads = config["heads"].cast<long>();
+    c.head_dim = config["head_dim"].cast<long>();
+    c.ffn_dim = config["ffn_dim"].cast<long>();
+    c.max_positions = config["max_positions"].cast<long>();
+    c.position_offset = config["position_offset"].cast<long>();
+    c.position_table = config["position_table"].cast<bool>();
+    c.relative_attention = config["relative_attention"].cast<bool>();
+    c.num_buckets = config["num_buckets"].cast<long>();
+    c.max_distance = config["max_distance"].cast<long>();
+    c.rms_norm = config["rms_norm"].cast<bool>();
+    c.norm_eps = config["norm_eps"].cast<float>();
+    c.pre_norm = config["pre_norm"].cast<bool>();
+    c.embedding_norm = config["embedding_norm"].cast<bool>();
+    c.final_norm = config["final_norm"].cast<bool>();
+    c.embed_scale = config["embed_scale"].cast<float>();
+    c.attention_scale = config["attention_scale"].cast<float>();
+    c.activation = parse_activation(config["activation"].cast<std::string>());
+    c.gated_ffn = config["gated_ffn"].cast<bool>();
+    c.head_scale = config["head_scale"].cast<float>();
+    if (c.vocab_size < 1 || c.d_model < 1 || c.encoder_layers < 0 || c.decoder_layers < 0 || c.heads < 1 ||
+        c.head_dim < 1 || c.ffn_dim < 1 || c.max_positions < 0 || c.position_offset < 0 ||
+        (c.relative_attention && (c.num_buckets < 2 || c.max_distance < 2))) {
+      throw py::value_error("seq2seq config sizes must be positive");
+    }
+    if (c.position_table && c.max_positions < 1) {
+      throw py::value_error("a position table needs max_positions >= 1");
+    }
+    const long d = c.d_model, P = c.position_offset + c.max_positions;
+    Seq2SeqEmbeddingTensors e;
+    e.word_embeddings = get(embeddings, "word_embeddings", {c.vocab_size, d}, true);
+    if (c.position_table) {
+      e.encoder_positions = get(embeddings, "encoder_positions", {P, d}, true);
+      e.decoder_positions = get(embeddings, "decoder_positions", {P, d}, true);
+    }
+    if (c.relative_attention) {
+      e.encoder_relative_bias = get(embeddings, "encoder_relative_bias", {c.num_buckets, c.heads});
+      e.decoder_relative_bias = get(embeddings, "decoder_relative_bias", {c.num_buckets, c.heads});
+    }
+    if (c.embedding_norm) {
+      e.encoder_norm_weight = get(embeddings, "encoder_norm.weight", {d});
+      e.encoder_norm_bias = optional(embeddings, "encoder_norm.bias", {d});
+      e.decoder_norm_weight = get(embeddings, "decoder_norm.weight", {d});
+      e.decoder_norm_bias = optional(embeddings, "decoder_norm.bias", {d});
+    }
+    model_ = std::make_unique<Seq2SeqModel>(c, e);
+  }
+
+  void add_layer(const py::dict& t, bool decoder) {
+    const Seq2SeqConfig& c = model_->config();
+    const long d = c.d_model, inner = c.heads * c.head_dim, F = c.ffn_dim;
+    Seq2SeqLayerTensors l;
+    l.q_weight = get(t, "q.weight", {inner, d});
+    l.k_weight = get(t, "k.weight", {inner, d});
+    l.v_weight = get(t, "v.weight", {inner, d});
+    l.o_weight = get(t, "o.weight", {d, inner});
+    l.q_bias = optional(t, "q.bias", {inner});
+    l.k_bias = optional(t, "k.bias", {inner});
+    l.v_bias = optional(t, "v.bias", {inner});
+    l.o_bias = optional(t, "o.bias", {d});
+    l.self_norm_weight = get(t, "self_norm.weight", {d});
+    l.self_norm_bias = optional(t, "self_norm.bias", {d});
+    if (decoder) {
+      l.cross_q_weight = get(t, "cross_q.weight", {inner, d});
+      l.cross_k_weight = get(t, "cross_k.weight", {inner, d});
+      l.cross_v_weight = get(t, "cross_v.weight", {inner, d});
+      l.cross_o_weight = get(t, "cross_o.weight", {d, inner});
+      l.cross_q_bias = optional(t, "cross_q.bias", {inner});
+      l.cross_k_bias = optional(t, "cross_k.bias", {inner});
+      l.cross_v_bias = optional(t, "cross_v.bias", {inner});
+      l.cross_o_bias = optional(t, "cross_o.bias", {d});
+      l.cross_norm_weight = get(t, "cross_norm.weight", {d});
+      l.cross_norm_bias = optional(t, "cross_norm.bias", {d});
+    }
+    l.up_weight = get(t, "up.weight", {F, d});
+    l.up_bias = optional(t, "up.bias", {F});
+    if (c.gated_ffn) l.gate_weight = get(t, "gate.weight", {F, d});
+    l.down_weight = get(t, "down.weight", {d, F});
+    l.down_bias = optional(t, "down.bias", {d});
+    l.ffn_norm_weight = get(t, "ffn_norm.weight", {d});
+    l.ffn_norm_bias = optional(t, "ffn_norm.bias", {d});
+    py::gil_scoped_release release;
+    if (decoder) {
+      model_->add_decoder_layer(l);
+    } else {
+      model_->add_encoder_layer(l);
+    }
+  }
+
+  void add_encoder_layer(const py::dict& t) {
+    if (layers_added(false) >= model_->config().encoder_layers) {
+      throw py::value_error("the encoder already has its " + std::to_string(model_->config().encoder_layers) +
+                            " layers");
+    }
+    add_layer(t, false);
+    ++encoder_added_;
+  }
+
+  void add_decoder_layer(const py::dict& t) {
+    if (layers_added(true) >= model_->config().decoder_layers) {
+      throw py::value_error("the decoder already has its " + std::to_string(model_->config().decoder_layers) +
+                            " layers");
+    }
+    add_layer(t, true);
+    ++decoder_added_;
+  }
+
+  void set_head(const py::dict& t) {
+    const Seq2SeqConfig& c = model_->config();
+    Seq2SeqHeadTensors h;
+    if (c.final_norm) {
+      h.encoder_norm_weight = get(t, "encoder_norm.weight", {c.d_model});
+      h.encoder_norm_bias = optional(t, "encoder_norm.bias", {c.d_model});
+      h.decoder_norm_weight = get(t, "decoder_norm.weight", {c.d_model});
+      h.decoder_norm_bias = optional(t, "decoder_norm.bias", {c.d_model});
+    }
+    h.lm_head = optional(t, "lm_head", {c.vocab_size, c.d_model});
+    h.final_logits_bias = optional(t, "final_logits_bias", {c.vocab_size});
+    py::gil_scoped_release release;
+    model_->set_head(h);
+  }
+
+  py::array_t<float> encode(const py::object& input_ids, const py::object& attention_mask, int num_threads) const {
+    check_complete();
+    IdArray ids = as_ids(input_ids, "input_ids");
+    IdArray mask;
+    const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
+    check_source(ids, attention_mask, mask);
+    py::array_t<float> out({B, T, model_->config().d_model});
+    const int64_t* ip = ids.data();
+    const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      ScopedNumThreads threads(num_threads);
+      model_->encode(ip, mp, B, T, op);
+    }
+    return out;
+  }
+
+  py::array_t<float> logits(const py::object& input_ids, const py::object& decoder_input_ids,
+                            const py::object& attention_mask, int num_threads) const {
+    check_complete();
+    const Seq2SeqConfig& c = model_->config();
+    IdArray ids = as_ids(input_ids, "input_ids");
+    IdArray mask;
+    check_source(ids, attention_mask, mask);
+    IdArray tgt = as_ids(decoder_input_ids, "decoder_input_ids");
+    const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
+    const long Tt = static_cast<long>(tgt.shape(1));
+    if (tgt.shape(0) != B || Tt == 0) {
+      throw py::value_error("decoder_input_ids must have shape [batch, target_len] with batch " + std::to_string(B) +
+                            " (the batch of input_ids) and target_len >= 1, got " + shape_string(tgt));
+    }
+    if (c.max_positions > 0 && Tt > c.max_positions) {
+      throw py::value_error("decoder_input_ids length " + std::to_string(Tt) + " exceeds the model's maximum of " +
+                            std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
+    }
+    check_ids(tgt.data(), B * Tt, "decoder_input_ids");
+    py::array_t<float> out({B, Tt, c.vocab_size});
+    const int64_t* ip = ids.data();
+    const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
+    const int64_t* tp = tgt.data();
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      ScopedNumThreads threads(num_threads);
+      model_->logits(ip, mp, B, T, tp, Tt, op);
+    }
+    return out;
+  }
+
+  // sources: token-id lists; options: GenerationOptions fields by name (validated by the Python
+  // layer) plus decoder_start_token_id. Returns (tokens, log_probs or None).
+  py::tuple generate(const std::vector<std::vector<int64_t>>& sources, const py::dict& options,
+                     const py::object& callback, int num_threads) const {
+    check_complete();
+    const Seq2SeqConfig& c = model_->config();
+    if (sources.empty()) throw py::value_error("generate() needs at least one source");
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (sources[i].empty()) throw py::value_error("source " + std::to_string(i) + " is empty");
+      check_ids(sources[i].data(), static_cast<long>(sources[i].size()), "source token ids");
+      if (c.max_positions > 0 && static_cast<long>(sources[i].size()) > c.max_positions) {
+        throw py::value_error("source " + std::to_string(i) + " has " + std::to_string(sources[i].size()) +
+                              " tokens; the model allows at most " + std::to_string(c.max_positions) +
+                              " (max_position_embeddings)");
+      }
+    }
+    GenerationOptions o;
+    o.max_new_tokens = options["max_new_tokens"].cast<long>();
+    o.min_new_tokens = options["min_new_tokens"].cast<long>();
+    o.do_sample = options["do_sample"].cast<bool>();
+    o.temperature = options["temperature"].cast<float>();
+    o.top_k = options["top_k"].cast<long>();
+    o.top_p = options["top_p"].cast<float>();
+    o.repetition_penalty = options["repetition_penalty"].cast<float>();
+    o.no_repeat_ngram_size = options["no_repeat_ngram_size"].cast<long>();
+    o.num_beams = options["num_beams"].cast<long>();
+    o.num_return_sequences = options["num_return_sequences"].cast<long>();
+    o.length_penalty = options["length_penalty"].cast<float>();
+    o.early_stopping = options["early_stopping"].cast<int>();
+    o.eos_token_ids = options["eos_token_ids"].cast<std::vector<int64_t>>();
+    o.forced_bos_token_id = options["forced_bos_token_id"].cast<int64_t>();
+    o.forced_eos_token_id = options["forced_eos_token_id"].cast<int64_t>();
+    o.suppress_token_ids = options["suppress_token_ids"].cast<std::vector<int64_t>>();
+    o.pad_token_id = options["pad_token_id"].cast<int64_t>();
+    o.seed = options["seed"].cast<uint64_t>();
+    o.return_log_probs = options["return_log_probs"].cast<bool>();
+    const int64_t start = options["decoder_start_token_id"].cast<int64_t>();
+    std::vector<int64_t> special = o.eos_token_ids;
+    special.insert(special.end(), o.suppress_token_ids.begin(), o.suppress_token_ids.end());
+    special.push_back(start);
+    if (o.forced_bos_token_id >= 0) special.push_back(o.forced_bos_token_id);
+    if (o.forced_eos_token_id >= 0) special.push_back(o.forced_eos_token_id);
+    check_ids(special.data(), static_cast<long>(special.size()), "special token ids");
+    if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
+    if (o.num_return_sequences < 1 || o.num_return_sequences > o.num_beams) {
+      throw py::value_error("num_return_sequences (" + std::to_string(o.num_return_sequences) +
+                            ") must be between 1 and num_beams (" + std::to_string(o.num_beams) + ")");
+    }
+    if (c.max_positions > 0 && 1 + o.max_new_tokens > c.max_positions) {
+      throw py::value_error("1 decoder start token + max_new_tokens " + std::to_string(o.max_new_tokens) +
+                            " exceeds the model's maximum of " + std::to_string(c.max_positions) +
+                            " target tokens (max_position_embeddings)");
+    }
+    TokenCallback on_token;
+    if (!callback.is_none()) {
+      on_token = [&callback](long index, int64_t token) {
+        py::gil_scoped_acquire acquire;
+        callback(index, token);
+      };
+    }
+    const std::vector<std::vector<int64_t>> histories(sources.size(), std::vector<int64_t>{start});
+    GenerationResult result;
+    {
+      py::gil_scoped_release release;
+      ScopedNumThreads threads(num_threads);
+      Seq2SeqSession session(*model_, start);
+      result = cpuformer::generate(session, sources, o, on_token, &histories);
+    }
+    py::object log_probs = py::none();
+    if (o.return_log_probs) log_probs = py::cast(result.log_probs);
+    return py::make_tuple(py::cast(result.tokens), log_probs);
+  }
+
+  long vocab_size() const { return model_->config().vocab_size; }
+  long max_positions() const { return model_->config().max_positions; }
+
+ private:
+  long layers_added(bool decoder) const { return decoder ? decoder_added_ : encoder_added_; }
+
+  void check_complete() const {
+    if (!model_->complete()) {
+      throw py::value_error("the seq2seq model is missing layers or its head; add them first");
+    }
+  }
+
+  // Sources: [B, T] with B, T ≥ 1, T within the position table, ids in range; the mask (if any)
+  // 0/1 of the same shape with at least one token per row.
+  void check_source(const IdArray& ids, const py::object& attention_mask, IdArray& mask) const {
+    const Seq2SeqConfig& c = model_->config();
+    const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
+    if (B == 0 || T == 0) {
+      throw py::value_error("input_ids must hold at least one sequence of at least one token, got shape " +
+                            shape_string(ids));
+    }
+    if (c.max_positions > 0 && T > c.max_positions) {
+      throw py::value_error("source length " + std::to_string(T) + " exceeds the model's maximum of " +
+                            std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
+    }
+    check_ids(ids.data(), B * T, "input_ids");
+    if (attention_mask.is_none()) return;
+    mask = as_ids(attention_mask, "attention_mask");
+    if (mask.shape(0) != B || mask.shape(1) != T) {
+      throw py::value_error("attention_mask must have the shape of input_ids " + shape_string(ids) + ", got " +
+                            shape_string(mask));
+    }
+    for (long i = 0; i < B * T; ++i) {
+      if (mask.data()[i] != 0 && mask.data()[i] != 1) {
+        throw py::value_error("attention_mask entries must be 0 (padding) or 1 (token)");
+      }
+    }
+    for (long b = 0; b < B; ++b) {
+      long tokens = 0;
+      for (long t = 0; t < T; ++t) tokens += mask.data()[b * T + t];
+      if (tokens == 0) throw py::value_error("attention_mask row " + std::to_string(b) + " has no token (all 0)");
+    }
+  }
+
+  void check_ids(const int64_t* ids, long n, const char* what) const {
+    const long V = model_->config().vocab_size;
+    for (long i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= V) {
+        throw py::value_error(std::string(what) + ": token id " + std::to_string(ids[i]) +
+                              " is out of range; token ids must be in [0, " + std::to_string(V) + ") (vocab_size)");
+      }
+    }
+  }
+
+  const float* optional(const py::dict& tensors, const std::string& key, std::vector<long> shape) {
+    if (!tensors.contains(key) || tensors[py::str(key)].is_none()) return nullptr;
+    return get(tensors, key, std::move(shape));
+  }
+
+  const float* get(const py::dict& tensors, const std::string& key, std::vector<long> shape, bool keep = false) {
+    if (!tensors.contains(key)) throw py::value_error("missing seq2seq tensor '" + key + "'");
+    py::object obj = tensors[py::str(key)];
+    if (!py::isinstance<py::array>(obj)) throw py::type_error("seq2seq tensor '" + key + "' must be a numpy.ndarray");
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(py::dtype::of<float>())) {
+      throw py::type_error("seq2seq tensor '" + key + "' must have dtype float32, got " +
+                           std::string(py::str(a.dtype())));
+    }
+    bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
+    for (size_t d = 0; ok && d < shape.size(); ++d) ok = a.shape(d) == shape[d];
+    if (!ok) {
+      std::string want = "[";
+      for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
+      throw py::value_error("seq2seq tensor '" + key + "' must have shape " + want + "], got " + shape_string(a));
+    }
+    if (!(a.flags() & py::array::c_style)) throw py::value_error("seq2seq tensor '" + key + "' must be C-contiguous");
+    if (keep) kept_.append(a);
+    return static_cast<const float*>(a.data());
+  }
+
+  py::list kept_;  // declared before model_: destroyed after it
+  std::unique_ptr<Seq2SeqModel> model_;
+  long encoder_added_ = 0, decoder_added_ = 0;
+};
+
+}  // namespace
+
+void register_models_seq2seq(py::module_& m) {
+  py::class_<PySeq2SeqModel>(m, "Seq2SeqModel")
+      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("embeddings"))
+      .def("add_encoder_layer", &PySeq2SeqModel::add_encoder_layer, py::arg("tensors"))
+      .def("add_decoder_layer", &PySeq2SeqModel::add_decoder_layer, py::arg("tensors"))
+      .def("set_head", &PySeq2SeqModel::set_head, py::arg("tensors"))
+      .def("encode", &PySeq2SeqModel::encode, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
+           py::arg("num_threads") = 0)
+      .def("logits", &PySeq2SeqModel::logits, py::arg("input_ids"), py::arg("decoder_input_ids"),
+           py::arg("attention_mask") = py::none(), py::arg("num_threads") = 0)
+      .def("generate", &PySeq2SeqModel::generate, py::arg("sources"), py::arg("options"),
+           py::arg("callback") = py::none(), py::arg("num_threads") = 0)
+      .def_property_readonly("vocab_size", &PySeq2SeqModel::vocab_size)
+      .def_property_readonly("max_positions", &PySeq2SeqModel::max_positions);
+}
+
+}  // namespace bindings
+}  // namespace cpuformer
