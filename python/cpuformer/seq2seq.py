@@ -35,11 +35,11 @@ _ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_p
 
 
 def _family(model_type: Any, architecture: str) -> str:
-    for prefix, family in (("Marian", "marian"), ("MBart", "mbart"), ("Bart", "bart"), ("MT5", "t5"), ("T5", "t5")):
+    for prefix, family in (("Marian", "marian"), ("MBart", "mbart"), ("Bart", "bart"), ("MT5", "mt5"), ("T5", "t5")):
         if architecture.startswith(prefix):
             return family
     if model_type in ("marian", "bart", "mbart", "t5", "mt5"):
-        return "t5" if model_type == "mt5" else model_type
+        return model_type
     raise ValueError(f"unknown encoder-decoder architecture {architecture!r}")
 
 
@@ -73,7 +73,7 @@ def _feed_forward(config: Dict[str, Any]) -> Tuple[str, bool]:
 
 
 def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
-    if family == "t5":
+    if family in ("t5", "mt5"):
         d = config_int(config, "d_model", default=512)
         heads = config_int(config, "num_heads", default=8)
         act, gated = _feed_forward(config)
@@ -81,8 +81,8 @@ def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
         dec_layers = config.get("num_decoder_layers")
         tied = config.get("tie_word_embeddings", True) is not False
         # transformers 5 records the d_model^-0.5 output scaling of tied (v1.0) heads as
-        # scale_decoder_outputs; older configs imply it by tie_word_embeddings.
-        scaled = config.get("scale_decoder_outputs", tied) is not False
+        # scale_decoder_outputs; older configs imply it by tie_word_embeddings. mT5 never scales.
+        scaled = family == "t5" and config.get("scale_decoder_outputs", tied) is not False
         return dict(vocab_size=config_int(config, "vocab_size", default=32128), d_model=d, encoder_layers=num_layers,
                     decoder_layers=num_layers if dec_layers is None else config_int(config, "num_decoder_layers"),
                     heads=heads, head_dim=config_int(config, "d_kv", default=64),
@@ -175,7 +175,7 @@ class Seq2Seq:
         graph_cfg = {k: v for k, v in cfg.items() if k != "tied"}
         d, V, F = cfg["d_model"], cfg["vocab_size"], cfg["ffn_dim"]
         inner = cfg["heads"] * cfg["head_dim"]
-        t5 = self.family == "t5"
+        t5 = self.family in ("t5", "mt5")
         prefix = "" if t5 else "model."
         word = md.tensor(prefix + "shared.weight", shape=(V, d)) if prefix + "shared.weight" in md else \
             md.tensor(prefix + "encoder.embed_tokens.weight", shape=(V, d))
@@ -284,7 +284,7 @@ class Seq2Seq:
         self.pad_token_id = pad_list[0] if pad_list else (self.eos_token_ids[0] if self.eos_token_ids else 0)
         # transformers: decoder_start_token_id, else bos_token_id; T5 checkpoints start from pad.
         start = _token_list(setting("decoder_start_token_id")) or _token_list(setting("bos_token_id"))
-        if not start and self.family == "t5":
+        if not start and self.family in ("t5", "mt5"):
             start = [self.pad_token_id]
         if not start:
             raise ValueError(f"{md.path}: the config has neither decoder_start_token_id nor bos_token_id; "
