@@ -50,6 +50,17 @@ def machine_info(threads: int) -> dict:
             "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version()}
 
 
+def _git_commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def measure(fn, sequences: int, repeats: int, min_seconds: float) -> dict:
     """Median sequences/s over `repeats` timed rounds; each round runs fn at least min_seconds."""
     fn()  # warm-up (allocations, page faults, lazy init)
@@ -190,11 +201,13 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM embedding workload")
+    parser.add_argument("--note", default="", help="free text stored in the JSON (e.g. which kernels were merged)")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/encoder_<date>.json)")
     args = parser.parse_args(argv)
     results: dict = {}
     rows: list = []
     machine = machine_info(args.threads)
+    machine["cpuformer_commit"] = _git_commit()
     print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
     bert_workloads(args, results, rows)
     if not args.no_minilm:
@@ -215,7 +228,8 @@ def main(argv=None) -> int:
     path = args.output or os.path.join(RESULTS, f"encoder_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({"machine": machine, "quick": args.quick, "unit": "sequences/s", "results": results}, f, indent=2)
+        json.dump({"machine": machine, "quick": args.quick, "note": args.note, "unit": "sequences/s",
+                   "results": results}, f, indent=2)
     print(f"\nwrote {path}")
     return 0
 
