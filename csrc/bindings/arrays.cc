@@ -12,10 +12,16 @@ std::string shape_string(const py::array& a) {
   return s + "]";
 }
 
+std::string type_name(py::handle obj) {
+  const py::handle type = py::type::handle_of(obj);
+  const std::string module = py::str(type.attr("__module__"));
+  const std::string name = py::str(type.attr("__qualname__"));
+  return module == "builtins" ? name : module + "." + name;
+}
+
 FloatArray as_float32(py::handle obj, const char* name) {
   if (!py::isinstance<py::array>(obj)) {
-    throw py::type_error(std::string(name) + " must be a numpy.ndarray of float32, got " +
-                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+    throw py::type_error(std::string(name) + " must be a numpy.ndarray of float32, got " + type_name(obj));
   }
   py::array arr = py::reinterpret_borrow<py::array>(obj);
   if (!arr.dtype().is(py::dtype::of<float>())) {

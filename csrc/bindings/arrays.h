@@ -14,6 +14,9 @@ namespace bindings {
 namespace py = pybind11;
 using FloatArray = py::array_t<float, py::array::c_style>;
 
+// "list", "numpy.float32", ...: the type of obj as a user would write it.
+std::string type_name(py::handle obj);
+
 // Describes a shape as "[2, 3, 4]".
 std::string shape_string(const py::array& a);
 

@@ -2,11 +2,13 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <string>
 
 #include "bindings/arrays.h"
 #include "kernels/activation/activation.h"
 #include "kernels/norm/norm.h"
+#include "kernels/vector_math/vector_math.h"
 
 namespace cpuformer {
 namespace bindings {
@@ -123,6 +125,78 @@ py::array_t<float> silu_mul_op(const py::object& gate_obj, const py::object& up_
   return y;
 }
 
+// Test hook: the fused residual form of the norms with sum_out and the aliasing norm.h allows,
+// which the public ops (fresh output arrays, no sum_out) never reach. `aliasing` says where y and
+// sum_out point: separate buffers, or into the (copied) x or residual. Returns (y, sum_out).
+py::tuple norm_fused_op(const std::string& kind, const py::object& x_obj, const py::object& weight_obj,
+                        const py::object& bias_obj, float eps, const py::object& residual_obj,
+                        const std::string& aliasing) {
+  if (kind != "layer_norm" && kind != "rms_norm")
+    throw py::value_error("kind must be 'layer_norm' or 'rms_norm', got '" + kind + "'");
+  static const char* const kAliasings[] = {"none", "y=x", "y=residual", "sum=x", "sum=residual",
+                                           "sum=x,y=residual", "sum=residual,y=x"};
+  bool known = false;
+  std::string names;
+  for (const char* a : kAliasings) {
+    known = known || aliasing == a;
+    names += names.empty() ? std::string(a) : std::string(", ") + a;
+  }
+  if (!known) throw py::value_error("aliasing must be one of " + names + ", got '" + aliasing + "'");
+  check_eps(eps);
+  NormInputs in = norm_inputs(x_obj, weight_obj, kind == "layer_norm" ? &bias_obj : nullptr, residual_obj);
+  if (!in.has_residual && aliasing.find("residual") != std::string::npos)
+    throw py::value_error("aliasing '" + aliasing + "' needs a residual");
+  // Private copies, so that writing through an alias never touches the caller's arrays.
+  FloatArray x = new_like(in.x), residual = new_like(in.x), y = new_like(in.x), sum = new_like(in.x);
+  std::copy(in.x.data(), in.x.data() + in.x.size(), x.mutable_data());
+  if (in.has_residual) std::copy(in.residual.data(), in.residual.data() + in.x.size(), residual.mutable_data());
+  float* xp = x.mutable_data();
+  float* rp = in.has_residual ? residual.mutable_data() : nullptr;
+  float* yp = y.mutable_data();
+  float* sp = sum.mutable_data();
+  FloatArray y_result = y, sum_result = sum;
+  if (aliasing.find("y=x") != std::string::npos) yp = xp, y_result = x;
+  if (aliasing.find("y=residual") != std::string::npos) yp = rp, y_result = residual;
+  if (aliasing.find("sum=x") != std::string::npos) sp = xp, sum_result = x;
+  if (aliasing.find("sum=residual") != std::string::npos) sp = rp, sum_result = residual;
+  const float* b = in.has_bias ? in.bias.data() : nullptr;
+  const float* wp = in.weight.data();
+  {
+    py::gil_scoped_release release;
+    if (kind == "layer_norm") layer_norm(xp, rp, sp, wp, b, eps, yp, in.rows, in.n);
+    else rms_norm(xp, rp, sp, wp, eps, yp, in.rows, in.n);
+  }
+  return py::make_tuple(y_result, sum_result);
+}
+
+// Test hook: one vector function (vector_math.h) of the active ISA over a float32 array.
+py::array_t<float> vector_math_op(const std::string& function, const py::object& x_obj) {
+  static const struct {
+    const char* name;
+    VectorFunction f;
+  } kFunctions[] = {{"exp", VectorFunction::kExp},
+                    {"exp_nan_propagating", VectorFunction::kExpNanPropagating},
+                    {"erf", VectorFunction::kErf},
+                    {"tanh", VectorFunction::kTanh},
+                    {"sigmoid", VectorFunction::kSigmoid}};
+  std::string names;
+  for (const auto& entry : kFunctions) {
+    if (function != entry.name) {
+      names += names.empty() ? entry.name : std::string(", ") + entry.name;
+      continue;
+    }
+    FloatArray x = as_float32(x_obj, "x");
+    FloatArray y = new_like(x);
+    const float* xp = x.data();
+    float* yp = y.mutable_data();
+    const long n = static_cast<long>(x.size());
+    py::gil_scoped_release release;
+    vector_math_kernels().apply(entry.f, xp, yp, n);
+    return y;
+  }
+  throw py::value_error("function must be one of " + names + ", got '" + function + "'");
+}
+
 }  // namespace
 
 void register_ops_norm(py::module_& m) {
@@ -135,6 +209,12 @@ void register_ops_norm(py::module_& m) {
   m.def("relu", [](const py::object& x) { return activation_op(x, Activation::kRelu); }, py::arg("x"));
   m.def("softmax", &softmax_op, py::arg("x"));
   m.def("silu_mul", &silu_mul_op, py::arg("gate"), py::arg("up"));
+  m.def("_norm_fused", &norm_fused_op, py::arg("kind"), py::arg("x"), py::arg("weight"), py::arg("bias"),
+        py::arg("eps"), py::arg("residual"), py::arg("aliasing"),
+        "Test hook: layer_norm/rms_norm with sum_out and in-place aliasing; returns (y, sum_out).");
+  m.def("_vector_math", &vector_math_op, py::arg("function"), py::arg("x"),
+        "Test hook: a vectorised elementary function of the active ISA (exp, exp_nan_propagating, erf, tanh, "
+        "sigmoid).");
 }
 
 }  // namespace bindings

@@ -1,8 +1,14 @@
 // Element-wise activations and row softmax, float32.
 //
-// Layout: contiguous float arrays. `y` may alias `x` (in-place). No alignment required.
-// The public functions split the work over current_num_threads() OpenMP threads; the per-ISA
-// tables hold single-threaded functions over one contiguous range.
+// Layout: contiguous float arrays. `y` may alias `x` (in-place; no partial overlap). No alignment
+// required. The public functions split the work over current_num_threads() OpenMP threads; the
+// per-ISA tables hold single-threaded functions over one contiguous range, fast for short ranges
+// too (the GEMM epilogue calls `apply` on each finished tile row) and never reading past x + n.
+//
+// Results: the scalar reference defines them, including special values. NaN gives NaN; +inf
+// gives +inf (relu, GELUs, SiLU); -inf gives NaN for the GELUs and SiLU (x·Φ(x) evaluates as
+// -inf·0, as in PyTorch) and 0 for relu; large negative inputs give ±0. The SIMD versions agree
+// with the reference to 2e-6 absolute + 1e-6 relative (tests/kernels/test_activation.py).
 #pragma once
 
 namespace cpuformer {
@@ -18,7 +24,8 @@ enum class Activation : int {
 struct ActivationKernels {
   // y[i] = act(x[i]) for i in [0, n)
   void (*apply)(Activation act, const float* x, float* y, long n);
-  // One row of length n: y = softmax(x), max-subtracted, -inf entries give 0.
+  // One row of length n ≥ 1: y = softmax(x), max-subtracted. -inf entries give 0 and a row with
+  // no entry above -inf gives zeros; otherwise a NaN or +inf entry makes the whole row NaN.
   void (*softmax_row)(const float* x, float* y, long n);
   // y[i] = silu(gate[i]) · up[i]  (SwiGLU); y may alias gate or up.
   void (*silu_mul)(const float* gate, const float* up, float* y, long n);

@@ -1,8 +1,104 @@
-// PLACEHOLDER until the avx2 activation kernels land: forwards to the scalar reference.
+// AVX2 activations, softmax and SwiGLU (see activation.h). Tails use masked loads and stores,
+// so a range of any length is handled without reading or writing past its end.
+#include <immintrin.h>
+
 #include "kernels/activation/activation.h"
+#include "kernels/vector_math/vector_math_avx2.h"
 
 namespace cpuformer {
 namespace avx2 {
-const ActivationKernels kActivationKernels = scalar::kActivationKernels;
+namespace {
+
+constexpr long kLanes = 8;
+
+template <typename Fn>
+inline void map(const float* x, float* y, long n, Fn fn) {
+  long i = 0;
+  for (; i + kLanes <= n; i += kLanes) _mm256_storeu_ps(y + i, fn(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    const __m256i m = tail_mask(n - i);
+    _mm256_maskstore_ps(y + i, m, fn(_mm256_maskload_ps(x + i, m)));
+  }
+}
+
+void apply(Activation act, const float* x, float* y, long n) {
+  switch (act) {
+    case Activation::kNone:
+      if (x != y) map(x, y, n, [](__m256 v) { return v; });
+      return;
+    // MAXPS returns its second operand when either is NaN: x second keeps NaN, like the reference.
+    case Activation::kRelu: return map(x, y, n, [](__m256 v) { return _mm256_max_ps(_mm256_setzero_ps(), v); });
+    case Activation::kGeluErf: return map(x, y, n, [](__m256 v) { return gelu_erf_ps(v); });
+    case Activation::kGeluTanh: return map(x, y, n, [](__m256 v) { return gelu_tanh_ps(v); });
+    case Activation::kSilu: return map(x, y, n, [](__m256 v) { return silu_ps(v); });
+  }
+}
+
+void softmax_row(const float* x, float* y, long n) {
+  // Pass 1: the maximum; NaN entries are skipped (max(v, m) returns m for a NaN v), tail lanes
+  // read as -inf.
+  const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
+  __m256 m0 = neg_inf, m1 = neg_inf, m2 = neg_inf, m3 = neg_inf;
+  long i = 0;
+  for (; i + 4 * kLanes <= n; i += 4 * kLanes) {
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + kLanes), m1);
+    m2 = _mm256_max_ps(_mm256_loadu_ps(x + i + 2 * kLanes), m2);
+    m3 = _mm256_max_ps(_mm256_loadu_ps(x + i + 3 * kLanes), m3);
+  }
+  for (; i + kLanes <= n; i += kLanes) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+  if (i < n) {
+    const __m256i m = tail_mask(n - i);
+    m0 = _mm256_max_ps(_mm256_blendv_ps(neg_inf, _mm256_maskload_ps(x + i, m), _mm256_castsi256_ps(m)), m0);
+  }
+  const float max_value = reduce_max(_mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+  if (max_value == -__builtin_inff()) {  // every entry masked
+    map(x, y, n, [](__m256) { return _mm256_setzero_ps(); });
+    return;
+  }
+
+  // Pass 2: e = exp(x - max) into y, summed; NaN propagates into the sum (see the AVX-512 file).
+  const __m256 vmax = _mm256_set1_ps(max_value);
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const __m256 e0 = exp_ps_nan_propagating(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    const __m256 e1 = exp_ps_nan_propagating(_mm256_sub_ps(_mm256_loadu_ps(x + i + kLanes), vmax));
+    _mm256_storeu_ps(y + i, e0);
+    _mm256_storeu_ps(y + i + kLanes, e1);
+    s0 = _mm256_add_ps(s0, e0);
+    s1 = _mm256_add_ps(s1, e1);
+  }
+  for (; i + kLanes <= n; i += kLanes) {
+    const __m256 e = exp_ps_nan_propagating(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    _mm256_storeu_ps(y + i, e);
+    s0 = _mm256_add_ps(s0, e);
+  }
+  if (i < n) {
+    const __m256i m = tail_mask(n - i);
+    const __m256 e = exp_ps_nan_propagating(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), vmax));
+    _mm256_maskstore_ps(y + i, m, e);
+    s1 = _mm256_add_ps(s1, _mm256_and_ps(e, _mm256_castsi256_ps(m)));
+  }
+
+  // Pass 3: normalise in place.
+  const __m256 inv = _mm256_set1_ps(1.0f / reduce_add(_mm256_add_ps(s0, s1)));
+  map(y, y, n, [inv](__m256 v) { return _mm256_mul_ps(v, inv); });
+}
+
+void silu_mul(const float* gate, const float* up, float* y, long n) {
+  long i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(silu_ps(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+  if (i < n) {
+    const __m256i m = tail_mask(n - i);
+    _mm256_maskstore_ps(y + i, m, _mm256_mul_ps(silu_ps(_mm256_maskload_ps(gate + i, m)), _mm256_maskload_ps(up + i, m)));
+  }
+}
+
+}  // namespace
+
+const ActivationKernels kActivationKernels = {apply, softmax_row, silu_mul};
+
 }  // namespace avx2
 }  // namespace cpuformer

@@ -11,7 +11,7 @@ namespace {
 inline float activate(Activation act, float v) {
   switch (act) {
     case Activation::kNone: return v;
-    case Activation::kRelu: return v > 0.0f ? v : 0.0f;
+    case Activation::kRelu: return v < 0.0f ? 0.0f : v;  // NaN stays NaN
     case Activation::kGeluErf: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
     case Activation::kGeluTanh: {
       const float inner = 0.7978845608028654f * (v + 0.044715f * v * v * v);

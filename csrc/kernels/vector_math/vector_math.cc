@@ -1,0 +1,13 @@
+#include "kernels/vector_math/vector_math.h"
+
+#include "runtime/dispatch.h"
+
+namespace cpuformer {
+
+const VectorMathKernels& vector_math_kernels() {
+  static const VectorMathKernels& table =
+      select_for_isa(scalar::kVectorMathKernels, avx2::kVectorMathKernels, avx512::kVectorMathKernels);
+  return table;
+}
+
+}  // namespace cpuformer

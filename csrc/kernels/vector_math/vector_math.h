@@ -1,0 +1,30 @@
+// Array forms of the vectorised elementary functions (vector_math_avx2.h / vector_math_avx512.h),
+// one table per ISA like every kernel family. The kernels use the inline vector functions
+// directly; these tables exist so the tests can check each function's accuracy and special values
+// at every ISA level (cpuformer._core._vector_math).
+//
+// Layout: x, y contiguous float arrays of n elements; y may alias x. No alignment required.
+// The scalar table is the definition: the <cmath> functions in float.
+#pragma once
+
+namespace cpuformer {
+
+enum class VectorFunction : int {
+  kExp = 0,                // exp_ps: NaN gives a tiny number, +inf a finite one (see the headers)
+  kExpNanPropagating = 1,  // exp_ps_nan_propagating
+  kErf = 2,
+  kTanh = 3,
+  kSigmoid = 4,
+};
+
+struct VectorMathKernels {
+  void (*apply)(VectorFunction f, const float* x, float* y, long n);  // single-threaded
+};
+
+const VectorMathKernels& vector_math_kernels();
+
+namespace scalar { extern const VectorMathKernels kVectorMathKernels; }
+namespace avx2 { extern const VectorMathKernels kVectorMathKernels; }
+namespace avx512 { extern const VectorMathKernels kVectorMathKernels; }
+
+}  // namespace cpuformer
