@@ -149,6 +149,19 @@ def test_thread_counts(rng, threads, m, k, n):
     check(y, x, w, b)
 
 
+def test_concurrent_calls_from_python_threads(rng):
+    # Each calling thread gets its own OpenMP team and its own packing scratch.
+    import concurrent.futures
+
+    w, b = randn(rng, 100, 300), randn(rng, 100)
+    lin = ops.Linear(w, b, "relu")
+    xs = [randn(rng, m, 300) for m in (3, 40, 65, 200)] * 2
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        ys = list(pool.map(lin, xs))
+    for x, y in zip(xs, ys):
+        check(y, x, w, b, "relu")
+
+
 def test_weights_are_packed_once(rng):
     w, b = randn(rng, 33, 17), randn(rng, 33)
     lin = ops.Linear(w, b)

@@ -133,15 +133,20 @@ void tile(const float* ap, const float* wp, long kc, float* c, long ldc, long nc
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
     }
   }
-  finish_tile<ROWS, NV>(acc, c, ldc, ncols, ep);
+  // A copy for the epilogue: handing the loop's own array to it by reference makes GCC keep the
+  // accumulators in memory inside the loop (a store after every FMA).
+  __m512 sum[ROWS][NV];
+  for (int r = 0; r < ROWS; ++r)
+    for (int v = 0; v < NV; ++v) sum[r][v] = acc[r][v];
+  finish_tile<ROWS, NV>(sum, c, ldc, ncols, ep);
 }
 
-// ROWS rows of a against one whole panel. With one or two rows there are too few independent
+// ROWS rows of a against one whole panel. With few rows there are too few independent
 // accumulators to cover the FMA latency, so K is unrolled into U separate accumulator sets.
 template <int ROWS>
 void gemv_rows(const float* a, long lda, const float* wp, long k, float* c, long ldc, long ncols,
                const TileEpilogue& ep) {
-  constexpr int U = ROWS == 1 ? 4 : ROWS == 2 ? 2 : 1;
+  constexpr int U = ROWS == 1 ? 4 : ROWS <= 4 ? 2 : 1;  // U·ROWS·2 ≤ 16 accumulators
   __m512 acc[U][ROWS][2];
   for (int u = 0; u < U; ++u)
     for (int r = 0; r < ROWS; ++r) acc[u][r][0] = acc[u][r][1] = _mm512_setzero_ps();
@@ -168,12 +173,16 @@ void gemv_rows(const float* a, long lda, const float* wp, long k, float* c, long
       acc[0][r][1] = _mm512_fmadd_ps(av, w1, acc[0][r][1]);
     }
   }
-  for (int u = 1; u < U; ++u)
-    for (int r = 0; r < ROWS; ++r) {
-      acc[0][r][0] = _mm512_add_ps(acc[0][r][0], acc[u][r][0]);
-      acc[0][r][1] = _mm512_add_ps(acc[0][r][1], acc[u][r][1]);
+  __m512 sum[ROWS][2];  // a separate array, as in tile()
+  for (int r = 0; r < ROWS; ++r) {
+    sum[r][0] = acc[0][r][0];
+    sum[r][1] = acc[0][r][1];
+    for (int u = 1; u < U; ++u) {
+      sum[r][0] = _mm512_add_ps(sum[r][0], acc[u][r][0]);
+      sum[r][1] = _mm512_add_ps(sum[r][1], acc[u][r][1]);
     }
-  finish_tile<ROWS, 2>(acc[0], c, ldc, ncols, ep);
+  }
+  finish_tile<ROWS, 2>(sum, c, ldc, ncols, ep);
 }
 
 using TileFn = void (*)(const float*, const float*, long, float*, long, long, const TileEpilogue&);

@@ -2,7 +2,7 @@
 // and the thread split live here; each ISA supplies only its register-tiled kernels and block sizes.
 //
 // Include this file INSIDE the ISA namespace (cpuformer::avx512 / cpuformer::avx2, in an anonymous
-// namespace) of a per-ISA translation unit, after <omp.h>, <cstdint>, <cstdlib>, <cstring>,
+// namespace) of a per-ISA translation unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstdlib>, <cstring>,
 // "kernels/gemm/gemm.h" and "runtime/threading.h". Everything here is then compiled once per ISA,
 // under that ISA's namespace and flags, so no instantiation can leak into another level. It
 // includes nothing and has no include guard on purpose.
@@ -120,8 +120,9 @@ void gemv(const float* a, long m, long lda, const float* wp, long n, long k, flo
   const int nt = threads_for(m * n * k, panels);
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
+    // The team may be smaller than asked (e.g. when called from inside another parallel region).
     long p0, p1;
-    split_evenly(panels, nt, omp_get_thread_num(), &p0, &p1);
+    split_evenly(panels, omp_get_num_threads(), omp_get_thread_num(), &p0, &p1);
     for (long p = p0; p < p1; ++p) {
       const long j0 = p * kNR;
       TileEpilogue ep;
@@ -182,8 +183,8 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     float* ap = gemm_thread_scratch(static_cast<std::size_t>(mc * kc_max));
-    long t0, t1;
-    split_evenly(tiles, nt, omp_get_thread_num(), &t0, &t1);
+    long t0, t1;  // by the team actually running, which may be smaller than asked
+    split_evenly(tiles, omp_get_num_threads(), omp_get_thread_num(), &t0, &t1);
     for (long t = t0; t < t1; ++t) {
       const long i0 = (t / n_blocks) * mc, i1 = min_of(m, i0 + mc);
       long p0, p1;
@@ -193,15 +194,25 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
         const bool first = s == 0, last = s == slices - 1;
         const bool linear = epilogue.activation == Activation::kNone;
         pack_a(a + i0 * lda + k0, lda, i1 - i0, kc, ap);
+        const long micro_rows = ceil_div(i1 - i0, kMR);
+        const long w_lines = kc * kNR * static_cast<long>(sizeof(float)) / 64;
+        const long lines_per_row = ceil_div(w_lines, micro_rows);
         for (long p = p0; p < p1; ++p) {
           const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
           const float* w_slice = wp + (p * k + k0) * kNR;
+          // The next panel's slice comes from L3 or memory: fetch it into L2 a share at a time
+          // while this panel's micro-rows run, so its first kernel does not wait on misses.
+          const char* w_next = p + 1 < p1 ? reinterpret_cast<const char*>(w_slice + k * kNR) : nullptr;
           TileEpilogue ep;
           ep.load_c = !first;
           const bool finish_here = linear ? first : last;
           ep.bias = finish_here && epilogue.bias ? epilogue.bias + j0 : nullptr;
           ep.activation = last ? epilogue.activation : Activation::kNone;
           for (long i = i0; i < i1; i += kMR) {
+            if (w_next != nullptr) {
+              const long first = (i - i0) / kMR * lines_per_row, last = min_of(w_lines, first + lines_per_row);
+              for (long line = first; line < last; ++line) _mm_prefetch(w_next + 64 * line, _MM_HINT_T1);
+            }
             ep.residual = finish_here && residual ? residual + i * ldr + j0 : nullptr;
             ep.ldr = ldr;
             tile_kernel(min_of(kMR, i1 - i), ap + (i - i0) * kc, w_slice, kc, c + i * ldc + j0, ldc, ncols, ep);
