@@ -2,10 +2,10 @@
 // and the thread split live here; each ISA supplies only its register-tiled kernels and block sizes.
 //
 // Include this file INSIDE the ISA namespace (cpuformer::avx512 / cpuformer::avx2, in an anonymous
-// namespace) of a per-ISA translation unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstdlib>, <cstring>,
-// "kernels/gemm/gemm.h" and "runtime/threading.h". Everything here is then compiled once per ISA,
-// under that ISA's namespace and flags, so no instantiation can leak into another level. It
-// includes nothing and has no include guard on purpose.
+// namespace) of a per-ISA translation unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstdlib>,
+// <cstring>, <new>, "kernels/gemm/gemm.h" and "runtime/threading.h". Everything here is then
+// compiled once per ISA, under that ISA's namespace and flags, so no instantiation can leak into
+// another level. It includes nothing and has no include guard on purpose.
 //
 // The including file defines before the #include:
 //   constexpr long kMR, kNR;     register tile: kMR rows of A × kNR columns of W (a multiple of the
@@ -21,9 +21,9 @@
 // contiguous 64-byte aligned row of kNR weights and any K slice of a panel is contiguous.
 // Columns past N are zero, so kernels may compute them; they never store them.
 //
-// Packed A (per thread, per K slice): micro-panels of kMR rows, micro-panel q at float q·kMR·kc,
-// holding a[q·kMR + r][k0 + kk] at [kk·kMR + r]. Rows past the block's end are left unset: kernels
-// read only the rows they were asked for.
+// Packed A (one block of rows × one K slice, shared by the team): micro-panels of kMR rows,
+// micro-panel q at float q·kMR·kc holding a[i0 + q·kMR + r][k0 + kk] at [kk·kMR + r]. Rows past
+// the block's end are left unset: kernels read only the rows they were asked for.
 
 // What a kernel does with its finished accumulator tile t (rows × ncols):
 //   c = act(t + [c if load_c] + bias) + residual, each term only when set.
@@ -55,14 +55,6 @@ void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, f
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
 inline long min_of(long a, long b) { return a < b ? a : b; }
 inline long max_of(long a, long b) { return a > b ? a : b; }
-inline long gcd_of(long a, long b) {
-  while (b != 0) {
-    const long t = a % b;
-    a = b;
-    b = t;
-  }
-  return a;
-}
 // Range `index` of [0, n) cut into `parts` near-equal contiguous ranges.
 inline void split_evenly(long n, long parts, long index, long* begin, long* end) {
   const long base = n / parts, extra = n % parts;
@@ -107,34 +99,91 @@ void pack_f32(const float* w, long n, long k, long ldw, uint8_t* out) {
   }
 }
 
-// Packs a[0:mc, 0:kc] (row stride lda) into micro-panels (layout above).
-void pack_a(const float* a, long lda, long mc, long kc, float* ap) {
-  for (long i0 = 0; i0 < mc; i0 += kMR) pack_a_panel(min_of(kMR, mc - i0), a + i0 * lda, lda, kc, ap + i0 * kc);
+// ---- Work sharing -----------------------------------------------------------------------------
+// The items of a phase (panels, or panel × row-group pieces) are dealt in contiguous ranges, one per
+// thread asked for. A thread takes items from the front of its own range; when that is empty it
+// takes them from the back of the others'. On a quiet machine every thread thus keeps the same
+// items in every phase (its C columns and W panels stay in its own caches); when a core is shared
+// with another process, the work of the thread that lost its core flows to the others instead of
+// holding up the whole team, and a team smaller than asked still covers every range.
+constexpr int kMaxTeam = 64;
+
+struct alignas(64) WorkRange {  // one cache line per range: no false sharing
+  uint64_t bounds;              // (front << 32) | back: the items [front, back) not yet taken
+};
+
+inline void deal(WorkRange* ranges, long items, int parts) {
+  for (int t = 0; t < parts; ++t) {
+    long front, back;
+    split_evenly(items, parts, t, &front, &back);
+    __atomic_store_n(&ranges[t].bounds, (static_cast<uint64_t>(front) << 32) | static_cast<uint64_t>(back),
+                     __ATOMIC_RELAXED);
+  }
 }
 
-// Few rows (decode): memory-bound on W. Each packed panel is streamed exactly once, over the whole
-// K, and the panels are split across threads in contiguous ranges (one sequential stream each).
-void gemv(const float* a, long m, long lda, const float* wp, long n, long k, float* c, long ldc,
-          const GemmEpilogue& epilogue) {
-  const long panels = ceil_div(n, kNR);
-  const int nt = threads_for(m * n * k, panels);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    // The team may be smaller than asked (e.g. when called from inside another parallel region).
-    long p0, p1;
-    split_evenly(panels, omp_get_num_threads(), omp_get_thread_num(), &p0, &p1);
-    for (long p = p0; p < p1; ++p) {
-      const long j0 = p * kNR;
-      TileEpilogue ep;
-      ep.bias = epilogue.bias ? epilogue.bias + j0 : nullptr;
-      ep.activation = epilogue.activation;
-      ep.residual = epilogue.residual ? epilogue.residual + j0 : nullptr;
-      ep.ldr = epilogue.ldr;
-      gemv_kernel(m, a, lda, wp + p * k * kNR, k, c + j0, ldc, min_of(kNR, n - j0), ep);
+// The data an item reads is published by barriers, not by these atomics: relaxed order suffices.
+inline bool range_take(WorkRange* r, bool from_front, long* item) {
+  uint64_t cur = __atomic_load_n(&r->bounds, __ATOMIC_RELAXED);
+  for (;;) {
+    const long front = static_cast<long>(cur >> 32), back = static_cast<long>(cur & 0xffffffffu);
+    if (front >= back) return false;
+    const uint64_t next = from_front ? cur + (uint64_t{1} << 32) : cur - 1;
+    if (__atomic_compare_exchange_n(&r->bounds, &cur, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      *item = from_front ? front : back - 1;
+      return true;
     }
   }
 }
 
+// Thread t of a team working on `parts` ranges (team ≤ parts).
+inline bool next_item(WorkRange* ranges, int parts, int t, long* item) {
+  if (t < parts && range_take(&ranges[t], true, item)) return true;
+  for (int other = 1; other < parts; ++other) {
+    if (range_take(&ranges[(t + other) % parts], false, item)) return true;
+  }
+  return false;
+}
+
+inline TileEpilogue epilogue_at(const GemmEpilogue& e, long j0) {
+  TileEpilogue ep;
+  ep.bias = e.bias ? e.bias + j0 : nullptr;
+  ep.activation = e.activation;
+  ep.residual = e.residual ? e.residual + j0 : nullptr;
+  ep.ldr = e.ldr;
+  return ep;
+}
+
+// Few rows (decode): memory-bound on W. Each packed panel is streamed exactly once, over the whole
+// K; panels are the work items (a contiguous run per thread: one sequential stream each).
+void gemv(const float* a, long m, long lda, const float* wp, long n, long k, float* c, long ldc,
+          const GemmEpilogue& epilogue) {
+  const long panels = ceil_div(n, kNR);
+  const int nt = threads_for(m * n * k, min_of(panels, kMaxTeam));
+  WorkRange ranges[kMaxTeam];
+  deal(ranges, panels, nt);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num();
+    long p;
+    while (next_item(ranges, nt, t, &p)) {
+      const long j0 = p * kNR;
+      gemv_kernel(m, a, lda, wp + p * k * kNR, k, c + j0, ldc, min_of(kNR, n - j0), epilogue_at(epilogue, j0));
+    }
+  }
+}
+
+// One phase of the blocked GEMM: a block of rows × one K slice.
+struct Phase {
+  long i0, rows, micro_rows, k0, kc;
+  bool first_slice, last_slice;
+};
+
+// Many rows. BLIS loop order: for each block of at most kMCMax rows and each K slice of at most kKC
+// (one phase), the A block is packed into a buffer shared by the team, then the panels are shared
+// out: a W panel slice stays in L1 while the block's micro-panels stream past it from L2. Partial
+// sums accumulate in c from one slice to the next. The A buffers, the work ranges and the packing
+// counters are double-buffered, so one barrier per phase suffices and the threads that finish a
+// phase first pack the next one.
 void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
               const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
@@ -144,80 +193,111 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
     return;
   }
 
-  // K slices of near-equal length (no short last slice).
+  // K slices and row blocks of near-equal sizes (no short last one).
   const long slices = ceil_div(k, kKC);
   const long kc_max = ceil_div(k, slices);
+  const long mc = ceil_div(ceil_div(m, ceil_div(m, kMCMax)), kMR) * kMR;
+  const long m_blocks = ceil_div(m, mc);
+  const long phases = m_blocks * slices;
 
   // With an activation the residual is added after the last slice, by which time c holds partial
   // sums: a residual aliasing c must be copied first.
-  const float* residual = epilogue.residual;
-  long ldr = epilogue.ldr;
+  GemmEpilogue ep_all = epilogue;
   float* residual_copy = nullptr;
-  if (residual != nullptr && residual == c && epilogue.activation != Activation::kNone && slices > 1) {
+  if (epilogue.residual != nullptr && epilogue.residual == c && epilogue.activation != Activation::kNone &&
+      slices > 1) {
     const std::size_t bytes = ((static_cast<std::size_t>(m * n) * sizeof(float) + 63) / 64) * 64;
     residual_copy = static_cast<float*>(std::aligned_alloc(64, bytes));
     if (residual_copy == nullptr) throw std::bad_alloc();
-    for (long i = 0; i < m; ++i) std::memcpy(residual_copy + i * n, residual + i * ldr, n * sizeof(float));
-    residual = residual_copy;
-    ldr = n;
-  }
-
-  // Work is cut into m_blocks × n_blocks tiles, each run by one thread from start to finish. Rows
-  // are cut into A blocks of at most kMCMax; when that gives too few blocks to share evenly
-  // (M-light shapes), the panels are cut too, so both M-heavy and N-heavy shapes use every thread.
-  const long panels = ceil_div(n, kNR);
-  const long max_threads = threads_for(m * n * k, ceil_div(m, kMR) * panels);
-  long m_blocks = ceil_div(m, kMCMax), n_blocks = 1;
-  if (m_blocks % max_threads != 0 && m_blocks < 4 * max_threads) {
-    n_blocks = max_threads / gcd_of(m_blocks, max_threads);
-    if (n_blocks > panels) {
-      n_blocks = 1;
-      m_blocks = min_of(ceil_div(m_blocks, max_threads) * max_threads, ceil_div(m, kMR));
+    for (long i = 0; i < m; ++i) {
+      std::memcpy(residual_copy + i * n, epilogue.residual + i * epilogue.ldr, n * sizeof(float));
     }
+    ep_all.residual = residual_copy;
+    ep_all.ldr = n;
   }
-  const long mc = ceil_div(ceil_div(m, m_blocks), kMR) * kMR;
-  m_blocks = ceil_div(m, mc);
-  const long tiles = m_blocks * n_blocks;
-  const int nt = static_cast<int>(min_of(max_threads, tiles));
+  const bool linear = epilogue.activation == Activation::kNone;
+
+  const long panels = ceil_div(n, kNR);
+  const int nt = threads_for(m * n * k, min_of(ceil_div(m, kMR) * panels, kMaxTeam));
+  // Too few panels to share out (M-heavy, narrow N): cut each panel's rows into groups as well.
+  const long groups = panels >= 4 * nt ? 1 : min_of(mc / kMR, ceil_div(4 * nt, panels));
+
+  auto phase_at = [&](long ph) {
+    Phase f;
+    const long block = ph / slices, s = ph % slices;
+    f.i0 = block * mc;
+    f.rows = min_of(mc, m - f.i0);
+    f.micro_rows = ceil_div(f.rows, kMR);
+    f.k0 = s * kc_max;
+    f.kc = min_of(kc_max, k - f.k0);
+    f.first_slice = s == 0;
+    f.last_slice = s == slices - 1;
+    return f;
+  };
+  auto items_in = [&](const Phase& f) { return panels * min_of(groups, f.micro_rows); };
+
+  float* a_buffers = gemm_thread_scratch(static_cast<std::size_t>(2 * mc * kc_max));  // the caller's, shared
+  WorkRange ranges[2][kMaxTeam];
+  long pack_next[2] = {0, 0};  // next micro-panel to pack, per phase parity
+  deal(ranges[0], items_in(phase_at(0)), nt);
+
+  // Packs the micro-panels of phase ph not yet claimed by another thread.
+  auto pack_phase = [&](long ph) {
+    const Phase f = phase_at(ph);
+    float* ap = a_buffers + (ph & 1) * mc * kc_max;
+    for (;;) {
+      const long q = __atomic_fetch_add(&pack_next[ph & 1], 1, __ATOMIC_RELAXED);
+      if (q >= f.micro_rows) break;
+      pack_a_panel(min_of(kMR, f.rows - q * kMR), a + (f.i0 + q * kMR) * lda + f.k0, lda, f.kc, ap + q * kMR * f.kc);
+    }
+  };
 
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
-    float* ap = gemm_thread_scratch(static_cast<std::size_t>(mc * kc_max));
-    long t0, t1;  // by the team actually running, which may be smaller than asked
-    split_evenly(tiles, omp_get_num_threads(), omp_get_thread_num(), &t0, &t1);
-    for (long t = t0; t < t1; ++t) {
-      const long i0 = (t / n_blocks) * mc, i1 = min_of(m, i0 + mc);
-      long p0, p1;
-      split_evenly(panels, n_blocks, t % n_blocks, &p0, &p1);
-      for (long s = 0; s < slices; ++s) {
-        const long k0 = s * kc_max, kc = min_of(kc_max, k - k0);
-        const bool first = s == 0, last = s == slices - 1;
-        const bool linear = epilogue.activation == Activation::kNone;
-        pack_a(a + i0 * lda + k0, lda, i1 - i0, kc, ap);
-        const long micro_rows = ceil_div(i1 - i0, kMR);
-        const long w_lines = kc * kNR * static_cast<long>(sizeof(float)) / 64;
-        const long lines_per_row = ceil_div(w_lines, micro_rows);
-        for (long p = p0; p < p1; ++p) {
-          const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
-          const float* w_slice = wp + (p * k + k0) * kNR;
-          // The next panel's slice comes from L3 or memory: fetch it into L2 a share at a time
-          // while this panel's micro-rows run, so its first kernel does not wait on misses.
-          const char* w_next = p + 1 < p1 ? reinterpret_cast<const char*>(w_slice + k * kNR) : nullptr;
-          TileEpilogue ep;
-          ep.load_c = !first;
-          const bool finish_here = linear ? first : last;
-          ep.bias = finish_here && epilogue.bias ? epilogue.bias + j0 : nullptr;
-          ep.activation = last ? epilogue.activation : Activation::kNone;
-          for (long i = i0; i < i1; i += kMR) {
-            if (w_next != nullptr) {
-              const long first = (i - i0) / kMR * lines_per_row, last = min_of(w_lines, first + lines_per_row);
-              for (long line = first; line < last; ++line) _mm_prefetch(w_next + 64 * line, _MM_HINT_T1);
-            }
-            ep.residual = finish_here && residual ? residual + i * ldr + j0 : nullptr;
-            ep.ldr = ldr;
-            tile_kernel(min_of(kMR, i1 - i), ap + (i - i0) * kc, w_slice, kc, c + i * ldc + j0, ldc, ncols, ep);
+    const int t = omp_get_thread_num();
+    pack_phase(0);
+#pragma omp barrier
+    for (long ph = 0; ph < phases; ++ph) {
+      // Everyone is past phase ph - 1: its range buffer and the packing counter of phase ph are free.
+      if (t == 0) {
+        if (ph + 1 < phases) deal(ranges[(ph + 1) & 1], items_in(phase_at(ph + 1)), nt);
+        __atomic_store_n(&pack_next[ph & 1], 0, __ATOMIC_RELAXED);  // for phase ph + 2
+      }
+      const Phase f = phase_at(ph);
+      const float* ap = a_buffers + (ph & 1) * mc * kc_max;
+      const long block_groups = min_of(groups, f.micro_rows);
+      const bool finish_here = linear ? f.first_slice : f.last_slice;
+      const long w_lines = f.kc * kNR * static_cast<long>(sizeof(float)) / 64;
+      long item;
+      while (next_item(ranges[ph & 1], nt, t, &item)) {
+        const long p = item / block_groups;
+        long q0, q1;
+        split_evenly(f.micro_rows, block_groups, item % block_groups, &q0, &q1);
+        const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
+        const float* w_slice = wp + (p * k + f.k0) * kNR;
+        // The next panel's slice comes from L3 or memory: fetch it into L2 a share at a time while
+        // this panel's micro-rows run, so its first kernel does not wait on misses.
+        const char* w_next = p + 1 < panels ? reinterpret_cast<const char*>(w_slice + k * kNR) : nullptr;
+        const long lines_per_row = ceil_div(w_lines, q1 - q0);
+        TileEpilogue ep;
+        ep.load_c = !f.first_slice;
+        ep.bias = finish_here && ep_all.bias ? ep_all.bias + j0 : nullptr;
+        ep.activation = f.last_slice ? ep_all.activation : Activation::kNone;
+        ep.ldr = ep_all.ldr;
+        for (long q = q0; q < q1; ++q) {
+          if (w_next != nullptr) {
+            const long line0 = (q - q0) * lines_per_row, line1 = min_of(w_lines, line0 + lines_per_row);
+            for (long line = line0; line < line1; ++line) _mm_prefetch(w_next + 64 * line, _MM_HINT_T1);
           }
+          const long i = f.i0 + q * kMR;
+          ep.residual = finish_here && ep_all.residual ? ep_all.residual + i * ep_all.ldr + j0 : nullptr;
+          tile_kernel(min_of(kMR, f.i0 + f.rows - i), ap + q * kMR * f.kc, w_slice, f.kc, c + i * ldc + j0, ldc,
+                      ncols, ep);
         }
+      }
+      if (ph + 1 < phases) {
+        pack_phase(ph + 1);
+#pragma omp barrier
       }
     }
   }
