@@ -112,9 +112,23 @@ __attribute__((always_inline)) inline void finish_tile(__m512 (&acc)[ROWS][NV], 
     for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask[v], acc[r][v]);
 }
 
-// ROWS × (16·NV) tile over a K slice. NV = 1 serves the last panel when it holds ≤ 16 columns.
+// One k step of the register tile.
 template <int ROWS, int NV>
-void tile(const float* ap, const float* wp, long kc, float* c, long ldc, long ncols, const TileEpilogue& ep) {
+__attribute__((always_inline)) inline void tile_step(__m512 (&acc)[ROWS][NV], const float* ak, const float* wk) {
+  __m512 wv[NV];
+  for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_ps(wk + 16 * v);
+  for (int r = 0; r < ROWS; ++r) {
+    const __m512 av = _mm512_set1_ps(ak[r]);
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
+  }
+}
+
+// ROWS × (16·NV) tile over a K slice. NV = 1 serves the last panel when it holds ≤ 16 columns.
+// One line of `prefetch` (prefetch_lines of them, into L2) is requested every 4 k steps: spread out
+// so that the requests never queue up behind each other and stall the FMAs.
+template <int ROWS, int NV>
+void tile(const float* ap, const float* wp, long kc, float* c, long ldc, long ncols, const TileEpilogue& ep,
+          const char* prefetch, long prefetch_lines) {
   if (ep.load_c || ep.residual != nullptr) {
     for (int r = 0; r < ROWS; ++r)
       for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16 * v), _MM_HINT_T0);
@@ -122,17 +136,17 @@ void tile(const float* ap, const float* wp, long kc, float* c, long ldc, long nc
   __m512 acc[ROWS][NV];
   for (int r = 0; r < ROWS; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-  for (long kk = 0; kk < kc; ++kk) {
-    const float* wk = wp + kk * kNR;
-    const float* ak = ap + kk * kMR;
-    __m512 wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_ps(wk + 16 * v);
-    for (int r = 0; r < ROWS; ++r) {
-      const __m512 av = _mm512_set1_ps(ak[r]);
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
+  long kk = 0;
+  for (; kk + 4 <= kc; kk += 4) {
+    if (prefetch_lines > 0) {
+      _mm_prefetch(prefetch, _MM_HINT_T1);
+      prefetch += 64;
+      --prefetch_lines;
     }
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; ++u) tile_step<ROWS, NV>(acc, ap + (kk + u) * kMR, wp + (kk + u) * kNR);
   }
+  for (; kk < kc; ++kk) tile_step<ROWS, NV>(acc, ap + kk * kMR, wp + kk * kNR);
   // A copy for the epilogue: handing the loop's own array to it by reference makes GCC keep the
   // accumulators in memory inside the loop (a store after every FMA).
   __m512 sum[ROWS][NV];
@@ -185,7 +199,7 @@ void gemv_rows(const float* a, long lda, const float* wp, long k, float* c, long
   finish_tile<ROWS, 2>(sum, c, ldc, ncols, ep);
 }
 
-using TileFn = void (*)(const float*, const float*, long, float*, long, long, const TileEpilogue&);
+using TileFn = void (*)(const float*, const float*, long, float*, long, long, const TileEpilogue&, const char*, long);
 using GemvFn = void (*)(const float*, long, const float*, long, float*, long, long, const TileEpilogue&);
 
 constexpr TileFn kTiles[2][kMR] = {
@@ -198,8 +212,8 @@ constexpr GemvFn kGemvs[kGemvMaxRows] = {gemv_rows<1>, gemv_rows<2>, gemv_rows<3
                                          gemv_rows<5>, gemv_rows<6>, gemv_rows<7>, gemv_rows<8>};
 
 void tile_kernel(long rows, const float* ap, const float* wp, long kc, float* c, long ldc, long ncols,
-                 const TileEpilogue& ep) {
-  kTiles[ncols > 16 ? 1 : 0][rows - 1](ap, wp, kc, c, ldc, ncols, ep);
+                 const TileEpilogue& ep, const char* prefetch, long prefetch_lines) {
+  kTiles[ncols > 16 ? 1 : 0][rows - 1](ap, wp, kc, c, ldc, ncols, ep, prefetch, prefetch_lines);
 }
 
 void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, float* c, long ldc, long ncols,

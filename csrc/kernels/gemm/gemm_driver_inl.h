@@ -44,11 +44,12 @@ void pack_a_panel(long rows, const float* a, long lda, long kc, float* dst);
 // tile_kernel and gemv_kernel write c[rows, ncols] (row stride ldc) with
 // 1 ≤ ncols ≤ kNR, as described by ep:
 // tile_kernel: 1 ≤ rows ≤ kMR; t = ap · wp with ap a packed A micro-panel [kc][kMR] and wp a packed
-//   W panel slice [kc][kNR] (64-byte aligned).
+//   W panel slice [kc][kNR] (64-byte aligned). Along the way it prefetches into L2 the
+//   prefetch_lines cache lines from `prefetch` on (a hint for data the next tiles need).
 // gemv_kernel: 1 ≤ rows ≤ kGemvMaxRows; t = a · wp with a [rows, k] as given (row stride lda) and wp
 //   a whole packed W panel [k][kNR] (64-byte aligned).
 void tile_kernel(long rows, const float* ap, const float* wp, long kc, float* c, long ldc, long ncols,
-                 const TileEpilogue& ep);
+                 const TileEpilogue& ep, const char* prefetch, long prefetch_lines);
 void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, float* c, long ldc, long ncols,
                  const TileEpilogue& ep);
 
@@ -275,8 +276,8 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
         split_evenly(f.micro_rows, block_groups, item % block_groups, &q0, &q1);
         const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
         const float* w_slice = wp + (p * k + f.k0) * kNR;
-        // The next panel's slice comes from L3 or memory: fetch it into L2 a share at a time while
-        // this panel's micro-rows run, so its first kernel does not wait on misses.
+        // The next panel's slice comes from L3 or memory: each kernel of this panel prefetches a
+        // share of it into L2, so the next panel's first kernel does not wait on misses.
         const char* w_next = p + 1 < panels ? reinterpret_cast<const char*>(w_slice + k * kNR) : nullptr;
         const long lines_per_row = ceil_div(w_lines, q1 - q0);
         TileEpilogue ep;
@@ -285,14 +286,11 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
         ep.activation = f.last_slice ? ep_all.activation : Activation::kNone;
         ep.ldr = ep_all.ldr;
         for (long q = q0; q < q1; ++q) {
-          if (w_next != nullptr) {
-            const long line0 = (q - q0) * lines_per_row, line1 = min_of(w_lines, line0 + lines_per_row);
-            for (long line = line0; line < line1; ++line) _mm_prefetch(w_next + 64 * line, _MM_HINT_T1);
-          }
+          const long line0 = (q - q0) * lines_per_row, lines = w_next ? min_of(lines_per_row, w_lines - line0) : 0;
           const long i = f.i0 + q * kMR;
           ep.residual = finish_here && ep_all.residual ? ep_all.residual + i * ep_all.ldr + j0 : nullptr;
           tile_kernel(min_of(kMR, f.i0 + f.rows - i), ap + q * kMR * f.kc, w_slice, f.kc, c + i * ldc + j0, ldc,
-                      ncols, ep);
+                      ncols, ep, w_next ? w_next + 64 * line0 : nullptr, max_of(lines, 0));
         }
       }
       if (ph + 1 < phases) {
