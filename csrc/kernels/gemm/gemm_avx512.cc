@@ -124,21 +124,23 @@ __attribute__((always_inline)) inline void tile_step(__m512 (&acc)[ROWS][NV], co
 }
 
 // ROWS × (16·NV) tile over a K slice. NV = 1 serves the last panel when it holds ≤ 16 columns.
-// One line of `prefetch` (prefetch_lines of them, into L2) is requested every 4 k steps: spread out
-// so that the requests never queue up behind each other and stall the FMAs.
+// Every 4 k steps the kernel requests one cache line: first the lines of its own C tile (needed at
+// the end: by then they are in L1 or L2), then `prefetch_lines` lines from `prefetch` into L2 (data
+// the next tiles need). Spread out like this the requests never queue up behind each other and
+// stall the FMAs, as a burst of them would.
 template <int ROWS, int NV>
 void tile(const float* ap, const float* wp, long kc, float* c, long ldc, long ncols, const TileEpilogue& ep,
           const char* prefetch, long prefetch_lines) {
-  if (ep.load_c || ep.residual != nullptr) {
-    for (int r = 0; r < ROWS; ++r)
-      for (int v = 0; v < NV; ++v) _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16 * v), _MM_HINT_T0);
-  }
   __m512 acc[ROWS][NV];
   for (int r = 0; r < ROWS; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   long kk = 0;
+  long c_line = 0;
   for (; kk + 4 <= kc; kk += 4) {
-    if (prefetch_lines > 0) {
+    if (c_line < ROWS * NV) {
+      _mm_prefetch(reinterpret_cast<const char*>(c + (c_line / NV) * ldc + 16 * (c_line % NV)), _MM_HINT_T0);
+      ++c_line;
+    } else if (prefetch_lines > 0) {
       _mm_prefetch(prefetch, _MM_HINT_T1);
       prefetch += 64;
       --prefetch_lines;
