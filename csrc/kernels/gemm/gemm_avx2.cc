@@ -160,12 +160,7 @@ void tile(const float* ap, const float* wp, long kc, float* c, long ldc, long nc
     for (int u = 0; u < 4; ++u) tile_step<ROWS, NV>(acc, ap + (kk + u) * kMR, wp + (kk + u) * kNR);
   }
   for (; kk < kc; ++kk) tile_step<ROWS, NV>(acc, ap + kk * kMR, wp + kk * kNR);
-  // A copy for the epilogue: handing the loop's own array to it by reference makes GCC keep the
-  // accumulators in memory inside the loop (a store after every FMA).
-  __m256 sum[ROWS][NV];
-  for (int r = 0; r < ROWS; ++r)
-    for (int v = 0; v < NV; ++v) sum[r][v] = acc[r][v];
-  finish_tile<ROWS, NV>(sum, c, ldc, ncols, ep);
+  finish_tile<ROWS, NV>(acc, c, ldc, ncols, ep);
 }
 
 // ROWS rows of a against one whole panel. With few rows there are too few independent
@@ -199,7 +194,7 @@ void gemv_rows(const float* a, long lda, const float* wp, long k, float* c, long
       acc[0][r][1] = _mm256_fmadd_ps(av, w1, acc[0][r][1]);
     }
   }
-  __m256 sum[ROWS][2];  // a separate array, as in tile()
+  __m256 sum[ROWS][2];
   for (int r = 0; r < ROWS; ++r) {
     sum[r][0] = acc[0][r][0];
     sum[r][1] = acc[0][r][1];
