@@ -220,8 +220,11 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
 
   const long panels = ceil_div(n, kNR);
   const int nt = threads_for(m * n * k, min_of(ceil_div(m, kMR) * panels, kMaxTeam));
-  // Too few panels to share out (M-heavy, narrow N): cut each panel's rows into groups as well.
-  const long groups = panels >= 4 * nt ? 1 : min_of(mc / kMR, ceil_div(4 * nt, panels));
+  // The phase ends when its last item does: with few panels per thread (narrow N) the items are
+  // cut finer, each panel's rows into groups, so the threads arrive at the barrier close together.
+  // A thread takes its items in order, so consecutive groups of a panel still share its W slice.
+  constexpr long kItemsPerThread = 16;
+  const long groups = min_of(mc / kMR, max_of(1, ceil_div(kItemsPerThread * nt, panels)));
 
   auto phase_at = [&](long ph) {
     Phase f;
