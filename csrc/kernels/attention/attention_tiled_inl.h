@@ -129,26 +129,49 @@ void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t)
 
 // ---- P·V: acc[r][:] = acc[r][:] · corr[r] + Σ_j P(r, j) · v_j[:], P(r, j) at p[r·p_row + j·p_key]
 
+// Small tiles (a decode row) accumulate even and odd keys separately: RR·NV chains alone would
+// leave the FMA units waiting on their 4-cycle latency.
 template <int RR, int NV>
 inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, long n,
                     const float* v, long v_stride, TailMask last) {
-  Vec c[RR][NV];
+  constexpr int kSets = RR * NV < 8 ? 2 : 1;
+  Vec c[kSets][RR][NV];
   for (int r = 0; r < RR; ++r) {
     const Vec s = vset1(corr[r]);
-    for (int u = 0; u < NV; ++u) c[r][u] = vmul(vload(acc + r * ld_acc + u * kLanes), s);
+    for (int u = 0; u < NV; ++u) {
+      c[0][r][u] = vmul(vload(acc + r * ld_acc + u * kLanes), s);
+      for (int set = 1; set < kSets; ++set) c[set][r][u] = vzero();
+    }
   }
-  for (long j = 0; j < n; ++j, v += v_stride) {
+  long j = 0;
+  for (; j + kSets <= n; j += kSets) {
+    for (int set = 0; set < kSets; ++set, v += v_stride) {
+      Vec x[NV];
+      for (int u = 0; u + 1 < NV; ++u) x[u] = in_register(vload(v + u * kLanes));
+      x[NV - 1] = in_register(vload_tail(v + (NV - 1) * kLanes, last));
+      const float* pj = p + (j + set) * p_key;
+      for (int r = 0; r < RR; ++r) {
+        const Vec pr = vset1(pj[r * p_row]);
+        for (int u = 0; u < NV; ++u) c[set][r][u] = vfmadd(pr, x[u], c[set][r][u]);
+      }
+    }
+  }
+  if (j < n) {  // kSets == 2 and n odd
     Vec x[NV];
-    for (int u = 0; u + 1 < NV; ++u) x[u] = in_register(vload(v + u * kLanes));
-    x[NV - 1] = in_register(vload_tail(v + (NV - 1) * kLanes, last));
+    for (int u = 0; u + 1 < NV; ++u) x[u] = vload(v + u * kLanes);
+    x[NV - 1] = vload_tail(v + (NV - 1) * kLanes, last);
     const float* pj = p + j * p_key;
     for (int r = 0; r < RR; ++r) {
       const Vec pr = vset1(pj[r * p_row]);
-      for (int u = 0; u < NV; ++u) c[r][u] = vfmadd(pr, x[u], c[r][u]);
+      for (int u = 0; u < NV; ++u) c[0][r][u] = vfmadd(pr, x[u], c[0][r][u]);
     }
   }
   for (int r = 0; r < RR; ++r)
-    for (int u = 0; u < NV; ++u) vstore(acc + r * ld_acc + u * kLanes, c[r][u]);
+    for (int u = 0; u < NV; ++u) {
+      Vec sum = c[0][r][u];
+      for (int set = 1; set < kSets; ++set) sum = vadd(sum, c[set][r][u]);
+      vstore(acc + r * ld_acc + u * kLanes, sum);
+    }
 }
 
 // acc rows are padded to a whole number of vectors, so only V needs masked loads.
