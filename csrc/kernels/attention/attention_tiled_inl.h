@@ -212,9 +212,10 @@ void pv_accumulate(float* acc, long ld_acc, const float* p, long p_row, long p_k
 // ---- wide engine: rows in lanes
 
 // s[j][lane] = Σ_d qt[d][lane] · k_j[d] for kScoreKeys keys; keys ≥ nk repeat key nk − 1 (their
-// scores land in scratch past the block's end and are never used). Even and odd d accumulate
-// separately: twice the independent FMA chains for the same number of key pointers (registers).
-inline void wide_scores(const float* qt, long dim, const float* k, long k_stride, long nk, float* s) {
+// scores land in scratch past the block's end and are never used, and leave `max` unchanged).
+// Even and odd d accumulate separately: twice the independent FMA chains for the same number of
+// key pointers (registers). max: lane-wise running maximum of the scores.
+inline void wide_scores(const float* qt, long dim, const float* k, long k_stride, long nk, float* s, Vec* max) {
   const float* kp[kScoreKeys];
   for (int j = 0; j < kScoreKeys; ++j) kp[j] = k + (j < nk ? j : nk - 1) * k_stride;
   Vec even[kScoreKeys], odd[kScoreKeys];
@@ -231,7 +232,11 @@ inline void wide_scores(const float* qt, long dim, const float* k, long k_stride
     const Vec q0 = vload(qt + d * kLanes);
     for (int j = 0; j < kScoreKeys; ++j) even[j] = vfmadd(q0, vset1(kp[j][d]), even[j]);
   }
-  for (int j = 0; j < kScoreKeys; ++j) vstore(s + j * kLanes, vadd(even[j], odd[j]));
+  for (int j = 0; j < kScoreKeys; ++j) {
+    const Vec score = vadd(even[j], odd[j]);
+    vstore(s + j * kLanes, score);
+    *max = vmax(*max, score);
+  }
 }
 
 enum class MaskMode { kNone, kShared, kGather, kPerLane };
@@ -288,12 +293,13 @@ void run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
   for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
     const long n = min_l(kKeyBlock, key_end - j0);
     const float* kb = t.k + j0 * k_stride;
+    Vec block_max = vneg_inf();
     for (long j = 0; j < n; j += kScoreKeys)
-      wide_scores(w.q, dim, kb + j * k_stride, k_stride, min_l(kScoreKeys, n - j), w.p + j * kLanes);
+      wide_scores(w.q, dim, kb + j * k_stride, k_stride, min_l(kScoreKeys, n - j), w.p + j * kLanes, &block_max);
 
     const bool partial = j0 < all_first || j0 + n - 1 > all_last;
-    Vec block_max = vneg_inf();
-    for (long j = 0; j < n; ++j) {
+    if (partial || mode != MaskMode::kNone) block_max = vneg_inf();
+    for (long j = 0; (partial || mode != MaskMode::kNone) && j < n; ++j) {
       const long key = j0 + j;
       Vec s = vload(w.p + j * kLanes);
       if (partial) s = vmask_outside(s, iset1(static_cast<int>(key)), first, last);
