@@ -13,14 +13,14 @@
 // across tasks, with a final merge of the partial (max, sum, accumulator) triples.
 //
 // Two engines handle a tile, one key block (kKeyBlock keys) at a time:
-//  - wide (≥ kMinWideRows rows): query rows in vector lanes. Qᵀ [D][kLanes] is packed once per
+//  - wide (≥ kMinWideRows rows; measured faster from half a vector of rows): query rows in lanes. Qᵀ [D][kLanes] is packed once per
 //    tile, so a key's scores for all rows are D FMAs of a Qᵀ row with that key's broadcast
 //    elements; max, exp and sum over the block's keys are then lane-wise (no horizontal work).
 //  - narrow (fewer rows, e.g. an MHA decode step): keys in vector lanes. Each row's scores for
 //    kLanes keys are kLanes dot products over D whose horizontal sums are done together
 //    (vsum_transposed), so no lane is wasted on missing rows.
-// Both then rescale the tile's accumulator by e^(m_old − m_new) and add P·V with a register-tiled
-// kPvRows × kPvVecs microkernel. Key blocks outside every row's causal/window range are never
+// Both then rescale the tile's accumulator by 2^(m_old − m_new) (scores are in base 2, below) and
+// add P·V with a register-tiled kPvRows × kPvVecs microkernel. Key blocks outside every row's causal/window range are never
 // visited; blocks inside every row's range skip the per-key range test; the additive mask is read
 // only for visited keys.
 #ifndef CPUFORMER_ATTENTION_ISA
@@ -65,12 +65,12 @@ struct Tile {
 
 // Per-thread scratch, carved from one attention_scratch block.
 struct Workspace {
-  float* q;     // wide: Qᵀ [D][kLanes]; narrow: rows [kLanes][d_pad] zero-padded; both × scale
-  float* p;     // one key block's scores, then probabilities: wide [kKeyBlock][kLanes], narrow [kLanes][kKeyBlock]
+  float* q;     // wide: Qᵀ [D][kLanes]; narrow: rows [kLanes][d_pad] zero-padded; × scale · log2 e
+  float* p;     // a key block's scores, then probabilities: wide [kKeyBlock][kLanes], narrow [kLanes][kKeyBlock]
   float* acc;   // [kLanes][d_pad] unnormalised output rows
-  float* m;     // [kLanes] running max of each row
+  float* m;     // [kLanes] running max of each row (base-2 units)
   float* l;     // [kLanes] running softmax denominator
-  float* corr;  // [kLanes] e^(m_old − m_new) of the current block
+  float* corr;  // [kLanes] 2^(m_old − m_new) of the current block
 };
 
 inline long workspace_floats(long d_pad) { return 2 * kLanes * d_pad + kKeyBlock * kLanes + 3 * 16; }
@@ -459,7 +459,7 @@ void write_partial(const Tile& t, const Workspace& w, long d_pad, float* records
   }
 }
 
-// out = Σ_s e^(m_s − M) acc_s / Σ_s e^(m_s − M) l_s with M = max_s m_s; zeros if no split saw a key.
+// out = Σ_s 2^(m_s − M) acc_s / Σ_s 2^(m_s − M) l_s with M = max_s m_s; zeros if no split saw a key.
 void merge_partials(const Tile& t, float* records, long splits, long dim, long d_pad) {
   const long size = record_floats(d_pad);
   for (int r = 0; r < t.rows; ++r) {
