@@ -35,7 +35,7 @@ using namespace attention_simd;
 
 constexpr int kMinWideRows = kLanes / 2;
 constexpr long kMinSplitKeys = 256;  // a key split shorter than this costs more to merge than it saves
-constexpr long kMinParallelWork = 1L << 17;  // B·H·Tq·Tk·D below which one thread is faster
+constexpr long kMinParallelWork = 1L << 15;  // B·H·Tq·Tk·D below which one thread is faster (hot pool)
 
 static_assert(kKeyBlock % kLanes == 0 && kKeyBlock % kScoreKeys == 0, "key block must hold whole vectors");
 static_assert(kPvVecs >= 1 && kPvVecs <= 4, "pv_rows dispatches 1..4 vectors");
