@@ -13,16 +13,17 @@
 // across tasks, with a final merge of the partial (max, sum, accumulator) triples.
 //
 // Two engines handle a tile, one key block (kKeyBlock keys) at a time:
-//  - wide (≥ kMinWideRows rows; measured faster from half a vector of rows): query rows in lanes. Qᵀ [D][kLanes] is packed once per
-//    tile, so a key's scores for all rows are D FMAs of a Qᵀ row with that key's broadcast
-//    elements; max, exp and sum over the block's keys are then lane-wise (no horizontal work).
+//  - wide (≥ kMinWideRows rows; measured faster from half a vector of rows on): query rows in
+//    vector lanes. Qᵀ [D][kLanes] is packed once per tile, so a key's scores for all rows are D
+//    FMAs of a Qᵀ row with that key's broadcast elements; max, exp and sum over the block's keys
+//    are then lane-wise (no horizontal work).
 //  - narrow (fewer rows, e.g. an MHA decode step): keys in vector lanes. Each row's scores for
 //    kLanes keys are kLanes dot products over D whose horizontal sums are done together
 //    (vsum_transposed), so no lane is wasted on missing rows.
 // Both then rescale the tile's accumulator by 2^(m_old − m_new) (scores are in base 2, below) and
-// add P·V with a register-tiled kPvRows × kPvVecs microkernel. Key blocks outside every row's causal/window range are never
-// visited; blocks inside every row's range skip the per-key range test; the additive mask is read
-// only for visited keys.
+// add P·V with a register-tiled kPvRows × kPvVecs microkernel. Key blocks outside every row's
+// causal/window range are never visited; blocks inside every row's range skip the per-key range
+// test; the additive mask is read only for visited keys.
 #ifndef CPUFORMER_ATTENTION_ISA
 #error "define CPUFORMER_ATTENTION_ISA (avx2 or avx512) before including attention_tiled_inl.h"
 #endif
@@ -408,7 +409,8 @@ void run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
         const float* kj = t.k + key0 * k_stride;
         Vec s = nk == kLanes ? narrow_scores<true>(w.q + r * d_pad, dim, kj, k_stride, nk)
                              : narrow_scores<false>(w.q + r * d_pad, dim, kj, k_stride, nk);
-        if (key0 < first || key0 + kLanes - 1 > last) s = vmask_outside(s, iota_plus(static_cast<int>(key0)), first_v, last_v);
+        if (key0 < first || key0 + kLanes - 1 > last)
+          s = vmask_outside(s, iota_plus(static_cast<int>(key0)), first_v, last_v);
         if (mask_row) s = vadd(s, vmask_to_base2(mask_values(mask_row + key0 * mask_stride, mask_stride, nk), log2e));
         vstore(pr + j, s);
         block_max = vmax(block_max, s);
