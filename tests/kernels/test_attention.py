@@ -145,14 +145,17 @@ def test_float_mask_broadcasts(rng, shape, causal, mask_kind):
     assert_close(ops.attention(q, k, v, causal=causal, mask=mask), reference(q, k, v, causal=causal, mask=mask))
 
 
-@pytest.mark.parametrize("shape", [(2, 4, 4, 17, 33, 64), (3, 8, 2, 1, 70, 32), (2, 2, 2, 2, 1000, 16)],
-                         ids=lambda s: "x".join(map(str, s)))
-def test_key_padding_with_inf(rng, shape):
+@pytest.mark.parametrize("shape", [(2, 4, 4, 17, 33, 64), (3, 8, 2, 1, 70, 32), (2, 2, 2, 2, 1000, 16),
+                                   (3, 1, 1, 1, 3000, 64)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_key_padding_with_inf(rng, shape, side):
+    # Padded keys at either end are skipped (not visited at all), with or without key splits.
     q, k, v = make_qkv(rng, *shape)
     b, _, _, _, kv_len, _ = shape
     lengths = rng.integers(1, kv_len + 1, size=b)
     lengths[0] = kv_len
-    keep = np.arange(kv_len)[None, :] < lengths[:, None]
+    positions = np.arange(kv_len)[None, :]
+    keep = positions < lengths[:, None] if side == "right" else positions >= kv_len - lengths[:, None]
     mask = np.where(keep, 0.0, NEG_INF).astype(np.float32)[:, None, None, :]
     out = ops.attention(q, k, v, mask=mask)
     assert_close(out, reference(q, k, v, mask=mask))

@@ -51,6 +51,13 @@ inline float scalar_exp2(float x) { return vfirst(vexp2(vset1(x))); }
 // softmax needs 2^x, which is cheaper than e^x; the results are the same.
 constexpr float kLog2e = 1.44269504088896341f;
 
+// vmask_to_base2 for one value.
+inline float mask_to_base2(float mask) {
+  if (mask == -__builtin_inff()) return mask;
+  const float scaled = mask * kLog2e;
+  return scaled < -3.40282347e38f ? -3.40282347e38f : scaled;
+}
+
 // Up to kLanes query rows of one (batch, kv head).
 struct Tile {
   alignas(64) int first[kLanes];  // keys row r may see: [first[r], last[r]], empty when last < first
@@ -121,6 +128,17 @@ void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t)
     if (last >= first) {
       begin = min_l(begin, first);
       end = max_l(end, last + 1);
+    }
+  }
+  // Keys the mask removes (-inf) for every row at either end of the range (padding) are never
+  // visited; only possible when the rows share one mask row.
+  if (a.mask && end > begin) {
+    bool shared = true;
+    for (int r = 1; r < t->rows; ++r) shared = shared && t->mask_offset[r] == t->mask_offset[0];
+    if (shared) {
+      const float* mask_row = a.mask + t->mask_offset[0];
+      while (begin < end && mask_row[begin * a.mask_stride_k] == -__builtin_inff()) ++begin;
+      while (end > begin && mask_row[(end - 1) * a.mask_stride_k] == -__builtin_inff()) --end;
     }
   }
   if (end <= begin) begin = end = 0;
@@ -306,7 +324,7 @@ void run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
       if (partial) s = vmask_outside(s, iset1(static_cast<int>(key)), first, last);
       switch (mode) {
         case MaskMode::kNone: break;
-        case MaskMode::kShared: s = vadd(s, vmask_to_base2(vset1(mask_base[key * mask_stride]), log2e)); break;
+        case MaskMode::kShared: s = vadd(s, vset1(mask_to_base2(mask_base[key * mask_stride]))); break;
         case MaskMode::kGather:
           s = vadd(s, vmask_to_base2(vgather(mask_base + key * mask_stride, mask_index), log2e));
           break;
