@@ -38,9 +38,7 @@ inline Vec vset1(float x) { return _mm256_set1_ps(x); }
 inline Vec vneg_inf() { return _mm256_set1_ps(-__builtin_inff()); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, Vec x) { _mm256_storeu_ps(p, x); }
-inline TailMask tail_mask(long n) {  // 0 < n ≤ 8
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
+using ::cpuformer::avx2::tail_mask;  // lanes [0, n), 0 < n ≤ lanes (vector_math)
 inline TailMask full_mask() { return _mm256_set1_epi32(-1); }
 // Lanes outside the mask read as 0 and are never touched in memory.
 inline Vec vload_tail(const float* p, TailMask m) { return _mm256_maskload_ps(p, m); }

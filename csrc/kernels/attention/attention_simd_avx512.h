@@ -38,7 +38,7 @@ inline Vec vset1(float x) { return _mm512_set1_ps(x); }
 inline Vec vneg_inf() { return _mm512_set1_ps(-__builtin_inff()); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, Vec x) { _mm512_storeu_ps(p, x); }
-inline TailMask tail_mask(long n) { return static_cast<TailMask>((1u << n) - 1u); }  // 0 < n ≤ 16
+using ::cpuformer::avx512::tail_mask;  // lanes [0, n), 0 < n ≤ lanes (vector_math)
 inline TailMask full_mask() { return static_cast<TailMask>(0xFFFF); }
 // Lanes outside the mask read as 0 and are never touched in memory.
 inline Vec vload_tail(const float* p, TailMask m) { return _mm512_maskz_loadu_ps(m, p); }
