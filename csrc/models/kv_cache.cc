@@ -23,19 +23,24 @@ void KvCache::reorder(const long* source) {
   bool identity = true;
   for (long r = 0; r < rows_; ++r) identity = identity && source[r] == r;
   if (identity) return;
-  // One layer at a time through a scratch copy: a row may be both a source and a destination.
-  const long per_row = stride_row();
-  const std::size_t slab = static_cast<std::size_t>(rows_) * per_row;
+  // One layer at a time through a scratch copy of the used slots: a row may be both a source and
+  // a destination. Scratch layout [rows][kv_heads][length][D].
+  const long used = length_ * head_dim_;
+  const std::size_t slab = static_cast<std::size_t>(rows_) * kv_heads_ * used;
   if (scratch_.size() < slab) scratch_.resize(slab);
-  const std::size_t used = static_cast<std::size_t>(length_) * head_dim_ * sizeof(float);
   for (long layer = 0; layer < layers_; ++layer) {
     for (float* base : {k(layer), v(layer)}) {
-      std::memcpy(scratch_.data(), base, slab * sizeof(float));
+      for (long r = 0; r < rows_; ++r) {
+        for (long h = 0; h < kv_heads_; ++h) {
+          std::memcpy(scratch_.data() + (r * kv_heads_ + h) * used, base + r * stride_row() + h * stride_head(),
+                      used * sizeof(float));
+        }
+      }
       for (long r = 0; r < rows_; ++r) {
         if (source[r] == r) continue;
         for (long h = 0; h < kv_heads_; ++h) {
-          std::memcpy(base + r * per_row + h * stride_head(), scratch_.data() + source[r] * per_row + h * stride_head(),
-                      used);
+          std::memcpy(base + r * stride_row() + h * stride_head(), scratch_.data() + (source[r] * kv_heads_ + h) * used,
+                      used * sizeof(float));
         }
       }
     }
