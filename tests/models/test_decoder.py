@@ -313,6 +313,17 @@ def test_beam_search_with_eos_matches_transformers(models, early_stopping, lengt
     assert gen.generate(prompt, **kwargs) == [_strip(ref, eos, 0)]
 
 
+def test_beam_search_with_min_new_tokens_and_repetition_penalty_matches_transformers(models):
+    _, model, gen = models["qwen2"]
+    prompt = _prompt(np.random.default_rng(12), 107, 6)
+    free, _ = _hf_generate(model, prompt, max_new_tokens=20, num_beams=4, do_sample=False, eos_token_id=None)
+    eos = [free[1]]
+    kwargs = dict(max_new_tokens=20, min_new_tokens=6, num_beams=4, eos_token_id=eos, repetition_penalty=1.4)
+    ref, _ = _hf_generate(model, prompt, do_sample=False, **kwargs)
+    ours = gen.generate(prompt, **kwargs)
+    assert ours == [_strip(ref, eos, 0)] and len(ours[0]) >= 6
+
+
 def test_beam_search_batch_equals_each_prompt_alone(models):
     _, _, gen = models["llama"]
     rng = np.random.default_rng(10)
