@@ -59,6 +59,17 @@ SMALL = {
 NAMES = list(SMALL)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """PyTorch's OpenMP pool and ours spin-wait on the same two cores: with both at two threads,
+    alternating calls (a reference generate, then ours) slow each other down a hundredfold on
+    these tiny models. The references need no parallelism."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def _build(directory, model_class, config_class, seed, **config):
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_class)(**config)
