@@ -249,6 +249,12 @@ def test_default_eos_comes_from_generation_config(models, tmp_path):
     other = cf.Generator(copy)
     assert other.eos_token_ids == [eos, 2]
     assert other.generate([5, 6, 7], max_new_tokens=20) == [free[:free.index(eos) + 1]]
+    generation["eos_token_id"] = 101
+    with open(copy / "generation_config.json", "w") as f:
+        json.dump(generation, f)
+    with pytest.raises(ValueError, match=r"the default eos_token_id 101 \(from generation_config.json\) is out of "
+                                         r"range; token ids must be in \[0, 101\)"):
+        cf.Generator(copy).generate([5, 6, 7])
 
 
 def test_repetition_penalty_matches_transformers(models):
