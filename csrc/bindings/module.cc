@@ -10,6 +10,7 @@ void register_ops_gemm(py::module_& m);
 void register_ops_attention(py::module_& m);
 void register_ops_norm(py::module_& m);
 void register_models_encoder(py::module_& m);
+void register_models_decoder(py::module_& m);
 }  // namespace bindings
 }  // namespace cpuformer
 
@@ -20,4 +21,5 @@ PYBIND11_MODULE(_core, m) {
   cpuformer::bindings::register_ops_attention(m);
   cpuformer::bindings::register_ops_norm(m);
   cpuformer::bindings::register_models_encoder(m);
+  cpuformer::bindings::register_models_decoder(m);
 }

@@ -18,6 +18,7 @@ except ValueError as error:
 from . import ops  # noqa: E402
 from ._load import load  # noqa: E402
 from .encoder import Encoder  # noqa: E402
+from .generator import Generator  # noqa: E402
 
 try:
     __version__ = _version("cpuformer")
@@ -41,4 +42,4 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
-__all__ = ["Encoder", "__version__", "cpu_info", "get_num_threads", "load", "ops", "set_num_threads"]
+__all__ = ["Encoder", "Generator", "__version__", "cpu_info", "get_num_threads", "load", "ops", "set_num_threads"]

@@ -1,8 +1,8 @@
 """``cpuformer.load``: open a Hugging Face model directory as the right model class.
 
 The model kind comes from ``config.json``: the first entry of ``architectures`` that we know,
-else ``model_type``. Encoders are supported; decoders and encoder-decoders are recognised and
-refused with NotImplementedError until their model classes exist.
+else ``model_type``. Encoders and decoders (causal LMs) are supported; encoder-decoders are
+recognised and refused with NotImplementedError until their model class exists.
 """
 
 from __future__ import annotations
@@ -75,8 +75,9 @@ def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Opt
     """Opens the model directory ``path`` as the model class its config names.
 
     Returns an :class:`~cpuformer.Encoder` for BERT / RoBERTa / XLM-RoBERTa / DistilBERT
-    checkpoints (base models and task-head checkpoints; the heads are ignored). Decoder and
-    encoder-decoder architectures raise NotImplementedError; unknown ones raise ValueError listing
+    checkpoints (base models and task-head checkpoints; the heads are ignored), a
+    :class:`~cpuformer.Generator` for GPT-2 / Llama / Mistral / Qwen2 / Qwen3 causal LMs.
+    Encoder-decoder architectures raise NotImplementedError; unknown ones raise ValueError listing
     what is supported.
     """
     from ._model_dir import ModelDir
@@ -85,6 +86,10 @@ def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Opt
     model_dir = ModelDir(path)
     try:
         kind, _, name = classify(model_dir.config)
+        if kind == "decoder":
+            from .generator import Generator
+
+            return Generator(model_dir, dtype=dtype, num_threads=num_threads)
         if kind != "encoder":
             raise not_implemented(kind, name)
     except BaseException:

@@ -1,0 +1,347 @@
+"""Decoder throughput: cpuformer vs PyTorch (transformers) vs CTranslate2 float32, same weights, one run.
+
+Workloads (2 threads unless --threads), random weights with real shapes:
+  * GPT-2 124M: decode tokens/s at batch 1 (16-token prompt, 128 new tokens) and batch 8
+    (8 × 16-token prompts, 128 new tokens each), prefill tokens/s for a 512-token prompt (the
+    prompt plus one generated token), and cpuformer's per-token decode time over 1000 steps
+    (flatness: only the attention term may grow);
+  * a ~1.1B Llama (TinyLlama shape: hidden 2048, 22 layers, 32 heads, 4 KV heads, intermediate
+    5632, vocab 32000): decode at batch 1 and prefill 512, with the read-bandwidth bound
+    (weight bytes per token ÷ measured bandwidth) and cpuformer's fraction of it.
+Greedy decoding with min = max new tokens, so every engine produces exactly the same count.
+Read bandwidth: NumPy sums over a 1 GiB array split across --threads threads (NumPy releases the
+GIL in reductions). Prints a table and writes benchmarks/results/decoder_<date>.json. Never
+asserts a time.
+
+    python benchmarks/bench_decoder.py [--quick] [--skip-llama] [--threads 2] [--no-ct2] [--no-torch]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+
+import cpuformer as cf  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine_info(threads: int) -> dict:
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = cf.cpu_info()
+    return {"cpu": model, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "isa": info["isa"], "features": info["features"], "threads": threads,
+            "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version()}
+
+
+def timed(fn, repeats: int) -> dict:
+    """Median / min / max seconds of fn() over `repeats` runs after one warm-up run."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return {"seconds": statistics.median(times), "min_s": min(times), "max_s": max(times)}
+
+
+def rate(entry: dict, tokens: int) -> dict:
+    entry["tok_per_s"] = tokens / entry["seconds"]
+    return entry
+
+
+def read_bandwidth(threads: int, gib: float = 1.0) -> float:
+    """Bytes/s of summing a `gib` GiB float32 array with `threads` threads (best of 5)."""
+    data = np.ones(int(gib * (1 << 30)) // 4, dtype=np.float32)
+    parts = np.array_split(data, threads)
+    best = float("inf")
+    for _ in range(5):
+        sums = [0.0] * threads
+
+        def work(i):
+            sums[i] = float(parts[i].sum(dtype=np.float32))
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - start)
+    nbytes = data.nbytes
+    del data, parts
+    return nbytes / best
+
+
+def write_word_level_tokenizer(directory: str, vocab_size: int, bos: int, eos: int) -> None:
+    """A WordLevel tokenizer with tokens "t0".."t{V-1}": CTranslate2's converter needs a vocabulary
+    (and named BOS / EOS tokens)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t0", bos_token=f"t{bos}",
+                            eos_token=f"t{eos}").save_pretrained(directory)
+
+
+def save_random_llama(directory: str, config: dict, seed: int = 0) -> None:
+    """A LlamaForCausalLM checkpoint with random weights written straight from NumPy (torch's
+    initialisation of 1.1B parameters takes minutes on 2 cores)."""
+    from cpuformer._model_dir import save_safetensors
+
+    rng = np.random.default_rng(seed)
+    H, I, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    D = H // config["num_attention_heads"]
+    kv = config["num_key_value_heads"] * D
+
+    def w(*shape):
+        return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
+
+    tensors = {"model.embed_tokens.weight": w(V, H), "model.norm.weight": np.ones(H, np.float32),
+               "lm_head.weight": w(V, H)}
+    for layer in range(config["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        tensors.update({p + "self_attn.q_proj.weight": w(H, H), p + "self_attn.k_proj.weight": w(kv, H),
+                        p + "self_attn.v_proj.weight": w(kv, H), p + "self_attn.o_proj.weight": w(H, H),
+                        p + "mlp.gate_proj.weight": w(I, H), p + "mlp.up_proj.weight": w(I, H),
+                        p + "mlp.down_proj.weight": w(H, I),
+                        p + "input_layernorm.weight": np.ones(H, np.float32),
+                        p + "post_attention_layernorm.weight": np.ones(H, np.float32)})
+    os.makedirs(directory, exist_ok=True)
+    save_safetensors(os.path.join(directory, "model.safetensors"), tensors, metadata={"format": "pt"})
+    full = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_act="silu", rms_norm_eps=1e-5,
+                rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                torch_dtype="float32", **config)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(full, f)
+
+
+def build_gpt2(directory: str) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    model.save_pretrained(directory)
+
+
+class Engines:
+    """The three engines over one checkpoint directory; each is loaded lazily and freed after use."""
+
+    def __init__(self, args, directory: str, work: str, name: str):
+        self.args, self.directory, self.work, self.name = args, directory, work, name
+
+    def cpuformer(self):
+        return cf.Generator(self.directory, num_threads=self.args.threads)
+
+    def torch(self):
+        import torch
+        import transformers
+
+        torch.set_num_threads(self.args.threads)
+        return transformers.AutoModelForCausalLM.from_pretrained(self.directory, dtype=torch.float32).eval()
+
+    def ct2(self):
+        import ctranslate2
+
+        out = os.path.join(self.work, self.name + "_ct2")
+        if not os.path.isdir(out):
+            ctranslate2.converters.TransformersConverter(self.directory).convert(out, quantization="float32",
+                                                                                 force=True)
+        return ctranslate2.Generator(out, device="cpu", intra_threads=self.args.threads)
+
+
+def run_engine(label: str, make, fn, results: dict, key: str) -> None:
+    try:
+        engine = make()
+    except Exception as error:  # a missing/broken peer must not stop the run
+        print(f"  {label} unavailable: {error}", file=sys.stderr)
+        return
+    try:
+        results[key] = fn(engine)
+    finally:
+        del engine
+        gc.collect()
+
+
+def decode_workloads(args, engines: Engines, vocab: int, cases: list, skip: set) -> dict:
+    """cases: (name, batch, prompt_len, new_tokens). Returns {name: {engine: entry}}."""
+    rng = np.random.default_rng(0)
+    prompts = {name: rng.integers(10, vocab - 10, (batch, plen)).tolist() for name, batch, plen, _ in cases}
+    repeats = 1 if args.quick else 3
+    out: dict = {name: {} for name, *_ in cases}
+
+    def ours(gen):
+        entries = {}
+        for name, batch, plen, new in cases:
+            def go():
+                return gen.generate(prompts[name], max_new_tokens=new, min_new_tokens=new, eos_token_id=[])
+            entries[name] = rate(timed(go, repeats), batch * (new if new > 1 else plen))
+        return entries
+
+    def pytorch(model):
+        import torch
+
+        entries = {}
+        for name, batch, plen, new in cases:
+            ids = torch.tensor(prompts[name])
+
+            def go():
+                with torch.inference_mode():
+                    if new == 1:  # prefill: last-position logits only
+                        return model(ids, logits_to_keep=1).logits
+                    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                                          min_new_tokens=new, do_sample=False, pad_token_id=0)
+            entries[name] = rate(timed(go, repeats), batch * (new if new > 1 else plen))
+        return entries
+
+    def ct2(gen):
+        entries = {}
+        for name, batch, plen, new in cases:
+            tokens = [[f"t{i}" for i in row] for row in prompts[name]]
+
+            def go():
+                return gen.generate_batch(tokens, max_length=new, min_length=new, sampling_topk=1,
+                                          include_prompt_in_result=False)
+            entries[name] = rate(timed(go, repeats), batch * (new if new > 1 else plen))
+        return entries
+
+    per_engine: dict = {}
+    run_engine("cpuformer", engines.cpuformer, ours, per_engine, "cpuformer")
+    if "torch" not in skip:
+        run_engine("PyTorch", engines.torch, pytorch, per_engine, "pytorch")
+    if "ct2" not in skip:
+        run_engine("CTranslate2", engines.ct2, ct2, per_engine, "ctranslate2_fp32")
+    for engine, entries in per_engine.items():
+        for name, entry in entries.items():
+            out[name][engine] = entry
+    for name in out:
+        _print_entry(name, out[name])
+    return out
+
+
+def flatness(args, directory: str, steps: int) -> dict:
+    """Per-token decode time of cpuformer over `steps` steps (GPT-2, batch 1), from stream() timestamps."""
+    gen = cf.Generator(directory, num_threads=args.threads)
+    stamps = []
+    start = time.perf_counter()
+    for _ in gen.stream(list(range(100, 116)), max_new_tokens=steps, min_new_tokens=steps, eos_token_id=[]):
+        stamps.append(time.perf_counter())
+    gaps = np.diff(np.array([start] + stamps))[1:]  # drop the prefill
+    window = max(1, min(100, len(gaps) // 4))
+    first, last = float(np.median(gaps[:window])), float(np.median(gaps[-window:]))
+    print(f"  per-token decode time: first {window} steps {first * 1e3:.2f} ms, last {window} steps "
+          f"{last * 1e3:.2f} ms (x{last / first:.2f})", flush=True)
+    return {"steps": steps, "window": window, "first_ms": first * 1e3, "last_ms": last * 1e3, "ratio": last / first}
+
+
+def _print_entry(name: str, entry: dict) -> None:
+    ours = entry.get("cpuformer", {}).get("tok_per_s")
+    for engine, e in entry.items():
+        if not isinstance(e, dict) or "tok_per_s" not in e:
+            continue
+        ratio = "" if engine == "cpuformer" or not ours else f"   cpuformer is {ours / e['tok_per_s']:5.2f}x"
+        print(f"  {name:<24} {engine:<18} {e['tok_per_s']:9.2f} tok/s{ratio}", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one timed run per workload, shorter flatness run")
+    parser.add_argument("--skip-llama", action="store_true", help="skip the 1.1B Llama workloads")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/decoder_<date>.json)")
+    args = parser.parse_args(argv)
+    skip = ({"ct2"} if args.no_ct2 else set()) | ({"torch"} if args.no_torch else set())
+    machine = machine_info(args.threads)
+    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
+    results: dict = {}
+    work = tempfile.mkdtemp(prefix="cpuformer_bench_dec_")
+    try:
+        bandwidth = read_bandwidth(args.threads)
+        results["read_bandwidth_gb_s"] = bandwidth / 1e9
+        print(f"read bandwidth ({args.threads} threads, NumPy sum over 1 GiB): {bandwidth / 1e9:.1f} GB/s")
+
+        gpt2 = os.path.join(work, "gpt2")
+        print("building GPT-2 124M (random weights) ...", flush=True)
+        build_gpt2(gpt2)
+        write_word_level_tokenizer(gpt2, 50257, 50256, 50256)
+        results["gpt2"] = decode_workloads(args, Engines(args, gpt2, work, "gpt2"), 50257, [
+            ("decode_b1_p16_n128", 1, 16, 128), ("decode_b8_p16_n128", 8, 16, 128), ("prefill_512", 1, 512, 1)],
+            skip)
+        results["gpt2"]["flatness"] = flatness(args, gpt2, 200 if args.quick else 1000)
+
+        if not args.skip_llama:
+            llama = os.path.join(work, "llama_1b")
+            config = dict(vocab_size=32000, hidden_size=2048, num_hidden_layers=22, num_attention_heads=32,
+                          num_key_value_heads=4, intermediate_size=5632, max_position_embeddings=2048)
+            print("building a 1.1B Llama (TinyLlama shape, random weights) ...", flush=True)
+            save_random_llama(llama, config)
+            write_word_level_tokenizer(llama, 32000, 1, 2)
+            entry = decode_workloads(args, Engines(args, llama, work, "llama_1b"), 32000, [
+                ("decode_b1_p16_n32" if args.quick else "decode_b1_p16_n64", 1, 16, 32 if args.quick else 64),
+                ("prefill_512", 1, 512, 1)], skip)
+            H, I, L, V = 2048, 5632, 22, 32000
+            kv = 4 * (H // 32)
+            weight_bytes = 4 * (L * (H * H * 2 + 2 * H * kv + 3 * H * I) + V * H)  # per token: every matrix once
+            bound = bandwidth / weight_bytes
+            decode = next(k for k in entry if k.startswith("decode"))
+            ours = entry[decode].get("cpuformer", {}).get("tok_per_s")
+            entry["bandwidth_bound"] = {"weight_bytes_per_token": weight_bytes, "bound_tok_per_s": bound,
+                                        "cpuformer_fraction": ours / bound if ours else None}
+            print(f"  bandwidth bound {bound:.2f} tok/s ({weight_bytes / 1e9:.2f} GB per token); cpuformer at "
+                  f"{(ours or 0) / bound:.0%} of it", flush=True)
+            results["llama_1b"] = entry
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    print("\n| workload | cpuformer | PyTorch | CTranslate2 fp32 | vs PyTorch | vs CT2 |")
+    print("|---|---|---|---|---|---|")
+    for model in ("gpt2", "llama_1b"):
+        for name, entry in results.get(model, {}).items():
+            if "cpuformer" not in entry:
+                continue
+
+            def tps(key):
+                return entry[key]["tok_per_s"] if key in entry else None
+
+            ours, pt, ct = tps("cpuformer"), tps("pytorch"), tps("ctranslate2_fp32")
+            fmt = lambda v: f"{v:.2f}" if v else "-"  # noqa: E731
+            print(f"| {model} {name} | {fmt(ours)} | {fmt(pt)} | {fmt(ct)} | "
+                  f"{f'{ours / pt:.2f}x' if pt else '-'} | {f'{ours / ct:.2f}x' if ct else '-'} |")
+
+    path = args.output or os.path.join(RESULTS, f"decoder_{datetime.date.today().isoformat()}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"machine": machine, "quick": args.quick, "unit": "tokens/s", "results": results}, f, indent=2)
+    print(f"\nwrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

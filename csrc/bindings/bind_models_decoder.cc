@@ -1,0 +1,294 @@
+// cpuformer._core.DecoderModel: the decoder-only causal LM graph and the C++ generation loop.
+//
+// Ownership: the C++ model keeps raw pointers into the embedding tables (zero-copy views of the
+// mmapped weights); this class holds Python references to those arrays for the model's lifetime.
+// Generation runs with the GIL released; a Python token callback (streaming) re-acquires it only
+// to hand over each token.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/arrays.h"
+#include "models/decoder.h"
+#include "models/generation.h"
+#include "runtime/threading.h"
+
+namespace cpuformer {
+namespace bindings {
+namespace {
+
+using IdArray = py::array_t<int64_t, py::array::c_style>;
+
+IdArray as_ids(const py::handle& obj, const char* name) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(std::string(name) + " must be a numpy.ndarray of int64, got " +
+                         std::string(py::str(py::type::of(obj).attr("__name__"))));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (!a.dtype().is(py::dtype::of<int64_t>())) {
+    throw py::type_error(std::string(name) + " must have dtype int64, got " + std::string(py::str(a.dtype())));
+  }
+  require_ndim(a, 2, name, "[batch, seq_len]");
+  return IdArray::ensure(a);
+}
+
+Activation parse_activation(const std::string& s) {
+  if (s == "gelu_tanh") return Activation::kGeluTanh;
+  if (s == "gelu") return Activation::kGeluErf;
+  if (s == "relu") return Activation::kRelu;
+  if (s == "silu") return Activation::kSilu;
+  throw py::value_error("activation must be 'gelu_tanh', 'gelu', 'relu' or 'silu', got '" + s + "'");
+}
+
+class PyDecoderModel {
+ public:
+  PyDecoderModel(const py::dict& config, const py::dict& embeddings) {
+    DecoderConfig c;
+    c.vocab_size = config["vocab_size"].cast<long>();
+    c.hidden_size = config["hidden_size"].cast<long>();
+    c.num_layers = config["num_layers"].cast<long>();
+    c.num_heads = config["num_heads"].cast<long>();
+    c.num_kv_heads = config["num_kv_heads"].cast<long>();
+    c.head_dim = config["head_dim"].cast<long>();
+    c.intermediate_size = config["intermediate_size"].cast<long>();
+    c.max_positions = config["max_positions"].cast<long>();
+    c.rms_norm = config["rms_norm"].cast<bool>();
+    c.norm_eps = config["norm_eps"].cast<float>();
+    c.learned_positions = config["learned_positions"].cast<bool>();
+    c.swiglu = config["swiglu"].cast<bool>();
+    c.activation = parse_activation(config["activation"].cast<std::string>());
+    c.sliding_window = config["sliding_window"].cast<long>();
+    c.qk_norm = config["qk_norm"].cast<bool>();
+    if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 0 || c.num_heads < 1 || c.num_kv_heads < 1 ||
+        c.head_dim < 1 || c.intermediate_size < 1 || c.max_positions < 1 || c.sliding_window < 0) {
+      throw py::value_error("decoder config sizes must be positive");
+    }
+    if (c.num_heads % c.num_kv_heads != 0) {
+      throw py::value_error("num_attention_heads (" + std::to_string(c.num_heads) +
+                            ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
+    }
+    const long H = c.hidden_size;
+    const float* positions = nullptr;
+    if (c.learned_positions) {
+      positions = get(embeddings, "position_embeddings", {c.max_positions, H}, true);
+    } else {
+      if (c.head_dim % 2 != 0) throw py::value_error("RoPE needs an even head_dim, got " + std::to_string(c.head_dim));
+      const float* inv = get(embeddings, "rope_inv_freq", {c.head_dim / 2});
+      c.rope_inv_freq.assign(inv, inv + c.head_dim / 2);
+    }
+    const float* words = get(embeddings, "word_embeddings", {c.vocab_size, H}, true);
+    model_ = std::make_unique<DecoderModel>(c, words, positions);
+  }
+
+  void add_layer(const py::dict& t) {
+    const DecoderConfig& c = model_->config();
+    if (model_->num_layers_added() >= c.num_layers) {
+      throw py::value_error("the decoder already has its " + std::to_string(c.num_layers) + " layers");
+    }
+    const long H = c.hidden_size, I = c.intermediate_size, qw = c.num_heads * c.head_dim,
+               kvw = c.num_kv_heads * c.head_dim;
+    DecoderLayerTensors l;
+    l.q_weight = get(t, "q.weight", {qw, H});
+    l.k_weight = get(t, "k.weight", {kvw, H});
+    l.v_weight = get(t, "v.weight", {kvw, H});
+    l.q_bias = optional(t, "q.bias", {qw});
+    l.k_bias = optional(t, "k.bias", {kvw});
+    l.v_bias = optional(t, "v.bias", {kvw});
+    l.o_weight = get(t, "o.weight", {H, qw});
+    l.o_bias = optional(t, "o.bias", {H});
+    l.norm1_weight = get(t, "norm1.weight", {H});
+    l.norm1_bias = optional(t, "norm1.bias", {H});
+    l.norm2_weight = get(t, "norm2.weight", {H});
+    l.norm2_bias = optional(t, "norm2.bias", {H});
+    if (c.qk_norm) {
+      l.q_norm_weight = get(t, "q_norm.weight", {c.head_dim});
+      l.k_norm_weight = get(t, "k_norm.weight", {c.head_dim});
+    }
+    l.up_weight = get(t, "up.weight", {I, H});
+    l.up_bias = optional(t, "up.bias", {I});
+    if (c.swiglu) l.gate_weight = get(t, "gate.weight", {I, H});
+    l.down_weight = get(t, "down.weight", {H, I});
+    l.down_bias = optional(t, "down.bias", {H});
+    py::gil_scoped_release release;
+    model_->add_layer(l);
+  }
+
+  void set_head(const py::dict& t) {
+    const DecoderConfig& c = model_->config();
+    const float* w = get(t, "norm.weight", {c.hidden_size});
+    const float* b = optional(t, "norm.bias", {c.hidden_size});
+    const float* head = optional(t, "lm_head", {c.vocab_size, c.hidden_size});
+    py::gil_scoped_release release;
+    model_->set_head(w, b, head);
+  }
+
+  py::array_t<float> logits(const py::object& input_ids, const py::object& attention_mask, int num_threads) const {
+    check_complete();
+    const DecoderConfig& c = model_->config();
+    IdArray ids = as_ids(input_ids, "input_ids");
+    const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
+    if (B == 0 || T == 0) {
+      throw py::value_error("input_ids must hold at least one sequence of at least one token, got shape " +
+                            shape_string(ids));
+    }
+    if (T > c.max_positions) {
+      throw py::value_error("sequence length " + std::to_string(T) + " exceeds the model's maximum of " +
+                            std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
+    }
+    check_ids(ids.data(), B * T, "input_ids");
+    IdArray mask;
+    if (!attention_mask.is_none()) {
+      mask = as_ids(attention_mask, "attention_mask");
+      if (mask.shape(0) != B || mask.shape(1) != T) {
+        throw py::value_error("attention_mask must have the shape of input_ids " + shape_string(ids) + ", got " +
+                              shape_string(mask));
+      }
+      for (long i = 0; i < B * T; ++i) {
+        if (mask.data()[i] != 0 && mask.data()[i] != 1) {
+          throw py::value_error("attention_mask entries must be 0 (padding) or 1 (token)");
+        }
+      }
+    }
+    py::array_t<float> out({B, T, c.vocab_size});
+    const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
+    const int64_t* ip = ids.data();
+    float* op = out.mutable_data();
+    {
+      py::gil_scoped_release release;
+      ScopedNumThreads threads(num_threads);
+      model_->logits(ip, mp, B, T, op);
+    }
+    return out;
+  }
+
+  // prompts: token-id lists (validated here); options: the GenerationOptions fields by name,
+  // already validated by the Python layer. Returns (tokens, log_probs or None).
+  py::tuple generate(const std::vector<std::vector<int64_t>>& prompts, const py::dict& options,
+                     const py::object& callback, int num_threads) const {
+    check_complete();
+    const DecoderConfig& c = model_->config();
+    if (prompts.empty()) throw py::value_error("generate() needs at least one prompt");
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      if (prompts[i].empty()) throw py::value_error("prompt " + std::to_string(i) + " is empty");
+      check_ids(prompts[i].data(), static_cast<long>(prompts[i].size()), "prompt token ids");
+    }
+    GenerationOptions o;
+    o.max_new_tokens = options["max_new_tokens"].cast<long>();
+    o.min_new_tokens = options["min_new_tokens"].cast<long>();
+    o.do_sample = options["do_sample"].cast<bool>();
+    o.temperature = options["temperature"].cast<float>();
+    o.top_k = options["top_k"].cast<long>();
+    o.top_p = options["top_p"].cast<float>();
+    o.repetition_penalty = options["repetition_penalty"].cast<float>();
+    o.num_beams = options["num_beams"].cast<long>();
+    o.length_penalty = options["length_penalty"].cast<float>();
+    o.early_stopping = options["early_stopping"].cast<int>();
+    o.eos_token_ids = options["eos_token_ids"].cast<std::vector<int64_t>>();
+    o.pad_token_id = options["pad_token_id"].cast<int64_t>();
+    o.seed = options["seed"].cast<uint64_t>();
+    o.return_log_probs = options["return_log_probs"].cast<bool>();
+    for (int64_t e : o.eos_token_ids) {
+      if (e < 0 || e >= c.vocab_size) {
+        throw py::value_error("eos_token_id " + std::to_string(e) + " is out of range; token ids must be in [0, " +
+                              std::to_string(c.vocab_size) + ") (vocab_size)");
+      }
+    }
+    if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
+    long longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, static_cast<long>(p.size()));
+    if (longest + o.max_new_tokens > c.max_positions) {
+      throw py::value_error("prompt length " + std::to_string(longest) + " + max_new_tokens " +
+                            std::to_string(o.max_new_tokens) + " exceeds the model's maximum of " +
+                            std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
+    }
+    TokenCallback on_token;
+    if (!callback.is_none()) {
+      on_token = [&callback](long index, int64_t token) {
+        py::gil_scoped_acquire acquire;
+        callback(index, token);
+      };
+    }
+    GenerationResult result;
+    {
+      py::gil_scoped_release release;
+      ScopedNumThreads threads(num_threads);
+      DecoderSession session(*model_);
+      result = cpuformer::generate(session, prompts, o, on_token);
+    }
+    py::object log_probs = py::none();
+    if (o.return_log_probs) log_probs = py::cast(result.log_probs);
+    return py::make_tuple(py::cast(result.tokens), log_probs);
+  }
+
+  long vocab_size() const { return model_->config().vocab_size; }
+  long max_positions() const { return model_->config().max_positions; }
+
+ private:
+  void check_complete() const {
+    if (!model_->complete()) {
+      throw py::value_error("the decoder has " + std::to_string(model_->num_layers_added()) + " of its " +
+                            std::to_string(model_->config().num_layers) + " layers or no head; add them first");
+    }
+  }
+
+  void check_ids(const int64_t* ids, long n, const char* what) const {
+    const long V = model_->config().vocab_size;
+    for (long i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= V) {
+        throw py::value_error(std::string(what) + ": token id " + std::to_string(ids[i]) +
+                              " is out of range; token ids must be in [0, " + std::to_string(V) + ") (vocab_size)");
+      }
+    }
+  }
+
+  const float* optional(const py::dict& tensors, const std::string& key, std::vector<long> shape) {
+    if (!tensors.contains(key) || tensors[py::str(key)].is_none()) return nullptr;
+    return get(tensors, key, std::move(shape));
+  }
+
+  const float* get(const py::dict& tensors, const std::string& key, std::vector<long> shape, bool keep = false) {
+    if (!tensors.contains(key)) throw py::value_error("missing decoder tensor '" + key + "'");
+    py::object obj = tensors[py::str(key)];
+    if (!py::isinstance<py::array>(obj)) throw py::type_error("decoder tensor '" + key + "' must be a numpy.ndarray");
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(py::dtype::of<float>())) {
+      throw py::type_error("decoder tensor '" + key + "' must have dtype float32, got " + std::string(py::str(a.dtype())));
+    }
+    bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
+    for (size_t d = 0; ok && d < shape.size(); ++d) ok = a.shape(d) == shape[d];
+    if (!ok) {
+      std::string want = "[";
+      for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
+      throw py::value_error("decoder tensor '" + key + "' must have shape " + want + "], got " + shape_string(a));
+    }
+    if (!(a.flags() & py::array::c_style)) throw py::value_error("decoder tensor '" + key + "' must be C-contiguous");
+    if (keep) kept_.append(a);
+    return static_cast<const float*>(a.data());
+  }
+
+  py::list kept_;  // declared before model_: destroyed after it
+  std::unique_ptr<DecoderModel> model_;
+};
+
+}  // namespace
+
+void register_models_decoder(py::module_& m) {
+  py::class_<PyDecoderModel>(m, "DecoderModel")
+      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("embeddings"))
+      .def("add_layer", &PyDecoderModel::add_layer, py::arg("tensors"))
+      .def("set_head", &PyDecoderModel::set_head, py::arg("tensors"))
+      .def("logits", &PyDecoderModel::logits, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
+           py::arg("num_threads") = 0)
+      .def("generate", &PyDecoderModel::generate, py::arg("prompts"), py::arg("options"),
+           py::arg("callback") = py::none(), py::arg("num_threads") = 0)
+      .def_property_readonly("vocab_size", &PyDecoderModel::vocab_size)
+      .def_property_readonly("max_positions", &PyDecoderModel::max_positions);
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

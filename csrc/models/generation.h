@@ -1,0 +1,61 @@
+// The token-generation loop, independent of the model: greedy search, sampling (temperature,
+// top-k, top-p), repetition penalty, min/max new tokens, several EOS ids, beam search, per-token
+// log-probabilities and a per-token callback (streaming). Semantics follow Hugging Face's
+// generate() (logits processors in its order; beam search as transformers' _beam_search).
+//
+// The loop drives a StepModel: anything that turns "the current tokens" into next-token logits
+// while keeping its own state (a decoder's KV cache; later an encoder-decoder's self- and
+// cross-attention caches).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace cpuformer {
+
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+  virtual long vocab_size() const = 0;
+  // Starts a run over `rows` sequences given left-padded as ids/mask [rows, T] (mask 1 = token,
+  // 0 = padding; every row ends with a token). Room is reserved for max_new more tokens per row.
+  // logits [rows, V]: next-token logits after the last position.
+  virtual void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long max_new, float* logits) = 0;
+  // Appends one token per row (tokens [rows]); logits [rows, V] as above.
+  virtual void step(const int64_t* tokens, float* logits) = 0;
+  // Beam bookkeeping: afterwards row r holds the state row source[r] held before (rows entries).
+  virtual void reorder(const long* source) = 0;
+};
+
+struct GenerationOptions {
+  long max_new_tokens = 20;
+  long min_new_tokens = 0;
+  bool do_sample = false;
+  float temperature = 1.0f;
+  long top_k = 0;         // 0: off
+  float top_p = 1.0f;     // 1: off
+  float repetition_penalty = 1.0f;
+  long num_beams = 1;
+  float length_penalty = 1.0f;
+  int early_stopping = 0;  // beam search: 0 = False (heuristic), 1 = True, 2 = "never"
+  std::vector<int64_t> eos_token_ids;
+  int64_t pad_token_id = 0;  // fed for finished rows / prompt padding; any valid id
+  uint64_t seed = 0;
+  bool return_log_probs = false;
+};
+
+struct GenerationResult {
+  std::vector<std::vector<int64_t>> tokens;   // new tokens per prompt (EOS included when produced)
+  std::vector<std::vector<float>> log_probs;  // per new token, if requested
+};
+
+// Called with (prompt index, token) as each token is chosen (greedy / sampling only; beam search
+// reports the final sequences' tokens after the search).
+using TokenCallback = std::function<void(long, int64_t)>;
+
+// Prompts must be non-empty with ids in [0, V); options validated by the caller.
+GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
+                          const GenerationOptions& options, const TokenCallback& on_token = nullptr);
+
+}  // namespace cpuformer

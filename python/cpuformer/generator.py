@@ -1,0 +1,533 @@
+"""``cpuformer.Generator``: decoder-only causal language models and text generation.
+
+Supported: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM (sliding window),
+Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (per-head q/k RMSNorm). Loading maps a
+checkpoint's tensor names onto one graph (``_core.DecoderModel``, C++), packs each layer's
+projections and releases the layer's source pages right after. The embedding tables stay
+zero-copy views of the mmapped file (the C++ model holds references to them).
+
+Generation runs entirely in C++ (prefill, decode steps with an in-place KV cache, logits
+processing, sampling and beam bookkeeping); Python is only called per token to stream.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _core
+from ._load import classify, not_implemented
+from ._model_dir import ModelDir, config_float, config_int
+
+PathLike = Union[str, os.PathLike]
+
+_DTYPES_LATER = ("float16", "bfloat16", "int8")
+_GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+                     "gelu_fast": "gelu_tanh"}
+_ROPE_TYPES = ("default", "linear", "llama3")
+
+
+def _family(model_type: Any, architecture: str) -> str:
+    for prefix, family in (("GPT2", "gpt2"), ("Llama", "llama"), ("Mistral", "mistral"), ("Qwen3", "qwen3"),
+                           ("Qwen2", "qwen2")):
+        if architecture.startswith(prefix):
+            return family
+    if model_type in ("gpt2", "llama", "mistral", "qwen2", "qwen3"):
+        return model_type
+    raise ValueError(f"unknown decoder architecture {architecture!r}")
+
+
+def rope_inv_freq(config: Dict[str, Any], head_dim: int) -> np.ndarray:
+    """RoPE inverse frequencies [head_dim / 2] float32 as transformers computes them, with
+    ``rope_scaling`` / ``rope_parameters`` types default, linear and llama3."""
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(params, dict):
+        raise ValueError(f"config.json: rope_scaling must be an object, got {params!r}")
+    theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
+    theta = config_float({"rope_theta": theta}, "rope_theta", minimum=1e-9)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in _ROPE_TYPES:
+        raise ValueError(f"config.json: unknown rope_scaling type {rope_type!r}; supported: {', '.join(_ROPE_TYPES)}")
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = (1.0 / (np.float64(theta) ** exponent.astype(np.float64))).astype(np.float32)
+    if rope_type == "linear":
+        factor = config_float(params, "factor", minimum=1e-9, source="config.json rope_scaling")
+        inv_freq = (inv_freq / np.float32(factor)).astype(np.float32)
+    elif rope_type == "llama3":
+        source = "config.json rope_scaling"
+        factor = config_float(params, "factor", minimum=1e-9, source=source)
+        low = config_float(params, "low_freq_factor", minimum=1e-9, source=source)
+        high = config_float(params, "high_freq_factor", minimum=1e-9, source=source)
+        old = config_float(params, "original_max_position_embeddings", minimum=1, source=source)
+        if high <= low:
+            raise ValueError(f"{source}: high_freq_factor ({high}) must exceed low_freq_factor ({low})")
+        low_wavelen, high_wavelen = old / low, old / high
+        f = inv_freq.astype(np.float32)
+        wavelen = np.float32(2 * math.pi) / f
+        scaled = np.where(wavelen > low_wavelen, f / np.float32(factor), f).astype(np.float32)
+        smooth = ((np.float32(old) / wavelen - np.float32(low)) / np.float32(high - low)).astype(np.float32)
+        smoothed = ((1 - smooth) * scaled / np.float32(factor) + smooth * scaled).astype(np.float32)
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv_freq = np.where(medium, smoothed, scaled).astype(np.float32)
+    return np.ascontiguousarray(inv_freq, dtype=np.float32)
+
+
+def _decoder_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
+    if family == "gpt2":
+        hidden = config_int(config, "n_embd", default=768)
+        act = config.get("activation_function", "gelu_new")
+        if act not in _GPT2_ACTIVATIONS:
+            raise ValueError(f"config.json: activation_function {act!r} is not supported; use one of "
+                             f"{sorted(_GPT2_ACTIVATIONS)}")
+        for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+            if config.get(flag):
+                raise NotImplementedError(f"config.json: {flag}=true is not supported")
+        if config.get("scale_attn_weights") is False:
+            raise NotImplementedError("config.json: scale_attn_weights=false is not supported")
+        heads = config_int(config, "n_head", default=12)
+        if hidden % heads:
+            raise ValueError(f"config.json: n_embd {hidden} is not a multiple of n_head {heads}")
+        n_inner = config.get("n_inner")
+        out = dict(vocab_size=config_int(config, "vocab_size", default=50257), hidden_size=hidden,
+                   num_layers=config_int(config, "n_layer", default=12), num_heads=heads, num_kv_heads=heads,
+                   head_dim=hidden // heads,
+                   intermediate_size=4 * hidden if n_inner is None else config_int(config, "n_inner"),
+                   max_positions=config_int(config, "n_positions", default=1024), rms_norm=False,
+                   norm_eps=config_float(config, "layer_norm_epsilon", default=1e-5, minimum=0.0),
+                   learned_positions=True, swiglu=False, activation=_GPT2_ACTIVATIONS[act], sliding_window=0,
+                   qk_norm=False, tie_word_embeddings=config.get("tie_word_embeddings", True) is not False)
+        return out
+    hidden = config_int(config, "hidden_size")
+    heads = config_int(config, "num_attention_heads")
+    kv_heads = config_int(config, "num_key_value_heads", default=heads)
+    head_dim = config.get("head_dim")
+    head_dim = hidden // heads if head_dim is None else config_int(config, "head_dim")
+    if heads % kv_heads:
+        raise ValueError(f"config.json: num_attention_heads {heads} is not a multiple of num_key_value_heads "
+                         f"{kv_heads}")
+    if head_dim % 2:
+        raise ValueError(f"config.json: RoPE needs an even head_dim, got {head_dim}")
+    act = config.get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"config.json: hidden_act {act!r} is not supported; the Llama family uses 'silu'")
+    window = 0
+    if family == "mistral" and config.get("sliding_window") is not None:
+        window = config_int(config, "sliding_window")
+    if family in ("qwen2", "qwen3") and config.get("use_sliding_window") and config.get("sliding_window"):
+        raise NotImplementedError("config.json: use_sliding_window=true (per-layer sliding windows) is not supported")
+    return dict(vocab_size=config_int(config, "vocab_size"), hidden_size=hidden,
+                num_layers=config_int(config, "num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
+                head_dim=head_dim, intermediate_size=config_int(config, "intermediate_size"),
+                max_positions=config_int(config, "max_position_embeddings", default=2048), rms_norm=True,
+                norm_eps=config_float(config, "rms_norm_eps", default=1e-6, minimum=0.0),
+                learned_positions=False, swiglu=True, activation="silu", sliding_window=window,
+                qk_norm=family == "qwen3", tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+
+
+def _token_list(value: Any) -> List[int]:
+    """An int or a list of ints (eos_token_id in configs), as a list."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return [int(value)]
+
+
+class Generator:
+    """A decoder-only causal LM loaded from a Hugging Face model directory.
+
+    ``Generator(path, dtype="float32", num_threads=None)``. ``gen.logits(input_ids,
+    attention_mask=None)`` gives float32 [B, T, V]; ``gen.generate(prompts, ...)`` generates
+    (arguments named as in Hugging Face's generate()); ``gen.stream(prompt, ...)`` yields tokens as
+    they are produced.
+    """
+
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: str = "float32", num_threads: Optional[int] = None):
+        if not isinstance(dtype, str):
+            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__}")
+        if dtype in _DTYPES_LATER:
+            raise NotImplementedError(f"dtype={dtype!r} is not supported for decoders yet; use dtype='float32'")
+        if dtype != "float32":
+            raise ValueError(f"dtype must be 'float32' (later: {', '.join(_DTYPES_LATER)}), got {dtype!r}")
+        if num_threads is None:
+            num_threads = 0
+        elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
+            raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
+        self.num_threads = int(num_threads)
+        self.dtype = dtype
+        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
+        try:
+            kind, _, name = classify(model_dir.config)
+            if kind != "decoder":
+                if kind == "encoder":
+                    raise ValueError(f"{name} is an encoder; open it with cpuformer.Encoder or cpuformer.load")
+                raise not_implemented(kind, name)
+            self.family = _family(model_dir.config.get("model_type"), name)
+            self._build(model_dir)
+        except BaseException:
+            model_dir.close()
+            raise
+        self._model_dir = model_dir
+        self.architecture = name
+        self._tokenizer = None
+        self._defaults(model_dir)
+
+    # ---- loading ---------------------------------------------------------------------------
+
+    def _build(self, md: ModelDir) -> None:
+        cfg = _decoder_config(self.family, md.config)
+        self.config = cfg
+        H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+        D, heads, kv_heads = cfg["head_dim"], cfg["num_heads"], cfg["num_kv_heads"]
+        graph_cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings"}
+        if self.family == "gpt2":
+            prefix = "transformer." if "transformer.wte.weight" in md else ""
+            embeddings = {"word_embeddings": md.tensor(prefix + "wte.weight", shape=(V, H)),
+                          "position_embeddings": md.tensor(prefix + "wpe.weight", shape=(cfg["max_positions"], H))}
+            word = embeddings["word_embeddings"]
+            model = _core.DecoderModel(graph_cfg, embeddings)
+            for layer in range(cfg["num_layers"]):
+                p = f"{prefix}h.{layer}."
+                names = [p + n for n in ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                         "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                         "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")]
+                # Conv1D stores weights [in, out]: transposed once here into nn.Linear layout.
+                qkv_w = np.ascontiguousarray(md.tensor(p + "attn.c_attn.weight", shape=(H, 3 * H)).T)
+                qkv_b = md.tensor(p + "attn.c_attn.bias", shape=(3 * H,))
+                t = {"q.weight": qkv_w[:H], "k.weight": qkv_w[H:2 * H], "v.weight": qkv_w[2 * H:],
+                     "q.bias": np.ascontiguousarray(qkv_b[:H]), "k.bias": np.ascontiguousarray(qkv_b[H:2 * H]),
+                     "v.bias": np.ascontiguousarray(qkv_b[2 * H:]),
+                     "o.weight": np.ascontiguousarray(md.tensor(p + "attn.c_proj.weight", shape=(H, H)).T),
+                     "o.bias": md.tensor(p + "attn.c_proj.bias", shape=(H,)),
+                     "norm1.weight": md.tensor(p + "ln_1.weight", shape=(H,)),
+                     "norm1.bias": md.tensor(p + "ln_1.bias", shape=(H,)),
+                     "norm2.weight": md.tensor(p + "ln_2.weight", shape=(H,)),
+                     "norm2.bias": md.tensor(p + "ln_2.bias", shape=(H,)),
+                     "up.weight": np.ascontiguousarray(md.tensor(p + "mlp.c_fc.weight", shape=(H, I)).T),
+                     "up.bias": md.tensor(p + "mlp.c_fc.bias", shape=(I,)),
+                     "down.weight": np.ascontiguousarray(md.tensor(p + "mlp.c_proj.weight", shape=(I, H)).T),
+                     "down.bias": md.tensor(p + "mlp.c_proj.bias", shape=(H,))}
+                model.add_layer(t)
+                del t, qkv_w
+                for name in names:
+                    md.release(name)
+            head = {"norm.weight": md.tensor(prefix + "ln_f.weight", shape=(H,)),
+                    "norm.bias": md.tensor(prefix + "ln_f.bias", shape=(H,))}
+            if "lm_head.weight" in md and not cfg["tie_word_embeddings"]:
+                head["lm_head"] = md.tensor("lm_head.weight", shape=(V, H))
+        else:
+            embeddings = {"word_embeddings": md.tensor("model.embed_tokens.weight", shape=(V, H)),
+                          "rope_inv_freq": rope_inv_freq(md.config, D)}
+            word = embeddings["word_embeddings"]
+            model = _core.DecoderModel(graph_cfg, embeddings)
+            shapes = {"q_proj": (heads * D, H), "k_proj": (kv_heads * D, H), "v_proj": (kv_heads * D, H),
+                      "o_proj": (H, heads * D)}
+            for layer in range(cfg["num_layers"]):
+                p = f"model.layers.{layer}."
+                t: Dict[str, Any] = {}
+                names = []
+                for key, proj in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "o_proj")):
+                    name = p + "self_attn." + proj
+                    t[key + ".weight"] = md.tensor(name + ".weight", shape=shapes[proj])
+                    names.append(name + ".weight")
+                    if name + ".bias" in md:
+                        t[key + ".bias"] = md.tensor(name + ".bias", shape=shapes[proj][:1])
+                for key, proj, shape in (("gate", "gate_proj", (I, H)), ("up", "up_proj", (I, H)),
+                                         ("down", "down_proj", (H, I))):
+                    name = p + "mlp." + proj
+                    t[key + ".weight"] = md.tensor(name + ".weight", shape=shape)
+                    names.append(name + ".weight")
+                    if name + ".bias" in md:
+                        if key == "gate":
+                            raise NotImplementedError("MLP biases (mlp_bias=true) are not supported")
+                        t[key + ".bias"] = md.tensor(name + ".bias", shape=shape[:1])
+                t["norm1.weight"] = md.tensor(p + "input_layernorm.weight", shape=(H,))
+                t["norm2.weight"] = md.tensor(p + "post_attention_layernorm.weight", shape=(H,))
+                if cfg["qk_norm"]:
+                    t["q_norm.weight"] = md.tensor(p + "self_attn.q_norm.weight", shape=(D,))
+                    t["k_norm.weight"] = md.tensor(p + "self_attn.k_norm.weight", shape=(D,))
+                model.add_layer(t)
+                del t
+                for name in names:
+                    md.release(name)
+            head = {"norm.weight": md.tensor("model.norm.weight", shape=(H,))}
+            if "lm_head.weight" in md and not cfg["tie_word_embeddings"]:
+                head["lm_head"] = md.tensor("lm_head.weight", shape=(V, H))
+            elif not cfg["tie_word_embeddings"]:
+                raise ValueError(f"{md.path}: the checkpoint has no lm_head.weight and tie_word_embeddings is false")
+        model.set_head(head)
+        if "lm_head" in head:
+            md.release("lm_head.weight")
+        del word
+        self._model = model
+
+    def _defaults(self, md: ModelDir) -> None:
+        gen, cfg = md.generation_config, md.config
+        eos = gen.get("eos_token_id", cfg.get("eos_token_id"))
+        self._eos_source = "generation_config.json" if gen.get("eos_token_id") is not None else "config.json"
+        self.eos_token_ids = _token_list(eos)
+        pad = gen.get("pad_token_id", cfg.get("pad_token_id"))
+        pad_list = _token_list(pad)
+        self.pad_token_id = pad_list[0] if pad_list else (self.eos_token_ids[0] if self.eos_token_ids else 0)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config["vocab_size"]
+
+    @property
+    def max_positions(self) -> int:
+        return self.config["max_positions"]
+
+    def close(self) -> None:
+        """Frees the model and drops the weight maps; the object cannot be used afterwards."""
+        self._model = None
+        self._model_dir.close()
+
+    def _live(self):
+        if self._model is None:
+            raise ValueError("this Generator is closed")
+        return self._model
+
+    # ---- forward ---------------------------------------------------------------------------
+
+    def logits(self, input_ids, attention_mask=None) -> np.ndarray:
+        """Next-token logits at every position, float32 [B, T, V]. Positions follow the mask like
+        Hugging Face's generate() (cumsum(mask) - 1), so a left-padded row gives the logits it
+        gives alone; rows at padded positions carry no meaning."""
+        model = self._live()
+        ids = _as_2d(input_ids, "input_ids")
+        mask = None if attention_mask is None else _as_2d(attention_mask, "attention_mask", allow_bool=True)
+        return model.logits(ids, mask, self.num_threads)
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def _get_tokenizer(self):
+        if self._tokenizer is None:
+            path = self._model_dir.tokenizer_path
+            if path is None:
+                raise ValueError(f"the prompt is a string, but {self._model_dir.path} has no tokenizer.json; "
+                                 "pass token ids instead")
+            from tokenizers import Tokenizer
+
+            self._tokenizer = Tokenizer.from_file(os.fspath(path))
+        return self._tokenizer
+
+    def _prompts(self, prompts) -> Tuple[List[List[int]], str]:
+        """(token-id lists, kind): kind "str" (one string), "strs" (a list of strings) or "ids"."""
+        if isinstance(prompts, str):
+            return [self._encode(prompts, 0)], "str"
+        if isinstance(prompts, np.ndarray):
+            if prompts.dtype.kind not in "iu":
+                raise TypeError(f"prompts must hold integer token ids, got dtype {prompts.dtype}")
+            if prompts.ndim == 1:
+                prompts = [prompts]
+            elif prompts.ndim != 2:
+                raise ValueError(f"prompts must be 1-D or 2-D, got shape {list(prompts.shape)}")
+            return [_ids(p, i) for i, p in enumerate(prompts)], "ids"
+        if not isinstance(prompts, (list, tuple)):
+            raise TypeError(f"prompts must be a string, a list of strings or token-id lists, got "
+                            f"{type(prompts).__name__}")
+        if len(prompts) == 0:
+            raise ValueError("prompts is empty: give at least one prompt")
+        if all(isinstance(p, str) for p in prompts):
+            return [self._encode(p, i) for i, p in enumerate(prompts)], "strs"
+        if all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in prompts):
+            return [_ids(prompts, 0)], "ids"
+        return [_ids(p, i) for i, p in enumerate(prompts)], "ids"
+
+    def _encode(self, text: str, index: int) -> List[int]:
+        ids = self._get_tokenizer().encode(text).ids
+        if not ids:
+            raise ValueError(f"prompt {index} is empty (it encodes to no tokens)")
+        return list(ids)
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self._get_tokenizer().decode(list(ids), skip_special_tokens=True)
+
+    def _options(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty,
+                 num_beams, length_penalty, early_stopping, eos_token_id, seed, return_log_probs) -> Dict[str, Any]:
+        def integer(name, value, minimum):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+            return int(value)
+
+        def number(name, value):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
+                    not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+            return float(value)
+
+        max_new_tokens = integer("max_new_tokens", max_new_tokens, 0)
+        min_new_tokens = integer("min_new_tokens", min_new_tokens, 0)
+        temperature = number("temperature", temperature)
+        top_p = number("top_p", top_p)
+        repetition_penalty = number("repetition_penalty", repetition_penalty)
+        length_penalty = number("length_penalty", length_penalty)
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
+        num_beams = integer("num_beams", num_beams, 1)
+        if do_sample and temperature <= 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+        if do_sample and num_beams > 1:
+            raise NotImplementedError("beam sampling (do_sample=True with num_beams > 1) is not supported")
+        if early_stopping not in (False, True, "never"):
+            raise ValueError(f"early_stopping must be False, True or 'never', got {early_stopping!r}")
+        if eos_token_id is None:
+            eos = list(self.eos_token_ids)
+            for v in eos:
+                if not 0 <= v < self.vocab_size:
+                    raise ValueError(f"the default eos_token_id {v} (from {self._eos_source}) is out of range; "
+                                     f"token ids must be in [0, {self.vocab_size}) (vocab_size); pass eos_token_id=")
+        else:
+            values = eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id]
+            eos = []
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+                if not 0 <= v < self.vocab_size:
+                    raise ValueError(f"eos_token_id {v} is out of range; token ids must be in "
+                                     f"[0, {self.vocab_size}) (vocab_size)")
+                eos.append(int(v))
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
+            raise ValueError(f"seed must be an integer in [0, 2**64) or None, got {seed!r}")
+        return dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, do_sample=bool(do_sample),
+                    temperature=temperature if do_sample else 1.0, top_k=int(top_k) if do_sample else 0,
+                    top_p=top_p if do_sample else 1.0, repetition_penalty=repetition_penalty, num_beams=num_beams,
+                    length_penalty=length_penalty,
+                    early_stopping={False: 0, True: 1, "never": 2}[early_stopping], eos_token_ids=eos,
+                    pad_token_id=int(self.pad_token_id), seed=int(seed), return_log_probs=bool(return_log_probs))
+
+    def generate(self, prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
+                 num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
+                 eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
+                 return_log_probs: bool = False):
+        """New tokens for each prompt (list[list[int]]; EOS included when produced).
+
+        prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
+        internally, each stops on its own EOS), a string or a list of strings (needs
+        tokenizer.json; the result is then a string or a list of strings). Greedy by default;
+        do_sample with temperature / top_k / top_p (reproducible for a given seed); num_beams > 1
+        is beam search as in transformers. eos_token_id defaults to generation_config.json, else
+        config.json. return_log_probs=True returns (tokens, log_probs), the log-probability of each
+        chosen token under the processed distribution (for beams: the step's beam score increment).
+        """
+        model = self._live()
+        ids, kind = self._prompts(prompts)
+        options = self._options(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                                repetition_penalty, num_beams, length_penalty, early_stopping, eos_token_id, seed,
+                                return_log_probs)
+        tokens, log_probs = model.generate(ids, options, None, self.num_threads)
+        if kind == "str":
+            out: Any = self._decode(tokens[0])
+        elif kind == "strs":
+            out = [self._decode(t) for t in tokens]
+        else:
+            out = tokens
+        return (out, log_probs) if return_log_probs else out
+
+    def stream(self, prompt, **kwargs) -> Iterator[Union[int, str]]:
+        """Yields the new tokens of one prompt as they are produced (greedy or sampling; beam search
+        yields the best sequence at the end). Given a string (and tokenizer.json), yields text
+        pieces instead. Takes generate()'s keyword arguments except return_log_probs."""
+        model = self._live()
+        if "return_log_probs" in kwargs:
+            raise TypeError("stream() does not return log-probabilities; use generate(return_log_probs=True)")
+        ids, kind = self._prompts(prompt)
+        if len(ids) != 1:
+            raise ValueError(f"stream() takes one prompt, got {len(ids)}")
+        defaults = dict(max_new_tokens=20, min_new_tokens=0, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
+                        repetition_penalty=1.0, num_beams=1, length_penalty=1.0, early_stopping=False,
+                        eos_token_id=None, seed=None)
+        unknown = set(kwargs) - set(defaults)
+        if unknown:
+            raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
+        defaults.update(kwargs)
+        options = self._options(return_log_probs=False, **defaults)
+        return self._stream(model, ids, options, kind == "str")
+
+    def _stream(self, model, ids, options, text: bool) -> Iterator[Union[int, str]]:
+        tokens: "queue.Queue[Any]" = queue.Queue()
+        done = object()
+        failure: List[BaseException] = []
+
+        def run() -> None:
+            try:
+                model.generate(ids, options, lambda _index, token: tokens.put(token), self.num_threads)
+            except BaseException as error:  # handed to the consuming thread
+                failure.append(error)
+            finally:
+                tokens.put(done)
+
+        worker = threading.Thread(target=run, daemon=True)
+        worker.start()
+        produced: List[int] = []
+        emitted = ""
+        while True:
+            token = tokens.get()
+            if token is done:
+                break
+            if not text:
+                yield token
+                continue
+            produced.append(token)
+            decoded = self._decode(produced)
+            if decoded.endswith("\ufffd"):
+                continue  # an incomplete UTF-8 sequence: wait for the next token
+            if decoded.startswith(emitted) and len(decoded) > len(emitted):
+                yield decoded[len(emitted):]
+                emitted = decoded
+        worker.join()
+        if failure:
+            raise failure[0]
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Generator({self.architecture}, layers={c['num_layers']}, hidden={c['hidden_size']}, "
+                f"heads={c['num_heads']}/{c['num_kv_heads']}, dtype={self.dtype})")
+
+
+def _ids(value, index: int) -> List[int]:
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise ValueError(f"prompt {index} must be a 1-D sequence of token ids, got shape {list(value.shape)}")
+        if value.dtype.kind not in "iu":
+            raise TypeError(f"prompt {index} must hold integer token ids, got dtype {value.dtype}")
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"prompt {index} must be a string or a list of token ids, got {type(value).__name__}")
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"prompt {index} must hold integer token ids, got {type(v).__name__} {v!r}")
+    if len(value) == 0:
+        raise ValueError(f"prompt {index} is empty; every prompt needs at least one token")
+    return [int(v) for v in value]
+
+
+def _as_2d(value, name: str, allow_bool: bool = False) -> np.ndarray:
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.dtype == object:
+        raise ValueError(f"{name} must be a rectangular [batch, seq_len] array of integers")
+    if array.dtype.kind == "b" and allow_bool:
+        array = array.astype(np.int64)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got dtype {array.dtype}")
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim != 2:
+        raise ValueError(f"{name} must have 2 dimensions [batch, seq_len], got shape {list(array.shape)}")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+__all__ = ["Generator", "rope_inv_freq"]
