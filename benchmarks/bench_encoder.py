@@ -50,8 +50,20 @@ def machine_info(threads: int) -> dict:
             "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version()}
 
 
+def _git_commit() -> str:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def measure(fn, sequences: int, repeats: int, min_seconds: float) -> dict:
-    """Median sequences/s over `repeats` timed rounds; each round runs fn at least min_seconds."""
+    """Sequences/s over `repeats` timed rounds (each runs fn for at least min_seconds): the median
+    and the best round. On a shared machine the best round is the least disturbed by other load."""
     fn()  # warm-up (allocations, page faults, lazy init)
     rates = []
     for _ in range(repeats):
@@ -63,7 +75,8 @@ def measure(fn, sequences: int, repeats: int, min_seconds: float) -> dict:
             if elapsed >= min_seconds:
                 break
         rates.append(calls * sequences / elapsed)
-    return {"seq_per_s": statistics.median(rates), "min": min(rates), "max": max(rates), "rounds": rates}
+    return {"seq_per_s": statistics.median(rates), "best": max(rates), "min": min(rates), "max": max(rates),
+            "rounds": rates}
 
 
 def build_bert_base(directory: str) -> None:
@@ -190,32 +203,40 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM embedding workload")
+    parser.add_argument("--note", default="", help="free text stored in the JSON (e.g. which kernels were merged)")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/encoder_<date>.json)")
     args = parser.parse_args(argv)
     results: dict = {}
     rows: list = []
     machine = machine_info(args.threads)
+    machine["cpuformer_commit"] = _git_commit()
     print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
     bert_workloads(args, results, rows)
     if not args.no_minilm:
         minilm_workload(args, results, rows)
 
-    print("\n| workload | cpuformer | PyTorch | CTranslate2 fp32 | sentence-transformers | vs PyTorch | vs CT2 |")
+    print("\nsequences/s, median of rounds (best round in brackets)")
+    print("| workload | cpuformer | PyTorch | CTranslate2 fp32 | sentence-transformers | vs PyTorch | vs CT2 |")
     print("|---|---|---|---|---|---|---|")
     for name, entry in rows:
-        def rate(key):
-            return entry[key]["seq_per_s"] if key in entry else None
+        def cell(key):
+            return f"{entry[key]['seq_per_s']:.1f} ({entry[key]['best']:.1f})" if key in entry else "-"
 
-        ours, pt, ct, st = rate("cpuformer"), rate("pytorch"), rate("ctranslate2_fp32"), rate("sentence_transformers")
-        fmt = lambda v: f"{v:.1f}" if v else "-"  # noqa: E731
-        vs_pt = f"{ours / (pt or st):.2f}x" if (pt or st) else "-"
-        vs_ct = f"{ours / ct:.2f}x" if ct else "-"
-        print(f"| {name} | {fmt(ours)} | {fmt(pt)} | {fmt(ct)} | {fmt(st)} | {vs_pt} | {vs_ct} |")
+        def ratio(key):
+            if key not in entry:
+                return "-"
+            ours, other = entry["cpuformer"], entry[key]
+            return f"{ours['seq_per_s'] / other['seq_per_s']:.2f}x ({ours['best'] / other['best']:.2f}x)"
+
+        torch_key = "pytorch" if "pytorch" in entry else "sentence_transformers"
+        print(f"| {name} | {cell('cpuformer')} | {cell('pytorch')} | {cell('ctranslate2_fp32')} | "
+              f"{cell('sentence_transformers')} | {ratio(torch_key)} | {ratio('ctranslate2_fp32')} |")
 
     path = args.output or os.path.join(RESULTS, f"encoder_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
-        json.dump({"machine": machine, "quick": args.quick, "unit": "sequences/s", "results": results}, f, indent=2)
+        json.dump({"machine": machine, "quick": args.quick, "note": args.note, "unit": "sequences/s",
+                   "results": results}, f, indent=2)
     print(f"\nwrote {path}")
     return 0
 

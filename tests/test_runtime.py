@@ -64,15 +64,16 @@ def test_set_num_threads():
         cf.set_num_threads(-1)
 
 
-# The kernel tests run in this process at the best level; here they run again in a child
-# process at every lower level this CPU supports.
+# The kernel and model tests run in this process at the best level; here they run again in a
+# child process at every lower level this CPU supports.
 @pytest.mark.parametrize("level", [lv for lv in supported_levels() if lv != cf.cpu_info()["isa"]])
 def test_kernels_at_level(level):
     env = dict(os.environ, CPUFORMER_ISA=level)
-    kernels_dir = os.path.join(os.path.dirname(__file__), "kernels")
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", kernels_dir],
+    here = os.path.dirname(__file__)
+    dirs = [os.path.join(here, "kernels"), os.path.join(here, "models")]
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *dirs],
                          env=env, capture_output=True, text=True)
     summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     print(f"[{level}] {summary}")
-    assert out.returncode == 0, f"kernel tests failed at CPUFORMER_ISA={level}:\n{out.stdout[-6000:]}\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, f"kernel/model tests failed at CPUFORMER_ISA={level}:\n{out.stdout[-6000:]}\n{out.stderr[-3000:]}"
     assert "passed" in summary

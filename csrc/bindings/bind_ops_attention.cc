@@ -93,11 +93,85 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
   return out;
 }
 
+// Element strides of a float32 array whose last dimension is contiguous: the layout the kernel
+// takes. Used by the testing hook below, which hands NumPy views to the kernel without copying.
+struct View {
+  py::array array;
+  long shape[4], stride[4];
+};
+
+// The mask may have any strides (0 broadcasts); q, k, v and out need a contiguous last dimension.
+View as_view(const py::object& obj, const char* name, bool contiguous_last = true) {
+  const std::string expected = std::string(name) + " must be a 4-D float32 numpy.ndarray with " +
+                               (contiguous_last ? "a contiguous last dimension and " : "") +
+                               "strides that are whole elements";
+  if (!py::isinstance<py::array>(obj)) throw py::type_error(expected);
+  View view{py::reinterpret_borrow<py::array>(obj), {}, {}};
+  const py::array& a = view.array;
+  if (!a.dtype().is(py::dtype::of<float>()) || a.ndim() != 4) throw py::type_error(expected);
+  for (int d = 0; d < 4; ++d) {
+    view.shape[d] = a.shape(d);
+    if (a.strides(d) % static_cast<py::ssize_t>(sizeof(float)) != 0) throw py::type_error(expected);
+    view.stride[d] = a.strides(d) / static_cast<py::ssize_t>(sizeof(float));
+    if (view.shape[d] == 0) throw py::value_error(std::string(name) + " must not have an empty dimension");
+  }
+  if (contiguous_last && view.stride[3] != 1 && view.shape[3] != 1) throw py::type_error(expected);
+  return view;
+}
+
+// Testing hook: runs the kernel on NumPy views as they are (arbitrary strides, a mask given as a
+// full [B, H, Tq, Tk] view whose broadcast dimensions have stride 0, e.g. from
+// numpy.broadcast_to), writing into `out`, with every AttentionArgs option exposed. The models
+// call the kernel this way from C++; ops.attention copies instead.
+void attention_views(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj,
+                     const py::object& out_obj, bool causal, long causal_offset, long window,
+                     const py::object& mask_obj, float scale) {
+  const View q = as_view(q_obj, "q"), k = as_view(k_obj, "k"), v = as_view(v_obj, "v");
+  View out = as_view(out_obj, "out");
+  const long B = q.shape[0], H = q.shape[1], Tq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Tk = k.shape[2];
+  bool consistent = k.shape[0] == B && k.shape[3] == D && H % Hkv == 0;
+  for (int d = 0; d < 4; ++d) consistent = consistent && v.shape[d] == k.shape[d] && out.shape[d] == q.shape[d];
+  View mask{};
+  if (!mask_obj.is_none()) {
+    mask = as_view(mask_obj, "mask", false);
+    const long full[4] = {B, H, Tq, Tk};
+    for (int d = 0; d < 4; ++d) consistent = consistent && mask.shape[d] == full[d];
+  }
+  if (!consistent) {
+    throw py::value_error("shapes must be q, out [B, H, Tq, D]; k, v [B, Hkv, Tk, D] with Hkv dividing H; "
+                          "mask [B, H, Tq, Tk]");
+  }
+  if (!out.array.writeable()) throw py::value_error("out must be writeable");
+  AttentionArgs a;
+  a.batch = B; a.heads = H; a.kv_heads = Hkv; a.q_len = Tq; a.kv_len = Tk; a.head_dim = D;
+  a.q = static_cast<const float*>(q.array.data());
+  a.q_stride_b = q.stride[0]; a.q_stride_h = q.stride[1]; a.q_stride_t = q.stride[2];
+  a.k = static_cast<const float*>(k.array.data());
+  a.k_stride_b = k.stride[0]; a.k_stride_h = k.stride[1]; a.k_stride_t = k.stride[2];
+  a.v = static_cast<const float*>(v.array.data());
+  a.v_stride_b = v.stride[0]; a.v_stride_h = v.stride[1]; a.v_stride_t = v.stride[2];
+  a.out = static_cast<float*>(out.array.mutable_data());
+  a.out_stride_b = out.stride[0]; a.out_stride_h = out.stride[1]; a.out_stride_t = out.stride[2];
+  a.scale = scale;
+  a.causal = causal;
+  a.causal_offset = causal_offset;
+  a.window = window;
+  if (!mask_obj.is_none()) {
+    a.mask = static_cast<const float*>(mask.array.data());
+    a.mask_stride_b = mask.stride[0]; a.mask_stride_h = mask.stride[1];
+    a.mask_stride_q = mask.stride[2]; a.mask_stride_k = mask.stride[3];
+  }
+  py::gil_scoped_release release;
+  attention(a);
+}
+
 }  // namespace
 
 void register_ops_attention(py::module_& m) {
   m.def("attention", &attention_op, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
         py::arg("mask") = py::none(), py::arg("scale") = py::none());
+  m.def("_attention_views", &attention_views, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
+        py::arg("causal"), py::arg("causal_offset"), py::arg("window"), py::arg("mask"), py::arg("scale"));
 }
 
 }  // namespace bindings

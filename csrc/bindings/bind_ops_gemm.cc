@@ -2,6 +2,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -44,8 +46,10 @@ class Linear {
     packed_ = pack_weights_f32(wp, n_, k_, k_);
   }
 
-  // x [..., K] -> [..., N]
-  py::array_t<float> operator()(const py::object& input) const {
+  // x [..., K] -> [..., N]; residual [..., N] (optional) is added after the activation. The output
+  // starts as a copy of the residual and the GEMM accumulates into it in place, the way the models
+  // use it.
+  py::array_t<float> operator()(const py::object& input, const py::object& residual) const {
     FloatArray x = as_float32(input, "x");
     if (x.ndim() < 1 || x.shape(x.ndim() - 1) != k_) {
       throw py::value_error("x must have shape [..., " + std::to_string(k_) + "] (K of w), got " + shape_string(x));
@@ -60,6 +64,17 @@ class Linear {
     GemmEpilogue epilogue;
     epilogue.bias = bias_.empty() ? nullptr : bias_.data();
     epilogue.activation = activation_;
+    if (!residual.is_none()) {
+      FloatArray r = as_float32(residual, "residual");
+      const bool same_shape =
+          r.ndim() == out.ndim() && std::equal(out_shape.begin(), out_shape.end(), r.shape());
+      if (!same_shape) {
+        throw py::value_error("residual must have the output's shape " + shape_string(out) + ", got " + shape_string(r));
+      }
+      std::memcpy(op, r.data(), sizeof(float) * m * n_);
+      epilogue.residual = op;
+      epilogue.ldr = n_;
+    }
     {
       py::gil_scoped_release release;
       gemm(xp, m, k_, packed_, op, n_, epilogue);
@@ -83,7 +98,7 @@ void register_ops_gemm(py::module_& m) {
   py::class_<Linear>(m, "Linear")
       .def(py::init<const py::object&, const py::object&, const py::object&>(), py::arg("w"),
            py::arg("bias") = py::none(), py::arg("activation") = py::none())
-      .def("__call__", &Linear::operator(), py::arg("x"))
+      .def("__call__", &Linear::operator(), py::arg("x"), py::arg("residual") = py::none())
       .def_property_readonly("out_features", &Linear::n)
       .def_property_readonly("in_features", &Linear::k);
 }

@@ -80,13 +80,17 @@ MAX_RANK = 32
 _MAX_SHAPE_BYTES = 1 << 62
 
 # safetensors dtype -> NumPy storage dtype (little-endian). BF16 and the F8 formats have no NumPy
-# type; they are stored as raw unsigned bits, readable zero-copy as uint16 / uint8.
+# type; they are stored as raw unsigned bits, readable zero-copy as uint16 / uint8. The sub-byte
+# formats (F4, F6_*) are not supported.
 _STORAGE_DTYPES: Dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
     "U8": np.dtype("u1"),
     "I8": np.dtype("i1"),
     "F8_E4M3": np.dtype("u1"),
+    "F8_E4M3FNUZ": np.dtype("u1"),
     "F8_E5M2": np.dtype("u1"),
+    "F8_E5M2FNUZ": np.dtype("u1"),
+    "F8_E8M0": np.dtype("u1"),
     "U16": np.dtype("<u2"),
     "I16": np.dtype("<i2"),
     "F16": np.dtype("<f2"),
@@ -97,6 +101,7 @@ _STORAGE_DTYPES: Dict[str, np.dtype] = {
     "U64": np.dtype("<u8"),
     "I64": np.dtype("<i8"),
     "F64": np.dtype("<f8"),
+    "C64": np.dtype("<c8"),
 }
 _SUPPORTED_DTYPES = ", ".join(sorted(_STORAGE_DTYPES))
 # Stored dtypes that tensor(..., dtype=np.float32) converts (everything else must match exactly).
@@ -116,6 +121,7 @@ _NUMPY_TO_SAFETENSORS: Dict[np.dtype, str] = {
     np.dtype(np.uint64): "U64",
     np.dtype(np.int64): "I64",
     np.dtype(np.float64): "F64",
+    np.dtype(np.complex64): "C64",
 }
 
 # Bounded repr for values taken from untrusted files: never huge, never deeply recursive.
@@ -636,9 +642,9 @@ def save_safetensors(path: PathLike, tensors: Mapping[str, np.ndarray], metadata
                      *, dtypes: Optional[Mapping[str, str]] = None) -> None:
     """Writes ``tensors`` to a safetensors file, in the given order, contiguously.
 
-    dtypes follow the arrays (bool, uint8/16/32/64, int8/16/32/64, float16/32/64). ``dtypes``
-    overrides the stored dtype per tensor for types NumPy lacks: {"name": "BF16"} with the
-    bfloat16 bits as a uint16 array, {"name": "F8_E4M3"} / "F8_E5M2" with uint8 bits.
+    dtypes follow the arrays (bool, uint8/16/32/64, int8/16/32/64, float16/32/64, complex64).
+    ``dtypes`` overrides the stored dtype per tensor for types NumPy lacks: {"name": "BF16"} with
+    the bfloat16 bits as a uint16 array, {"name": "F8_E4M3"} (or another F8 format) with uint8 bits.
     ``metadata`` becomes "__metadata__" (str -> str). The header is padded with spaces so the data
     starts 8-byte aligned.
     """

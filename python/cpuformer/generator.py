@@ -269,6 +269,7 @@ class Generator:
     def _defaults(self, md: ModelDir) -> None:
         gen, cfg = md.generation_config, md.config
         eos = gen.get("eos_token_id", cfg.get("eos_token_id"))
+        self._eos_source = "generation_config.json" if gen.get("eos_token_id") is not None else "config.json"
         self.eos_token_ids = _token_list(eos)
         pad = gen.get("pad_token_id", cfg.get("pad_token_id"))
         pad_list = _token_list(pad)
@@ -382,6 +383,10 @@ class Generator:
             raise ValueError(f"early_stopping must be False, True or 'never', got {early_stopping!r}")
         if eos_token_id is None:
             eos = list(self.eos_token_ids)
+            for v in eos:
+                if not 0 <= v < self.vocab_size:
+                    raise ValueError(f"the default eos_token_id {v} (from {self._eos_source}) is out of range; "
+                                     f"token ids must be in [0, {self.vocab_size}) (vocab_size); pass eos_token_id=")
         else:
             values = eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id]
             eos = []

@@ -19,7 +19,8 @@ __all__ = ["Linear", "linear", "attention", "layer_norm", "rms_norm", "gelu", "s
 class Linear:
     """y = activation(x · wᵀ + bias) with ``w`` [N, K] in PyTorch ``nn.Linear`` layout, packed once
     for the GEMM microkernel. ``activation`` is None, "relu", "gelu" (erf), "gelu_tanh" or "silu".
-    Calling it maps x [..., K] to [..., N]."""
+    Calling it maps x [..., K] to [..., N]; ``residual`` [..., N], if given, is added after the
+    activation (fused into the GEMM's epilogue)."""
 
     def __init__(self, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None):
         self._impl = _core.Linear(w, bias, activation)
@@ -32,8 +33,8 @@ class Linear:
     def out_features(self) -> int:
         return self._impl.out_features
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self._impl(x)
+    def __call__(self, x: np.ndarray, residual: Optional[np.ndarray] = None) -> np.ndarray:
+        return self._impl(x, residual)
 
     def __repr__(self) -> str:
         return f"Linear(in_features={self.in_features}, out_features={self.out_features})"

@@ -59,6 +59,17 @@ SMALL = {
 NAMES = list(SMALL)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """PyTorch's OpenMP pool and ours spin-wait on the same two cores: with both at two threads,
+    alternating calls (a reference generate, then ours) slow each other down a hundredfold on
+    these tiny models. The references need no parallelism."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def _build(directory, model_class, config_class, seed, **config):
     torch.manual_seed(seed)
     cfg = getattr(transformers, config_class)(**config)
@@ -238,6 +249,12 @@ def test_default_eos_comes_from_generation_config(models, tmp_path):
     other = cf.Generator(copy)
     assert other.eos_token_ids == [eos, 2]
     assert other.generate([5, 6, 7], max_new_tokens=20) == [free[:free.index(eos) + 1]]
+    generation["eos_token_id"] = 101
+    with open(copy / "generation_config.json", "w") as f:
+        json.dump(generation, f)
+    with pytest.raises(ValueError, match=r"the default eos_token_id 101 \(from generation_config.json\) is out of "
+                                         r"range; token ids must be in \[0, 101\)"):
+        cf.Generator(copy).generate([5, 6, 7])
 
 
 def test_repetition_penalty_matches_transformers(models):
@@ -311,6 +328,17 @@ def test_beam_search_with_eos_matches_transformers(models, early_stopping, lengt
                   early_stopping=early_stopping)
     ref, _ = _hf_generate(model, prompt, do_sample=False, **kwargs)
     assert gen.generate(prompt, **kwargs) == [_strip(ref, eos, 0)]
+
+
+def test_beam_search_with_min_new_tokens_and_repetition_penalty_matches_transformers(models):
+    _, model, gen = models["qwen2"]
+    prompt = _prompt(np.random.default_rng(12), 107, 6)
+    free, _ = _hf_generate(model, prompt, max_new_tokens=20, num_beams=4, do_sample=False, eos_token_id=None)
+    eos = [free[1]]
+    kwargs = dict(max_new_tokens=20, min_new_tokens=6, num_beams=4, eos_token_id=eos, repetition_penalty=1.4)
+    ref, _ = _hf_generate(model, prompt, do_sample=False, **kwargs)
+    ours = gen.generate(prompt, **kwargs)
+    assert ours == [_strip(ref, eos, 0)] and len(ours[0]) >= 6
 
 
 def test_beam_search_batch_equals_each_prompt_alone(models):

@@ -537,3 +537,13 @@ def test_close_and_repr(small_models):
     enc.close()
     with pytest.raises(ValueError, match="this Encoder is closed"):
         enc([[1, 2]])
+
+
+def test_sharded_checkpoint(small_models, tmp_path):
+    _, model, config = small_models["roberta"]
+    model.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    enc = cf.load(tmp_path)
+    ids, mask = _padded_batch(np.random.default_rng(9), config["vocab_size"], 1, [6, 4])
+    ref = _reference(model, ids, mask).last_hidden_state.numpy()
+    assert _relative_error(enc(ids, mask), ref, mask == 1) <= TOLERANCE

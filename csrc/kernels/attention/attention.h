@@ -13,8 +13,11 @@
 //         i·mask_stride_q + j·mask_stride_k; stride 0 broadcasts (a key-padding mask is
 //         [B, 1, 1, Tk]: strides (Tk, 0, 0, 1)). -inf removes a key.
 // A query row that sees no key at all gets zeros.
-// Aliasing: out must not alias q, k or v. Threads: current_num_threads().
+// Limits: kv_len < 2^31. Alignment: none required (row starts may be anywhere).
+// Aliasing: out must not alias q, k, v or mask. Threads: current_num_threads().
 #pragma once
+
+#include <cstddef>
 
 namespace cpuformer {
 
@@ -43,6 +46,11 @@ struct AttentionKernels {
 
 const AttentionKernels& attention_kernels();
 void attention(const AttentionArgs& args);
+
+// Scratch for the SIMD kernels: at least `floats` floats, 64-byte aligned, owned by the calling
+// thread and reused by its later calls, so a decode step allocates nothing once warmed up.
+// Valid until the next call on the same thread. Throws std::bad_alloc.
+float* attention_scratch(std::size_t floats);
 
 namespace scalar { extern const AttentionKernels kAttentionKernels; }
 namespace avx2 { extern const AttentionKernels kAttentionKernels; }

@@ -11,6 +11,12 @@ const GemmKernels& gemm_kernels() {
   return table;
 }
 
+float* gemm_thread_scratch(std::size_t count) {
+  thread_local AlignedBuffer<float> buffer;
+  if (buffer.size() < count) buffer.resize(count);
+  return buffer.data();
+}
+
 PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
   const GemmKernels& kernels = gemm_kernels();
   PackedWeights packed;

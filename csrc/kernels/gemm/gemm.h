@@ -47,6 +47,11 @@ struct GemmKernels {
 
 const GemmKernels& gemm_kernels();
 
+// Scratch space owned by the calling thread (grown on demand, kept for the thread's lifetime), so
+// the per-ISA kernels can pack A blocks without allocating on every call. 64-byte aligned.
+// Valid until the same thread calls it again.
+float* gemm_thread_scratch(std::size_t count);
+
 PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw);
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
           const GemmEpilogue& epilogue = {});

@@ -1,0 +1,573 @@
+// Tiled flash attention with an online softmax, written once for every SIMD level.
+//
+// Include only from attention_<isa>.cc, after attention_simd_<isa>.h, with CPUFORMER_ATTENTION_ISA
+// defined to that ISA's namespace (avx2, avx512). Everything below then lands in
+// cpuformer::<isa>::(anonymous namespace): each level gets its own copy, compiled with its own
+// flags, and no symbol can be shared between levels at link time.
+//
+// Work decomposition. The query rows that share one (batch, kv head) are flattened as
+// row = i · group + g (query position i, query head kv_head · group + g, group = H / Hkv), so a
+// grouped-query decode step (Tq = 1, group = 8) is one tile of 8 rows that streams its K/V once.
+// A tile is up to kLanes consecutive such rows; tiles × batch × kv heads are the parallel tasks,
+// and when they are too few to keep every thread busy (decode) each tile's key range is also split
+// across tasks, with a final merge of the partial (max, sum, accumulator) triples.
+//
+// Two engines handle a tile, one key block (kKeyBlock keys) at a time:
+//  - wide (≥ kMinWideRows rows; measured faster from half a vector of rows on): query rows in
+//    vector lanes. Qᵀ [D][kLanes] is packed once per tile, so a key's scores for all rows are D
+//    FMAs of a Qᵀ row with that key's broadcast elements; max, exp and sum over the block's keys
+//    are then lane-wise (no horizontal work).
+//  - narrow (fewer rows, e.g. an MHA decode step): keys in vector lanes. Each row's scores for
+//    kLanes keys are kLanes dot products over D whose horizontal sums are done together
+//    (vsum_transposed), so no lane is wasted on missing rows.
+// Both then rescale the tile's accumulator by 2^(m_old − m_new) (scores are in base 2, below) and
+// add P·V with a register-tiled kPvRows × kPvVecs microkernel. Key blocks outside every row's
+// causal/window range are never visited; blocks inside every row's range skip the per-key range
+// test; the additive mask is read only for visited keys.
+#ifndef CPUFORMER_ATTENTION_ISA
+#error "define CPUFORMER_ATTENTION_ISA (avx2 or avx512) before including attention_tiled_inl.h"
+#endif
+
+namespace cpuformer {
+namespace CPUFORMER_ATTENTION_ISA {
+namespace {
+
+using namespace attention_simd;
+
+constexpr int kMinWideRows = kLanes / 2;
+constexpr long kMinSplitKeys = 256;  // a key split shorter than this costs more to merge than it saves
+constexpr long kMinParallelWork = 1L << 15;  // B·H·Tq·Tk·D below which one thread is faster (hot pool)
+
+static_assert(kKeyBlock % kLanes == 0 && kKeyBlock % kScoreKeys == 0, "key block must hold whole vectors");
+static_assert(kPvVecs >= 1 && kPvVecs <= 4, "pv_rows dispatches 1..4 vectors");
+static_assert(kPvRows >= 1 && kPvRows <= 6, "pv_accumulate dispatches 1..6 rows");
+
+inline long min_l(long a, long b) { return a < b ? a : b; }
+inline long max_l(long a, long b) { return a > b ? a : b; }
+inline long round_up(long x, long m) { return (x + m - 1) / m * m; }
+inline float scalar_exp2(float x) { return vfirst(vexp2(vset1(x))); }
+
+// Scores are kept in base 2 (q pre-scaled by scale · log2 e, the mask by log2 e) so that the
+// softmax needs 2^x, which is cheaper than e^x; the results are the same.
+constexpr float kLog2e = 1.44269504088896341f;
+
+// vmask_to_base2 for one value.
+inline float mask_to_base2(float mask) {
+  if (mask == -__builtin_inff()) return mask;
+  const float scaled = mask * kLog2e;
+  return scaled < -3.40282347e38f ? -3.40282347e38f : scaled;
+}
+
+// Up to kLanes query rows of one (batch, kv head).
+struct Tile {
+  alignas(64) int first[kLanes];  // keys row r may see: [first[r], last[r]], empty when last < first
+  alignas(64) int last[kLanes];   // (lanes ≥ rows: the full range, so they never restrict a block)
+  const float* q[kLanes];
+  float* out[kLanes];
+  long mask_offset[kLanes];  // element (b, h, i, 0) of the additive mask
+  int rows;
+  long key_begin, key_end;  // union of the rows' ranges; empty when no row sees a key
+  const float* k;           // key 0 of this (batch, kv head)
+  const float* v;
+};
+
+// Per-thread scratch, carved from one attention_scratch block.
+struct Workspace {
+  float* q;     // wide: Qᵀ [D][kLanes]; narrow: rows [kLanes][d_pad] zero-padded; × scale · log2 e
+  float* p;     // a key block's scores, then probabilities: wide [kKeyBlock][kLanes], narrow [kLanes][kKeyBlock]
+  float* acc;   // [kLanes][d_pad] unnormalised output rows
+  float* m;     // [kLanes] running max of each row (base-2 units)
+  float* l;     // [kLanes] running softmax denominator
+  float* corr;  // [kLanes] 2^(m_old − m_new) of the current block
+};
+
+inline long workspace_floats(long d_pad) { return 2 * kLanes * d_pad + kKeyBlock * kLanes + 3 * 16; }
+
+inline Workspace workspace_at(float* base, long d_pad) {
+  Workspace w;
+  w.q = base;
+  w.acc = w.q + kLanes * d_pad;
+  w.p = w.acc + kLanes * d_pad;
+  w.m = w.p + kKeyBlock * kLanes;
+  w.l = w.m + 16;
+  w.corr = w.l + 16;
+  return w;
+}
+
+void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t) {
+  const long group = a.heads / a.kv_heads;
+  const long tile = unit % tiles_per_head, bk = unit / tiles_per_head;
+  const long kv_head = bk % a.kv_heads, b = bk / a.kv_heads;
+  const long row0 = tile * kLanes;
+  t->rows = static_cast<int>(min_l(kLanes, a.q_len * group - row0));
+  t->k = a.k + b * a.k_stride_b + kv_head * a.k_stride_h;
+  t->v = a.v + b * a.v_stride_b + kv_head * a.v_stride_h;
+  long begin = a.kv_len, end = 0;
+  for (int r = 0; r < kLanes; ++r) {
+    if (r >= t->rows) {
+      t->first[r] = 0;
+      t->last[r] = static_cast<int>(a.kv_len - 1);
+      t->q[r] = nullptr;
+      t->out[r] = nullptr;
+      t->mask_offset[r] = 0;
+      continue;
+    }
+    const long row = row0 + r, i = row / group, h = kv_head * group + row % group;
+    t->q[r] = a.q + b * a.q_stride_b + h * a.q_stride_h + i * a.q_stride_t;
+    t->out[r] = a.out + b * a.out_stride_b + h * a.out_stride_h + i * a.out_stride_t;
+    t->mask_offset[r] = b * a.mask_stride_b + h * a.mask_stride_h + i * a.mask_stride_q;
+    long first = 0, last = a.kv_len - 1;
+    if (a.causal) {
+      const long diagonal = i + a.causal_offset;
+      last = min_l(last, diagonal);
+      if (a.window > 0) first = max_l(first, diagonal - a.window + 1);
+    }
+    if (last < first) first = 0, last = -1;  // sees nothing; keeps both in int range
+    t->first[r] = static_cast<int>(first);
+    t->last[r] = static_cast<int>(last);
+    if (last >= first) {
+      begin = min_l(begin, first);
+      end = max_l(end, last + 1);
+    }
+  }
+  // Keys the mask removes (-inf) for every row at either end of the range (padding) are never
+  // visited; only possible when the rows share one mask row.
+  if (a.mask && end > begin) {
+    bool shared = true;
+    for (int r = 1; r < t->rows; ++r) shared = shared && t->mask_offset[r] == t->mask_offset[0];
+    if (shared) {
+      const float* mask_row = a.mask + t->mask_offset[0];
+      while (begin < end && mask_row[begin * a.mask_stride_k] == -__builtin_inff()) ++begin;
+      while (end > begin && mask_row[(end - 1) * a.mask_stride_k] == -__builtin_inff()) --end;
+    }
+  }
+  if (end <= begin) begin = end = 0;
+  t->key_begin = begin;
+  t->key_end = end;
+}
+
+// ---- P·V: acc[r][:] = acc[r][:] · corr[r] + Σ_j P(r, j) · v_j[:], P(r, j) at p[r·p_row + j·p_key]
+
+// Small tiles (a decode row) accumulate even and odd keys separately: RR·NV chains alone would
+// leave the FMA units waiting on their 4-cycle latency.
+template <int RR, int NV>
+inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, long n,
+                    const float* v, long v_stride, TailMask last) {
+  constexpr int kSets = RR * NV < 8 ? 2 : 1;
+  Vec c[kSets][RR][NV];
+  for (int r = 0; r < RR; ++r) {
+    const Vec s = vset1(corr[r]);
+    for (int u = 0; u < NV; ++u) {
+      c[0][r][u] = vmul(vload(acc + r * ld_acc + u * kLanes), s);
+      for (int set = 1; set < kSets; ++set) c[set][r][u] = vzero();
+    }
+  }
+  long j = 0;
+  for (; j + kSets <= n; j += kSets) {
+    for (int set = 0; set < kSets; ++set, v += v_stride) {
+      Vec x[NV];
+      for (int u = 0; u + 1 < NV; ++u) x[u] = in_register(vload(v + u * kLanes));
+      x[NV - 1] = in_register(vload_tail(v + (NV - 1) * kLanes, last));
+      const float* pj = p + (j + set) * p_key;
+      for (int r = 0; r < RR; ++r) {
+        const Vec pr = vset1(pj[r * p_row]);
+        for (int u = 0; u < NV; ++u) c[set][r][u] = vfmadd(pr, x[u], c[set][r][u]);
+      }
+    }
+  }
+  if (j < n) {  // kSets == 2 and n odd
+    Vec x[NV];
+    for (int u = 0; u + 1 < NV; ++u) x[u] = vload(v + u * kLanes);
+    x[NV - 1] = vload_tail(v + (NV - 1) * kLanes, last);
+    const float* pj = p + j * p_key;
+    for (int r = 0; r < RR; ++r) {
+      const Vec pr = vset1(pj[r * p_row]);
+      for (int u = 0; u < NV; ++u) c[0][r][u] = vfmadd(pr, x[u], c[0][r][u]);
+    }
+  }
+  for (int r = 0; r < RR; ++r)
+    for (int u = 0; u < NV; ++u) {
+      Vec sum = c[0][r][u];
+      for (int set = 1; set < kSets; ++set) sum = vadd(sum, c[set][r][u]);
+      vstore(acc + r * ld_acc + u * kLanes, sum);
+    }
+}
+
+// acc rows are padded to a whole number of vectors, so only V needs masked loads.
+template <int RR>
+void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, long n,
+             const float* v, long v_stride, long dim) {
+  constexpr long kChunk = kPvVecs * kLanes;
+  long d = 0;
+  for (; d + kChunk <= dim; d += kChunk)
+    pv_tile<RR, kPvVecs>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, full_mask());
+  const long rest = dim - d;
+  if (rest == 0) return;
+  const long vecs = (rest + kLanes - 1) / kLanes;
+  const TailMask last = tail_mask(rest - (vecs - 1) * kLanes);
+  switch (vecs) {
+    case 1: pv_tile<RR, 1>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last); break;
+    case 2: pv_tile<RR, 2>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last); break;
+    default: pv_tile<RR, 3>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last); break;
+  }
+}
+
+void pv_accumulate(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, int rows,
+                   long n, const float* v, long v_stride, long dim) {
+  for (int r = 0; r < rows; r += kPvRows) {
+    float* a = acc + r * ld_acc;
+    const float* pr = p + r * p_row;
+    switch (rows - r < kPvRows ? rows - r : kPvRows) {
+      case 1: pv_rows<1>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
+      case 2: pv_rows<2>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
+      case 3: pv_rows<3>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
+      case 4: pv_rows<(kPvRows > 4 ? 4 : kPvRows)>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
+      case 5: pv_rows<(kPvRows > 5 ? 5 : kPvRows)>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
+      default: pv_rows<kPvRows>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
+    }
+  }
+}
+
+// ---- wide engine: rows in lanes
+
+// s[j][lane] = Σ_d qt[d][lane] · k_j[d] for kScoreKeys keys; keys ≥ nk repeat key nk − 1 (their
+// scores land in scratch past the block's end and are never used, and leave `max` unchanged).
+// Even and odd d accumulate separately: twice the independent FMA chains for the same number of
+// key pointers (registers). max: lane-wise running maximum of the scores.
+inline void wide_scores(const float* qt, long dim, const float* k, long k_stride, long nk, float* s, Vec* max) {
+  const float* kp[kScoreKeys];
+  for (int j = 0; j < kScoreKeys; ++j) kp[j] = k + (j < nk ? j : nk - 1) * k_stride;
+  Vec even[kScoreKeys], odd[kScoreKeys];
+  for (int j = 0; j < kScoreKeys; ++j) even[j] = odd[j] = vzero();
+  long d = 0;
+  for (; d + 2 <= dim; d += 2) {
+    const Vec q0 = vload(qt + d * kLanes), q1 = vload(qt + (d + 1) * kLanes);
+    for (int j = 0; j < kScoreKeys; ++j) {
+      even[j] = vfmadd(q0, vset1(kp[j][d]), even[j]);
+      odd[j] = vfmadd(q1, vset1(kp[j][d + 1]), odd[j]);
+    }
+  }
+  if (d < dim) {
+    const Vec q0 = vload(qt + d * kLanes);
+    for (int j = 0; j < kScoreKeys; ++j) even[j] = vfmadd(q0, vset1(kp[j][d]), even[j]);
+  }
+  for (int j = 0; j < kScoreKeys; ++j) {
+    const Vec score = vadd(even[j], odd[j]);
+    vstore(s + j * kLanes, score);
+    *max = vmax(*max, score);
+  }
+}
+
+enum class MaskMode { kNone, kShared, kGather, kPerLane };
+
+void run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
+  const long dim = a.head_dim, d_pad = round_up(dim, kLanes);
+  const int rows = t.rows;
+  // Qᵀ, kLanes × kLanes blocks at a time; lanes of missing rows stay 0.
+  const Vec q_scale = vset1(a.scale * kLog2e);
+  for (long d0 = 0; d0 < dim; d0 += kLanes) {
+    const long count = min_l(kLanes, dim - d0);
+    const TailMask tail = tail_mask(count);
+    Vec block[kLanes];
+    for (int r = 0; r < kLanes; ++r) block[r] = r < rows ? vload_tail(t.q[r] + d0, tail) : vzero();
+    transpose(block);
+    for (long d = 0; d < count; ++d) vstore(w.q + (d0 + d) * kLanes, vmul(block[d], q_scale));
+  }
+  for (long x = 0; x < rows * d_pad; ++x) w.acc[x] = 0.0f;
+
+  const IVec first = iload(t.first), last = iload(t.last);
+  long all_first = 0, all_last = a.kv_len - 1;  // keys every row sees
+  for (int r = 0; r < rows; ++r) {
+    all_first = max_l(all_first, t.first[r]);
+    all_last = min_l(all_last, t.last[r]);
+  }
+
+  // Rows of one tile differ in their mask row only through h and i; when none differ (key
+  // padding, or one head and a mask broadcast over queries) one broadcast per key serves all.
+  MaskMode mode = MaskMode::kNone;
+  const float* mask_base = nullptr;
+  IVec mask_index = iset1(0);
+  if (a.mask) {
+    long lo = t.mask_offset[0], hi = lo;
+    for (int r = 1; r < rows; ++r) {
+      lo = min_l(lo, t.mask_offset[r]);
+      hi = max_l(hi, t.mask_offset[r]);
+    }
+    mask_base = a.mask + lo;
+    if (lo == hi) {
+      mode = MaskMode::kShared;
+    } else if (hi - lo <= 2147483647L) {
+      mode = MaskMode::kGather;
+      alignas(64) int index[kLanes];
+      for (int r = 0; r < kLanes; ++r) index[r] = r < rows ? static_cast<int>(t.mask_offset[r] - lo) : 0;
+      mask_index = iload(index);
+    } else {
+      mode = MaskMode::kPerLane;
+    }
+  }
+
+  const long k_stride = a.k_stride_t, v_stride = a.v_stride_t, mask_stride = a.mask_stride_k;
+  const Vec log2e = vset1(kLog2e);
+  Vec m = vneg_inf(), l = vzero();
+  for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
+    const long n = min_l(kKeyBlock, key_end - j0);
+    const float* kb = t.k + j0 * k_stride;
+    Vec block_max = vneg_inf();
+    for (long j = 0; j < n; j += kScoreKeys)
+      wide_scores(w.q, dim, kb + j * k_stride, k_stride, min_l(kScoreKeys, n - j), w.p + j * kLanes, &block_max);
+
+    const bool partial = j0 < all_first || j0 + n - 1 > all_last;
+    if (partial || mode != MaskMode::kNone) block_max = vneg_inf();
+    for (long j = 0; (partial || mode != MaskMode::kNone) && j < n; ++j) {
+      const long key = j0 + j;
+      Vec s = vload(w.p + j * kLanes);
+      if (partial) s = vmask_outside(s, iset1(static_cast<int>(key)), first, last);
+      switch (mode) {
+        case MaskMode::kNone: break;
+        case MaskMode::kShared: s = vadd(s, vset1(mask_to_base2(mask_base[key * mask_stride]))); break;
+        case MaskMode::kGather:
+          s = vadd(s, vmask_to_base2(vgather(mask_base + key * mask_stride, mask_index), log2e));
+          break;
+        case MaskMode::kPerLane: {
+          alignas(64) float values[kLanes] = {};
+          for (int r = 0; r < rows; ++r) values[r] = a.mask[t.mask_offset[r] + key * mask_stride];
+          s = vadd(s, vmask_to_base2(vload(values), log2e));
+          break;
+        }
+      }
+      vstore(w.p + j * kLanes, s);
+      block_max = vmax(block_max, s);
+    }
+
+    const Vec m_new = vmax(m, block_max);
+    const Vec m_use = vfinite_or_zero(m_new);
+    const Vec corr = vexp2(vsub(m, m_use));
+    Vec sum = vzero();
+    for (long j = 0; j < n; ++j) {
+      const Vec p = vexp2(vsub(vload(w.p + j * kLanes), m_use));
+      vstore(w.p + j * kLanes, p);
+      sum = vadd(sum, p);
+    }
+    l = vfmadd(l, corr, sum);
+    m = m_new;
+    vstore(w.corr, corr);
+    pv_accumulate(w.acc, d_pad, w.p, 1, kLanes, w.corr, rows, n, t.v + j0 * v_stride, v_stride, dim);
+  }
+  vstore(w.m, m);
+  vstore(w.l, l);
+}
+
+// ---- narrow engine: keys in lanes
+
+// Lane j: q · k_j for kLanes keys; keys ≥ nk repeat key nk − 1 (the caller masks them).
+template <bool kFull>
+inline Vec narrow_scores(const float* q, long dim, const float* k, long k_stride, long nk) {
+  Vec acc[kLanes];
+  for (int j = 0; j < kLanes; ++j) acc[j] = vzero();
+  long d = 0;
+  for (; d + kLanes <= dim; d += kLanes) {
+    const Vec qv = vload(q + d);
+    const float* kd = k + d;
+    for (int j = 0; j < kLanes; ++j) {
+      acc[j] = vfmadd(qv, vload(kd), acc[j]);
+      if (kFull || j + 1 < nk) kd += k_stride;
+    }
+  }
+  if (d < dim) {  // q is zero-padded; k must not be read past its row
+    const TailMask tail = tail_mask(dim - d);
+    const Vec qv = vload(q + d);
+    const float* kd = k + d;
+    for (int j = 0; j < kLanes; ++j) {
+      acc[j] = vfmadd(qv, vload_tail(kd, tail), acc[j]);
+      if (kFull || j + 1 < nk) kd += k_stride;
+    }
+  }
+  return vsum_transposed(acc);
+}
+
+inline Vec mask_values(const float* mask, long stride, long nk) {
+  if (stride == 1) return nk == kLanes ? vload(mask) : vload_tail(mask, tail_mask(nk));
+  if (stride == 0) return vset1(*mask);
+  alignas(64) float values[kLanes] = {};
+  for (long j = 0; j < nk; ++j) values[j] = mask[j * stride];
+  return vload(values);
+}
+
+void run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
+  const long dim = a.head_dim, d_pad = round_up(dim, kLanes);
+  const int rows = t.rows;
+  const float q_scale = a.scale * kLog2e;
+  for (int r = 0; r < rows; ++r) {
+    const float* q = t.q[r];
+    float* qs = w.q + r * d_pad;
+    for (long d = 0; d < dim; ++d) qs[d] = q[d] * q_scale;
+    for (long d = dim; d < d_pad; ++d) qs[d] = 0.0f;
+    w.m[r] = -__builtin_inff();
+    w.l[r] = 0.0f;
+  }
+  for (long x = 0; x < rows * d_pad; ++x) w.acc[x] = 0.0f;
+
+  const long k_stride = a.k_stride_t, v_stride = a.v_stride_t, mask_stride = a.mask_stride_k;
+  const Vec log2e = vset1(kLog2e);
+  for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
+    const long n = min_l(kKeyBlock, key_end - j0);
+    for (int r = 0; r < rows; ++r) {
+      float* pr = w.p + r * kKeyBlock;
+      const long first = max_l(t.first[r], j0), last = min_l(t.last[r], j0 + n - 1);
+      if (last < first) {  // this row sees none of the block's keys
+        for (long j = 0; j < n; ++j) pr[j] = 0.0f;
+        w.corr[r] = 1.0f;
+        continue;
+      }
+      const float* mask_row = a.mask ? a.mask + t.mask_offset[r] : nullptr;
+      const IVec first_v = iset1(static_cast<int>(first)), last_v = iset1(static_cast<int>(last));
+      Vec block_max = vneg_inf();
+      for (long j = 0; j < n; j += kLanes) {
+        const long key0 = j0 + j, nk = min_l(kLanes, n - j);
+        const float* kj = t.k + key0 * k_stride;
+        Vec s = nk == kLanes ? narrow_scores<true>(w.q + r * d_pad, dim, kj, k_stride, nk)
+                             : narrow_scores<false>(w.q + r * d_pad, dim, kj, k_stride, nk);
+        if (key0 < first || key0 + kLanes - 1 > last)
+          s = vmask_outside(s, iota_plus(static_cast<int>(key0)), first_v, last_v);
+        if (mask_row) s = vadd(s, vmask_to_base2(mask_values(mask_row + key0 * mask_stride, mask_stride, nk), log2e));
+        vstore(pr + j, s);
+        block_max = vmax(block_max, s);
+      }
+      const float m_old = w.m[r], block_m = hmax(block_max);
+      const float m_new = block_m > m_old ? block_m : m_old;
+      const float m_use = m_new == -__builtin_inff() ? 0.0f : m_new;
+      const Vec mu = vset1(m_use);
+      Vec sum = vzero();
+      for (long j = 0; j < n; j += kLanes) {  // lanes past n hold -inf and give 0
+        const Vec p = vexp2(vsub(vload(pr + j), mu));
+        vstore(pr + j, p);
+        sum = vadd(sum, p);
+      }
+      const float corr = scalar_exp2(m_old - m_use);
+      w.l[r] = w.l[r] * corr + hsum(sum);
+      w.m[r] = m_new;
+      w.corr[r] = corr;
+    }
+    pv_accumulate(w.acc, d_pad, w.p, kKeyBlock, 1, w.corr, rows, n, t.v + j0 * v_stride, v_stride, a.head_dim);
+  }
+}
+
+// ---- results
+
+void write_rows(const Tile& t, const Workspace& w, long dim, long d_pad) {
+  for (int r = 0; r < t.rows; ++r) {
+    const Vec inv = vset1(w.l[r] > 0.0f ? 1.0f / w.l[r] : 0.0f);
+    const float* acc = w.acc + r * d_pad;
+    float* out = t.out[r];
+    long d = 0;
+    for (; d + kLanes <= dim; d += kLanes) vstore(out + d, vmul(vload(acc + d), inv));
+    if (d < dim) vstore_tail(out + d, vmul(vload(acc + d), inv), tail_mask(dim - d));
+  }
+}
+
+// A key split's result for row r: [m, l, weight, pad to kLanes floats, acc (d_pad floats)].
+inline long record_floats(long d_pad) { return kLanes + d_pad; }
+
+void write_partial(const Tile& t, const Workspace& w, long d_pad, float* records) {
+  const long size = record_floats(d_pad);
+  for (int r = 0; r < t.rows; ++r) {
+    float* rec = records + r * size;
+    rec[0] = w.m[r];
+    rec[1] = w.l[r];
+    const float* acc = w.acc + r * d_pad;
+    for (long d = 0; d < d_pad; d += kLanes) vstore(rec + kLanes + d, vload(acc + d));
+  }
+}
+
+// out = Σ_s 2^(m_s − M) acc_s / Σ_s 2^(m_s − M) l_s with M = max_s m_s; zeros if no split saw a key.
+void merge_partials(const Tile& t, float* records, long splits, long dim, long d_pad) {
+  const long size = record_floats(d_pad);
+  for (int r = 0; r < t.rows; ++r) {
+    float* out = t.out[r];
+    float m_max = -__builtin_inff();
+    for (long s = 0; s < splits; ++s) {
+      const float m = records[(s * kLanes + r) * size];
+      m_max = m > m_max ? m : m_max;
+    }
+    if (m_max == -__builtin_inff()) {
+      for (long d = 0; d < dim; ++d) out[d] = 0.0f;
+      continue;
+    }
+    float denominator = 0.0f;
+    for (long s = 0; s < splits; ++s) {
+      float* rec = records + (s * kLanes + r) * size;
+      rec[2] = scalar_exp2(rec[0] - m_max);
+      denominator += rec[2] * rec[1];
+    }
+    const Vec inv = vset1(1.0f / denominator);
+    for (long d = 0; d < dim; d += kLanes) {
+      Vec sum = vzero();
+      for (long s = 0; s < splits; ++s) {
+        const float* rec = records + (s * kLanes + r) * size;
+        sum = vfmadd(vset1(rec[2]), vload(rec + kLanes + d), sum);
+      }
+      sum = vmul(sum, inv);
+      if (d + kLanes <= dim) vstore(out + d, sum);
+      else vstore_tail(out + d, sum, tail_mask(dim - d));
+    }
+  }
+}
+
+void attention_tiled(const AttentionArgs& a) {
+  const long group = a.heads / a.kv_heads;
+  const long tiles_per_head = (a.q_len * group + kLanes - 1) / kLanes;
+  const long units = a.batch * a.kv_heads * tiles_per_head;
+  const int threads = current_num_threads();
+
+  // Decode-sized problems have fewer tiles than threads can share evenly: split the keys too.
+  long splits = 1;
+  if (units < 4L * threads) {
+    const long wanted = (4L * threads + units - 1) / units, most = a.kv_len / kMinSplitKeys;
+    splits = max_l(1, min_l(wanted, most));
+  }
+  const long items = units * splits;
+  int nt = items < threads ? static_cast<int>(items) : threads;
+  if (a.batch * a.heads * a.q_len * a.kv_len * a.head_dim < kMinParallelWork) nt = 1;
+
+  const long d_pad = round_up(a.head_dim, kLanes);
+  const long per_thread = workspace_floats(d_pad);
+  const long record_block = kLanes * record_floats(d_pad);  // one item's partial results
+  float* scratch = attention_scratch(nt * per_thread + (splits > 1 ? items * record_block : 0));
+  float* records = scratch + nt * per_thread;
+
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const Workspace w = workspace_at(scratch + omp_get_thread_num() * per_thread, d_pad);
+    Tile tile;
+#pragma omp for schedule(dynamic, 1)
+    for (long item = 0; item < items; ++item) {
+      const long unit = item / splits, split = item % splits;
+      build_tile(a, unit, tiles_per_head, &tile);
+      long begin = tile.key_begin, end = tile.key_end;
+      if (splits > 1) {
+        const long n = end - begin, base = n / splits, extra = n % splits;
+        begin += split * base + (split < extra ? split : extra);
+        end = begin + base + (split < extra ? 1 : 0);
+      }
+      if (splits == 1) {  // start the output rows' cache misses now; they complete under the math
+        for (int r = 0; r < tile.rows; ++r)
+          for (long d = 0; d < a.head_dim; d += 64 / sizeof(float)) __builtin_prefetch(tile.out[r] + d, 1);
+      }
+      if (tile.rows >= kMinWideRows) run_wide(a, tile, begin, end, w);
+      else run_narrow(a, tile, begin, end, w);
+      if (splits == 1) write_rows(tile, w, a.head_dim, d_pad);
+      else write_partial(tile, w, d_pad, records + item * record_block);
+    }
+    if (splits > 1) {
+#pragma omp for schedule(static)
+      for (long unit = 0; unit < units; ++unit) {
+        build_tile(a, unit, tiles_per_head, &tile);
+        merge_partials(tile, records + unit * splits * record_block, splits, a.head_dim, d_pad);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace CPUFORMER_ATTENTION_ISA
+}  // namespace cpuformer

@@ -1,0 +1,306 @@
+// Cache-blocked fp32 GEMM driver shared by the SIMD levels. BLIS layering: the loops, the packing
+// and the thread split live here; each ISA supplies only its register-tiled kernels and block sizes.
+//
+// Include this file INSIDE the ISA namespace (cpuformer::avx512 / cpuformer::avx2, in an anonymous
+// namespace) of a per-ISA translation unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstdlib>,
+// <cstring>, <new>, "kernels/gemm/gemm.h" and "runtime/threading.h". Everything here is then
+// compiled once per ISA, under that ISA's namespace and flags, so no instantiation can leak into
+// another level. It includes nothing and has no include guard on purpose.
+//
+// The including file defines before the #include:
+//   constexpr long kMR, kNR;     register tile: kMR rows of A × kNR columns of W (a multiple of the
+//                                vector width)
+//   constexpr long kKC;          K slice: a W panel slice [kKC][kNR] stays in L1 while every micro-panel
+//                                of the A block streams past it
+//   constexpr long kMCMax;       rows of an A block (a multiple of kMR): [kMCMax][kKC] stays in L2
+//   constexpr long kGemvMaxRows; m ≤ kGemvMaxRows takes the GEMV path (≤ what its kernel supports)
+// and, after it, the two kernels declared below.
+//
+// Packed W ("panels"): ceil(N/kNR) panels of kNR output features; panel p starts at float p·K·kNR
+// and holds W[p·kNR + j][kk] at [kk·kNR + j]. k-major, so each k step of a kernel reads one
+// contiguous 64-byte aligned row of kNR weights and any K slice of a panel is contiguous.
+// Columns past N are zero, so kernels may compute them; they never store them.
+//
+// Packed A (one block of rows × one K slice, shared by the team): micro-panels of kMR rows,
+// micro-panel q at float q·kMR·kc holding a[i0 + q·kMR + r][k0 + kk] at [kk·kMR + r]. Rows past
+// the block's end are left unset: kernels read only the rows they were asked for.
+
+// What a kernel does with its finished accumulator tile t (rows × ncols):
+//   c = act(t + [c if load_c] + bias) + residual, each term only when set.
+// The driver folds bias and residual into the first K slice when there is no activation (they are
+// linear, and a residual aliasing c is read before c holds partial sums); with an activation all of
+// them wait for the last slice.
+struct TileEpilogue {
+  bool load_c = false;
+  const float* bias = nullptr;      // at the tile's first column, or null
+  Activation activation = Activation::kNone;
+  const float* residual = nullptr;  // at the tile's first element, or null
+  long ldr = 0;
+};
+
+// Provided by the including file.
+// pack_a_panel: dst[kk·kMR + r] = a[r·lda + kk] for r < rows ≤ kMR, kk < kc (one A micro-panel).
+void pack_a_panel(long rows, const float* a, long lda, long kc, float* dst);
+// tile_kernel and gemv_kernel write c[rows, ncols] (row stride ldc) with
+// 1 ≤ ncols ≤ kNR, as described by ep:
+// tile_kernel: 1 ≤ rows ≤ kMR; t = ap · wp with ap a packed A micro-panel [kc][kMR] and wp a packed
+//   W panel slice [kc][kNR] (64-byte aligned). Along the way it prefetches into L2 the
+//   prefetch_lines cache lines from `prefetch` on (a hint for data the next tiles need).
+// gemv_kernel: 1 ≤ rows ≤ kGemvMaxRows; t = a · wp with a [rows, k] as given (row stride lda) and wp
+//   a whole packed W panel [k][kNR] (64-byte aligned).
+void tile_kernel(long rows, const float* ap, const float* wp, long kc, float* c, long ldc, long ncols,
+                 const TileEpilogue& ep, const char* prefetch, long prefetch_lines);
+void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, float* c, long ldc, long ncols,
+                 const TileEpilogue& ep);
+
+inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
+inline long min_of(long a, long b) { return a < b ? a : b; }
+inline long max_of(long a, long b) { return a > b ? a : b; }
+// Range `index` of [0, n) cut into `parts` near-equal contiguous ranges.
+inline void split_evenly(long n, long parts, long index, long* begin, long* end) {
+  const long base = n / parts, extra = n % parts;
+  *begin = index * base + (index < extra ? index : extra);
+  *end = *begin + base + (index < extra ? 1 : 0);
+}
+
+// Below this many multiply-adds a second thread costs more to wake than it saves.
+constexpr long kMinMacsPerThread = 1L << 17;
+
+inline int threads_for(long macs, long max_parts) {
+  long nt = current_num_threads();
+  nt = min_of(nt, max_of(1, macs / kMinMacsPerThread));
+  nt = min_of(nt, max_parts);
+  return static_cast<int>(max_of(nt, 1));
+}
+
+std::size_t packed_bytes_f32(long n, long k) {
+  return static_cast<std::size_t>(ceil_div(n, kNR) * kNR * k) * sizeof(float);
+}
+
+void pack_f32(const float* w, long n, long k, long ldw, uint8_t* out) {
+  float* packed = reinterpret_cast<float*>(out);
+  const long panels = ceil_div(n, kNR);
+  const int nt = threads_for(n * k / 8, panels);  // a copy: far cheaper per element than a multiply-add
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+  for (long p = 0; p < panels; ++p) {
+    float* panel = packed + p * k * kNR;
+    const long cols = min_of(kNR, n - p * kNR);
+    // 16 k at a time: the kNR source lines being read stay in L1 while the panel rows fill up.
+    for (long k0 = 0; k0 < k; k0 += 16) {
+      const long k1 = min_of(k, k0 + 16);
+      for (long j = 0; j < kNR; ++j) {
+        if (j < cols) {
+          const float* src = w + (p * kNR + j) * ldw;
+          for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = src[kk];
+        } else {
+          for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+// ---- Work sharing -----------------------------------------------------------------------------
+// The items of a phase (panels, or panel × row-group pieces) are dealt in contiguous ranges, one per
+// thread asked for. A thread takes items from the front of its own range; when that is empty it
+// takes them from the back of the others'. On a quiet machine every thread thus keeps the same
+// items in every phase (its C columns and W panels stay in its own caches); when a core is shared
+// with another process, the work of the thread that lost its core flows to the others instead of
+// holding up the whole team, and a team smaller than asked still covers every range.
+constexpr int kMaxTeam = 64;
+
+struct alignas(64) WorkRange {  // one cache line per range: no false sharing
+  uint64_t bounds;              // (front << 32) | back: the items [front, back) not yet taken
+};
+
+inline void deal(WorkRange* ranges, long items, int parts) {
+  for (int t = 0; t < parts; ++t) {
+    long front, back;
+    split_evenly(items, parts, t, &front, &back);
+    __atomic_store_n(&ranges[t].bounds, (static_cast<uint64_t>(front) << 32) | static_cast<uint64_t>(back),
+                     __ATOMIC_RELAXED);
+  }
+}
+
+// The data an item reads is published by barriers, not by these atomics: relaxed order suffices.
+inline bool range_take(WorkRange* r, bool from_front, long* item) {
+  uint64_t cur = __atomic_load_n(&r->bounds, __ATOMIC_RELAXED);
+  for (;;) {
+    const long front = static_cast<long>(cur >> 32), back = static_cast<long>(cur & 0xffffffffu);
+    if (front >= back) return false;
+    const uint64_t next = from_front ? cur + (uint64_t{1} << 32) : cur - 1;
+    if (__atomic_compare_exchange_n(&r->bounds, &cur, next, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      *item = from_front ? front : back - 1;
+      return true;
+    }
+  }
+}
+
+// Thread t of a team working on `parts` ranges (team ≤ parts).
+inline bool next_item(WorkRange* ranges, int parts, int t, long* item) {
+  if (t < parts && range_take(&ranges[t], true, item)) return true;
+  for (int other = 1; other < parts; ++other) {
+    if (range_take(&ranges[(t + other) % parts], false, item)) return true;
+  }
+  return false;
+}
+
+inline TileEpilogue epilogue_at(const GemmEpilogue& e, long j0) {
+  TileEpilogue ep;
+  ep.bias = e.bias ? e.bias + j0 : nullptr;
+  ep.activation = e.activation;
+  ep.residual = e.residual ? e.residual + j0 : nullptr;
+  ep.ldr = e.ldr;
+  return ep;
+}
+
+// Few rows (decode): memory-bound on W. Each packed panel is streamed exactly once, over the whole
+// K; panels are the work items (a contiguous run per thread: one sequential stream each).
+void gemv(const float* a, long m, long lda, const float* wp, long n, long k, float* c, long ldc,
+          const GemmEpilogue& epilogue) {
+  const long panels = ceil_div(n, kNR);
+  const int nt = threads_for(m * n * k, min_of(panels, kMaxTeam));
+  WorkRange ranges[kMaxTeam];
+  deal(ranges, panels, nt);
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num();
+    long p;
+    while (next_item(ranges, nt, t, &p)) {
+      const long j0 = p * kNR;
+      gemv_kernel(m, a, lda, wp + p * k * kNR, k, c + j0, ldc, min_of(kNR, n - j0), epilogue_at(epilogue, j0));
+    }
+  }
+}
+
+// One phase of the blocked GEMM: a block of rows × one K slice.
+struct Phase {
+  long i0, rows, micro_rows, k0, kc;
+  bool first_slice, last_slice;
+};
+
+// Many rows. BLIS loop order: for each block of at most kMCMax rows and each K slice of at most kKC
+// (one phase), the A block is packed into a buffer shared by the team, then the panels are shared
+// out: a W panel slice stays in L1 while the block's micro-panels stream past it from L2. Partial
+// sums accumulate in c from one slice to the next. The A buffers, the work ranges and the packing
+// counters are double-buffered, so one barrier per phase suffices and the threads that finish a
+// phase first pack the next one.
+void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
+              const GemmEpilogue& epilogue) {
+  const long n = w.n, k = w.k;
+  const float* wp = reinterpret_cast<const float*>(w.data.data());
+  if (m <= kGemvMaxRows) {
+    gemv(a, m, lda, wp, n, k, c, ldc, epilogue);
+    return;
+  }
+
+  // K slices and row blocks of near-equal sizes (no short last one).
+  const long slices = ceil_div(k, kKC);
+  const long kc_max = ceil_div(k, slices);
+  const long mc = ceil_div(ceil_div(m, ceil_div(m, kMCMax)), kMR) * kMR;
+  const long m_blocks = ceil_div(m, mc);
+  const long phases = m_blocks * slices;
+
+  // With an activation the residual is added after the last slice, by which time c holds partial
+  // sums: a residual aliasing c must be copied first.
+  GemmEpilogue ep_all = epilogue;
+  float* residual_copy = nullptr;
+  if (epilogue.residual != nullptr && epilogue.residual == c && epilogue.activation != Activation::kNone &&
+      slices > 1) {
+    const std::size_t bytes = ((static_cast<std::size_t>(m * n) * sizeof(float) + 63) / 64) * 64;
+    residual_copy = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (residual_copy == nullptr) throw std::bad_alloc();
+    for (long i = 0; i < m; ++i) {
+      std::memcpy(residual_copy + i * n, epilogue.residual + i * epilogue.ldr, n * sizeof(float));
+    }
+    ep_all.residual = residual_copy;
+    ep_all.ldr = n;
+  }
+  const bool linear = epilogue.activation == Activation::kNone;
+
+  const long panels = ceil_div(n, kNR);
+  const int nt = threads_for(m * n * k, min_of(ceil_div(m, kMR) * panels, kMaxTeam));
+  // The phase ends when its last item does: with few panels per thread (narrow N) the items are
+  // cut finer, each panel's rows into groups, so the threads arrive at the barrier close together.
+  // A thread takes its items in order, so consecutive groups of a panel still share its W slice.
+  constexpr long kItemsPerThread = 16;
+  const long groups = min_of(mc / kMR, max_of(1, ceil_div(kItemsPerThread * nt, panels)));
+
+  auto phase_at = [&](long ph) {
+    Phase f;
+    const long block = ph / slices, s = ph % slices;
+    f.i0 = block * mc;
+    f.rows = min_of(mc, m - f.i0);
+    f.micro_rows = ceil_div(f.rows, kMR);
+    f.k0 = s * kc_max;
+    f.kc = min_of(kc_max, k - f.k0);
+    f.first_slice = s == 0;
+    f.last_slice = s == slices - 1;
+    return f;
+  };
+  auto items_in = [&](const Phase& f) { return panels * min_of(groups, f.micro_rows); };
+
+  float* a_buffers = gemm_thread_scratch(static_cast<std::size_t>(2 * mc * kc_max));  // the caller's, shared
+  WorkRange ranges[2][kMaxTeam];
+  long pack_next[2] = {0, 0};  // next micro-panel to pack, per phase parity
+  deal(ranges[0], items_in(phase_at(0)), nt);
+
+  // Packs the micro-panels of phase ph not yet claimed by another thread.
+  auto pack_phase = [&](long ph) {
+    const Phase f = phase_at(ph);
+    float* ap = a_buffers + (ph & 1) * mc * kc_max;
+    for (;;) {
+      const long q = __atomic_fetch_add(&pack_next[ph & 1], 1, __ATOMIC_RELAXED);
+      if (q >= f.micro_rows) break;
+      pack_a_panel(min_of(kMR, f.rows - q * kMR), a + (f.i0 + q * kMR) * lda + f.k0, lda, f.kc, ap + q * kMR * f.kc);
+    }
+  };
+
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    const int t = omp_get_thread_num();
+    pack_phase(0);
+#pragma omp barrier
+    for (long ph = 0; ph < phases; ++ph) {
+      // Everyone is past phase ph - 1: its range buffer and the packing counter of phase ph are free.
+      if (t == 0) {
+        if (ph + 1 < phases) deal(ranges[(ph + 1) & 1], items_in(phase_at(ph + 1)), nt);
+        __atomic_store_n(&pack_next[ph & 1], 0, __ATOMIC_RELAXED);  // for phase ph + 2
+      }
+      const Phase f = phase_at(ph);
+      const float* ap = a_buffers + (ph & 1) * mc * kc_max;
+      const long block_groups = min_of(groups, f.micro_rows);
+      const bool finish_here = linear ? f.first_slice : f.last_slice;
+      const long w_lines = f.kc * kNR * static_cast<long>(sizeof(float)) / 64;
+      long item;
+      while (next_item(ranges[ph & 1], nt, t, &item)) {
+        const long p = item / block_groups;
+        long q0, q1;
+        split_evenly(f.micro_rows, block_groups, item % block_groups, &q0, &q1);
+        const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
+        const float* w_slice = wp + (p * k + f.k0) * kNR;
+        // The next panel's slice comes from L3 or memory: each kernel of this panel prefetches a
+        // share of it into L2, so the next panel's first kernel does not wait on misses.
+        const char* w_next = p + 1 < panels ? reinterpret_cast<const char*>(w_slice + k * kNR) : nullptr;
+        const long lines_per_row = ceil_div(w_lines, q1 - q0);
+        TileEpilogue ep;
+        ep.load_c = !f.first_slice;
+        ep.bias = finish_here && ep_all.bias ? ep_all.bias + j0 : nullptr;
+        ep.activation = f.last_slice ? ep_all.activation : Activation::kNone;
+        ep.ldr = ep_all.ldr;
+        for (long q = q0; q < q1; ++q) {
+          const long line0 = (q - q0) * lines_per_row, lines = w_next ? min_of(lines_per_row, w_lines - line0) : 0;
+          const long i = f.i0 + q * kMR;
+          ep.residual = finish_here && ep_all.residual ? ep_all.residual + i * ep_all.ldr + j0 : nullptr;
+          tile_kernel(min_of(kMR, f.i0 + f.rows - i), ap + q * kMR * f.kc, w_slice, f.kc, c + i * ldc + j0, ldc,
+                      ncols, ep, w_next ? w_next + 64 * line0 : nullptr, max_of(lines, 0));
+        }
+      }
+      if (ph + 1 < phases) {
+        pack_phase(ph + 1);
+#pragma omp barrier
+      }
+    }
+  }
+  std::free(residual_copy);
+}
