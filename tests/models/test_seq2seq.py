@@ -56,6 +56,16 @@ SMALL = {
 NAMES = list(SMALL)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """PyTorch's OpenMP pool and ours spin-wait on the same cores: alternating calls (a reference,
+    then ours) would slow each other down. The references need no parallelism."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 # generation_config.json settings (transformers 5 keeps generation parameters out of config.json)
 GENERATION = {"mbart": dict(forced_bos_token_id=7)}
 
