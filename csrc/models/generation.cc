@@ -8,6 +8,9 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "kernels/vector_math/vector_math.h"
+#include "runtime/threading.h"
+
 namespace cpuformer {
 namespace {
 
@@ -214,6 +217,56 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
   return result;
 }
 
+// log_softmax in float32 with the SIMD exp (one pass for the max, one for exp, a double sum):
+// beam search runs it over every beam's full vocabulary each step. y may alias x.
+void log_softmax_fast(const float* x, float* y, long n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (long i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  if (m == -std::numeric_limits<float>::infinity()) {
+    for (long i = 0; i < n; ++i) y[i] = x[i];
+    return;
+  }
+  thread_local std::vector<float> shifted;
+  shifted.resize(n);
+  for (long i = 0; i < n; ++i) shifted[i] = x[i] - m;
+  vector_math_kernels().apply(VectorFunction::kExp, shifted.data(), shifted.data(), n);
+  double sum = 0.0;
+  for (long i = 0; i < n; ++i) sum += shifted[i];
+  const float lse = m + static_cast<float>(std::log(sum));
+  for (long i = 0; i < n; ++i) y[i] = x[i] - lse;
+}
+
+struct ScoredIndex {
+  float score;
+  long index;  // beam · V + token within the prompt's beams
+};
+
+// Higher score first; equal scores by lower index (a deterministic, stable tie rule).
+bool better(const ScoredIndex& x, const ScoredIndex& y) {
+  return x.score > y.score || (x.score == y.score && x.index < y.index);
+}
+
+// The `keep` best of a[0, V) (as better() orders them, indices offset by `base`) into out, in
+// any order; a running worst-of-the-kept makes this one pass over V.
+void top_candidates(const float* a, long V, long keep, long base, ScoredIndex* out) {
+  long count = 0, worst = 0;
+  for (long t = 0; t < V; ++t) {
+    const ScoredIndex c{a[t], base + t};
+    if (count < keep) {
+      out[count++] = c;
+      if (count == keep) {
+        worst = 0;
+        for (long i = 1; i < keep; ++i) if (better(out[worst], out[i])) worst = i;
+      }
+      continue;
+    }
+    if (!better(c, out[worst])) continue;
+    out[worst] = c;
+    worst = 0;
+    for (long i = 1; i < keep; ++i) if (better(out[worst], out[i])) worst = i;
+  }
+}
+
 struct Hypothesis {
   std::vector<int64_t> tokens;
   std::vector<float> log_probs;
@@ -235,10 +288,12 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
                              const std::vector<std::vector<int64_t>>& histories, const GenerationOptions& o,
                              const TokenCallback& on_token) {
   const long B = static_cast<long>(prompts.size()), nb = o.num_beams, V = model.vocab_size(), rows = B * nb;
-  const long keep = std::max<long>(2, 1 + static_cast<long>(o.eos_token_ids.size())) * nb;
+  const long keep = std::min(std::max<long>(2, 1 + static_cast<long>(o.eos_token_ids.size())) * nb, nb * V);
+  const long per_row = std::min(keep, V);  // candidates kept per beam row
   std::vector<int64_t> ids, mask;
   const long T = pad_prompts(prompts, nb, o.pad_token_id, ids, mask);
-  std::vector<float> logits(static_cast<size_t>(rows) * V), lp(V), all(static_cast<size_t>(nb) * V);
+  std::vector<float> logits(static_cast<size_t>(rows) * V);
+  std::vector<ScoredIndex> best(static_cast<size_t>(rows) * per_row);
   std::vector<std::vector<Hypothesis>> running(B, std::vector<Hypothesis>(nb));
   std::vector<std::vector<Hypothesis>> done(B, std::vector<Hypothesis>(nb));
   for (long b = 0; b < B; ++b) {
@@ -248,7 +303,6 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
   std::vector<int64_t> next(rows);
   std::vector<long> source(rows);
   std::vector<long> order;
-  std::vector<int64_t> seq;
   auto length_factor = [&](long length) {
     return static_cast<float>(std::pow(static_cast<double>(length), static_cast<double>(o.length_penalty)));
   };
@@ -257,20 +311,26 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
     if (generated > 0) model.step(next.data(), logits.data());
     const bool at_max = generated + 1 >= o.max_new_tokens;
     bool all_hit = true;
-    for (long b = 0; b < B; ++b) {
-      for (long k = 0; k < nb; ++k) {
-        float* s = logits.data() + (b * nb + k) * V;
-        float* a = all.data() + k * V;
-        log_softmax(s, a, V);
+    // Per row (in parallel): log-probabilities, processors, + beam score, and the row's best
+    // `keep` candidates. The best `keep` of a prompt are among its rows' best `keep`.
+    parallel_ranges(rows, 1, [&](long r0, long r1) {
+      std::vector<int64_t> seq;
+      for (long r = r0; r < r1; ++r) {
+        const long b = r / nb, k = r % nb;
+        float* a = logits.data() + r * V;
+        log_softmax_fast(a, a, V);
         process(o, histories[b], running[b][k].tokens, generated, a, V, seq);
         const float base = running[b][k].score;
         for (long t = 0; t < V; ++t) a[t] += base;
+        top_candidates(a, V, per_row, k * V, best.data() + r * per_row);
       }
-      order.resize(nb * V);
-      std::iota(order.begin(), order.end(), 0L);
-      std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](long x, long y) {
-        return all[x] > all[y] || (all[x] == all[y] && x < y);
-      });
+    });
+    for (long b = 0; b < B; ++b) {
+      ScoredIndex* pool = best.data() + b * nb * per_row;
+      std::partial_sort(pool, pool + keep, pool + nb * per_row, better);
+      order.resize(keep);
+      for (long i = 0; i < keep; ++i) order[i] = pool[i].index;
+      const float* all = logits.data() + b * nb * V;
       std::vector<Candidate> cands(keep);
       std::vector<char> hits(keep);
       for (long i = 0; i < keep; ++i) {
