@@ -131,7 +131,7 @@ void Seq2SeqModel::embed(const int64_t* ids, const float* positions, const NormW
   const long d = config_.d_model;
   const float scale = config_.embed_scale;
   const long offset = config_.position_offset;
-  parallel_ranges(rows * len, 16, [&](long n0, long n1) {
+  parallel_ranges(rows * len, 64, [&](long n0, long n1) {
     for (long n = n0; n < n1; ++n) {
       const float* word = word_embeddings_ + ids[n] * d;
       float* out = h + n * d;
@@ -337,7 +337,8 @@ void Seq2SeqModel::run_decoder(KvCache& cache, const CrossState& cross, long cop
     layer.qkv.apply(in, N, d, qkv, 3 * inner);
     float* k_cache = cache.k(l);
     float* v_cache = cache.v(l);
-    parallel_ranges(N, 4, [&](long n0, long n1) {
+    // A few kilobytes per token: threads only pay off for long prefixes (teacher forcing).
+    parallel_ranges(N, 64, [&](long n0, long n1) {
       for (long n = n0; n < n1; ++n) {
         const float* k = qkv + n * 3 * inner + inner;
         const float* v = k + inner;
