@@ -47,28 +47,36 @@ if [ -z "$module" ]; then
 fi
 
 pkg=$(mktemp -d "${TMPDIR:-/tmp}/cpuformer-sanitize.XXXXXX")
-trap 'rm -rf "$pkg"' EXIT
 mkdir -p "$pkg/cpuformer"
 # The Python sources only: never the normal build's _core.
 find "$ROOT/python/cpuformer" -maxdepth 1 -type f ! -name '_core*.so' -exec cp {} "$pkg/cpuformer/" \;
 cp "$module" "$pkg/cpuformer/"
 
 libasan=$(gcc -print-file-name=libasan.so)
-if [ ! -e "$libasan" ]; then
-  echo "sanitize.sh: gcc's libasan.so not found (gcc -print-file-name=libasan.so gave '$libasan')" >&2
-  exit 1
-fi
+# python does not link libstdc++: preloaded too, ASan's __cxa_throw interceptor finds the real
+# one (otherwise the first C++ exception dies in "CHECK failed: real___cxa_throw != 0").
+libstdcxx=$(gcc -print-file-name=libstdc++.so)
+for lib in "$libasan" "$libstdcxx"; do
+  if [ ! -e "$lib" ]; then
+    echo "sanitize.sh: '$lib' not found (gcc -print-file-name)" >&2
+    exit 1
+  fi
+done
+preload="$libasan $libstdcxx"
 
 export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}"
-export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=99:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=98"
+# Reports go to files as well: pytest captures a test's stderr, and a process that dies
+# mid-test (or a child process of a test) would take its report with it.
+reports=$(mktemp -d "${TMPDIR:-/tmp}/cpuformer-sanitize-reports.XXXXXX")
+export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:exitcode=99:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:log_path=$reports/asan"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=98:log_path=$reports/ubsan"
 export HF_HUB_OFFLINE=1
 # Reliability tests scale their hypothesis budgets down under the sanitizer (it is ~5-20x slower).
 export CPUFORMER_SANITIZED=1
 
 levels="scalar avx2 avx512"
 # The best level comes from the sanitized module itself, under the ASan runtime.
-best=$(LD_PRELOAD="$libasan" "$PYTHON" -c "import cpuformer; print(cpuformer.cpu_info()['best_isa'])")
+best=$(LD_PRELOAD="$preload" "$PYTHON" -c "import cpuformer; print(cpuformer.cpu_info()['best_isa'])")
 supported=""
 for level in $levels; do
   supported="$supported $level"
@@ -89,14 +97,14 @@ else
 fi
 
 log=$(mktemp "${TMPDIR:-/tmp}/cpuformer-sanitize-log.XXXXXX")
-trap 'rm -rf "$pkg" "$log"' EXIT
+trap 'rm -rf "$pkg" "$log" "$reports"' EXIT
 status=0
 run() {  # run <isa> <pytest args...>
   local isa=$1
   shift
   echo "== sanitize: CPUFORMER_ISA=$isa pytest $*"
   set +e
-  CPUFORMER_ISA=$isa LD_PRELOAD="$libasan" "$PYTHON" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee -a "$log"
+  CPUFORMER_ISA=$isa LD_PRELOAD="$preload" "$PYTHON" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
   set -e
   if [ "$rc" -ne 0 ]; then
@@ -114,9 +122,14 @@ if [ ${#best_only[@]} -gt 0 ]; then
 fi
 
 # A report in a child process (pytest subprocess tests) need not fail the parent: look for it too.
-if grep -E -q "ERROR: AddressSanitizer|runtime error:|SUMMARY: UndefinedBehaviorSanitizer" "$log"; then
+if [ -n "$(ls -A "$reports")" ] || grep -E -q "ERROR: AddressSanitizer|runtime error:|CHECK failed" "$log"; then
   echo "== sanitize: sanitizer report(s) found:"
-  grep -E -n "ERROR: AddressSanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior)Sanitizer" "$log" | head -n 20
+  for report in "$reports"/*; do
+    [ -e "$report" ] || continue
+    echo "---- $(basename "$report")"
+    grep -v -E "Python/|Objects/|Include/|Modules/" "$report" | head -n 60
+  done
+  grep -E -n "ERROR: AddressSanitizer|runtime error:|CHECK failed" "$log" | head -n 20
   status=1
 fi
 echo "== sanitize: levels:$supported; $(( $(date +%s) - start )) s of tests; $([ $status -eq 0 ] && echo clean || echo FAILED)"
