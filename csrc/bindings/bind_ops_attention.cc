@@ -8,6 +8,8 @@
 
 #include "bindings/arrays.h"
 #include "kernels/attention/attention.h"
+#include "runtime/compute_slots.h"
+#include "runtime/threading.h"
 
 namespace cpuformer {
 namespace bindings {
@@ -97,6 +99,7 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
   a.out_stride_b = H * Tq * D; a.out_stride_h = Tq * D; a.out_stride_t = D;
   {
     py::gil_scoped_release release;
+    ComputeSlots slots(current_num_threads());
     attention(a);
   }
   return out;
