@@ -12,6 +12,7 @@
 
 #include "bindings/arrays.h"
 #include "models/encoder.h"
+#include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -206,6 +207,7 @@ class PyEncoderModel {
     {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       model_->forward(id, mp, tp, B, T, op, pp);
     }
     if (return_pooler) return py::make_tuple(out, pooled);

@@ -8,6 +8,8 @@
 
 #include "bindings/arrays.h"
 #include "kernels/attention/attention.h"
+#include "runtime/compute_slots.h"
+#include "runtime/threading.h"
 
 namespace cpuformer {
 namespace bindings {
@@ -50,7 +52,16 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
   a.q = q.data(); a.q_stride_b = H * Tq * D; a.q_stride_h = Tq * D; a.q_stride_t = D;
   a.k = k.data(); a.k_stride_b = Hkv * Tk * D; a.k_stride_h = Tk * D; a.k_stride_t = D;
   a.v = v.data(); a.v_stride_b = Hkv * Tk * D; a.v_stride_h = Tk * D; a.v_stride_t = D;
-  a.scale = scale_obj.is_none() ? 1.0f / std::sqrt(static_cast<float>(D)) : scale_obj.cast<float>();
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  if (!scale_obj.is_none()) {
+    // cast<float>() would raise RuntimeError for a str; a TypeError is the documented failure.
+    const double s = PyFloat_AsDouble(scale_obj.ptr());
+    if (s == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      throw py::type_error("scale must be a real number or None, got " + type_name(scale_obj));
+    }
+    a.scale = static_cast<float>(s);
+  }
   a.causal = causal;
   a.causal_offset = Tk - Tq;  // aligned to the end: the last query sees every key (decode)
 
@@ -88,6 +99,7 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
   a.out_stride_b = H * Tq * D; a.out_stride_h = Tq * D; a.out_stride_t = D;
   {
     py::gil_scoped_release release;
+    ComputeSlots slots(current_num_threads());
     attention(a);
   }
   return out;

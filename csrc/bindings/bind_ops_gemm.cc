@@ -9,6 +9,8 @@
 
 #include "bindings/arrays.h"
 #include "kernels/gemm/gemm.h"
+#include "runtime/compute_slots.h"
+#include "runtime/threading.h"
 
 namespace cpuformer {
 namespace bindings {
@@ -77,6 +79,7 @@ class Linear {
     }
     {
       py::gil_scoped_release release;
+      ComputeSlots slots(current_num_threads());
       gemm(xp, m, k_, packed_, op, n_, epilogue);
     }
     return out;

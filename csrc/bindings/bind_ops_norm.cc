@@ -9,6 +9,8 @@
 #include "kernels/activation/activation.h"
 #include "kernels/norm/norm.h"
 #include "kernels/vector_math/vector_math.h"
+#include "runtime/compute_slots.h"
+#include "runtime/threading.h"
 
 namespace cpuformer {
 namespace bindings {
@@ -65,8 +67,11 @@ py::array_t<float> layer_norm_op(const py::object& x, const py::object& weight, 
   const float* b = in.has_bias ? in.bias.data() : nullptr;
   const float *xp = in.x.data(), *wp = in.weight.data();
   float* yp = y.mutable_data();
-  py::gil_scoped_release release;
-  layer_norm(xp, r, nullptr, wp, b, eps, yp, in.rows, in.n);
+  {
+    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    ComputeSlots slots(current_num_threads());
+    layer_norm(xp, r, nullptr, wp, b, eps, yp, in.rows, in.n);
+  }
   return y;
 }
 
@@ -77,8 +82,11 @@ py::array_t<float> rms_norm_op(const py::object& x, const py::object& weight, fl
   const float* r = in.has_residual ? in.residual.data() : nullptr;
   const float *xp = in.x.data(), *wp = in.weight.data();
   float* yp = y.mutable_data();
-  py::gil_scoped_release release;
-  rms_norm(xp, r, nullptr, wp, eps, yp, in.rows, in.n);
+  {
+    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    ComputeSlots slots(current_num_threads());
+    rms_norm(xp, r, nullptr, wp, eps, yp, in.rows, in.n);
+  }
   return y;
 }
 
@@ -88,8 +96,11 @@ py::array_t<float> activation_op(const py::object& x_obj, Activation act) {
   const float* xp = x.data();
   float* yp = y.mutable_data();
   const long n = static_cast<long>(x.size());
-  py::gil_scoped_release release;
-  apply_activation(act, xp, yp, n);
+  {
+    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    ComputeSlots slots(current_num_threads());
+    apply_activation(act, xp, yp, n);
+  }
   return y;
 }
 
@@ -107,8 +118,11 @@ py::array_t<float> softmax_op(const py::object& x_obj) {
   const long n = x.shape(x.ndim() - 1), rows = static_cast<long>(x.size() / n);
   const float* xp = x.data();
   float* yp = y.mutable_data();
-  py::gil_scoped_release release;
-  softmax_rows(xp, yp, rows, n);
+  {
+    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    ComputeSlots slots(current_num_threads());
+    softmax_rows(xp, yp, rows, n);
+  }
   return y;
 }
 
@@ -120,8 +134,11 @@ py::array_t<float> silu_mul_op(const py::object& gate_obj, const py::object& up_
   const float *g = gate.data(), *u = up.data();
   float* yp = y.mutable_data();
   const long n = static_cast<long>(gate.size());
-  py::gil_scoped_release release;
-  silu_mul(g, u, yp, n);
+  {
+    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    ComputeSlots slots(current_num_threads());
+    silu_mul(g, u, yp, n);
+  }
   return y;
 }
 
@@ -163,6 +180,7 @@ py::tuple norm_fused_op(const std::string& kind, const py::object& x_obj, const 
   const float* wp = in.weight.data();
   {
     py::gil_scoped_release release;
+    ComputeSlots slots(current_num_threads());
     if (kind == "layer_norm") layer_norm(xp, rp, sp, wp, b, eps, yp, in.rows, in.n);
     else rms_norm(xp, rp, sp, wp, eps, yp, in.rows, in.n);
   }
@@ -190,8 +208,11 @@ py::array_t<float> vector_math_op(const std::string& function, const py::object&
     const float* xp = x.data();
     float* yp = y.mutable_data();
     const long n = static_cast<long>(x.size());
-    py::gil_scoped_release release;
-    vector_math_kernels().apply(entry.f, xp, yp, n);
+    {
+      py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+      ComputeSlots slots(current_num_threads());
+      vector_math_kernels().apply(entry.f, xp, yp, n);
+    }
     return y;
   }
   throw py::value_error("function must be one of " + names + ", got '" + function + "'");

@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "runtime/compute_slots.h"
 #include "runtime/cpu_features.h"
 #include "runtime/threading.h"
 
@@ -28,6 +29,14 @@ void register_runtime(py::module_& m) {
     set_default_num_threads(n);
   }, py::arg("n"));
   m.def("get_num_threads", &default_num_threads);
+  m.def("_compute_slots", [] {
+    py::dict d;
+    d["capacity"] = compute_capacity();
+    d["in_use"] = compute_slots_in_use();
+    d["peak"] = compute_slots_peak();
+    return d;
+  }, "Test hook: the process-wide compute-thread bound (capacity), slots in use now and the peak since the last reset.");
+  m.def("_reset_compute_slots_peak", &reset_compute_slots_peak, "Test hook: restart the peak from the slots in use now.");
 }
 
 }  // namespace bindings

@@ -172,14 +172,20 @@ class Encoder:
             md.release(prefix + "pooler.dense.weight")
         self._model = model
 
+    def _live(self):
+        """The C++ model; ValueError once close() has run (not an AttributeError on None)."""
+        if self._model is None:
+            raise ValueError("this Encoder is closed")
+        return self._model
+
     @property
     def hidden_size(self) -> int:
-        return self._model.hidden_size
+        return self._live().hidden_size
 
     @property
     def max_seq_len(self) -> int:
         """Longest sequence the position table covers (RoBERTa-style models reserve pad + 1 rows)."""
-        return self._model.max_seq_len
+        return self._live().max_seq_len
 
     @property
     def pad_token_id(self) -> int:
@@ -187,7 +193,7 @@ class Encoder:
 
     @property
     def has_pooler(self) -> bool:
-        return self._model.has_pooler
+        return self._live().has_pooler
 
     def close(self) -> None:
         """Frees the model and drops the weight maps; the object cannot be used afterwards."""
@@ -204,10 +210,9 @@ class Encoder:
         then be lists of the same lengths). attention_mask: 0/1 (or bool) [B, T], default all
         ones. token_type_ids: [B, T] in [0, type_vocab_size), default zeros.
         """
-        if self._model is None:
-            raise ValueError("this Encoder is closed")
+        model = self._live()
         ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id)
-        return self._model.forward(ids, mask, types, bool(return_pooler), self.num_threads)
+        return model.forward(ids, mask, types, bool(return_pooler), self.num_threads)
 
     def pooler_output(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
         """BERT's pooler output tanh(dense(h[:, 0])) [B, H]; ValueError if the checkpoint has no pooler."""
@@ -255,6 +260,7 @@ class Encoder:
         normalize: L2-normalise each row. Sequences are run in batches of ``batch_size`` sorted by
         length, so batches carry little padding.
         """
+        self._live()
         if pooling not in _POOLINGS:
             raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:

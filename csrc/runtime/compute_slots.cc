@@ -1,0 +1,81 @@
+#include "runtime/compute_slots.h"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace cpuformer {
+namespace {
+
+struct State {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int in_use = 0;
+  int peak = 0;
+  uint64_t next_ticket = 0;  // handed to the next caller
+  uint64_t serving = 0;      // the ticket allowed to take slots next
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed: calls may still finish during interpreter exit
+  return *s;
+}
+
+int detect_capacity() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const int n = omp_get_num_procs();
+  return n > 0 ? n : 1;
+}
+
+}  // namespace
+
+int compute_capacity() {
+  static const int capacity = detect_capacity();
+  return capacity;
+}
+
+ComputeSlots::ComputeSlots(int threads) : taken_(threads > 0 ? threads : 1) {
+  const int capacity = compute_capacity();
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const uint64_t ticket = s.next_ticket++;
+  s.changed.wait(lock, [&] { return s.serving == ticket && (s.in_use == 0 || s.in_use + taken_ <= capacity); });
+  ++s.serving;
+  s.in_use += taken_;
+  if (s.in_use > s.peak) s.peak = s.in_use;
+  lock.unlock();
+  s.changed.notify_all();  // the next ticket may fit as well
+}
+
+ComputeSlots::~ComputeSlots() {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.in_use -= taken_;
+  }
+  s.changed.notify_all();
+}
+
+int compute_slots_in_use() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().in_use;
+}
+
+int compute_slots_peak() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().peak;
+}
+
+void reset_compute_slots_peak() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().peak = state().in_use;
+}
+
+}  // namespace cpuformer
