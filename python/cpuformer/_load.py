@@ -65,10 +65,11 @@ def classify(config: Mapping[str, Any]) -> Tuple[str, str, str]:
                      + supported_text())
 
 
-def not_implemented(kind: str, name: str) -> NotImplementedError:
-    what = {"decoder": "decoder (causal LM)", "seq2seq": "encoder-decoder (seq2seq)"}[kind]
-    return NotImplementedError(f"{name} is a {what} architecture, which cpuformer does not run yet; "
-                               + supported_text())
+def wrong_model_class(kind: str, name: str) -> ValueError:
+    """The error for a model class opened on another kind of model (e.g. Encoder on a GPT-2)."""
+    cls = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq"}[kind]
+    what = {"encoder": "an encoder", "decoder": "a decoder (causal LM)", "seq2seq": "an encoder-decoder (seq2seq)"}[kind]
+    return ValueError(f"{name} is {what} architecture; open it with cpuformer.{cls} or cpuformer.load")
 
 
 def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Optional[int] = None):
@@ -95,7 +96,7 @@ def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Opt
 
             return Seq2Seq(model_dir, dtype=dtype, num_threads=num_threads)
         if kind != "encoder":
-            raise not_implemented(kind, name)
+            raise wrong_model_class(kind, name)
     except BaseException:
         model_dir.close()
         raise

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._load import ENCODER_FAMILIES, classify, not_implemented
+from ._load import ENCODER_FAMILIES, classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -120,7 +120,7 @@ class Encoder:
         try:
             kind, family, name = classify(model_dir.config)
             if kind != "encoder":
-                raise not_implemented(kind, name)
+                raise wrong_model_class(kind, name)
             self._build(model_dir, family)
         except BaseException:
             model_dir.close()

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._load import classify, not_implemented
+from ._load import classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 
 PathLike = Union[str, os.PathLike]
@@ -164,9 +164,7 @@ class Generator:
         try:
             kind, _, name = classify(model_dir.config)
             if kind != "decoder":
-                if kind == "encoder":
-                    raise ValueError(f"{name} is an encoder; open it with cpuformer.Encoder or cpuformer.load")
-                raise not_implemented(kind, name)
+                raise wrong_model_class(kind, name)
             self.family = _family(model_dir.config.get("model_type"), name)
             self._build(model_dir)
         except BaseException:

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._load import classify, not_implemented
+from ._load import classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 from .generator import Generator, _as_2d, _token_list
 
@@ -156,7 +156,7 @@ class Seq2Seq:
         try:
             kind, _, name = classify(model_dir.config)
             if kind != "seq2seq":
-                raise ValueError(f"{name} is not an encoder-decoder; open it with cpuformer.load")
+                raise wrong_model_class(kind, name)
             self.family = _family(model_dir.config.get("model_type"), name)
             self._build(model_dir)
         except BaseException:

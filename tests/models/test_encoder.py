@@ -316,8 +316,12 @@ def test_load_dispatch(small_models, tmp_path):
     # load() opens encoder-decoders as a Seq2Seq: this one has BERT weights under a T5 config
     with pytest.raises(ValueError, match="has no tensor 'encoder.embed_tokens.weight'"):
         cf.load(t5)
-    with pytest.raises(NotImplementedError, match="GPT2LMHeadModel is a decoder"):
+    with pytest.raises(ValueError, match=r"GPT2LMHeadModel is a decoder \(causal LM\) architecture; "
+                                         r"open it with cpuformer.Generator or cpuformer.load"):
         cf.Encoder(gpt2)
+    with pytest.raises(ValueError, match=r"T5ForConditionalGeneration is an encoder-decoder \(seq2seq\) "
+                                         r"architecture; open it with cpuformer.Seq2Seq or cpuformer.load"):
+        cf.Encoder(t5)
     unknown = _copy_with_config(src, tmp_path / "unknown", architectures=["FooModel"], model_type="foo")
     with pytest.raises(ValueError, match=r"unknown architecture \(architectures: FooModel; model_type: 'foo'\); "
                                          r"supported: .*BertModel.*RobertaModel.*XLMRobertaModel"):

@@ -376,3 +376,26 @@ def test_repr_and_load(models):
     _, _, s2s = models["t5_gated"]
     assert repr(s2s) == "Seq2Seq(T5ForConditionalGeneration, layers=2+2, d_model=32, heads=3, dtype=float32)"
     assert s2s.max_positions is None and models["bart"][2].max_positions == 64
+
+
+def test_model_classes_refuse_other_kinds(tmp_path):
+    import json
+    import shutil
+
+    import numpy as np
+
+    from cpuformer._model_dir import save_safetensors
+
+    d = tmp_path / "gpt2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
+    save_safetensors(d / "model.safetensors", {"x": np.zeros(1, np.float32)})
+    with pytest.raises(ValueError, match=r"GPT2LMHeadModel is a decoder \(causal LM\) architecture; "
+                                         r"open it with cpuformer.Generator or cpuformer.load"):
+        cf.Seq2Seq(d)
+    b = tmp_path / "bert"
+    shutil.copytree(d, b)
+    (b / "config.json").write_text(json.dumps({"architectures": ["BertModel"], "model_type": "bert"}))
+    with pytest.raises(ValueError, match=r"BertModel is an encoder architecture; "
+                                         r"open it with cpuformer.Encoder or cpuformer.load"):
+        cf.Generator(b)
