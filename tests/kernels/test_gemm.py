@@ -4,7 +4,9 @@ Tolerance: fp32 accumulation over K terms in any order, so
 |y - ref| <= 1e-5 * sqrt(K) * scale, where scale is the largest |value| among the pre-activation
 reference and the residual (the activations are Lipschitz with constant <= 1.1).
 The sizes cover the vector and tile tails of every ISA (AVX-512 tiles are 14 x 32, AVX2 6 x 16),
-the few-row (GEMV) path (M <= 8), several K slices (K > 256) and several row blocks (M > 336).
+the few-row (GEMV) path (M <= 8), several K slices (K > 256), several row blocks (M > 336) and both
+ways of sharing rows between threads (each thread its own rows for narrow N; the whole team on
+each row block for wide N or few rows).
 """
 
 import math
@@ -66,7 +68,8 @@ SHAPES += [
     (8, 300, 1000), (1, 257, 513),  # GEMV over many panels, split across threads
     (14, 256, 32), (15, 257, 33), (28, 512, 64),  # exact tiles and one past them
     (65, 600, 300), (127, 513, 100), (256, 300, 200),  # several K slices and panels
-    (700, 64, 40), (1000, 33, 17),  # several row blocks (and rows x panels split for 2 threads)
+    (700, 64, 40), (1000, 33, 17),  # several row blocks, each thread its own rows
+    (700, 40, 800), (130, 40, 1000),  # wide N: the team shares each row block
 ]
 
 
