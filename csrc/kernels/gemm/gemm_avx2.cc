@@ -23,6 +23,7 @@ constexpr long kNR = 16;
 // fits the 256 KB L2 of the oldest AVX2 cores.
 constexpr long kKC = 256;
 constexpr long kMCMax = 28 * kMR;
+constexpr long kPrivateRowsMaxCBytes = 1L << 19;
 constexpr long kGemvMaxRows = 6;
 
 #include "kernels/gemm/gemm_driver_inl.h"

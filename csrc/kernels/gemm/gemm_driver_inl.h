@@ -13,6 +13,8 @@
 //   constexpr long kKC;          K slice: a W panel slice [kKC][kNR] stays in L1 while every micro-panel
 //                                of the A block streams past it
 //   constexpr long kMCMax;       rows of an A block (a multiple of kMR): [kMCMax][kKC] stays in L2
+//   constexpr long kPrivateRowsMaxCBytes;  up to this size of a block's C rows (kMCMax × N floats)
+//                                each thread takes its own rows (see gemm_f32)
 //   constexpr long kGemvMaxRows; m ≤ kGemvMaxRows takes the GEMV path (≤ what its kernel supports)
 // and, after it, the two kernels declared below.
 //
@@ -173,74 +175,110 @@ void gemv(const float* a, long m, long lda, const float* wp, long n, long k, flo
   }
 }
 
+// Everything a GEMM call's workers share, read-only.
+struct GemmCall {
+  const float* a;
+  long m, lda;
+  const float* wp;  // packed W
+  long n, k, panels;
+  float* c;
+  long ldc;
+  GemmEpilogue epilogue;  // with a residual aliasing c already replaced by a copy where needed
+  long slices, kc_max;
+};
+
 // One phase of the blocked GEMM: a block of rows × one K slice.
 struct Phase {
   long i0, rows, micro_rows, k0, kc;
   bool first_slice, last_slice;
 };
 
-// Many rows. BLIS loop order: for each block of at most kMCMax rows and each K slice of at most kKC
-// (one phase), the A block is packed into a buffer shared by the team, then the panels are shared
-// out: a W panel slice stays in L1 while the block's micro-panels stream past it from L2. Partial
-// sums accumulate in c from one slice to the next. The A buffers, the work ranges and the packing
-// counters are double-buffered, so one barrier per phase suffices and the threads that finish a
-// phase first pack the next one.
-void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
-              const GemmEpilogue& epilogue) {
-  const long n = w.n, k = w.k;
-  const float* wp = reinterpret_cast<const float*>(w.data.data());
-  if (m <= kGemvMaxRows) {
-    gemv(a, m, lda, wp, n, k, c, ldc, epilogue);
-    return;
+inline Phase make_phase(const GemmCall& g, long i0, long rows, long slice) {
+  Phase f;
+  f.i0 = i0;
+  f.rows = rows;
+  f.micro_rows = ceil_div(rows, kMR);
+  f.k0 = slice * g.kc_max;
+  f.kc = min_of(g.kc_max, g.k - f.k0);
+  f.first_slice = slice == 0;
+  f.last_slice = slice == g.slices - 1;
+  return f;
+}
+
+// Micro-rows [q0, q1) of phase f against panel p; ap is the phase's packed A block.
+void run_panel(const GemmCall& g, const Phase& f, const float* ap, long p, long q0, long q1) {
+  const long j0 = p * kNR, ncols = min_of(kNR, g.n - j0);
+  const float* w_slice = g.wp + (p * g.k + f.k0) * kNR;
+  // The next panel's slice comes from L3 or memory: each kernel of this panel prefetches a share of
+  // it into L2, so the next panel's first kernel does not wait on misses.
+  const char* w_next = p + 1 < g.panels ? reinterpret_cast<const char*>(w_slice + g.k * kNR) : nullptr;
+  const long w_lines = f.kc * kNR * static_cast<long>(sizeof(float)) / 64;
+  const long lines_per_row = ceil_div(w_lines, q1 - q0);
+  // Bias and residual are linear: without an activation they join the first slice (so a residual
+  // aliasing c is read before c holds partial sums); with one, everything waits for the last.
+  const bool finish_here = g.epilogue.activation == Activation::kNone ? f.first_slice : f.last_slice;
+  TileEpilogue ep;
+  ep.load_c = !f.first_slice;
+  ep.bias = finish_here && g.epilogue.bias ? g.epilogue.bias + j0 : nullptr;
+  ep.activation = f.last_slice ? g.epilogue.activation : Activation::kNone;
+  ep.ldr = g.epilogue.ldr;
+  for (long q = q0; q < q1; ++q) {
+    const long line0 = (q - q0) * lines_per_row;
+    const long lines = w_next ? max_of(0, min_of(lines_per_row, w_lines - line0)) : 0;
+    const long i = f.i0 + q * kMR;
+    ep.residual = finish_here && g.epilogue.residual ? g.epilogue.residual + i * g.epilogue.ldr + j0 : nullptr;
+    tile_kernel(min_of(kMR, f.i0 + f.rows - i), ap + q * kMR * f.kc, w_slice, f.kc, g.c + i * g.ldc + j0, g.ldc,
+                ncols, ep, w_next ? w_next + 64 * line0 : nullptr, lines);
   }
+}
 
-  // K slices and row blocks of near-equal sizes (no short last one).
-  const long slices = ceil_div(k, kKC);
-  const long kc_max = ceil_div(k, slices);
-  const long mc = ceil_div(ceil_div(m, ceil_div(m, kMCMax)), kMR) * kMR;
-  const long m_blocks = ceil_div(m, mc);
-  const long phases = m_blocks * slices;
-
-  // With an activation the residual is added after the last slice, by which time c holds partial
-  // sums: a residual aliasing c must be copied first.
-  GemmEpilogue ep_all = epilogue;
-  float* residual_copy = nullptr;
-  if (epilogue.residual != nullptr && epilogue.residual == c && epilogue.activation != Activation::kNone &&
-      slices > 1) {
-    const std::size_t bytes = ((static_cast<std::size_t>(m * n) * sizeof(float) + 63) / 64) * 64;
-    residual_copy = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (residual_copy == nullptr) throw std::bad_alloc();
-    for (long i = 0; i < m; ++i) {
-      std::memcpy(residual_copy + i * n, epilogue.residual + i * epilogue.ldr, n * sizeof(float));
+// Narrow N: each thread takes its own contiguous share of the rows and runs the whole BLIS loop
+// nest over it (blocks of at most kMCMax rows × K slices × all panels) with its own packed A: no
+// barriers, nothing shared but the read-only W. Rows are shared out by micro-rows, so the shares
+// differ by at most one.
+void gemm_private_rows(const GemmCall& g, int nt) {
+#pragma omp parallel num_threads(nt) if (nt > 1)
+  {
+    long u0, u1;
+    split_evenly(ceil_div(g.m, kMR), omp_get_num_threads(), omp_get_thread_num(), &u0, &u1);
+    const long r0 = u0 * kMR, r1 = min_of(g.m, u1 * kMR);
+    if (r0 < r1) {
+      const long mc = ceil_div(ceil_div(r1 - r0, ceil_div(r1 - r0, kMCMax)), kMR) * kMR;
+      float* ap = gemm_thread_scratch(static_cast<std::size_t>(mc * g.kc_max));
+      for (long i0 = r0; i0 < r1; i0 += mc) {
+        for (long s = 0; s < g.slices; ++s) {
+          const Phase f = make_phase(g, i0, min_of(mc, r1 - i0), s);
+          for (long q = 0; q < f.micro_rows; ++q) {
+            pack_a_panel(min_of(kMR, f.rows - q * kMR), g.a + (f.i0 + q * kMR) * g.lda + f.k0, g.lda, f.kc,
+                         ap + q * kMR * f.kc);
+          }
+          for (long p = 0; p < g.panels; ++p) run_panel(g, f, ap, p, 0, f.micro_rows);
+        }
+      }
     }
-    ep_all.residual = residual_copy;
-    ep_all.ldr = n;
   }
-  const bool linear = epilogue.activation == Activation::kNone;
+}
 
-  const long panels = ceil_div(n, kNR);
-  const int nt = threads_for(m * n * k, min_of(ceil_div(m, kMR) * panels, kMaxTeam));
-  // The phase ends when its last item does: with few panels per thread (narrow N) the items are
-  // cut finer, each panel's rows into groups, so the threads arrive at the barrier close together.
-  // A thread takes its items in order, so consecutive groups of a panel still share its W slice.
+// Wide N (or few rows per thread): the threads work through the phases (block of at most kMCMax
+// rows × K slice) together. The team packs the phase's A block into a buffer shared by all, then
+// shares out its panels (work items, see above); each thread's C columns stay a fraction of the
+// block. The A buffers, the work ranges and the packing counters are double-buffered, so one
+// barrier per phase suffices and the threads that finish a phase first pack the next one.
+void gemm_shared_rows(const GemmCall& g, int nt) {
+  const long mc = ceil_div(ceil_div(g.m, ceil_div(g.m, kMCMax)), kMR) * kMR;
+  const long phases = ceil_div(g.m, mc) * g.slices;
+  // The phase ends when its last item does: with few panels per thread the items are cut finer,
+  // each panel's rows into groups, so the threads arrive at the barrier close together. A thread
+  // takes its items in order, so consecutive groups of a panel still share its W slice.
   constexpr long kItemsPerThread = 16;
-  const long groups = min_of(mc / kMR, max_of(1, ceil_div(kItemsPerThread * nt, panels)));
-
+  const long groups = min_of(mc / kMR, max_of(1, ceil_div(kItemsPerThread * nt, g.panels)));
   auto phase_at = [&](long ph) {
-    Phase f;
-    const long block = ph / slices, s = ph % slices;
-    f.i0 = block * mc;
-    f.rows = min_of(mc, m - f.i0);
-    f.micro_rows = ceil_div(f.rows, kMR);
-    f.k0 = s * kc_max;
-    f.kc = min_of(kc_max, k - f.k0);
-    f.first_slice = s == 0;
-    f.last_slice = s == slices - 1;
-    return f;
+    const long i0 = ph / g.slices * mc;
+    return make_phase(g, i0, min_of(mc, g.m - i0), ph % g.slices);
   };
-  auto items_in = [&](const Phase& f) { return panels * min_of(groups, f.micro_rows); };
+  auto items_in = [&](const Phase& f) { return g.panels * min_of(groups, f.micro_rows); };
 
-  float* a_buffers = gemm_thread_scratch(static_cast<std::size_t>(2 * mc * kc_max));  // the caller's, shared
+  float* a_buffers = gemm_thread_scratch(static_cast<std::size_t>(2 * mc * g.kc_max));  // the caller's, shared
   WorkRange ranges[2][kMaxTeam];
   long pack_next[2] = {0, 0};  // next micro-panel to pack, per phase parity
   deal(ranges[0], items_in(phase_at(0)), nt);
@@ -248,11 +286,12 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
   // Packs the micro-panels of phase ph not yet claimed by another thread.
   auto pack_phase = [&](long ph) {
     const Phase f = phase_at(ph);
-    float* ap = a_buffers + (ph & 1) * mc * kc_max;
+    float* ap = a_buffers + (ph & 1) * mc * g.kc_max;
     for (;;) {
       const long q = __atomic_fetch_add(&pack_next[ph & 1], 1, __ATOMIC_RELAXED);
       if (q >= f.micro_rows) break;
-      pack_a_panel(min_of(kMR, f.rows - q * kMR), a + (f.i0 + q * kMR) * lda + f.k0, lda, f.kc, ap + q * kMR * f.kc);
+      pack_a_panel(min_of(kMR, f.rows - q * kMR), g.a + (f.i0 + q * kMR) * g.lda + f.k0, g.lda, f.kc,
+                   ap + q * kMR * f.kc);
     }
   };
 
@@ -268,39 +307,70 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
         __atomic_store_n(&pack_next[ph & 1], 0, __ATOMIC_RELAXED);  // for phase ph + 2
       }
       const Phase f = phase_at(ph);
-      const float* ap = a_buffers + (ph & 1) * mc * kc_max;
+      const float* ap = a_buffers + (ph & 1) * mc * g.kc_max;
       const long block_groups = min_of(groups, f.micro_rows);
-      const bool finish_here = linear ? f.first_slice : f.last_slice;
-      const long w_lines = f.kc * kNR * static_cast<long>(sizeof(float)) / 64;
       long item;
       while (next_item(ranges[ph & 1], nt, t, &item)) {
-        const long p = item / block_groups;
         long q0, q1;
         split_evenly(f.micro_rows, block_groups, item % block_groups, &q0, &q1);
-        const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
-        const float* w_slice = wp + (p * k + f.k0) * kNR;
-        // The next panel's slice comes from L3 or memory: each kernel of this panel prefetches a
-        // share of it into L2, so the next panel's first kernel does not wait on misses.
-        const char* w_next = p + 1 < panels ? reinterpret_cast<const char*>(w_slice + k * kNR) : nullptr;
-        const long lines_per_row = ceil_div(w_lines, q1 - q0);
-        TileEpilogue ep;
-        ep.load_c = !f.first_slice;
-        ep.bias = finish_here && ep_all.bias ? ep_all.bias + j0 : nullptr;
-        ep.activation = f.last_slice ? ep_all.activation : Activation::kNone;
-        ep.ldr = ep_all.ldr;
-        for (long q = q0; q < q1; ++q) {
-          const long line0 = (q - q0) * lines_per_row, lines = w_next ? min_of(lines_per_row, w_lines - line0) : 0;
-          const long i = f.i0 + q * kMR;
-          ep.residual = finish_here && ep_all.residual ? ep_all.residual + i * ep_all.ldr + j0 : nullptr;
-          tile_kernel(min_of(kMR, f.i0 + f.rows - i), ap + q * kMR * f.kc, w_slice, f.kc, c + i * ldc + j0, ldc,
-                      ncols, ep, w_next ? w_next + 64 * line0 : nullptr, max_of(lines, 0));
-        }
+        run_panel(g, f, ap, item / block_groups, q0, q1);
       }
       if (ph + 1 < phases) {
         pack_phase(ph + 1);
 #pragma omp barrier
       }
     }
+  }
+}
+
+// Many rows: BLIS loop order. For each block of rows (packed A in L2) and each K slice, every W
+// panel slice stays in L1 while the block's micro-panels stream past it; partial sums accumulate in
+// c from one slice to the next.
+void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
+              const GemmEpilogue& epilogue) {
+  GemmCall g;
+  g.a = a;
+  g.m = m;
+  g.lda = lda;
+  g.wp = reinterpret_cast<const float*>(w.data.data());
+  g.n = w.n;
+  g.k = w.k;
+  g.panels = ceil_div(w.n, kNR);
+  g.c = c;
+  g.ldc = ldc;
+  g.epilogue = epilogue;
+  if (m <= kGemvMaxRows) {
+    gemv(a, m, lda, g.wp, g.n, g.k, c, ldc, epilogue);
+    return;
+  }
+  // K slices of near-equal length (no short last one).
+  g.slices = ceil_div(g.k, kKC);
+  g.kc_max = ceil_div(g.k, g.slices);
+
+  // With an activation the residual is added after the last slice, by which time c holds partial
+  // sums: a residual aliasing c must be copied first.
+  float* residual_copy = nullptr;
+  if (epilogue.residual != nullptr && epilogue.residual == c && epilogue.activation != Activation::kNone &&
+      g.slices > 1) {
+    const std::size_t bytes = ((static_cast<std::size_t>(m * g.n) * sizeof(float) + 63) / 64) * 64;
+    residual_copy = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (residual_copy == nullptr) throw std::bad_alloc();
+    for (long i = 0; i < m; ++i) {
+      std::memcpy(residual_copy + i * g.n, epilogue.residual + i * epilogue.ldr, g.n * sizeof(float));
+    }
+    g.epilogue.residual = residual_copy;
+    g.epilogue.ldr = g.n;
+  }
+
+  const int nt = threads_for(m * g.n * g.k, min_of(ceil_div(m, kMR) * g.panels, kMaxTeam));
+  // Private rows when each thread gets several micro-rows and a block's C rows (kMCMax × N) fit in
+  // half of L2 next to the A block; otherwise the team shares each block and splits its columns.
+  const bool private_rows =
+      ceil_div(m, kMR) >= 4 * nt && kMCMax * g.n * static_cast<long>(sizeof(float)) <= kPrivateRowsMaxCBytes;
+  if (private_rows) {
+    gemm_private_rows(g, nt);
+  } else {
+    gemm_shared_rows(g, nt);
   }
   std::free(residual_copy);
 }
