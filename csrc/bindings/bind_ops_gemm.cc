@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -27,10 +28,49 @@ Activation parse_activation(const py::object& name) {
   throw py::value_error("activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', got '" + s + "'");
 }
 
+WeightType parse_dtype(const std::string& s) {
+  if (s == "float32") return WeightType::kFloat32;
+  if (s == "float16") return WeightType::kFloat16;
+  if (s == "bfloat16") return WeightType::kBFloat16;
+  if (s == "int8") return WeightType::kInt8;
+  throw py::value_error("dtype must be 'float32', 'float16', 'bfloat16' or 'int8', got '" + s + "'");
+}
+
+// w float32 [N, K] -> (q int8 [N, K], scales float32 [N]): the load-time int8 quantization.
+py::tuple quantize_int8(const py::object& weight) {
+  FloatArray w = as_float32(weight, "w");
+  require_ndim(w, 2, "w", "[N, K]");
+  const long n = w.shape(0), k = w.shape(1);
+  py::array_t<int8_t> q({n, k});
+  py::array_t<float> scales(n);
+  const float* wp = w.data();
+  for (py::ssize_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(wp[i])) throw py::value_error("w has a non-finite value at flat index " + std::to_string(i));
+  }
+  int8_t* qp = q.mutable_data();
+  float* sp = scales.mutable_data();
+  {
+    py::gil_scoped_release release;
+    quantize_weights_s8(wp, n, k, k, qp, sp);
+  }
+  return py::make_tuple(q, scales);
+}
+
+// float32 array (any shape) -> uint16 bit patterns of float16 or bfloat16, rounded to nearest even.
+py::array_t<uint16_t> to_16bit(const py::object& input, bool half) {
+  FloatArray x = as_float32(input, "x");
+  py::array_t<uint16_t> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+  const float* xp = x.data();
+  uint16_t* op = out.mutable_data();
+  for (py::ssize_t i = 0; i < x.size(); ++i) op[i] = half ? float_to_half(xp[i]) : float_to_bfloat16(xp[i]);
+  return out;
+}
+
 class Linear {
  public:
-  Linear(const py::object& weight, const py::object& bias, const py::object& activation)
+  Linear(const py::object& weight, const py::object& bias, const py::object& activation, const std::string& dtype)
       : activation_(parse_activation(activation)) {
+    const WeightType type = parse_dtype(dtype);
     FloatArray w = as_float32(weight, "w");
     require_ndim(w, 2, "w", "[N, K]");
     require_nonempty(w, "w");
@@ -44,8 +84,13 @@ class Linear {
       bias_.assign(b.data(), b.data() + n_);
     }
     const float* wp = w.data();
+    if (type == WeightType::kInt8) {
+      for (py::ssize_t i = 0; i < w.size(); ++i) {
+        if (!std::isfinite(wp[i])) throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) + "; int8 needs finite weights");
+      }
+    }
     py::gil_scoped_release release;
-    packed_ = pack_weights_f32(wp, n_, k_, k_);
+    packed_ = pack_weights(wp, type, n_, k_, k_);
   }
 
   // x [..., K] -> [..., N]; residual [..., N] (optional) is added after the activation. The output
@@ -87,6 +132,15 @@ class Linear {
 
   long n() const { return n_; }
   long k() const { return k_; }
+  std::string dtype() const {
+    switch (packed_.type) {
+      case WeightType::kFloat16: return "float16";
+      case WeightType::kBFloat16: return "bfloat16";
+      case WeightType::kInt8: return "int8";
+      case WeightType::kFloat32: break;
+    }
+    return "float32";
+  }
 
  private:
   long n_ = 0, k_ = 0;
@@ -99,11 +153,15 @@ class Linear {
 
 void register_ops_gemm(py::module_& m) {
   py::class_<Linear>(m, "Linear")
-      .def(py::init<const py::object&, const py::object&, const py::object&>(), py::arg("w"),
-           py::arg("bias") = py::none(), py::arg("activation") = py::none())
+      .def(py::init<const py::object&, const py::object&, const py::object&, const std::string&>(), py::arg("w"),
+           py::arg("bias") = py::none(), py::arg("activation") = py::none(), py::arg("dtype") = "float32")
       .def("__call__", &Linear::operator(), py::arg("x"), py::arg("residual") = py::none())
       .def_property_readonly("out_features", &Linear::n)
-      .def_property_readonly("in_features", &Linear::k);
+      .def_property_readonly("in_features", &Linear::k)
+      .def_property_readonly("dtype", &Linear::dtype);
+  m.def("quantize_int8", &quantize_int8, py::arg("w"));
+  m.def("float32_to_float16_bits", [](const py::object& x) { return to_16bit(x, true); }, py::arg("x"));
+  m.def("float32_to_bfloat16_bits", [](const py::object& x) { return to_16bit(x, false); }, py::arg("x"));
 }
 
 }  // namespace bindings

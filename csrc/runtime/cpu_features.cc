@@ -52,6 +52,17 @@ CpuFeatures detect() {
     }
     if (level == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
   }
+  // CPUFORMER_DISABLE_FEATURES=avx512_vnni,avx_vnni,avx512_bf16: treat these extensions as absent,
+  // so each fallback inside a level (e.g. the AVX2 int8 kernel without AVX-VNNI) can be run and
+  // tested on a CPU that has the extension. Names as in names(); unknown names are ignored.
+  if (const char* off = std::getenv("CPUFORMER_DISABLE_FEATURES")) {
+    std::string list = std::string(",") + off + ",";
+    auto disabled = [&](const char* name) { return list.find(std::string(",") + name + ",") != std::string::npos; };
+    if (disabled("avx512_vnni")) f.avx512vnni = false;
+    if (disabled("avx_vnni")) f.avx_vnni = false;
+    if (disabled("avx512_bf16")) f.avx512bf16 = false;
+    if (disabled("avx512_fp16")) f.avx512fp16 = false;
+  }
   return f;
 }
 

@@ -7,23 +7,27 @@ uses ``cpuformer.get_num_threads()`` threads.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
 from . import _core
 
-__all__ = ["Linear", "linear", "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
+__all__ = ["Linear", "linear", "quantize_int8", "to_float16_bits", "to_bfloat16_bits", "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
 
 
 class Linear:
     """y = activation(x · wᵀ + bias) with ``w`` [N, K] in PyTorch ``nn.Linear`` layout, packed once
     for the GEMM microkernel. ``activation`` is None, "relu", "gelu" (erf), "gelu_tanh" or "silu".
     Calling it maps x [..., K] to [..., N]; ``residual`` [..., N], if given, is added after the
-    activation (fused into the GEMM's epilogue)."""
+    activation (fused into the GEMM's epilogue).
 
-    def __init__(self, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None):
-        self._impl = _core.Linear(w, bias, activation)
+    ``dtype`` is how the weight is stored: "float32", "float16", "bfloat16" or "int8" (symmetric
+    per-output-channel scales, activations quantized per row on the fly; see docs/precision.md)."""
+
+    def __init__(self, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None,
+                 dtype: str = "float32"):
+        self._impl = _core.Linear(w, bias, activation, dtype)
 
     @property
     def in_features(self) -> int:
@@ -33,16 +37,37 @@ class Linear:
     def out_features(self) -> int:
         return self._impl.out_features
 
+    @property
+    def dtype(self) -> str:
+        return self._impl.dtype
+
     def __call__(self, x: np.ndarray, residual: Optional[np.ndarray] = None) -> np.ndarray:
         return self._impl(x, residual)
 
     def __repr__(self) -> str:
-        return f"Linear(in_features={self.in_features}, out_features={self.out_features})"
+        return f"Linear(in_features={self.in_features}, out_features={self.out_features}, dtype={self.dtype!r})"
 
 
-def linear(x: np.ndarray, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None) -> np.ndarray:
-    """One-shot ``Linear(w, bias, activation)(x)``: packs ``w`` on every call (models hold a Linear)."""
-    return _core.Linear(w, bias, activation)(x)
+def linear(x: np.ndarray, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None,
+           dtype: str = "float32") -> np.ndarray:
+    """One-shot ``Linear(w, bias, activation, dtype)(x)``: packs ``w`` on every call (models hold a Linear)."""
+    return _core.Linear(w, bias, activation, dtype)(x)
+
+
+def quantize_int8(w: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The int8 weight quantization cpuformer applies at load: w [N, K] float32 → (q int8 [N, K],
+    scales float32 [N]) with q = round_half_even(w · 127 / max|w[j]|) and w ≈ q · scales[:, None]."""
+    return _core.quantize_int8(w)
+
+
+def to_float16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 → IEEE binary16 bit patterns (uint16), rounded to nearest even."""
+    return _core.float32_to_float16_bits(x)
+
+
+def to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 → bfloat16 bit patterns (uint16: the upper half of the float32), rounded to nearest even."""
+    return _core.float32_to_bfloat16_bits(x)
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,

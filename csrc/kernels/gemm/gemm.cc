@@ -1,6 +1,9 @@
 #include "kernels/gemm/gemm.h"
 
+#include <cmath>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/dispatch.h"
 
@@ -11,10 +14,98 @@ const GemmKernels& gemm_kernels() {
   return table;
 }
 
+const Int8GemmKernels& int8_gemm_kernels() {
+  static const Int8GemmKernels& table =
+      select_for_isa(scalar::kInt8GemmKernels, avx2::kInt8GemmKernels, avx512::kInt8GemmKernels);
+  return table;
+}
+
+const HalfGemmKernels& half_gemm_kernels() {
+  static const HalfGemmKernels& table =
+      select_for_isa(scalar::kHalfGemmKernels, avx2::kHalfGemmKernels, avx512::kHalfGemmKernels);
+  return table;
+}
+
 float* gemm_thread_scratch(std::size_t count) {
   thread_local AlignedBuffer<float> buffer;
   if (buffer.size() < count) buffer.resize(count);
   return buffer.data();
+}
+
+void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales) {
+  for (long j = 0; j < n; ++j) {
+    const float* row = w + j * ldw;
+    float amax = 0.0f;
+    for (long p = 0; p < k; ++p) amax = std::fmax(amax, std::fabs(row[p]));
+    int8_t* out = q + j * k;
+    if (!(amax > 0.0f) || !std::isfinite(amax)) {
+      // A zero row quantizes to zeros. Non-finite weights are rejected by the loaders before this.
+      std::memset(out, 0, static_cast<std::size_t>(k));
+      scales[j] = 0.0f;
+      continue;
+    }
+    const float inv = 127.0f / amax;
+    for (long p = 0; p < k; ++p) {
+      const float r = std::nearbyint(row[p] * inv);  // default rounding mode: to nearest even
+      out[p] = static_cast<int8_t>(r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r));
+    }
+    scales[j] = amax / 127.0f;
+  }
+}
+
+uint16_t float_to_bfloat16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float bfloat16_to_float(uint16_t h) {
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+uint16_t float_to_half(float x) {
+  uint32_t f;
+  std::memcpy(&f, &x, 4);
+  const uint32_t sign = (f >> 16) & 0x8000u;
+  const uint32_t abs = f & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u);  // NaN
+  if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to ≥ 65520: inf
+  if (abs < 0x38800000u) {
+    // Subnormal half (or zero): value = m · 2^-24, m = round_half_even(|x| · 2^24).
+    float ax;
+    std::memcpy(&ax, &abs, 4);
+    const float m = std::nearbyint(ax * 16777216.0f);
+    return static_cast<uint16_t>(sign | static_cast<uint32_t>(m));
+  }
+  // Normal: rebias the exponent (127 → 15) and round the 23-bit mantissa to 10 bits, half to even.
+  uint32_t h = ((abs >> 13) - ((127u - 15u) << 10));
+  const uint32_t rest = abs & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+  return static_cast<uint16_t>(sign | h);
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);  // subnormal or zero, exact
+    std::memcpy(&bits, &v, 4);
+    bits |= sign;
+  } else if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127u - 15u) << 23) | (mant << 13);
+  }
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
 }
 
 PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
@@ -29,10 +120,67 @@ PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
   return packed;
 }
 
+PackedWeights pack_weights_s8(const int8_t* q, const float* scales, long n, long k, long ldq) {
+  const Int8GemmKernels& kernels = int8_gemm_kernels();
+  PackedWeights packed;
+  packed.n = n;
+  packed.k = k;
+  packed.type = WeightType::kInt8;
+  packed.isa = active_isa();
+  packed.data.resize(kernels.packed_bytes(n, k));
+  kernels.pack(q, scales, n, k, ldq, packed.data.data());
+  return packed;
+}
+
+PackedWeights pack_weights_16(const uint16_t* w, WeightType type, long n, long k, long ldw) {
+  if (type != WeightType::kFloat16 && type != WeightType::kBFloat16) {
+    throw std::invalid_argument("pack_weights_16 takes float16 or bfloat16 weights");
+  }
+  const HalfGemmKernels& kernels = half_gemm_kernels();
+  PackedWeights packed;
+  packed.n = n;
+  packed.k = k;
+  packed.type = type;
+  packed.isa = active_isa();
+  packed.data.resize(kernels.packed_bytes(n, k));
+  kernels.pack(w, type, n, k, ldw, packed.data.data());
+  return packed;
+}
+
+PackedWeights pack_weights(const float* w, WeightType type, long n, long k, long ldw) {
+  switch (type) {
+    case WeightType::kFloat32: return pack_weights_f32(w, n, k, ldw);
+    case WeightType::kInt8: {
+      std::vector<int8_t> q(static_cast<std::size_t>(n) * k);
+      std::vector<float> scales(n);
+      quantize_weights_s8(w, n, k, ldw, q.data(), scales.data());
+      return pack_weights_s8(q.data(), scales.data(), n, k, k);
+    }
+    case WeightType::kFloat16:
+    case WeightType::kBFloat16: {
+      std::vector<uint16_t> h(static_cast<std::size_t>(n) * k);
+      const bool half = type == WeightType::kFloat16;
+      for (long j = 0; j < n; ++j)
+        for (long p = 0; p < k; ++p) {
+          const float x = w[j * ldw + p];
+          h[j * k + p] = half ? float_to_half(x) : float_to_bfloat16(x);
+        }
+      return pack_weights_16(h.data(), type, n, k, k);
+    }
+  }
+  throw std::invalid_argument("unknown weight type");
+}
+
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   if (m <= 0 || w.n <= 0) return;
   if (w.isa != active_isa()) throw std::logic_error("weights were packed for another ISA level");
-  gemm_kernels().gemm_f32(a, m, lda, w, c, ldc, epilogue);
+  switch (w.type) {
+    case WeightType::kFloat32: gemm_kernels().gemm_f32(a, m, lda, w, c, ldc, epilogue); return;
+    case WeightType::kInt8: int8_gemm_kernels().gemm(a, m, lda, w, c, ldc, epilogue); return;
+    case WeightType::kFloat16:
+    case WeightType::kBFloat16: half_gemm_kernels().gemm(a, m, lda, w, c, ldc, epilogue); return;
+  }
+  throw std::logic_error("unknown weight type");
 }
 
 }  // namespace cpuformer

@@ -45,7 +45,51 @@ struct GemmKernels {
                    const GemmEpilogue& epilogue);
 };
 
+// Quantized and 16-bit weights. Same contract as gemm_f32 (epilogue, aliasing, threads); only the
+// weight storage and the arithmetic differ.
+//
+// int8 (WeightType::kInt8): W[n][k] ≈ q[n][k]·scale[n], q in [-127, 127] (symmetric, per output
+// channel; see quantize_weights_s8). Each row of A is quantized on the fly, symmetric per row:
+//   amax = max_k |a[i][k]|, sa[i] = amax / 127, qa[i][k] = round_half_even(a[i][k] · (127 / amax))
+//   (qa = 0 and sa = 0 for an all-zero row), then
+//   c[i][j] = act(sa[i]·scale[j]·Σ_k qa[i][k]·q[j][k] + bias[j]) + residual[i][j]
+// with the integer sum exact in int32 at every ISA level (K ≤ 2^17 keeps it in range). The
+// product 127/amax and the rounding are done in float32 exactly as written, so every level
+// produces the same qa and the same integer sums.
+struct Int8GemmKernels {
+  std::size_t (*packed_bytes)(long n, long k);
+  // q [n, k] (row stride ldq) int8 in [-127, 127]; scales [n]. Both are copied into `out`.
+  void (*pack)(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_t* out);
+  void (*gemm)(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
+               const GemmEpilogue& epilogue);
+};
+
+// float16 / bfloat16 (WeightType::kFloat16 / kBFloat16): W holds 16-bit bit patterns (IEEE binary16
+// or the upper half of a float32). c = act(a·float(W)ᵀ + bias) + residual, accumulated in float32.
+// A kernel may round a to bfloat16 for vdpbf16ps (AVX512-BF16); the error bound is stated where
+// it does (docs/precision.md).
+struct HalfGemmKernels {
+  std::size_t (*packed_bytes)(long n, long k);
+  // w [n, k] (row stride ldw) 16-bit values of type `type` (kFloat16 or kBFloat16).
+  void (*pack)(const uint16_t* w, WeightType type, long n, long k, long ldw, uint8_t* out);
+  void (*gemm)(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
+               const GemmEpilogue& epilogue);
+};
+
 const GemmKernels& gemm_kernels();
+const Int8GemmKernels& int8_gemm_kernels();
+const HalfGemmKernels& half_gemm_kernels();
+
+// Load-time conversions (generic code, identical at every ISA level; `cpuformer convert` uses them
+// too, so a converted directory holds exactly what quantize-at-load would compute).
+// q[j][:] = round_half_even(w[j][:] · (127 / max|w[j][:]|)), scales[j] = max|w[j][:]| / 127
+// (a zero row gives q = 0, scale = 0). q is [n, k] contiguous.
+void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales);
+// Round to nearest even; NaN stays NaN, overflow goes to ±inf.
+uint16_t float_to_half(float x);
+uint16_t float_to_bfloat16(float x);
+float half_to_float(uint16_t h);
+float bfloat16_to_float(uint16_t h);
 
 // Scratch space owned by the calling thread (grown on demand, kept for the thread's lifetime), so
 // the per-ISA kernels can pack A blocks without allocating on every call. 64-byte aligned.
@@ -53,11 +97,29 @@ const GemmKernels& gemm_kernels();
 float* gemm_thread_scratch(std::size_t count);
 
 PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw);
+PackedWeights pack_weights_s8(const int8_t* q, const float* scales, long n, long k, long ldq);
+PackedWeights pack_weights_16(const uint16_t* w, WeightType type, long n, long k, long ldw);
+// From float32 to any type: quantizes / rounds first (quantize_weights_s8, float_to_half,
+// float_to_bfloat16), then packs.
+PackedWeights pack_weights(const float* w, WeightType type, long n, long k, long ldw);
+// Dispatches on w.type.
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
           const GemmEpilogue& epilogue = {});
 
-namespace scalar { extern const GemmKernels kGemmKernels; }
-namespace avx2 { extern const GemmKernels kGemmKernels; }
-namespace avx512 { extern const GemmKernels kGemmKernels; }
+namespace scalar {
+extern const GemmKernels kGemmKernels;
+extern const Int8GemmKernels kInt8GemmKernels;
+extern const HalfGemmKernels kHalfGemmKernels;
+}  // namespace scalar
+namespace avx2 {
+extern const GemmKernels kGemmKernels;
+extern const Int8GemmKernels kInt8GemmKernels;
+extern const HalfGemmKernels kHalfGemmKernels;
+}  // namespace avx2
+namespace avx512 {
+extern const GemmKernels kGemmKernels;
+extern const Int8GemmKernels kInt8GemmKernels;
+extern const HalfGemmKernels kHalfGemmKernels;
+}  // namespace avx512
 
 }  // namespace cpuformer
