@@ -174,7 +174,7 @@ def test_weights_are_packed_once(rng):
     x = randn(rng, 5, 17)
     check(lin(x), x, w0, b0)
     assert (lin.in_features, lin.out_features) == (17, 33)
-    assert repr(lin) == "Linear(in_features=17, out_features=33)"
+    assert repr(lin) == "Linear(in_features=17, out_features=33, dtype='float32')"
 
 
 def test_special_values_propagate(rng):
