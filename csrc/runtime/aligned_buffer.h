@@ -4,11 +4,18 @@
 // freed: glibc serves them from its heap once its adaptive mmap threshold has grown, and then keeps
 // the pages after free(), so a deleted model would stay resident. (Not under AddressSanitizer,
 // which checks heap blocks but not private mappings.)
+//
+// Buffers of kHugeThreshold bytes or more (packed weight matrices, KV caches) are placed at a 2 MiB
+// boundary and marked MADV_HUGEPAGE: with transparent huge pages in "madvise" mode (the common
+// default) the kernel then backs them with 2 MiB pages. Streaming a 4 GB model through 4 KiB pages
+// costs a TLB miss per page walked; with huge pages decode reads weights close to the machine's
+// measured read bandwidth. Where THP is off the advice is ignored and nothing else changes.
 #pragma once
 
 #include <sys/mman.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <new>
 #include <utility>
@@ -24,6 +31,8 @@ class AlignedBuffer {
 #else
   static constexpr std::size_t kMapThreshold = std::size_t{256} << 10;
 #endif
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
+  static constexpr std::size_t kHugeThreshold = kHugePage;
 
   AlignedBuffer() = default;
   explicit AlignedBuffer(std::size_t count) { resize(count); }
@@ -49,7 +58,21 @@ class AlignedBuffer {
     release();
     if (count == 0) return;
     const std::size_t bytes = ((count * sizeof(T) + kAlignment - 1) / kAlignment) * kAlignment;
-    if (bytes >= kMapThreshold) {
+    if (bytes >= kHugeThreshold && kMapThreshold != ~std::size_t{0}) {
+      // Over-map by one huge page, keep the part that starts at a 2 MiB boundary, unmap the rest.
+      // Only whole huge pages are advised: a partly used one would be resident in full.
+      const std::size_t mapped = ((bytes + 4095) / 4096) * 4096;
+      void* p = mmap(nullptr, mapped + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(p);
+      const std::uintptr_t aligned = (base + kHugePage - 1) & ~(std::uintptr_t{kHugePage} - 1);
+      if (aligned > base) munmap(p, aligned - base);
+      const std::uintptr_t tail = aligned + mapped, end = base + mapped + kHugePage;
+      if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
+      madvise(reinterpret_cast<void*>(aligned), bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // advice: may fail
+      data_ = reinterpret_cast<T*>(aligned);
+      mapped_bytes_ = mapped;
+    } else if (bytes >= kMapThreshold) {
       void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (p == MAP_FAILED) throw std::bad_alloc();
       data_ = static_cast<T*>(p);  // page-aligned, so 64-byte aligned
