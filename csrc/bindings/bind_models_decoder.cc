@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/interrupt.h"
 #include "models/decoder.h"
 #include "models/generation.h"
+#include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -161,6 +163,7 @@ class PyDecoderModel {
     {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       model_->logits(ip, mp, B, T, op);
     }
     return out;
@@ -214,11 +217,16 @@ class PyDecoderModel {
       };
     }
     GenerationResult result;
-    {
+    const bool watch_sigint = on_python_main_thread();
+    try {
       py::gil_scoped_release release;
+      SigintWatch watch(watch_sigint);  // Ctrl-C stops the loop between steps
       ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       DecoderSession session(*model_);
       result = cpuformer::generate(session, prompts, o, on_token);
+    } catch (const Interrupted&) {
+      raise_interrupted();
     }
     py::object log_probs = py::none();
     if (o.return_log_probs) log_probs = py::cast(result.log_probs);

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/interrupt.h"
 #include "models/generation.h"
 #include "models/seq2seq.h"
+#include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -185,6 +187,7 @@ class PySeq2SeqModel {
     {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       model_->encode(ip, mp, B, T, op);
     }
     return out;
@@ -217,6 +220,7 @@ class PySeq2SeqModel {
     {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       model_->logits(ip, mp, B, T, tp, Tt, op);
     }
     return out;
@@ -284,11 +288,16 @@ class PySeq2SeqModel {
     }
     const std::vector<std::vector<int64_t>> histories(sources.size(), std::vector<int64_t>{start});
     GenerationResult result;
-    {
+    const bool watch_sigint = on_python_main_thread();
+    try {
       py::gil_scoped_release release;
+      SigintWatch watch(watch_sigint);  // Ctrl-C stops the loop between steps
       ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       Seq2SeqSession session(*model_, start);
       result = cpuformer::generate(session, sources, o, on_token, &histories);
+    } catch (const Interrupted&) {
+      raise_interrupted();
     }
     py::object log_probs = py::none();
     if (o.return_log_probs) log_probs = py::cast(result.log_probs);

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "kernels/vector_math/vector_math.h"
+#include "runtime/interrupt.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -183,6 +184,7 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
   std::mt19937_64 rng(o.seed);
   model.prefill(ids.data(), mask.data(), B, T, 1, o.max_new_tokens, logits.data());
   for (long step = 0; step < o.max_new_tokens; ++step) {
+    throw_if_interrupted();  // Ctrl-C between steps (runtime/interrupt.h)
     if (step > 0) model.step(next.data(), logits.data());
     long running = 0;
     for (long b = 0; b < B; ++b) {
@@ -308,6 +310,7 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
   };
   model.prefill(ids.data(), mask.data(), rows, T, nb, o.max_new_tokens, logits.data());
   for (long generated = 0;; ++generated) {
+    throw_if_interrupted();
     if (generated > 0) model.step(next.data(), logits.data());
     const bool at_max = generated + 1 >= o.max_new_tokens;
     bool all_hit = true;

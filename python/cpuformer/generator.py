@@ -459,10 +459,18 @@ class Generator:
         tokens: "queue.Queue[Any]" = queue.Queue()
         done = object()
         failure: List[BaseException] = []
+        cancelled = threading.Event()
+
+        def on_token(_index: int, token: int) -> None:
+            if cancelled.is_set():
+                raise _StreamCancelled()  # unwinds the native loop; the worker then ends
+            tokens.put(token)
 
         def run() -> None:
             try:
-                model.generate(ids, options, lambda _index, token: tokens.put(token), self.num_threads)
+                model.generate(ids, options, on_token, self.num_threads)
+            except _StreamCancelled:
+                pass
             except BaseException as error:  # handed to the consuming thread
                 failure.append(error)
             finally:
@@ -472,21 +480,27 @@ class Generator:
         worker.start()
         produced: List[int] = []
         emitted = ""
-        while True:
-            token = tokens.get()
-            if token is done:
-                break
-            if not text:
-                yield token
-                continue
-            produced.append(token)
-            decoded = self._decode(produced)
-            if decoded.endswith("\ufffd"):
-                continue  # an incomplete UTF-8 sequence: wait for the next token
-            if decoded.startswith(emitted) and len(decoded) > len(emitted):
-                yield decoded[len(emitted):]
-                emitted = decoded
-        worker.join()
+        try:
+            while True:
+                token = tokens.get()
+                if token is done:
+                    break
+                if not text:
+                    yield token
+                    continue
+                produced.append(token)
+                decoded = self._decode(produced)
+                if decoded.endswith("\ufffd"):
+                    continue  # an incomplete UTF-8 sequence: wait for the next token
+                if decoded.startswith(emitted) and len(decoded) > len(emitted):
+                    yield decoded[len(emitted):]
+                    emitted = decoded
+        finally:
+            # Reached on normal exhaustion, on close() of an abandoned iterator and on an exception
+            # in the consumer (KeyboardInterrupt while waiting for a token): the worker stops at its
+            # next token, so no generation keeps running (and holding compute slots) behind our back.
+            cancelled.set()
+            worker.join()
         if failure:
             raise failure[0]
 
@@ -494,6 +508,10 @@ class Generator:
         c = self.config
         return (f"Generator({self.architecture}, layers={c['num_layers']}, hidden={c['hidden_size']}, "
                 f"heads={c['num_heads']}/{c['num_kv_heads']}, dtype={self.dtype})")
+
+
+class _StreamCancelled(Exception):
+    """Raised inside stream()'s token callback to stop an abandoned generation."""
 
 
 def _ids(value, index: int) -> List[int]:
