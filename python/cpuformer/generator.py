@@ -334,8 +334,8 @@ class Generator:
             raise ValueError("prompts is empty: give at least one prompt")
         if all(isinstance(p, str) for p in prompts):
             return [self._encode(p, i) for i, p in enumerate(prompts)], "strs"
-        if all(isinstance(p, (int, np.integer)) and not isinstance(p, bool) for p in prompts):
-            return [_ids(prompts, 0)], "ids"
+        if not any(isinstance(p, (list, tuple, np.ndarray, str)) for p in prompts):
+            return [_ids(prompts, 0)], "ids"  # one prompt (a flat list; _ids names any non-integer)
         return [_ids(p, i) for i, p in enumerate(prompts)], "ids"
 
     def _encode(self, text: str, index: int) -> List[int]:
@@ -532,7 +532,10 @@ def _ids(value, index: int) -> List[int]:
 
 
 def _as_2d(value, name: str, allow_bool: bool = False) -> np.ndarray:
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    try:
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    except (ValueError, TypeError, OverflowError):  # ragged nested lists, ints beyond int64, ...
+        raise ValueError(f"{name} must be a rectangular [batch, seq_len] array of integers") from None
     if array.dtype == object:
         raise ValueError(f"{name} must be a rectangular [batch, seq_len] array of integers")
     if array.dtype.kind == "b" and allow_bool:
