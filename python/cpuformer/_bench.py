@@ -352,7 +352,8 @@ def peers_available() -> Dict[str, bool]:
     import importlib.util
 
     have = {name: importlib.util.find_spec(name) is not None for name in ("torch", "transformers", "ctranslate2")}
-    return {"torch": have["torch"] and have["transformers"], "ctranslate2": have["ctranslate2"] and have["transformers"]}
+    return {"torch": have["torch"] and have["transformers"],
+            "ctranslate2": have["ctranslate2"] and have["transformers"]}
 
 
 def run_model_bench(kinds: Sequence[str], quick: bool = True, dtype: str = "float32",
