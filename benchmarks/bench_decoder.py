@@ -4,7 +4,10 @@ Workloads (2 threads unless --threads), random weights with real shapes:
   * GPT-2 124M: decode tokens/s at batch 1 (16-token prompt, 128 new tokens) and batch 8
     (8 × 16-token prompts, 128 new tokens each), prefill tokens/s for a 512-token prompt (the
     prompt plus one generated token), and cpuformer's per-token decode time over 1000 steps
-    (flatness: only the attention term may grow);
+    (flatness: only the attention term may grow), and the decode time per token against the
+    context length for every engine (prompts of 16 .. 896 tokens; per-token time = (time to
+    generate n tokens - time to generate 1) / (n - 1), so the prefill is excluded; skip with
+    --no-decode-vs-length);
   * a ~1.1B Llama (TinyLlama shape: hidden 2048, 22 layers, 32 heads, 4 KV heads, intermediate
     5632, vocab 32000): decode at batch 1 and prefill 512, with the read-bandwidth bound
     (weight bytes per token ÷ measured bandwidth) and cpuformer's fraction of it.
@@ -14,6 +17,7 @@ GIL in reductions). Prints a table and writes benchmarks/results/decoder_<date>.
 asserts a time.
 
     python benchmarks/bench_decoder.py [--quick] [--skip-llama] [--threads 2] [--no-ct2] [--no-torch]
+                                       [--no-decode-vs-length]
 """
 
 from __future__ import annotations
@@ -259,6 +263,53 @@ def flatness(args, directory: str, steps: int) -> dict:
     return {"steps": steps, "window": window, "first_ms": first * 1e3, "last_ms": last * 1e3, "ratio": last / first}
 
 
+def decode_vs_length(args, engines: Engines, vocab: int, lengths: list, new: int, skip: set) -> dict:
+    """Decode milliseconds per token at batch 1 after prompts of each length, for every engine:
+    (seconds for `new` tokens - seconds for 1 token) / (new - 1), medians of a few runs. Returns
+    {"lengths": [...], "new_tokens": new, "ms_per_token": {engine: [ms per length]}}."""
+    rng = np.random.default_rng(1)
+    prompts = {n: rng.integers(10, vocab - 10, (1, n)).tolist() for n in lengths}
+    repeats = 1 if args.quick else 3
+
+    def per_token(run) -> list:
+        out = []
+        for n in lengths:
+            one = timed(lambda: run(prompts[n], 1), repeats)["seconds"]
+            many = timed(lambda: run(prompts[n], new), repeats)["seconds"]
+            out.append(max(many - one, 0.0) / (new - 1) * 1e3)
+        return out
+
+    def ours(gen):
+        return per_token(lambda p, k: gen.generate(p, max_new_tokens=k, min_new_tokens=k, eos_token_id=[]))
+
+    def pytorch(model):
+        import torch
+
+        def run(p, k):
+            ids = torch.tensor(p)
+            with torch.inference_mode():
+                return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=k, min_new_tokens=k,
+                                      do_sample=False, pad_token_id=0)
+        return per_token(run)
+
+    def ct2(gen):
+        def run(p, k):
+            return gen.generate_batch([[f"t{i}" for i in row] for row in p], max_length=k, min_length=k,
+                                      sampling_topk=1, include_prompt_in_result=False)
+        return per_token(run)
+
+    results: dict = {}
+    run_engine("cpuformer", engines.cpuformer, ours, results, "cpuformer")
+    if "torch" not in skip:
+        run_engine("PyTorch", engines.torch, pytorch, results, "pytorch")
+    if "ct2" not in skip:
+        run_engine("CTranslate2", engines.ct2, ct2, results, "ctranslate2_fp32")
+    for engine, values in results.items():
+        print(f"  decode ms/token by context {engine:<18} " + "  ".join(
+            f"{n}: {v:.2f}" for n, v in zip(lengths, values)), flush=True)
+    return {"lengths": lengths, "new_tokens": new, "ms_per_token": results}
+
+
 def _print_entry(name: str, entry: dict) -> None:
     ours = entry.get("cpuformer", {}).get("tok_per_s")
     for engine, e in entry.items():
@@ -275,6 +326,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--no-decode-vs-length", action="store_true",
+                        help="skip the decode time per token against context length")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/decoder_<date>.json)")
     args = parser.parse_args(argv)
     skip = ({"ct2"} if args.no_ct2 else set()) | ({"torch"} if args.no_torch else set())
@@ -295,6 +348,10 @@ def main(argv=None) -> int:
             ("decode_b1_p16_n128", 1, 16, 128), ("decode_b8_p16_n128", 8, 16, 128), ("prefill_512", 1, 512, 1)],
             skip)
         results["gpt2"]["flatness"] = flatness(args, gpt2, 200 if args.quick else 1000)
+        if not args.no_decode_vs_length:
+            lengths = [16, 256, 512] if args.quick else [16, 128, 256, 512, 896]
+            results["gpt2"]["decode_vs_length"] = decode_vs_length(args, Engines(args, gpt2, work, "gpt2"), 50257,
+                                                                   lengths, 16 if args.quick else 32, skip)
 
         if not args.skip_llama:
             llama = os.path.join(work, "llama_1b")
@@ -324,7 +381,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|")
     for model in ("gpt2", "llama_1b"):
         for name, entry in results.get(model, {}).items():
-            if "cpuformer" not in entry:
+            if not isinstance(entry, dict) or "cpuformer" not in entry:
                 continue
 
             def tps(key):

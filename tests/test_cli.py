@@ -1,13 +1,57 @@
+"""The ``cpuformer`` command line, end to end in subprocesses (``python -m cpuformer``) on tiny
+random-weight models (NumPy-written checkpoints with WordLevel tokenizers "t0".."t199")."""
+
+import io
 import json
+import os
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 import cpuformer as cf
+from cpuformer import _bench, cli
+
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(cf.__file__)))
+
+TINY = {
+    "encoder": dict(name="tiny-bert", vocab_size=200, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64),
+    "decoder": dict(name="tiny-gpt2", vocab_size=200, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+    "seq2seq": dict(name="tiny-marian", vocab_size=200, d_model=32, encoder_layers=2, decoder_layers=2,
+                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                    max_position_embeddings=64),
+}
+TEXTS = ["t5 t6 t7", "t9 t10", "t11 t12 t13 t14 t15"]
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "cpuformer", *args], capture_output=True, text=True, timeout=600)
+def run_cli(*args, stdin=None, env=None, text=True):
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + environment.get("PYTHONPATH", "")
+    environment.update(env or {})
+    return subprocess.run([sys.executable, "-m", "cpuformer", *map(str, args)], capture_output=True, text=text,
+                          input=stdin, timeout=600, env=environment)
 
+
+def assert_user_error(out, command, *fragments):
+    """Exit code 2, one line on stderr naming the command, no traceback."""
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith(f"cpuformer {command}: error: "), lines[0]
+    assert "Traceback" not in out.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli_models")
+    return {kind: _bench.build_model(kind, shape, str(root / kind)) for kind, shape in TINY.items()}
+
+
+# ---- info / help ---------------------------------------------------------------------------------
 
 def test_info_text():
     out = run_cli("info")
@@ -23,21 +67,269 @@ def test_info_json():
     assert info["isa"] == cf.cpu_info()["isa"] and info["num_threads"] >= 1 and "version" in info
 
 
-def test_bench_quick_writes_table_and_json(tmp_path):
+def test_unknown_command_exits_nonzero():
+    out = run_cli("frobnicate")
+    assert out.returncode == 2
+    assert "invalid choice: 'frobnicate'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_help_lists_commands():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for command in ("info", "embed", "generate", "translate", "convert", "bench"):
+        assert command in out.stdout
+
+
+def test_every_command_has_help():
+    parser = cli.build_parser()
+    expected = {"info": "--json", "embed": "--pooling", "generate": "--max-new-tokens", "translate": "--file",
+                "convert": "--dtype", "bench": "--compare"}
+    for command, option in expected.items():
+        with pytest.raises(SystemExit) as done:
+            with _capture() as buffer:
+                parser.parse_args([command, "--help"])
+        assert done.value.code == 0
+        assert option in buffer.getvalue() and f"usage: cpuformer {command}" in buffer.getvalue()
+
+
+class _capture:
+    def __enter__(self):
+        self.saved, sys.stdout = sys.stdout, io.StringIO()
+        return sys.stdout
+
+    def __exit__(self, *exc):
+        sys.stdout = self.saved
+
+
+# ---- embed ---------------------------------------------------------------------------------------
+
+def test_embed_json_matches_the_api(tiny):
+    out = run_cli("embed", tiny["encoder"], *TEXTS)
+    assert out.returncode == 0, out.stderr
+    vectors = np.array(json.loads(out.stdout), dtype=np.float32)
+    assert vectors.shape == (3, 32)
+    with cf.Encoder(tiny["encoder"]) as enc:
+        expected = enc.embed(TEXTS)
+    np.testing.assert_allclose(vectors, expected, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+
+
+def test_embed_npy_file_cls_unnormalized(tiny, tmp_path):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("t5 t6 t7\n\nt9 t10\n")  # blank lines are skipped
+    path = tmp_path / "out.npy"
+    out = run_cli("embed", tiny["encoder"], "--file", lines, "--pooling", "cls", "--no-normalize",
+                  "--format", "npy", "--output", path)
+    assert out.returncode == 0, out.stderr
+    vectors = np.load(path)
+    assert vectors.shape == (2, 32) and vectors.dtype == np.float32
+    with cf.Encoder(tiny["encoder"]) as enc:
+        expected = enc.embed(["t5 t6 t7", "t9 t10"], pooling="cls", normalize=False)
+    np.testing.assert_allclose(vectors, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_embed_npy_to_stdout_and_stdin(tiny):
+    out = run_cli("embed", tiny["encoder"], "--file", "-", "--format", "npy", stdin=b"t5 t6\nt7\nt8 t9 t10\n",
+                  text=False)
+    assert out.returncode == 0, out.stderr
+    assert np.load(io.BytesIO(out.stdout)).shape == (3, 32)
+
+
+def test_embed_errors(tiny, tmp_path):
+    assert_user_error(run_cli("embed", tmp_path / "missing", "t5"), "embed", "does not exist")
+    assert_user_error(run_cli("embed", tmp_path, "t5"), "embed", "not a model directory", "config.json")
+    assert_user_error(run_cli("embed", tiny["decoder"], "t5"), "embed", "GPT2LMHeadModel",
+                      "cpuformer generate")
+    assert_user_error(run_cli("embed", tiny["encoder"]), "embed", "no input")
+    assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--file", tmp_path / "x.txt"), "embed", "not both")
+    assert_user_error(run_cli("embed", tiny["encoder"], "--file", tmp_path / "x.txt"), "embed", "does not exist")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    assert_user_error(run_cli("embed", tiny["encoder"], "--file", empty), "embed", "no non-empty lines")
+    assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--pooling", "max"), "embed",
+                      "argument --pooling: invalid choice: 'max'")
+    assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--batch-size", "0"), "embed",
+                      "argument --batch-size: expected an integer >= 1, got 0")
+    assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--output", tmp_path / "no" / "such" / "dir.json"),
+                      "embed", "cannot write --output")
+
+
+def test_embed_model_without_tokenizer(tiny, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(tiny["encoder"], bare)
+    (bare / "tokenizer.json").unlink()
+    assert_user_error(run_cli("embed", bare, "t5"), "embed", "has no tokenizer.json")
+
+
+# ---- generate ------------------------------------------------------------------------------------
+
+def test_generate_ids_exact_count_matches_the_api(tiny):
+    out = run_cli("generate", tiny["decoder"], "5 6 7", "--ids", "--max-new-tokens", 9, "--min-new-tokens", 9)
+    assert out.returncode == 0, out.stderr
+    tokens = [int(t) for t in out.stdout.split()]
+    assert len(tokens) == 9
+    with cf.Generator(tiny["decoder"]) as gen:
+        assert tokens == gen.generate([5, 6, 7], max_new_tokens=9, min_new_tokens=9)[0]
+
+
+def test_generate_text_matches_the_api(tiny):
+    out = run_cli("generate", tiny["decoder"], "t5 t6 t7", "--max-new-tokens", 6, "--min-new-tokens", 6, "--echo")
+    assert out.returncode == 0, out.stderr
+    with cf.Generator(tiny["decoder"]) as gen:
+        expected = "".join(gen.stream("t5 t6 t7", max_new_tokens=6, min_new_tokens=6))
+        assert len(gen.generate([gen._encode("t5 t6 t7", 0)], max_new_tokens=6, min_new_tokens=6)[0]) == 6
+    assert out.stdout == "t5 t6 t7" + expected + "\n"
+    assert len(expected.split()) == 6
+
+
+def test_generate_sampling_is_seeded(tiny):
+    args = ("generate", tiny["decoder"], "5 6", "--ids", "--max-new-tokens", 8, "--min-new-tokens", 8,
+            "--temperature", 1.5, "--top-k", 50, "--top-p", 0.9)
+    one, two = run_cli(*args, "--seed", 7), run_cli(*args, "--seed", 7)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert one.stdout == two.stdout and len(one.stdout.split()) == 8
+    with cf.Generator(tiny["decoder"]) as gen:
+        expected = gen.generate([5, 6], max_new_tokens=8, min_new_tokens=8, do_sample=True, temperature=1.5,
+                                top_k=50, top_p=0.9, seed=7)[0]
+    assert [int(t) for t in one.stdout.split()] == expected
+
+
+def test_generate_streams_each_token_as_produced(tiny, monkeypatch):
+    """Each token is written and flushed on its own, before generation ends."""
+
+    class Recorder(io.StringIO):
+        events = []
+
+        def write(self, s):
+            Recorder.events.append(("write", s))
+            return super().write(s)
+
+        def flush(self):
+            Recorder.events.append(("flush", None))
+
+    monkeypatch.setattr(sys, "stdout", Recorder())
+    code = cli.main(["generate", tiny["decoder"], "5 6 7", "--ids", "--max-new-tokens", "5",
+                     "--min-new-tokens", "5"])
+    assert code == 0
+    writes = [e for e in Recorder.events if e[0] == "write"]
+    assert len(writes) == 6  # five tokens, then the newline
+    for i in range(5):  # every token write is followed by a flush
+        index = Recorder.events.index(writes[i])
+        assert Recorder.events[index + 1] == ("flush", None)
+
+
+def test_generate_errors(tiny, tmp_path):
+    assert_user_error(run_cli("generate", tmp_path / "missing", "hi"), "generate", "does not exist")
+    assert_user_error(run_cli("generate", tiny["seq2seq"], "hi"), "generate", "MarianMTModel",
+                      "cpuformer translate")
+    assert_user_error(run_cli("generate", tiny["decoder"], "t5", "--max-new-tokens", "-1"), "generate",
+                      "argument --max-new-tokens: expected an integer >= 0, got -1")
+    assert_user_error(run_cli("generate", tiny["decoder"], "t5", "--temperature", "hot"), "generate",
+                      "argument --temperature: expected a number, got 'hot'")
+    assert_user_error(run_cli("generate", tiny["decoder"], "t5", "--top-p", "2"), "generate",
+                      "top_p must be in (0, 1], got 2.0")
+    assert_user_error(run_cli("generate", tiny["decoder"], "t5", "--top-k", "5", "--num-beams", "2"), "generate",
+                      "cannot be combined with --num-beams")
+    assert_user_error(run_cli("generate", tiny["decoder"], "five six", "--ids"), "generate", "token ids")
+    assert_user_error(run_cli("generate", tiny["decoder"]), "generate",
+                      "the following arguments are required: PROMPT")
+
+
+# ---- translate -----------------------------------------------------------------------------------
+
+def test_translate_one_line_per_input(tiny, tmp_path):
+    out = run_cli("translate", tiny["seq2seq"], *TEXTS, "--max-new-tokens", 5, "--batch-size", 2)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[-1] == "" and len(lines) == 4
+    with cf.Seq2Seq(tiny["seq2seq"]) as s2s:
+        expected = s2s.generate(TEXTS, max_new_tokens=5)
+    assert lines[:3] == expected
+    assert all(line.strip() for line in expected)  # the random model does produce text
+    path = tmp_path / "sources.txt"
+    path.write_text("\n".join(TEXTS) + "\n")
+    from_file = run_cli("translate", tiny["seq2seq"], "--file", path, "--max-new-tokens", 5, "--num-beams", 2)
+    assert from_file.returncode == 0, from_file.stderr
+    with cf.Seq2Seq(tiny["seq2seq"]) as s2s:
+        assert from_file.stdout.splitlines() == s2s.generate(TEXTS, max_new_tokens=5, num_beams=2)
+
+
+def test_translate_errors(tiny, tmp_path):
+    assert_user_error(run_cli("translate", tiny["encoder"], "t5"), "translate", "BertModel", "cpuformer embed")
+    assert_user_error(run_cli("translate", tmp_path / "nope", "t5"), "translate", "does not exist")
+    assert_user_error(run_cli("translate", tiny["seq2seq"], "t5", "--num-beams", "0"), "translate",
+                      "argument --num-beams: expected an integer >= 1, got 0")
+
+
+# ---- convert -------------------------------------------------------------------------------------
+
+def test_convert_argument_errors(tiny, tmp_path):
+    assert_user_error(run_cli("convert", tiny["encoder"], tmp_path / "out"), "convert",
+                      "the following arguments are required: --dtype")
+    assert_user_error(run_cli("convert", tiny["encoder"], tmp_path / "out", "--dtype", "int4"), "convert",
+                      "argument --dtype: invalid choice: 'int4'")
+    assert_user_error(run_cli("convert", tmp_path / "missing", tmp_path / "out", "--dtype", "int8"), "convert",
+                      "does not exist")
+    assert_user_error(run_cli("convert", tmp_path, tmp_path / "out", "--dtype", "int8"), "convert",
+                      "not a model directory")
+    assert_user_error(run_cli("convert", tiny["encoder"], tiny["encoder"], "--dtype", "int8"), "convert",
+                      "DST must differ from SRC")
+    afile = tmp_path / "a_file"
+    afile.write_text("x")
+    assert_user_error(run_cli("convert", tiny["encoder"], afile, "--dtype", "float16"), "convert",
+                      "exists and is not a directory")
+    assert not (tmp_path / "out").exists()
+
+
+# ---- bench ---------------------------------------------------------------------------------------
+
+def test_bench_quick_all_model_kinds(tmp_path):
     path = tmp_path / "bench.json"
-    out = run_cli("bench", "--quick", "--json", str(path))
+    out = run_cli("bench", "--quick", "--json", path, env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    assert "sequences/s" in out.stdout and "tokens/s" in out.stdout
+    for name in ("minilm-l6", "gpt2-tiny", "marian-small"):
+        assert name in out.stdout
+    payload = json.loads(path.read_text())
+    rows = payload["rows"]
+    assert [r["kind"] for r in rows] == ["encoder", "decoder", "seq2seq"]
+    assert all(r["engine"] == "cpuformer" and r["tok_per_s"] > 0 and r["seq_per_s"] > 0 for r in rows)
+    assert payload["quick"] is True and payload["machine"]["isa"] == cf.cpu_info()["isa"]
+    # the models are cached by shape: a second run builds nothing
+    cached = sorted(os.listdir(tmp_path / "cache" / "bench"))
+    assert len(cached) == 3
+    again = run_cli("bench", "--quick", "--model-kind", "encoder", env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
+    assert again.returncode == 0, again.stderr
+    assert "building" not in again.stderr
+    assert sorted(os.listdir(tmp_path / "cache" / "bench")) == cached
+
+
+def test_bench_kernels_writes_table_and_json(tmp_path):
+    path = tmp_path / "bench.json"
+    out = run_cli("bench", "--quick", "--model-kind", "kernels", "--json", path)
     assert out.returncode == 0, out.stderr
     assert "linear M=1024 K=768 N=768" in out.stdout and "attention B=8" in out.stdout
     rows = json.loads(path.read_text())
     assert all(r["cpuformer"] > 0 and r["numpy"] > 0 for r in rows)
 
 
-def test_unknown_command_exits_nonzero():
-    out = run_cli("frobnicate")
-    assert out.returncode == 2
-    assert "invalid choice: 'frobnicate'" in out.stderr
+def test_bench_errors():
+    assert_user_error(run_cli("bench", "--compare", "onnxruntime"), "bench", "unknown engine 'onnxruntime'")
+    assert_user_error(run_cli("bench", "--model-kind", "vision"), "bench", "argument --model-kind: invalid choice")
+    assert_user_error(run_cli("bench", "--model-kind", "kernels", "--compare", "torch"), "bench",
+                      "takes neither --dtype nor --compare")
 
 
-def test_help_lists_commands():
-    out = run_cli("--help")
-    assert out.returncode == 0 and "info" in out.stdout and "bench" in out.stdout
+def test_bench_reports_a_missing_peer(tmp_path, monkeypatch):
+    """A peer that is not installed is listed as skipped, not an error."""
+    monkeypatch.setattr(_bench, "peers_available", lambda: {"torch": False, "ctranslate2": False})
+    shape = dict(TINY["encoder"], name="tiny-bert")
+    monkeypatch.setitem(_bench.SHAPES["encoder"], "quick", shape)
+    monkeypatch.setenv("CPUFORMER_CACHE", str(tmp_path))
+    rows = _bench.run_model_bench(["encoder"], quick=True, compare=["torch"], show_progress=False)
+    assert [r["engine"] for r in rows] == ["cpuformer", "torch"]
+    assert rows[1]["skipped"] == "not installed" and "tok_per_s" not in rows[1]
+    table = _bench.format_model_table(rows)
+    assert "(not installed)" in table and "tiny-bert" in table

@@ -1,12 +1,112 @@
-"""The ``cpuformer`` command line."""
+"""The ``cpuformer`` command line.
+
+Every command has ``--help``. User mistakes (a bad path, a bad argument, a directory that holds no
+model or the wrong kind of model) end with one line ``cpuformer COMMAND: error: ...`` on stderr
+and exit code 2, without a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
+_KIND_COMMAND = {"encoder": "embed", "decoder": "generate", "seq2seq": "translate"}
+_KIND_TEXT = {"encoder": "an encoder", "decoder": "a decoder (causal LM)", "seq2seq": "an encoder-decoder (seq2seq)"}
+DTYPES = ("float32", "float16", "bfloat16", "int8")
+
+
+class UserError(Exception):
+    """A mistake on the command line: reported as one line, exit code 2."""
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+def _open_model(path: str, want: str, command: str, dtype: str = "float32", threads: Optional[int] = None):
+    """Loads the model at ``path``, checking first that it is the kind ``command`` needs."""
+    from ._load import classify
+    from ._model_dir import ModelDir
+
+    if not os.path.exists(path):
+        raise UserError(f"model directory {path} does not exist")
+    if not os.path.isdir(path):
+        raise UserError(f"{path} is not a directory (give a Hugging Face model directory)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise UserError(f"{path} is not a model directory: it has no config.json")
+    model_dir = ModelDir(path)
+    try:
+        kind, _, name = classify(model_dir.config)
+        if kind != want:
+            raise UserError(f"{path} holds {name}, {_KIND_TEXT[kind]}; `cpuformer {command}` needs "
+                            f"{_KIND_TEXT[want]} (use `cpuformer {_KIND_COMMAND[kind]}`)")
+        from . import Encoder, Generator, Seq2Seq
+
+        cls = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq}[kind]
+        return cls(model_dir, dtype=dtype, num_threads=threads)
+    except BaseException:
+        model_dir.close()
+        raise
+
+
+def _texts(args: argparse.Namespace) -> List[str]:
+    """The positional texts, or the lines of --file (``-`` is stdin); exactly one of the two."""
+    if args.file is not None and args.texts:
+        raise UserError("give texts or --file, not both")
+    if args.file is None:
+        if not args.texts:
+            raise UserError("no input: give one or more texts or --file PATH")
+        return list(args.texts)
+    try:
+        if args.file == "-":
+            lines = sys.stdin.read().splitlines()
+        else:
+            with open(args.file, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise UserError(f"--file {args.file} does not exist") from None
+    except IsADirectoryError:
+        raise UserError(f"--file {args.file} is a directory") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"--file {args.file}: cannot read ({error})") from None
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        raise UserError(f"--file {args.file} has no non-empty lines")
+    return lines
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+# ---- info -------------------------------------------------------------------------------------
 
 def _cmd_info(args: argparse.Namespace) -> int:
     import cpuformer
@@ -22,38 +122,288 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from ._bench import format_table, run_kernel_bench
+# ---- embed ------------------------------------------------------------------------------------
 
-    rows = run_kernel_bench(quick=args.quick)
-    print(format_table(rows))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+def _cmd_embed(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    texts = _texts(args)
+    with _open_model(args.model_dir, "encoder", "embed", args.dtype, args.threads) as enc:
+        vectors = enc.embed(texts, pooling=args.pooling, normalize=not args.no_normalize,
+                            batch_size=args.batch_size)
+    if args.format == "npy":
+        if args.output is None:
+            if sys.stdout.isatty():
+                raise UserError("--format npy writes binary data: give --output PATH or redirect stdout")
+            np.save(sys.stdout.buffer, vectors)
+            sys.stdout.buffer.flush()
+        else:
+            _write(args.output, lambda f: np.save(f, vectors), binary=True)
+        return 0
+    text = json.dumps(vectors.tolist())
+    if args.output is None:
+        print(text)
+    else:
+        _write(args.output, lambda f: f.write(text + "\n"))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cpuformer", description="Fast CPU inference for transformer models.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _write(path: str, write: Callable[[Any], Any], binary: bool = False) -> None:
+    try:
+        with open(path, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            write(f)
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as error:
+        raise UserError(f"cannot write --output {path}: {error.strerror or error}") from None
 
-    info = sub.add_parser("info", help="version, ISA level in use, CPU features, threads")
+
+# ---- generate ---------------------------------------------------------------------------------
+
+def _generation_kwargs(args: argparse.Namespace) -> dict:
+    sampling = args.temperature is not None or args.top_k is not None or args.top_p is not None or args.sample
+    kwargs = dict(max_new_tokens=args.max_new_tokens, min_new_tokens=args.min_new_tokens, num_beams=args.num_beams,
+                  seed=args.seed)
+    if sampling:
+        if args.num_beams > 1:
+            raise UserError("sampling (--sample, --temperature, --top-k, --top-p) cannot be combined with "
+                            "--num-beams > 1")
+        kwargs.update(do_sample=True, temperature=1.0 if args.temperature is None else args.temperature,
+                      top_k=args.top_k or 0, top_p=1.0 if args.top_p is None else args.top_p)
+    return kwargs
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    kwargs = _generation_kwargs(args)
+    with _open_model(args.model_dir, "decoder", "generate", args.dtype, args.threads) as gen:
+        out = sys.stdout
+        if args.echo:
+            out.write(args.prompt)
+            out.flush()
+        pieces = gen.stream(args.prompt, **kwargs) if not args.ids else gen.stream(_parse_ids(args.prompt), **kwargs)
+        for piece in pieces:
+            out.write(piece if isinstance(piece, str) else f"{piece} ")
+            out.flush()  # stream: each token appears as it is produced
+        out.write("\n")
+        out.flush()
+    return 0
+
+
+def _parse_ids(text: str) -> List[int]:
+    try:
+        ids = [int(t) for t in text.replace(",", " ").split()]
+    except ValueError:
+        raise UserError(f"--ids: the prompt must be token ids separated by spaces or commas, got {text!r}") from None
+    if not ids:
+        raise UserError("--ids: the prompt holds no token ids")
+    return ids
+
+
+# ---- translate --------------------------------------------------------------------------------
+
+def _cmd_translate(args: argparse.Namespace) -> int:
+    texts = _texts(args)
+    kwargs = _generation_kwargs(args)
+    with _open_model(args.model_dir, "seq2seq", "translate", args.dtype, args.threads) as s2s:
+        for start in range(0, len(texts), args.batch_size):
+            batch = texts[start:start + args.batch_size]
+            outputs = s2s.generate(batch, **kwargs)
+            for line in outputs:
+                print(line.replace("\n", " "), flush=True)
+    return 0
+
+
+# ---- convert ----------------------------------------------------------------------------------
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    import cpuformer
+
+    if not os.path.exists(args.src):
+        raise UserError(f"model directory {args.src} does not exist")
+    if not os.path.isdir(args.src):
+        raise UserError(f"{args.src} is not a directory (give a Hugging Face model directory)")
+    if not os.path.isfile(os.path.join(args.src, "config.json")):
+        raise UserError(f"{args.src} is not a model directory: it has no config.json")
+    if os.path.abspath(args.src) == os.path.abspath(args.dst):
+        raise UserError("DST must differ from SRC")
+    if os.path.exists(args.dst) and not os.path.isdir(args.dst):
+        raise UserError(f"{args.dst} exists and is not a directory")
+    convert = getattr(cpuformer, "convert", None)
+    if convert is None:
+        raise UserError(f"this cpuformer build ({cpuformer.__version__}) has no converter (cpuformer.convert)")
+    convert(args.src, args.dst, args.dtype, progress=True)
+    print(f"wrote {args.dst} ({args.dtype})")
+    return 0
+
+
+# ---- bench ------------------------------------------------------------------------------------
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from . import _bench
+
+    compare: List[str] = []
+    if args.compare:
+        for name in (s.strip() for s in args.compare.split(",")):
+            if name in ("pytorch", "transformers"):
+                name = "torch"
+            if name in ("ct2",):
+                name = "ctranslate2"
+            if name not in _bench.PEERS:
+                raise UserError(f"--compare: unknown engine {name!r}; choose from {', '.join(_bench.PEERS)}")
+            if name not in compare:
+                compare.append(name)
+    kinds = _bench.MODEL_KINDS if args.model_kind == "all" else (args.model_kind,)
+    payload: Any
+    if args.model_kind == "kernels":
+        if args.dtype != "float32" or compare:
+            raise UserError("--model-kind kernels takes neither --dtype nor --compare (it compares with NumPy)")
+        rows = _bench.run_kernel_bench(quick=args.quick, show_progress=True)
+        print(_bench.format_table(rows))
+        payload = rows
+    else:
+        if args.threads is not None:
+            from . import set_num_threads
+
+            set_num_threads(args.threads)
+        missing = [p for p in compare if not _bench.peers_available()[p]]
+        for name in missing:
+            print(f"cpuformer bench: {name} is not installed; skipping it", file=sys.stderr)
+        rows = _bench.run_model_bench(kinds, quick=args.quick, dtype=args.dtype,
+                                      compare=[p for p in compare if p not in missing], threads=args.threads,
+                                      cache=args.cache_dir)
+        print(_bench.format_model_table(rows, args.threads))
+        import cpuformer
+
+        payload = {"cpuformer": cpuformer.__version__, "machine": cpuformer.cpu_info(), "quick": args.quick,
+                   "rows": rows}
+    if args.json:
+        _write(args.json, lambda f: json.dump(payload, f, indent=2))
+    return 0
+
+
+# ---- the parser -------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line (argparse prints the usage first), exit code 2
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weight dtype in memory (default float32)")
+    p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                   help="threads (default: OMP_NUM_THREADS, else the CPUs this process may use)")
+
+
+def _add_text_inputs(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("texts", nargs="*", metavar="TEXT", help=f"{what} (or use --file)")
+    p.add_argument("--file", metavar="PATH", help="read one input per non-empty line of PATH ('-': stdin)")
+
+
+def _add_generation_options(p: argparse.ArgumentParser, default_new: int) -> None:
+    p.add_argument("--max-new-tokens", type=_non_negative_int, default=default_new, metavar="N",
+                   help=f"most tokens to generate (default {default_new})")
+    p.add_argument("--min-new-tokens", type=_non_negative_int, default=0, metavar="N",
+                   help="fewest tokens to generate before EOS may end the output (default 0)")
+    p.add_argument("--num-beams", type=_positive_int, default=1, metavar="K", help="beam search width (default 1)")
+    p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding (implied by the "
+                   "three options below)")
+    p.add_argument("--temperature", type=_number, default=None, metavar="T", help="sampling temperature (> 0)")
+    p.add_argument("--top-k", type=_non_negative_int, default=None, metavar="K",
+                   help="sample from the K most likely tokens (0: all)")
+    p.add_argument("--top-p", type=_number, default=None, metavar="P", help="nucleus sampling mass in (0, 1]")
+    p.add_argument("--seed", type=_non_negative_int, default=None, metavar="S",
+                   help="random seed for sampling (default: random)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cpuformer", description="Fast CPU inference for transformer models.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    info = sub.add_parser("info", help="version, ISA level in use, CPU features, threads",
+                          description="Prints the version, the ISA level in use, CPU features and threads.")
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_cmd_info)
 
-    bench = sub.add_parser("bench", help="benchmark the kernels on this machine (no model needed)")
-    bench.add_argument("--quick", action="store_true", help="fewer shapes and repeats (~20 s)")
-    bench.add_argument("--json", metavar="PATH", help="also write the rows as JSON to PATH")
+    embed = sub.add_parser("embed", help="sentence embeddings from an encoder (JSON or .npy)",
+                           description="Sentence embeddings [N, hidden] of texts with an encoder model directory "
+                                       "(BERT, RoBERTa, XLM-RoBERTa, DistilBERT; needs tokenizer.json).")
+    embed.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    _add_text_inputs(embed, "texts to embed")
+    embed.add_argument("--pooling", choices=("mean", "cls"), default="mean", help="token pooling (default mean)")
+    embed.add_argument("--no-normalize", action="store_true", help="do not L2-normalise the embeddings")
+    embed.add_argument("--format", choices=("json", "npy"), default="json",
+                       help="json: a list of lists on stdout (default); npy: a NumPy .npy file")
+    embed.add_argument("--output", "-o", metavar="PATH", help="write to PATH instead of stdout")
+    embed.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="sequences per batch")
+    _add_model_options(embed)
+    embed.set_defaults(func=_cmd_embed)
+
+    gen = sub.add_parser("generate", help="generate text from a prompt, streamed as it is produced",
+                         description="Continues PROMPT with a decoder model directory (GPT-2, Llama, Mistral, "
+                                     "Qwen2, Qwen3; needs tokenizer.json unless --ids), writing tokens to stdout "
+                                     "as they are produced. Greedy unless sampling options are given.")
+    gen.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    gen.add_argument("prompt", metavar="PROMPT", help="the prompt text")
+    _add_generation_options(gen, 64)
+    gen.add_argument("--ids", action="store_true", help="PROMPT is token ids (e.g. '1 2 3'); prints token ids")
+    gen.add_argument("--echo", action="store_true", help="print the prompt before the generated text")
+    _add_model_options(gen)
+    gen.set_defaults(func=_cmd_generate)
+
+    tr = sub.add_parser("translate", help="seq2seq generation (translation, summarisation), one line per input",
+                        description="Runs an encoder-decoder model directory (Marian, BART, mBART, T5, mT5; needs "
+                                    "tokenizer.json) on each input and prints one output line per input, in order.")
+    tr.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    _add_text_inputs(tr, "source texts")
+    _add_generation_options(tr, 128)
+    tr.add_argument("--batch-size", type=_positive_int, default=16, metavar="N", help="sources per batch")
+    _add_model_options(tr)
+    tr.set_defaults(func=_cmd_translate)
+
+    conv = sub.add_parser("convert", help="store a model's weights in another dtype",
+                          description="Writes a copy of the model directory SRC to DST with weights stored as "
+                                      "--dtype (with a progress bar).")
+    conv.add_argument("src", metavar="SRC", help="Hugging Face model directory")
+    conv.add_argument("dst", metavar="DST", help="output directory")
+    conv.add_argument("--dtype", required=True, choices=("int8", "float16", "bfloat16"), help="stored weight dtype")
+    conv.set_defaults(func=_cmd_convert)
+
+    bench = sub.add_parser("bench", help="benchmark standard-shape models with random weights (no download)",
+                           description="Builds standard-shape models with seeded random weights (BERT-base, "
+                                       "GPT-2 124M, Marian base; --quick: small shapes of the same "
+                                       "architectures), cached under $CPUFORMER_CACHE (default "
+                                       "~/.cache/cpuformer), and reports sequences/s and tokens/s. --compare "
+                                       "runs PyTorch (transformers) and CTranslate2 on the same weights when "
+                                       "installed.")
+    bench.add_argument("--quick", action="store_true", help="small shapes and few repeats (well under a minute)")
+    bench.add_argument("--model-kind", default="all", choices=("all", "encoder", "decoder", "seq2seq", "kernels"),
+                       help="what to benchmark (default all model kinds; kernels: GEMM and attention vs NumPy)")
+    bench.add_argument("--dtype", default="float32", choices=DTYPES, help="cpuformer weight dtype (default float32)")
+    bench.add_argument("--compare", metavar="ENGINES", default="",
+                       help="comma-separated peers to run as well: torch, ctranslate2 (skipped when not installed)")
+    bench.add_argument("--threads", type=_positive_int, default=None, metavar="N", help="threads for every engine")
+    bench.add_argument("--cache-dir", metavar="PATH", default=None,
+                       help="where the random-weight models are kept (default $CPUFORMER_CACHE or ~/.cache/cpuformer)")
+    bench.add_argument("--json", metavar="PATH", help="also write the results as JSON to PATH")
     bench.set_defaults(func=_cmd_bench)
     return parser
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, NotImplementedError) as error:
-        print(f"cpuformer {args.command}: error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"cpuformer {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # e.g. `cpuformer generate ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except (UserError, ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError,
+            NotImplementedError) as error:
+        message = " ".join(str(error).split()) or type(error).__name__
+        print(f"cpuformer {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

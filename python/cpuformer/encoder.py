@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
+from ._base import ModelBase
 from ._load import ENCODER_FAMILIES, classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 
@@ -86,7 +87,7 @@ def _tensor_names(family: str, layer: int) -> Dict[str, str]:
     return names
 
 
-class Encoder:
+class Encoder(ModelBase):
     """A BERT-family encoder loaded from a Hugging Face model directory.
 
     ``Encoder(path, dtype="float32", num_threads=None)``: ``path`` holds config.json and
@@ -295,10 +296,10 @@ class Encoder:
             result /= np.maximum(norms, 1e-12)
         return result
 
-    def __repr__(self) -> str:
+    def _shape_text(self) -> str:
         c = self.config
-        return (f"Encoder({self.architecture}, layers={c['num_layers']}, hidden={c['hidden_size']}, "
-                f"heads={c['num_heads']}, dtype={self.dtype})")
+        return (f"layers={c['num_layers']}, hidden={c['hidden_size']}, "
+                f"heads={c['num_heads']}")
 
 
 # ---- input preparation -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
+from ._base import ModelBase
 from ._load import classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 
@@ -138,7 +139,7 @@ def _token_list(value: Any) -> List[int]:
     return [int(value)]
 
 
-class Generator:
+class Generator(ModelBase):
     """A decoder-only causal LM loaded from a Hugging Face model directory.
 
     ``Generator(path, dtype="float32", num_threads=None)``. ``gen.logits(input_ids,
@@ -504,10 +505,10 @@ class Generator:
         if failure:
             raise failure[0]
 
-    def __repr__(self) -> str:
+    def _shape_text(self) -> str:
         c = self.config
-        return (f"Generator({self.architecture}, layers={c['num_layers']}, hidden={c['hidden_size']}, "
-                f"heads={c['num_heads']}/{c['num_kv_heads']}, dtype={self.dtype})")
+        return (f"layers={c['num_layers']}, hidden={c['hidden_size']}, "
+                f"heads={c['num_heads']}/{c['num_kv_heads']}")
 
 
 class _StreamCancelled(Exception):

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
+from ._base import ModelBase
 from ._load import classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 from .generator import Generator, _as_2d, _token_list
@@ -121,7 +122,7 @@ def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
                 tied=config.get("tie_word_embeddings", True) is not False)
 
 
-class Seq2Seq:
+class Seq2Seq(ModelBase):
     """An encoder-decoder model loaded from a Hugging Face model directory.
 
     ``Seq2Seq(path, dtype="float32", num_threads=None)``. ``s2s.encode(input_ids,
@@ -387,10 +388,10 @@ class Seq2Seq:
             out = tokens
         return (out, log_probs) if return_log_probs else out
 
-    def __repr__(self) -> str:
+    def _shape_text(self) -> str:
         c = self.config
-        return (f"Seq2Seq({self.architecture}, layers={c['encoder_layers']}+{c['decoder_layers']}, "
-                f"d_model={c['d_model']}, heads={c['heads']}, dtype={self.dtype})")
+        return (f"layers={c['encoder_layers']}+{c['decoder_layers']}, "
+                f"d_model={c['d_model']}, heads={c['heads']}")
 
 
 __all__ = ["Seq2Seq", "sinusoidal_positions"]

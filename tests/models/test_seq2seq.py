@@ -374,7 +374,8 @@ def test_errors(models, tmp_path):
 
 def test_repr_and_load(models):
     _, _, s2s = models["t5_gated"]
-    assert repr(s2s) == "Seq2Seq(T5ForConditionalGeneration, layers=2+2, d_model=32, heads=3, dtype=float32)"
+    assert repr(s2s).startswith("Seq2Seq(T5ForConditionalGeneration, layers=2+2, d_model=32, heads=3, dtype=float32, "
+                                "parameters=")
     assert s2s.max_positions is None and models["bart"][2].max_positions == 64
 
 

@@ -1,0 +1,86 @@
+"""What every model class shares: ``repr()``, the parameter count, ``closed`` and ``with`` support.
+
+Each model class (Encoder, Generator, Seq2Seq) keeps its C++ graph in ``self._model`` (None once
+``close()`` has run), its opened directory in ``self._model_dir`` and its ``num_threads`` (0: the
+process default), and describes its shape in ``_shape_text()``; this mixin adds the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+
+def _count(shape: Tuple[int, ...]) -> int:
+    n = 1
+    for dim in shape:
+        n *= int(dim)
+    return n
+
+
+def format_count(n: int) -> str:
+    """1234 -> "1.2K", 124_439_808 -> "124.4M", 1_100_048_384 -> "1.10B"."""
+    if n >= 1_000_000_000:
+        return f"{n / 1e9:.2f}B"
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f}M"
+    if n >= 1_000:
+        return f"{n / 1e3:.1f}K"
+    return str(n)
+
+
+class ModelBase:
+    """Mixin for the model classes: ``repr()`` showing architecture, shape, dtype, parameter
+    count, ISA level and threads; ``closed``; ``with cpuformer.load(path) as model: ...`` closes
+    the model (frees the packed weights and unmaps the checkpoint) when the block ends."""
+
+    _model: Any
+    _model_dir: Any
+    num_threads: int
+    dtype: str
+    architecture: str
+    _num_parameters: Optional[int] = None
+
+    def _shape_text(self) -> str:  # overridden: "layers=12, hidden=768, heads=12"
+        return ""
+
+    @property
+    def closed(self) -> bool:
+        """True once close() has run (the model cannot be used any more)."""
+        return getattr(self, "_model", None) is None
+
+    @property
+    def num_parameters(self) -> int:
+        """Number of weights in the checkpoint (every tensor's element count; task heads that the
+        model ignores included). Read from the safetensors headers, so it costs no weight read and
+        stays available after close()."""
+        if self._num_parameters is None:
+            md = self._model_dir
+            self._num_parameters = sum(_count(md.tensor_info(name)[1]) for name in md.names())
+        return self._num_parameters
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        from . import _core
+
+        name = type(self).__name__
+        architecture = getattr(self, "architecture", "?")
+        shape = self._shape_text()
+        parts = [architecture] + ([shape] if shape else []) + [f"dtype={getattr(self, 'dtype', '?')}"]
+        try:
+            parts.append(f"parameters={format_count(self.num_parameters)}")
+        except Exception:  # a repr must never raise
+            pass
+        threads = getattr(self, "num_threads", 0)
+        parts.append(f"isa={_core.cpu_info()['isa']}")
+        parts.append(f"threads={threads if threads else f'auto({_core.get_num_threads()})'}")
+        if self.closed:
+            parts.append("closed")
+        return f"{name}({', '.join(parts)})"
+
+
+__all__ = ["ModelBase", "format_count"]

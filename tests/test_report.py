@@ -1,0 +1,70 @@
+"""benchmarks/report.py on small synthetic result files (needs matplotlib for the plots)."""
+
+import importlib.util
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _report_module():
+    spec = importlib.util.spec_from_file_location("bench_report", os.path.join(ROOT, "benchmarks", "report.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MACHINE = {"cpu": "Test CPU", "cores": 2, "isa": "avx2", "threads": 2, "date": "2026-11-20T10:00:00"}
+
+
+def _write(directory, name, data):
+    with open(os.path.join(directory, name), "w") as f:
+        json.dump(data, f)
+
+
+def test_report_tables_and_plots(tmp_path):
+    report = _report_module()
+    _write(tmp_path, "decoder_2026-11-19.json", {"machine": MACHINE, "results": {"gpt2": {
+        "decode_b1": {"cpuformer": {"tok_per_s": 1.0}}}}})  # older: replaced by the next file
+    _write(tmp_path, "decoder_2026-11-20.json", {"machine": MACHINE, "quick": True, "results": {
+        "read_bandwidth_gb_s": 20.0,
+        "gpt2": {"decode_b1": {"cpuformer": {"tok_per_s": 50.0}, "pytorch": {"tok_per_s": 40.0},
+                               "ctranslate2_fp32": {"tok_per_s": 25.0}},
+                 "flatness": {"steps": 10, "ratio": 1.0},
+                 "decode_vs_length": {"lengths": [16, 256], "new_tokens": 8,
+                                      "ms_per_token": {"cpuformer": [20.0, 22.0], "pytorch": [25.0, 31.0]}}}}})
+    _write(tmp_path, "encoder_2026-11-20.json", {"machine": MACHINE, "results": {
+        "bert_base_8x128": {"cpuformer": {"seq_per_s": 10.0}, "pytorch": {"seq_per_s": 8.0}},
+        "minilm_embed": {"cpuformer": {"seq_per_s": 400.0}, "sentence_transformers": {"seq_per_s": 320.0}}}})
+    _write(tmp_path, "bench_cli.json", {"cpuformer": "0.1.0", "machine": {"isa": "avx2", "num_threads": 2},
+                                        "quick": True, "rows": [
+        {"kind": "seq2seq", "model": "marian-small", "engine": "cpuformer", "dtype": "int8",
+         "workload": "4 sources", "tok_per_s": 900.0, "seq_per_s": 56.0},
+        {"kind": "seq2seq", "model": "marian-small", "engine": "torch", "dtype": "float32",
+         "workload": "4 sources", "skipped": "not installed"}]})
+    out = tmp_path / "out"
+    assert report.main(["--results", str(tmp_path), "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "decoder_2026-11-19.json" not in text and "## decoder_2026-11-20.json" in text
+    assert "| decoder | gpt2 decode_b1 | float32 | 50.00 | 40.00 | 25.00 | 1.25× | 2.00× |" in text
+    # encoder: tokens/s from sequences/s × 128; the embed workload has no token count
+    assert "| encoder | bert_base_8x128 | float32 | 1,280 | 1,024 | - | 1.25× | - |" in text
+    assert "| encoder | minilm_embed | float32 | (400 seq/s) | - | (320 seq/s) | - | 1.25× |" in text
+    assert "| seq2seq | marian-small 4 sources | int8 | 900 |" in text
+    assert "| PyTorch | 25.00 | 31.00 |" in text and "Test CPU, 2 cores, 2 threads, isa avx2" in text
+    for png in ("throughput.png", "decode_latency.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"![{png}]({png})" in text
+
+
+def test_report_without_decode_curves_and_no_plots(tmp_path):
+    report = _report_module()
+    _write(tmp_path, "seq2seq_2026-11-20.json", {"machine": MACHINE, "results": {"marian": {
+        "beam1": {"cpuformer": {"tok_per_s": 700.0}, "ctranslate2": {"tok_per_s": 250.0}}}}})
+    assert report.main(["--results", str(tmp_path), "--no-plots"]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "| seq2seq | marian beam1 | float32 | 700 | 250 | 2.80× |" in text
+    assert not (tmp_path / "throughput.png").exists() and "decode time" not in text.lower()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert report.main(["--results", str(empty)]) == 1
