@@ -6,7 +6,10 @@
 #   scripts/sanitize.sh            full run: kernel, encoder, loader and reliability tests, every ISA level
 #   scripts/sanitize.sh --quick    CI subset: kernel + encoder tests at every level, reliability ops tests
 #                                  at the best level (a few minutes on 2 cores)
-#   scripts/sanitize.sh [--quick] -- <pytest args>    run these pytest args instead of the default set
+#   scripts/sanitize.sh --ci       what the test suite runs (tests/reliability/test_sanitizers.py): the kernel
+#                                  tests at every level, then a subset of the encoder, decoder, seq2seq,
+#                                  loader, generation-property and interruption tests at the best level
+#   scripts/sanitize.sh [--quick|--ci] -- <pytest args>    run these pytest args instead of the default set
 #
 # The normal build (build/dev, python/cpuformer/_core*.so) is not touched: the sanitized module is
 # built in build/sanitize (CPUFORMER_SANITIZE_BUILD_DIR overrides) and copied, with the Python
@@ -23,13 +26,16 @@ pytest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;
+    --ci) quick=2; shift ;;
     --) shift; pytest_args=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "sanitize.sh: unknown argument '$1' (use --quick, or -- <pytest args>)" >&2; exit 2 ;;
   esac
 done
 
-BUILD=${CPUFORMER_SANITIZE_BUILD_DIR:-$ROOT/build/sanitize}
+default_build=$ROOT/build/sanitize
+[ $quick -eq 2 ] && default_build=$ROOT/build/sanitize-ci
+BUILD=${CPUFORMER_SANITIZE_BUILD_DIR:-$default_build}
 PYTHON=${PYTHON:-python3}
 JOBS=${CPUFORMER_SANITIZE_JOBS:-2}
 
@@ -84,7 +90,17 @@ for level in $levels; do
 done
 
 if [ ${#pytest_args[@]} -eq 0 ]; then
-  if [ $quick -eq 1 ]; then
+  if [ $quick -eq 2 ]; then
+    per_level=(tests/kernels)
+    best_only=(tests/models/test_encoder.py -k "not base and not minilm and not peak_memory"
+               tests/models/test_decoder.py::test_logits_match_transformers
+               tests/models/test_decoder.py::test_greedy_64_tokens_match_transformers
+               tests/models/test_decoder.py::test_beam_search_matches_transformers
+               tests/models/test_decoder.py::test_stream_yields_the_generated_tokens
+               tests/models/test_decoder.py::test_bad_input_raises_clear_errors
+               tests/models/test_seq2seq.py tests/test_model_dir.py
+               tests/reliability/test_generate_properties.py tests/reliability/test_interrupt.py)
+  elif [ $quick -eq 1 ]; then
     per_level=(tests/kernels tests/models/test_encoder.py)
     best_only=(tests/reliability/test_ops_properties.py tests/reliability/test_encoder_properties.py)
   else
@@ -97,7 +113,8 @@ else
 fi
 # RSS measurements mean nothing under ASan (shadow memory, quarantined frees): skipped here, they
 # run in the normal suite.
-exclude=(--deselect tests/models/test_encoder.py::test_load_peak_memory --ignore=tests/reliability/test_memory.py)
+exclude=(--deselect tests/models/test_encoder.py::test_load_peak_memory --ignore=tests/reliability/test_memory.py
+         --ignore=tests/reliability/test_memory_generate.py --ignore=tests/reliability/test_sanitizers.py)
 
 log=$(mktemp "${TMPDIR:-/tmp}/cpuformer-sanitize-log.XXXXXX")
 trap 'rm -rf "$pkg" "$log" "$reports"' EXIT
