@@ -135,6 +135,21 @@ def test_embed_npy_to_stdout_and_stdin(tiny):
     assert np.load(io.BytesIO(out.stdout)).shape == (3, 32)
 
 
+def test_embed_many_lines_in_chunks(tiny, tmp_path):
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"t{i}" for i in rng.integers(3, 200, rng.integers(1, 12))) for _ in range(300)]
+    lines = tmp_path / "many.txt"
+    lines.write_text("\n".join(texts) + "\n")
+    out = run_cli("embed", tiny["encoder"], "--file", lines, "--batch-size", 4, "--format", "npy",
+                  "--output", tmp_path / "many.npy")  # 300 lines: chunks of 256 and 44
+    assert out.returncode == 0, out.stderr
+    vectors = np.load(tmp_path / "many.npy")
+    with cf.Encoder(tiny["encoder"]) as enc:
+        expected = enc.embed(texts, batch_size=4)
+    assert vectors.shape == (300, 32)
+    np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_embed_errors(tiny, tmp_path):
     assert_user_error(run_cli("embed", tmp_path / "missing", "t5"), "embed", "does not exist")
     assert_user_error(run_cli("embed", tmp_path, "t5"), "embed", "not a model directory", "config.json")
