@@ -298,6 +298,31 @@ def test_convert_argument_errors(tiny, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
+    """The command hands SRC, DST and the dtype to cpuformer.convert with a progress bar and maps
+    its errors to one line (the converter itself is tested with the library)."""
+    calls = []
+    monkeypatch.setattr(cf, "convert", lambda *a, **k: calls.append((a, k)), raising=False)
+    dst = tmp_path / "out"
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "bfloat16"]) == 0
+    assert calls == [((tiny["encoder"], str(dst), "bfloat16"), {"progress": True})]
+    assert capsys.readouterr().out == f"wrote {dst} (bfloat16)\n"
+
+    def refuses(src, dst, dtype, progress):
+        raise FileExistsError(f"{dst} already holds a model")
+
+    monkeypatch.setattr(cf, "convert", refuses, raising=False)
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int8"]) == 2
+    assert capsys.readouterr().err == f"cpuformer convert: error: {dst} already holds a model\n"
+
+    def disk_full(src, dst, dtype, progress):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cf, "convert", disk_full, raising=False)
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int8"]) == 1
+    assert capsys.readouterr().err == "cpuformer convert: error: [Errno 28] No space left on device\n"
+
+
 # ---- bench ---------------------------------------------------------------------------------------
 
 def test_bench_quick_all_model_kinds(tmp_path):

@@ -414,11 +414,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:
             pass
         return 0
-    except (UserError, ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError,
-            NotImplementedError) as error:
-        message = " ".join(str(error).split()) or type(error).__name__
-        print(f"cpuformer {args.command}: error: {message}", file=sys.stderr)
+    except (UserError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
+            IsADirectoryError, PermissionError, NotImplementedError) as error:
+        print(f"cpuformer {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
+    except OSError as error:  # not the user's mistake (disk full, I/O error): still one line, exit code 1
+        print(f"cpuformer {args.command}: error: {_one_line(error)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 if __name__ == "__main__":
