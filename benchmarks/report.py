@@ -34,6 +34,7 @@ ENGINE_NAMES = {"cpuformer": "cpuformer", "pytorch": "PyTorch", "torch": "PyTorc
 DTYPE_SUFFIXES = {"fp32": "float32", "float32": "float32", "int8": "int8", "fp16": "float16", "float16": "float16",
                   "bf16": "bfloat16", "bfloat16": "bfloat16", "int8_float32": "int8"}
 KINDS = ("encoder", "decoder", "seq2seq")
+COLORS = {"cpuformer": "#d62728", "PyTorch": "#1f77b4", "CTranslate2": "#2ca02c", "sentence-transformers": "#ff7f0e"}
 
 
 def engine_and_dtype(key: str, entry: Dict[str, Any]) -> Tuple[str, str]:
@@ -211,7 +212,8 @@ def plot_throughput(rows: List[Dict[str, Any]], path: str) -> bool:
     engines = [e for e in ("cpuformer", "PyTorch", "CTranslate2", "sentence-transformers")
                if any(r["engine"] == e for r in rows)]
     engines += sorted({r["engine"] for r in rows} - set(engines))
-    colors = dict(zip(engines, ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#7f7f7f"]))
+    spare = iter(["#9467bd", "#8c564b", "#7f7f7f", "#bcbd22"])
+    colors = {e: COLORS.get(e) or next(spare, "#17becf") for e in engines}
     fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.5), squeeze=False)
     for ax, kind in zip(axes[0], kinds):
         groups: List[Tuple[str, str]] = []
@@ -256,7 +258,7 @@ def plot_decode_latency(curves: Dict[str, Any], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6, 4.2))
     for key, values in curves["ms_per_token"].items():
         engine, _ = engine_and_dtype(key, {})
-        ax.plot(curves["lengths"], values, marker="o", label=engine)
+        ax.plot(curves["lengths"], values, marker="o", label=engine, color=COLORS.get(engine))
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("decode time per token (ms)")
     ax.set_title(f"{curves['model']}: decode time per token, batch 1 (lower is better)")

@@ -135,6 +135,21 @@ def test_embed_npy_to_stdout_and_stdin(tiny):
     assert np.load(io.BytesIO(out.stdout)).shape == (3, 32)
 
 
+def test_embed_many_lines_in_chunks(tiny, tmp_path):
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"t{i}" for i in rng.integers(3, 200, rng.integers(1, 12))) for _ in range(300)]
+    lines = tmp_path / "many.txt"
+    lines.write_text("\n".join(texts) + "\n")
+    out = run_cli("embed", tiny["encoder"], "--file", lines, "--batch-size", 4, "--format", "npy",
+                  "--output", tmp_path / "many.npy")  # 300 lines: chunks of 256 and 44
+    assert out.returncode == 0, out.stderr
+    vectors = np.load(tmp_path / "many.npy")
+    with cf.Encoder(tiny["encoder"]) as enc:
+        expected = enc.embed(texts, batch_size=4)
+    assert vectors.shape == (300, 32)
+    np.testing.assert_allclose(vectors, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_embed_errors(tiny, tmp_path):
     assert_user_error(run_cli("embed", tmp_path / "missing", "t5"), "embed", "does not exist")
     assert_user_error(run_cli("embed", tmp_path, "t5"), "embed", "not a model directory", "config.json")
@@ -281,6 +296,31 @@ def test_convert_argument_errors(tiny, tmp_path):
     assert_user_error(run_cli("convert", tiny["encoder"], afile, "--dtype", "float16"), "convert",
                       "exists and is not a directory")
     assert not (tmp_path / "out").exists()
+
+
+def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
+    """The command hands SRC, DST and the dtype to cpuformer.convert with a progress bar and maps
+    its errors to one line (the converter itself is tested with the library)."""
+    calls = []
+    monkeypatch.setattr(cf, "convert", lambda *a, **k: calls.append((a, k)), raising=False)
+    dst = tmp_path / "out"
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "bfloat16"]) == 0
+    assert calls == [((tiny["encoder"], str(dst), "bfloat16"), {"progress": True})]
+    assert capsys.readouterr().out == f"wrote {dst} (bfloat16)\n"
+
+    def refuses(src, dst, dtype, progress):
+        raise FileExistsError(f"{dst} already holds a model")
+
+    monkeypatch.setattr(cf, "convert", refuses, raising=False)
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int8"]) == 2
+    assert capsys.readouterr().err == f"cpuformer convert: error: {dst} already holds a model\n"
+
+    def disk_full(src, dst, dtype, progress):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cf, "convert", disk_full, raising=False)
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int8"]) == 1
+    assert capsys.readouterr().err == "cpuformer convert: error: [Errno 28] No space left on device\n"
 
 
 # ---- bench ---------------------------------------------------------------------------------------

@@ -7,7 +7,17 @@ process default), and describes its shape in ``_shape_text()``; this mixin adds 
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+
+#: Token ids: a NumPy integer array or (nested) lists of ints.
+TokenIds = npt.ArrayLike
+#: What generate() / stream() take: a string, a list of strings, a list of token ids or a list of such lists.
+Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]], np.ndarray]
+#: What generate() returns: a string, a list of strings or token-id lists; with return_log_probs, a pair.
+Generated = Union[str, List[str], List[List[int]], Tuple[Any, List[List[float]]]]
 
 
 def _count(shape: Tuple[int, ...]) -> int:
@@ -83,4 +93,4 @@ class ModelBase:
         return f"{name}({', '.join(parts)})"
 
 
-__all__ = ["ModelBase", "format_count"]
+__all__ = ["Generated", "ModelBase", "Prompts", "TokenIds", "format_count"]

@@ -8,7 +8,12 @@ opened as Seq2Seq.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    from .encoder import Encoder
+    from .generator import Generator
+    from .seq2seq import Seq2Seq
 
 # Encoder families: (model_type, tensor-name prefix used by task-head checkpoints).
 ENCODER_FAMILIES = {
@@ -72,7 +77,8 @@ def wrong_model_class(kind: str, name: str) -> ValueError:
     return ValueError(f"{name} is {what} architecture; open it with cpuformer.{cls} or cpuformer.load")
 
 
-def load(path: Union[str, os.PathLike], dtype: str = "float32", num_threads: Optional[int] = None):
+def load(path: Union[str, os.PathLike], dtype: str = "float32",
+         num_threads: Optional[int] = None) -> Union["Encoder", "Generator", "Seq2Seq"]:
     """Opens the model directory ``path`` as the model class its config names.
 
     Returns an :class:`~cpuformer.Encoder` for BERT / RoBERTa / XLM-RoBERTa / DistilBERT

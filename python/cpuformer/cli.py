@@ -76,6 +76,16 @@ def _texts(args: argparse.Namespace) -> List[str]:
     return lines
 
 
+def _progress(steps: range, desc: str):
+    """A progress bar on stderr (tqdm, when installed) for work of more than one step, shown only when
+    stderr is a terminal and stdout is not (the bar would otherwise interleave with the output)."""
+    if len(steps) < 2 or not sys.stderr.isatty() or sys.stdout.isatty():
+        return steps
+    from ._bench import progress
+
+    return progress(steps, desc, total=len(steps))
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -128,9 +138,13 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
     texts = _texts(args)
+    chunk = max(8 * args.batch_size, 256)  # embed() sorts each chunk by length; chunks give a progress bar
+    starts = range(0, len(texts), chunk)
     with _open_model(args.model_dir, "encoder", "embed", args.dtype, args.threads) as enc:
-        vectors = enc.embed(texts, pooling=args.pooling, normalize=not args.no_normalize,
-                            batch_size=args.batch_size)
+        parts = [enc.embed(texts[i:i + chunk], pooling=args.pooling, normalize=not args.no_normalize,
+                           batch_size=args.batch_size)
+                 for i in _progress(starts, "embed")]
+    vectors = np.concatenate(parts)
     if args.format == "npy":
         if args.output is None:
             if sys.stdout.isatty():
@@ -203,7 +217,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     texts = _texts(args)
     kwargs = _generation_kwargs(args)
     with _open_model(args.model_dir, "seq2seq", "translate", args.dtype, args.threads) as s2s:
-        for start in range(0, len(texts), args.batch_size):
+        for start in _progress(range(0, len(texts), args.batch_size), "translate"):
             batch = texts[start:start + args.batch_size]
             outputs = s2s.generate(batch, **kwargs)
             for line in outputs:
@@ -400,11 +414,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError:
             pass
         return 0
-    except (UserError, ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError,
-            NotImplementedError) as error:
-        message = " ".join(str(error).split()) or type(error).__name__
-        print(f"cpuformer {args.command}: error: {message}", file=sys.stderr)
+    except (UserError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
+            IsADirectoryError, PermissionError, NotImplementedError) as error:
+        print(f"cpuformer {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
+    except OSError as error:  # not the user's mistake (disk full, I/O error): still one line, exit code 1
+        print(f"cpuformer {args.command}: error: {_one_line(error)}", file=sys.stderr)
+        return 1
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._base import ModelBase
+from ._base import ModelBase, TokenIds
 from ._load import ENCODER_FAMILIES, classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 
@@ -203,7 +203,9 @@ class Encoder(ModelBase):
 
     # ---- forward ---------------------------------------------------------------------------
 
-    def __call__(self, input_ids, attention_mask=None, token_type_ids=None, *, return_pooler: bool = False):
+    def __call__(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
+                 token_type_ids: Optional[TokenIds] = None, *,
+                 return_pooler: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
         """last_hidden_state float32 [B, T, H] (``return_pooler=True``: (last_hidden_state, pooler_output [B, H])).
 
         input_ids: integer NumPy array [B, T] or a list of lists of ints; ragged lists are padded
@@ -215,7 +217,8 @@ class Encoder(ModelBase):
         ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id)
         return model.forward(ids, mask, types, bool(return_pooler), self.num_threads)
 
-    def pooler_output(self, input_ids, attention_mask=None, token_type_ids=None) -> np.ndarray:
+    def pooler_output(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
+                      token_type_ids: Optional[TokenIds] = None) -> np.ndarray:
         """BERT's pooler output tanh(dense(h[:, 0])) [B, H]; ValueError if the checkpoint has no pooler."""
         return self(input_ids, attention_mask, token_type_ids, return_pooler=True)[1]
 
@@ -252,7 +255,8 @@ class Encoder(ModelBase):
                     limit = value
         return limit
 
-    def embed(self, inputs, pooling: str = "mean", normalize: bool = True, batch_size: int = 32) -> np.ndarray:
+    def embed(self, inputs: Union[Sequence[str], Sequence[Sequence[int]]], pooling: str = "mean",
+              normalize: bool = True, batch_size: int = 32) -> np.ndarray:
         """Sentence embeddings, float32 [N, H], in input order.
 
         inputs: a list of strings (needs tokenizer.json; truncated to ``max_tokens``) or a list of

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._base import ModelBase
+from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._load import classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 
@@ -294,7 +294,7 @@ class Generator(ModelBase):
 
     # ---- forward ---------------------------------------------------------------------------
 
-    def logits(self, input_ids, attention_mask=None) -> np.ndarray:
+    def logits(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """Next-token logits at every position, float32 [B, T, V]. Positions follow the mask like
         Hugging Face's generate() (cumsum(mask) - 1), so a left-padded row gives the logits it
         gives alone; rows at padded positions carry no meaning."""
@@ -407,11 +407,11 @@ class Generator(ModelBase):
                     early_stopping={False: 0, True: 1, "never": 2}[early_stopping], eos_token_ids=eos,
                     pad_token_id=int(self.pad_token_id), seed=int(seed), return_log_probs=bool(return_log_probs))
 
-    def generate(self, prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
+    def generate(self, prompts: Prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
                  num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
                  eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
-                 return_log_probs: bool = False):
+                 return_log_probs: bool = False) -> Generated:
         """New tokens for each prompt (list[list[int]]; EOS included when produced).
 
         prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
@@ -436,7 +436,7 @@ class Generator(ModelBase):
             out = tokens
         return (out, log_probs) if return_log_probs else out
 
-    def stream(self, prompt, **kwargs) -> Iterator[Union[int, str]]:
+    def stream(self, prompt: Prompts, **kwargs: Any) -> Iterator[Union[int, str]]:
         """Yields the new tokens of one prompt as they are produced (greedy or sampling; beam search
         yields the best sequence at the end). Given a string (and tokenizer.json), yields text
         pieces instead. Takes generate()'s keyword arguments except return_log_probs."""

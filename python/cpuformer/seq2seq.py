@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._base import ModelBase
+from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._load import classify, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 from .generator import Generator, _as_2d, _token_list
@@ -322,14 +322,15 @@ class Seq2Seq(ModelBase):
 
     # ---- forward ---------------------------------------------------------------------------
 
-    def encode(self, input_ids, attention_mask=None) -> np.ndarray:
+    def encode(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """Encoder output float32 [B, T, d_model]; padded positions (mask 0) are masked as keys."""
         model = self._live()
         ids = _as_2d(input_ids, "input_ids")
         mask = None if attention_mask is None else _as_2d(attention_mask, "attention_mask", allow_bool=True)
         return model.encode(ids, mask, self.num_threads)
 
-    def logits(self, input_ids, decoder_input_ids, attention_mask=None) -> np.ndarray:
+    def logits(self, input_ids: TokenIds, decoder_input_ids: TokenIds,
+               attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """Decoder logits float32 [B, Td, V] for the given decoder inputs (teacher forcing)."""
         model = self._live()
         ids = _as_2d(input_ids, "input_ids")
@@ -357,11 +358,12 @@ class Seq2Seq(ModelBase):
                        suppress_token_ids=list(self.suppress_token_ids))
         return options
 
-    def generate(self, sources, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
+    def generate(self, sources: Prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
                  num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
                  eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
-                 return_log_probs: bool = False, num_return_sequences: int = 1, no_repeat_ngram_size: int = 0):
+                 return_log_probs: bool = False, num_return_sequences: int = 1,
+                 no_repeat_ngram_size: int = 0) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
