@@ -373,3 +373,25 @@ def test_bench_reports_a_missing_peer(tmp_path, monkeypatch):
     assert rows[1]["skipped"] == "not installed" and "tok_per_s" not in rows[1]
     table = _bench.format_model_table(rows)
     assert "(not installed)" in table and "tiny-bert" in table
+
+
+def test_bench_dtype_unsupported_for_a_kind(tmp_path, monkeypatch, capsys):
+    """A dtype that one model kind does not support skips that kind; if no kind ran, a one-line error."""
+    for kind, shape in TINY.items():
+        monkeypatch.setitem(_bench.SHAPES[kind], "quick", shape)
+    real = _bench._cpuformer_fn
+
+    def fake(kind, directory, dtype, threads, ids, load):
+        if kind == "seq2seq" or dtype == "int8":
+            raise NotImplementedError(f"dtype={dtype!r} is not supported for {kind}s yet")
+        return real(kind, directory, dtype, threads, ids, load)
+
+    monkeypatch.setattr(_bench, "_cpuformer_fn", fake)
+    cache = str(tmp_path)
+    assert cli.main(["bench", "--quick", "--cache-dir", cache, "--json", str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "(failed: dtype='float32' is not supported for seq2seqs yet)" in out
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert ["tok_per_s" in r for r in rows] == [True, True, False]
+    assert cli.main(["bench", "--quick", "--cache-dir", cache, "--dtype", "int8"]) == 2
+    assert capsys.readouterr().err == "cpuformer bench: error: dtype='int8' is not supported for encoders yet\n"

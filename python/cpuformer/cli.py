@@ -284,6 +284,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                       compare=[p for p in compare if p not in missing], threads=args.threads,
                                       cache=args.cache_dir)
         print(_bench.format_model_table(rows, args.threads))
+        ours = [r for r in rows if r["engine"] == "cpuformer"]
+        if not any("tok_per_s" in r for r in ours):
+            raise UserError(ours[0].get("skipped", "nothing was measured").removeprefix("failed: "))
         import cpuformer
 
         payload = {"cpuformer": cpuformer.__version__, "machine": cpuformer.cpu_info(), "quick": args.quick,
