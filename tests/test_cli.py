@@ -327,7 +327,9 @@ def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
 
 def test_bench_quick_all_model_kinds(tmp_path):
     path = tmp_path / "bench.json"
-    out = run_cli("bench", "--quick", "--json", path, env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
+    # one thread: the suite's runtime stays steady when other processes share the cores
+    out = run_cli("bench", "--quick", "--threads", 1, "--json", path,
+                  env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr
     assert "sequences/s" in out.stdout and "tokens/s" in out.stdout
     for name in ("minilm-l6", "gpt2-tiny", "marian-small"):
@@ -340,7 +342,8 @@ def test_bench_quick_all_model_kinds(tmp_path):
     # the models are cached by shape: a second run builds nothing
     cached = sorted(os.listdir(tmp_path / "cache" / "bench"))
     assert len(cached) == 3
-    again = run_cli("bench", "--quick", "--model-kind", "encoder", env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
+    again = run_cli("bench", "--quick", "--threads", 1, "--model-kind", "encoder",
+                    env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
     assert again.returncode == 0, again.stderr
     assert "building" not in again.stderr
     assert sorted(os.listdir(tmp_path / "cache" / "bench")) == cached
@@ -388,7 +391,9 @@ def test_bench_dtype_unsupported_for_a_kind(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(_bench, "_cpuformer_fn", fake)
     cache = str(tmp_path)
-    assert cli.main(["bench", "--quick", "--cache-dir", cache, "--json", str(tmp_path / "b.json")]) == 0
+    monkeypatch.setattr(cf, "set_num_threads", lambda n: None)  # the process-wide default stays as it is
+    assert cli.main(["bench", "--quick", "--threads", "1", "--cache-dir", cache, "--json",
+                     str(tmp_path / "b.json")]) == 0
     out = capsys.readouterr().out
     assert "(failed: dtype='float32' is not supported for seq2seqs yet)" in out
     rows = json.loads((tmp_path / "b.json").read_text())["rows"]
