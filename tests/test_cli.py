@@ -181,10 +181,12 @@ def test_embed_model_without_tokenizer(tiny, tmp_path):
 # ---- generate ------------------------------------------------------------------------------------
 
 def test_generate_ids_exact_count_matches_the_api(tiny):
-    out = run_cli("generate", tiny["decoder"], "5 6 7", "--ids", "--max-new-tokens", 9, "--min-new-tokens", 9)
+    out = run_cli("generate", tiny["decoder"], "5,6 7", "--ids", "--max-new-tokens", 9, "--min-new-tokens", 9,
+                  "--echo")
     assert out.returncode == 0, out.stderr
     tokens = [int(t) for t in out.stdout.split()]
-    assert len(tokens) == 9
+    assert len(tokens) == 12 and tokens[:3] == [5, 6, 7]
+    tokens = tokens[3:]
     with cf.Generator(tiny["decoder"]) as gen:
         assert tokens == gen.generate([5, 6, 7], max_new_tokens=9, min_new_tokens=9)[0]
 
