@@ -114,3 +114,26 @@ def test_typing_files_ship():
     public = [n for n in dir(_core) if not n.startswith("__")]
     for name in public:
         assert re.search(rf"^(def|class) {name}\b", stub, re.M), f"_core.pyi does not declare {name}"
+
+
+def test_benchmark_checkpoints_match_transformers(tiny):
+    """The NumPy-written benchmark checkpoints are read the same way by transformers: the peers of
+    `cpuformer bench --compare` run the very same model."""
+    import torch
+    import transformers
+    ids = [[5, 17, 42, 99, 3, 150]]
+    x = torch.tensor(ids)
+    with torch.inference_mode():
+        with cf.load(tiny["encoder"]) as enc:
+            ref = transformers.AutoModel.from_pretrained(tiny["encoder"]).eval()(x).last_hidden_state.numpy()
+            assert abs(enc(ids) - ref).max() < 1e-5
+        with cf.load(tiny["decoder"]) as gen:
+            ref = transformers.AutoModelForCausalLM.from_pretrained(tiny["decoder"]).eval()(x).logits.numpy()
+            assert abs(gen.logits(ids) - ref).max() < 1e-5
+        with cf.load(tiny["seq2seq"]) as s2s:
+            model = transformers.AutoModelForSeq2SeqLM.from_pretrained(tiny["seq2seq"]).eval()
+            target = [[199, 7, 8, 9]]
+            ref = model(input_ids=x, decoder_input_ids=torch.tensor(target)).logits.numpy()
+            assert abs(s2s.logits(ids, target) - ref).max() < 1e-5
+            expected = model.generate(x, max_new_tokens=6, num_beams=1, do_sample=False).tolist()
+            assert [[199] + t for t in s2s.generate(ids, max_new_tokens=6)] == expected

@@ -181,10 +181,12 @@ def test_embed_model_without_tokenizer(tiny, tmp_path):
 # ---- generate ------------------------------------------------------------------------------------
 
 def test_generate_ids_exact_count_matches_the_api(tiny):
-    out = run_cli("generate", tiny["decoder"], "5 6 7", "--ids", "--max-new-tokens", 9, "--min-new-tokens", 9)
+    out = run_cli("generate", tiny["decoder"], "5,6 7", "--ids", "--max-new-tokens", 9, "--min-new-tokens", 9,
+                  "--echo")
     assert out.returncode == 0, out.stderr
     tokens = [int(t) for t in out.stdout.split()]
-    assert len(tokens) == 9
+    assert len(tokens) == 12 and tokens[:3] == [5, 6, 7]
+    tokens = tokens[3:]
     with cf.Generator(tiny["decoder"]) as gen:
         assert tokens == gen.generate([5, 6, 7], max_new_tokens=9, min_new_tokens=9)[0]
 
@@ -327,7 +329,9 @@ def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
 
 def test_bench_quick_all_model_kinds(tmp_path):
     path = tmp_path / "bench.json"
-    out = run_cli("bench", "--quick", "--json", path, env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
+    # one thread: the suite's runtime stays steady when other processes share the cores
+    out = run_cli("bench", "--quick", "--threads", 1, "--json", path,
+                  env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
     assert out.returncode == 0, out.stderr
     assert "sequences/s" in out.stdout and "tokens/s" in out.stdout
     for name in ("minilm-l6", "gpt2-tiny", "marian-small"):
@@ -340,7 +344,8 @@ def test_bench_quick_all_model_kinds(tmp_path):
     # the models are cached by shape: a second run builds nothing
     cached = sorted(os.listdir(tmp_path / "cache" / "bench"))
     assert len(cached) == 3
-    again = run_cli("bench", "--quick", "--model-kind", "encoder", env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
+    again = run_cli("bench", "--quick", "--threads", 1, "--model-kind", "encoder",
+                    env={"CPUFORMER_CACHE": str(tmp_path / "cache")})
     assert again.returncode == 0, again.stderr
     assert "building" not in again.stderr
     assert sorted(os.listdir(tmp_path / "cache" / "bench")) == cached
@@ -373,3 +378,27 @@ def test_bench_reports_a_missing_peer(tmp_path, monkeypatch):
     assert rows[1]["skipped"] == "not installed" and "tok_per_s" not in rows[1]
     table = _bench.format_model_table(rows)
     assert "(not installed)" in table and "tiny-bert" in table
+
+
+def test_bench_dtype_unsupported_for_a_kind(tmp_path, monkeypatch, capsys):
+    """A dtype that one model kind does not support skips that kind; if no kind ran, a one-line error."""
+    for kind, shape in TINY.items():
+        monkeypatch.setitem(_bench.SHAPES[kind], "quick", shape)
+    real = _bench._cpuformer_fn
+
+    def fake(kind, directory, dtype, threads, ids, load):
+        if kind == "seq2seq" or dtype == "int8":
+            raise NotImplementedError(f"dtype={dtype!r} is not supported for {kind}s yet")
+        return real(kind, directory, dtype, threads, ids, load)
+
+    monkeypatch.setattr(_bench, "_cpuformer_fn", fake)
+    cache = str(tmp_path)
+    monkeypatch.setattr(cf, "set_num_threads", lambda n: None)  # the process-wide default stays as it is
+    assert cli.main(["bench", "--quick", "--threads", "1", "--cache-dir", cache, "--json",
+                     str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out
+    assert "(failed: dtype='float32' is not supported for seq2seqs yet)" in out
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert ["tok_per_s" in r for r in rows] == [True, True, False]
+    assert cli.main(["bench", "--quick", "--cache-dir", cache, "--dtype", "int8"]) == 2
+    assert capsys.readouterr().err == "cpuformer bench: error: dtype='int8' is not supported for encoders yet\n"

@@ -187,12 +187,13 @@ def _generation_kwargs(args: argparse.Namespace) -> dict:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     kwargs = _generation_kwargs(args)
+    prompt = _parse_ids(args.prompt) if args.ids else args.prompt
     with _open_model(args.model_dir, "decoder", "generate", args.dtype, args.threads) as gen:
         out = sys.stdout
         if args.echo:
-            out.write(args.prompt)
+            out.write(" ".join(map(str, prompt)) + " " if args.ids else args.prompt)
             out.flush()
-        pieces = gen.stream(args.prompt, **kwargs) if not args.ids else gen.stream(_parse_ids(args.prompt), **kwargs)
+        pieces = gen.stream(prompt, **kwargs)
         for piece in pieces:
             out.write(piece if isinstance(piece, str) else f"{piece} ")
             out.flush()  # stream: each token appears as it is produced
@@ -284,6 +285,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                                       compare=[p for p in compare if p not in missing], threads=args.threads,
                                       cache=args.cache_dir)
         print(_bench.format_model_table(rows, args.threads))
+        ours = [r for r in rows if r["engine"] == "cpuformer"]
+        if not any("tok_per_s" in r for r in ours):
+            raise UserError(ours[0].get("skipped", "nothing was measured").removeprefix("failed: "))
         import cpuformer
 
         payload = {"cpuformer": cpuformer.__version__, "machine": cpuformer.cpu_info(), "quick": args.quick,
