@@ -10,6 +10,11 @@ Prints a table and writes benchmarks/results/encoder_<date>.json (machine, setti
 Never asserts a time. ``--quick`` runs fewer repetitions.
 
     python benchmarks/bench_encoder.py [--quick] [--threads 2] [--no-ct2] [--no-minilm]
+                                       [--dtypes float32,int8,float16,bfloat16]
+
+With --dtypes beyond float32 (the default runs all four), cpuformer also runs with int8 / float16 /
+bfloat16 weights (rows cpuformer_<dtype>, with the minimum per-token cosine to float32), and
+CTranslate2 with compute_type=int8 (row ctranslate2_int8) when int8 is asked for.
 """
 
 from __future__ import annotations
@@ -110,6 +115,24 @@ def convert_ct2(src: str, dst: str) -> None:
     ctranslate2.converters.TransformersConverter(src).convert(dst, quantization="float32", force=True)
 
 
+def load_quantized(make, dtypes) -> dict:
+    """{dtype: model} for the non-float32 dtypes asked for; one that cannot load is reported, not fatal."""
+    models = {}
+    for dtype in dtypes:
+        if dtype == "float32":
+            continue
+        try:
+            models[dtype] = make(dtype)
+        except (ValueError, NotImplementedError) as error:
+            print(f"cpuformer dtype={dtype} skipped: {error}", file=sys.stderr)
+    return models
+
+
+def min_token_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1, a.shape[-1]).astype(np.float64), b.reshape(-1, b.shape[-1]).astype(np.float64)
+    return float(np.min(np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+
+
 def bert_workloads(args, results: dict, rows: list) -> None:
     import torch
     import transformers
@@ -131,6 +154,10 @@ def bert_workloads(args, results: dict, rows: list) -> None:
             ct2 = ctranslate2.Encoder(ct2_dir, device="cpu", intra_threads=args.threads)
         except Exception as error:  # a missing/broken peer must not stop the run
             print(f"CTranslate2 unavailable: {error}", file=sys.stderr)
+    quantized = load_quantized(lambda dtype: cf.Encoder(src, dtype=dtype, num_threads=args.threads), args.dtypes)
+    ct2_int8 = None
+    if ct2 is not None and "int8" in args.dtypes:
+        ct2_int8 = ctranslate2.Encoder(ct2_dir, device="cpu", intra_threads=args.threads, compute_type="int8")
     rng = np.random.default_rng(0)
     repeats, min_seconds = (3, 0.5) if args.quick else (7, 2.0)
     for batch, length in ((8, 128), (1, 16)):
@@ -149,9 +176,15 @@ def bert_workloads(args, results: dict, rows: list) -> None:
         reference = run_torch().numpy()
         entry["max_rel_error_vs_torch"] = float(np.abs(ours - reference).max() / np.abs(reference).max())
         entry["pytorch"] = measure(run_torch, batch, repeats, min_seconds)
+        tokens = [[f"t{i}" for i in row] for row in ids.tolist()]
         if ct2 is not None:
-            tokens = [[f"t{i}" for i in row] for row in ids.tolist()]
             entry["ctranslate2_fp32"] = measure(lambda: ct2.forward_batch(tokens), batch, repeats, min_seconds)
+        for dtype, model in quantized.items():
+            out = model(ids)
+            entry[f"min_token_cosine_{dtype}_vs_fp32"] = min_token_cosine(out, ours)
+            entry[f"cpuformer_{dtype}"] = measure(lambda: model(ids), batch, repeats, min_seconds)
+        if ct2_int8 is not None:
+            entry["ctranslate2_int8"] = measure(lambda: ct2_int8.forward_batch(tokens), batch, repeats, min_seconds)
         results[name] = entry
         rows.append((name, entry))
         _print_entry(name, entry)
@@ -180,6 +213,12 @@ def minilm_workload(args, results: dict, rows: list) -> None:
     entry["min_cosine_vs_sentence_transformers"] = float(
         np.min(np.sum(ours * ref, axis=1) / np.linalg.norm(ref, axis=1)))
     entry["cpuformer"] = measure(lambda: enc.embed(sentences, batch_size=32), len(sentences), repeats, min_seconds)
+    for dtype, model in load_quantized(lambda d: cf.Encoder(directory, dtype=d, num_threads=args.threads),
+                                       args.dtypes).items():
+        emb = model.embed(sentences, batch_size=32)
+        entry[f"min_cosine_{dtype}_vs_fp32"] = float(np.min(np.sum(emb * ours, axis=1)))
+        entry[f"cpuformer_{dtype}"] = measure(lambda: model.embed(sentences, batch_size=32), len(sentences), repeats,
+                                              min_seconds)
     entry["sentence_transformers"] = measure(lambda: st.encode(sentences, batch_size=32, convert_to_numpy=True),
                                              len(sentences), repeats, min_seconds)
     results["minilm_embed"] = entry
@@ -203,9 +242,12 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM embedding workload")
+    parser.add_argument("--dtypes", default="float32,int8,float16,bfloat16",
+                        help="cpuformer weight dtypes to run (comma-separated); int8 adds CTranslate2 int8")
     parser.add_argument("--note", default="", help="free text stored in the JSON (e.g. which kernels were merged)")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/encoder_<date>.json)")
     args = parser.parse_args(argv)
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     results: dict = {}
     rows: list = []
     machine = machine_info(args.threads)
@@ -237,6 +279,13 @@ def main(argv=None) -> int:
     with open(path, "w") as f:
         json.dump({"machine": machine, "quick": args.quick, "note": args.note, "unit": "sequences/s",
                    "results": results}, f, indent=2)
+    extra = sorted({k for _, e in rows for k in e if isinstance(e[k], dict) and k.startswith(("cpuformer_", "ctranslate2_int8"))})
+    if extra:
+        print("\nquantized weights, sequences/s (median)")
+        print("| workload | " + " | ".join(extra) + " |")
+        print("|---|" + "---|" * len(extra))
+        for name, entry in rows:
+            print(f"| {name} | " + " | ".join(f"{entry[k]['seq_per_s']:.1f}" if k in entry else "-" for k in extra) + " |")
     print(f"\nwrote {path}")
     return 0
 
