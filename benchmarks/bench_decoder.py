@@ -17,7 +17,10 @@ GIL in reductions). Prints a table and writes benchmarks/results/decoder_<date>.
 asserts a time.
 
     python benchmarks/bench_decoder.py [--quick] [--skip-llama] [--threads 2] [--no-ct2] [--no-torch]
-                                       [--no-decode-vs-length]
+                                       [--no-decode-vs-length] [--dtypes float32,int8,float16,bfloat16]
+
+--dtypes (default: all four) also runs cpuformer with int8 / float16 / bfloat16 weights (rows
+cpuformer_<dtype>) and, with int8, CTranslate2 with compute_type=int8 (row ctranslate2_int8).
 """
 
 from __future__ import annotations
@@ -159,8 +162,8 @@ class Engines:
     def __init__(self, args, directory: str, work: str, name: str):
         self.args, self.directory, self.work, self.name = args, directory, work, name
 
-    def cpuformer(self):
-        return cf.Generator(self.directory, num_threads=self.args.threads)
+    def cpuformer(self, dtype: str = "float32"):
+        return cf.Generator(self.directory, dtype=dtype, num_threads=self.args.threads)
 
     def torch(self):
         import torch
@@ -169,14 +172,14 @@ class Engines:
         torch.set_num_threads(self.args.threads)
         return transformers.AutoModelForCausalLM.from_pretrained(self.directory, dtype=torch.float32).eval()
 
-    def ct2(self):
+    def ct2(self, compute_type: str = "default"):
         import ctranslate2
 
         out = os.path.join(self.work, self.name + "_ct2")
         if not os.path.isdir(out):
             ctranslate2.converters.TransformersConverter(self.directory).convert(out, quantization="float32",
                                                                                  force=True)
-        return ctranslate2.Generator(out, device="cpu", intra_threads=self.args.threads)
+        return ctranslate2.Generator(out, device="cpu", intra_threads=self.args.threads, compute_type=compute_type)
 
 
 def run_engine(label: str, make, fn, results: dict, key: str) -> None:
@@ -240,6 +243,11 @@ def decode_workloads(args, engines: Engines, vocab: int, cases: list, skip: set)
         run_engine("PyTorch", engines.torch, pytorch, per_engine, "pytorch")
     if "ct2" not in skip:
         run_engine("CTranslate2", engines.ct2, ct2, per_engine, "ctranslate2_fp32")
+    for dtype in getattr(args, "dtypes", ["float32"]):
+        if dtype != "float32":
+            run_engine(f"cpuformer {dtype}", lambda d=dtype: engines.cpuformer(d), ours, per_engine, f"cpuformer_{dtype}")
+    if "ct2" not in skip and "int8" in getattr(args, "dtypes", []):
+        run_engine("CTranslate2 int8", lambda: engines.ct2("int8"), ct2, per_engine, "ctranslate2_int8")
     for engine, entries in per_engine.items():
         for name, entry in entries.items():
             out[name][engine] = entry
@@ -324,12 +332,15 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="one timed run per workload, shorter flatness run")
     parser.add_argument("--skip-llama", action="store_true", help="skip the 1.1B Llama workloads")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtypes", default="float32,int8,float16,bfloat16",
+                        help="cpuformer weight dtypes (comma-separated); int8 adds CTranslate2 int8")
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     parser.add_argument("--no-decode-vs-length", action="store_true",
                         help="skip the decode time per token against context length")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/decoder_<date>.json)")
     args = parser.parse_args(argv)
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     skip = ({"ct2"} if args.no_ct2 else set()) | ({"torch"} if args.no_torch else set())
     machine = machine_info(args.threads)
     print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
@@ -391,6 +402,15 @@ def main(argv=None) -> int:
             fmt = lambda v: f"{v:.2f}" if v else "-"  # noqa: E731
             print(f"| {model} {name} | {fmt(ours)} | {fmt(pt)} | {fmt(ct)} | "
                   f"{f'{ours / pt:.2f}x' if pt else '-'} | {f'{ours / ct:.2f}x' if ct else '-'} |")
+
+    extra = [f"cpuformer_{d}" for d in args.dtypes if d != "float32"] + (["ctranslate2_int8"] if "int8" in args.dtypes else [])
+    if extra:
+        print("\nquantized weights, tokens/s\n| workload | " + " | ".join(extra) + " |\n|---|" + "---|" * len(extra))
+        for model in ("gpt2", "llama_1b"):
+            for name, entry in results.get(model, {}).items():
+                if isinstance(entry, dict) and "cpuformer" in entry:
+                    print(f"| {model} {name} | " + " | ".join(
+                        f"{entry[k]['tok_per_s']:.2f}" if k in entry else "-" for k in extra) + " |")
 
     path = args.output or os.path.join(RESULTS, f"decoder_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
