@@ -1,0 +1,67 @@
+// AVX-512 pieces of the int8 GEMM shared by gemm_int8_avx512.cc (AVX-512BW, no VNNI) and
+// gemm_int8_avx512vnni.cc: quantizing A rows and the epilogue of a finished row of a tile.
+// Include INSIDE the ISA namespace (anonymous namespace) after gemm_int8_inl.h; like it, no
+// include guard on purpose.
+
+inline __mmask16 i8_mask16(long left) {
+  if (left >= 16) return 0xFFFF;
+  if (left <= 0) return 0;
+  return static_cast<__mmask16>((1u << left) - 1);
+}
+
+// The same float operations as the scalar reference: amax by max (order-free), inv = 127 / amax,
+// x · inv rounded to nearest even (MXCSR default) by vcvtps2dq.
+float quantize_row(const float* x, long k, long kp, uint8_t* out) {
+  __m512 vmax = _mm512_setzero_ps();
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  for (long p = 0; p < k; p += 16) {
+    const __m512 v = _mm512_and_ps(_mm512_maskz_loadu_ps(i8_mask16(k - p), x + p), abs_mask);
+    vmax = _mm512_max_ps(v, vmax);  // a NaN in v gives vmax (second operand), as fmax ignores NaN
+  }
+  const float amax = _mm512_reduce_max_ps(vmax);
+  const uint8_t zero = kUnsignedA ? 128 : 0;
+  if (!(amax > 0.0f)) {
+    std::memset(out, zero, static_cast<std::size_t>(kp));
+    return 0.0f;
+  }
+  const float inv = 127.0f / amax;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512i offset = _mm512_set1_epi32(kUnsignedA ? 128 : 0);
+  for (long p = 0; p < k; p += 16) {
+    const __mmask16 mask = i8_mask16(k - p);
+    const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + p), vinv));
+    _mm512_mask_cvtepi32_storeu_epi8(out + p, mask, _mm512_add_epi32(q, offset));
+  }
+  for (long p = k; p < kp; ++p) out[p] = zero;
+  return amax / 127.0f;
+}
+
+void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                Activation act, const float* residual, float* c, long ncols) {
+  alignas(64) float row[kNR];
+  const __m512 vsa = _mm512_set1_ps(sa);
+  for (long j = 0; j < ncols; j += 16) {
+    const __mmask16 mask = i8_mask16(ncols - j);
+    __m512i s = _mm512_load_si512(acc + j);
+    if (comp != nullptr) s = _mm512_sub_epi32(s, _mm512_loadu_si512(comp + j));
+    const __m512 scale = _mm512_mul_ps(vsa, _mm512_loadu_ps(scales + j));
+    __m512 v = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(s));
+    __asm__("" : "+v"(v));  // keeps the compiler from fusing the multiply and the add (bit-exact)
+    if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + j));
+    if (act != Activation::kNone) {
+      _mm512_store_ps(row + j, v);
+    } else {
+      if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
+      _mm512_mask_storeu_ps(c + j, mask, v);
+    }
+  }
+  if (act != Activation::kNone) {
+    kActivationKernels.apply(act, row, row, ncols);
+    for (long j = 0; j < ncols; j += 16) {
+      const __mmask16 mask = i8_mask16(ncols - j);
+      __m512 v = _mm512_load_ps(row + j);
+      if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
+      _mm512_mask_storeu_ps(c + j, mask, v);
+    }
+  }
+}

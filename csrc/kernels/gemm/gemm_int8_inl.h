@@ -1,0 +1,128 @@
+// int8 GEMM driver shared by the SIMD levels (see Int8GemmKernels in gemm.h for the arithmetic).
+//
+// Include this file INSIDE the ISA namespace (in an anonymous namespace) of a per-ISA translation
+// unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstring>, "kernels/gemm/gemm.h" and
+// "runtime/threading.h". It is compiled once per ISA under that ISA's flags; it includes nothing
+// and has no include guard on purpose (like gemm_driver_inl.h).
+//
+// The including file defines before the #include:
+//   constexpr long kMR, kNR;     register tile: kMR rows of A × kNR output features
+//   constexpr bool kUnsignedA;   A rows are stored as u8 = qa + 128 (vpdpbusd) and the packed
+//                                compensation 128·Σ_k q[j][k] is subtracted from every sum;
+//                                otherwise A rows are stored as s8 qa
+// and, after it, the three functions declared below.
+//
+// Packed W (bytes): scales [Np] float, comp [Np] int32 (128·Σ_k q[j][k], wrapping), then
+// Np / kNR panels, panel p holding q[p·kNR + j][4g + t] at [(g·kNR + j)·4 + t] for the Kp / 4
+// groups g of four k (Np = N rounded up to kNR, Kp = K rounded up to 4; padding is zero). One k
+// group of a panel is kNR·4 contiguous bytes: kNR int32 lanes of vpdpbusd / vpmaddubsw pairs.
+//
+// Integer exactness: the sums of vpdpbusd wrap modulo 2^32 (no saturation). Σ (qa+128)·q may leave
+// the int32 range for long K, but Σ qa·q = Σ (qa+128)·q − 128·Σ q does not (K ≤ 2^17), so the
+// wrapped difference is the exact sum.
+
+// Provided by the including file.
+// quantize_row: out[0, kp) = the row's quantized values (contract in gemm.h) in this level's A
+//   format, k ≤ p < kp padded with the value of qa = 0; returns sa (0 for an all-zero row).
+float quantize_row(const float* x, long k, long kp, uint8_t* out);
+// tile_kernel: out[r·kNR + j] = Σ_p a[r·lda + p] ⊙ wp[p, j] (wrapping int32; before the
+//   compensation) for r < rows ≤ kMR, all kNR columns; wp a packed panel, kp a multiple of 4.
+void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out);
+// finish_row: c[j] = act(sa·scales[j]·float(acc[j] − comp[j]) + bias[j]) + residual[j], j < ncols
+//   (comp, bias, residual may be null; residual may alias c). The float operations are those of
+//   the scalar reference, in its order, unfused.
+void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                Activation act, const float* residual, float* c, long ncols);
+
+inline long i8_ceil_div(long a, long b) { return (a + b - 1) / b; }
+inline long i8_min(long a, long b) { return a < b ? a : b; }
+
+std::size_t packed_bytes(long n, long k) {
+  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, 4) * 4;
+  return static_cast<std::size_t>(np) * (sizeof(float) + sizeof(int32_t)) + static_cast<std::size_t>(np) * kp;
+}
+
+void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_t* out) {
+  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, 4) * 4;
+  float* sc = reinterpret_cast<float*>(out);
+  int32_t* comp = reinterpret_cast<int32_t*>(out + np * sizeof(float));
+  int8_t* panels = reinterpret_cast<int8_t*>(out + np * (sizeof(float) + sizeof(int32_t)));
+  for (long j = 0; j < np; ++j) {
+    uint32_t s = 0;
+    if (j < n)
+      for (long p = 0; p < k; ++p) s += static_cast<uint32_t>(static_cast<int32_t>(q[j * ldq + p]));
+    sc[j] = j < n ? scales[j] : 0.0f;
+    comp[j] = static_cast<int32_t>(s * 128u);
+  }
+  for (long p0 = 0; p0 < np; p0 += kNR) {
+    int8_t* panel = panels + p0 * kp;
+    for (long jj = 0; jj < kNR; ++jj) {
+      const long j = p0 + jj;
+      for (long g = 0; g < kp / 4; ++g)
+        for (long t = 0; t < 4; ++t) {
+          const long p = 4 * g + t;
+          panel[(g * kNR + jj) * 4 + t] = j < n && p < k ? q[j * ldq + p] : 0;
+        }
+    }
+  }
+}
+
+// Rows of a block (a work item together with one panel): the quantized A block stays in L1/L2
+// while the panel streams through.
+constexpr long kRowBlock = 8 * kMR;
+// Below this many multiply-adds per thread a second thread costs more than it saves.
+constexpr long kInt8MinMacsPerThread = 1L << 19;
+
+void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
+  const long n = w.n, k = w.k;
+  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, 4) * 4;
+  const float* scales = reinterpret_cast<const float*>(w.data.data());
+  const int32_t* comp = reinterpret_cast<const int32_t*>(w.data.data() + np * sizeof(float));
+  const int8_t* panels = reinterpret_cast<const int8_t*>(w.data.data() + np * (sizeof(float) + sizeof(int32_t)));
+  const long panel_count = np / kNR;
+  const long blocks = i8_ceil_div(m, kRowBlock);
+  const long items = panel_count * blocks;
+
+  // Quantized A ([m][kp] bytes, 64-byte aligned rows start) and sa [m], allocated here: no
+  // exception may leave the parallel region.
+  const std::size_t qa_floats = (static_cast<std::size_t>(m) * kp + 63) / 64 * 16;
+  float* scratch = gemm_thread_scratch(qa_floats + static_cast<std::size_t>(m));
+  uint8_t* qa = reinterpret_cast<uint8_t*>(scratch);
+  float* sa = scratch + qa_floats;
+
+  long nt = current_num_threads();
+  const long macs = m * n * k;
+  if (nt > macs / kInt8MinMacsPerThread) nt = macs / kInt8MinMacsPerThread;
+  if (nt > items) nt = items;
+  if (nt < 1) nt = 1;
+
+#pragma omp parallel num_threads(static_cast<int>(nt)) if (nt > 1)
+  {
+#pragma omp for schedule(static)
+    for (long i = 0; i < m; ++i) sa[i] = quantize_row(a + i * lda, k, kp, qa + i * kp);
+    // (implicit barrier: every row is quantized before any tile reads it)
+    const long team = omp_get_num_threads(), t = omp_get_thread_num();
+    // Contiguous item ranges, panel-major: each thread streams its own panels, each once per row
+    // block (for m ≤ kRowBlock: exactly once, the GEMV case).
+    const long base = items / team, extra = items % team;
+    const long begin = t * base + (t < extra ? t : extra);
+    const long end = begin + base + (t < extra ? 1 : 0);
+    alignas(64) int32_t acc[kMR * kNR];
+    for (long item = begin; item < end; ++item) {
+      const long p = item / blocks, b = item % blocks;
+      const long j0 = p * kNR, ncols = i8_min(kNR, n - j0);
+      const int8_t* wp = panels + j0 * kp;
+      const long i_end = i8_min(m, (b + 1) * kRowBlock);
+      for (long i0 = b * kRowBlock; i0 < i_end; i0 += kMR) {
+        const long rows = i8_min(kMR, i_end - i0);
+        tile_kernel(rows, qa + i0 * kp, kp, wp, kp, acc);
+        for (long r = 0; r < rows; ++r) {
+          const long i = i0 + r;
+          finish_row(acc + r * kNR, kUnsignedA ? comp + j0 : nullptr, sa[i], scales + j0,
+                     epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,
+                     epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0, ncols);
+        }
+      }
+    }
+  }
+}

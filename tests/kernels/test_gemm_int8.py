@@ -1,0 +1,186 @@
+"""ops.Linear(dtype="int8") against a NumPy integer model of the contract in gemm.h.
+
+The model: q, scales = ops.quantize_int8(w); each row of x is quantized in float32 as the contract
+says (amax, inv = 127 / amax, qa = rint(x · inv)), the dot products are taken exactly in int64
+(and checked to fit int32), and the epilogue is evaluated in float32 in the reference's order:
+(sa · scale) · float32(sum) + bias, then + residual. Every ISA level must reproduce this bit for
+bit without an activation (the integer part is exact and the float operations are the same). With
+an activation, the level's activation kernel may differ from the float64 one by its stated bound
+(2e-6 absolute + 1e-6 relative, tests/kernels/test_activation.py), checked here with margin.
+
+tests/test_runtime.py reruns this file at every lower ISA level; test_without_dot_product_extensions
+reruns it with AVX512-VNNI and AVX-VNNI hidden, so the fallback kernel of each level runs too.
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import cpuformer as cf
+from cpuformer import ops
+
+_erf = np.vectorize(math.erf)
+
+
+def quantize_rows(x):
+    """(qa int64 [M, K], sa float32 [M]) exactly as the kernels quantize A."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    amax = np.max(np.abs(x), axis=1) if x.shape[1] else np.zeros(x.shape[0], np.float32)
+    amax = amax.astype(np.float32)
+    nonzero = amax > 0
+    inv = np.zeros_like(amax)
+    inv[nonzero] = np.float32(127.0) / amax[nonzero]
+    qa = np.rint(x * inv[:, None]).astype(np.int64)  # float32 product, round half to even
+    sa = np.where(nonzero, amax / np.float32(127.0), np.float32(0.0)).astype(np.float32)
+    return qa, sa
+
+
+def preactivation(x, w, bias=None):
+    """float32 [M, N]: sa · scale · Σ qa·q + bias, in the reference's float32 order."""
+    q, scales = ops.quantize_int8(w)
+    qa, sa = quantize_rows(x)
+    isum = qa @ q.astype(np.int64).T
+    assert np.abs(isum).max(initial=0) < 2**31
+    y = (sa[:, None] * scales[None, :]).astype(np.float32) * isum.astype(np.float32)
+    if bias is not None:
+        y = y + bias.astype(np.float32)
+    return y.astype(np.float32)
+
+
+def activate(z, activation):
+    z = z.astype(np.float64)
+    if activation == "relu":
+        return np.maximum(z, 0.0)
+    if activation == "gelu":
+        return 0.5 * z * (1.0 + _erf(z / math.sqrt(2.0)))
+    if activation == "gelu_tanh":
+        return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
+    if activation == "silu":
+        return z / (1.0 + np.exp(-z))
+    return z
+
+
+def check(x, w, bias=None, activation=None, residual=None):
+    lin = ops.Linear(w, bias, activation, dtype="int8")
+    y = lin(x, residual.copy() if residual is not None else None)
+    assert y.dtype == np.float32 and y.shape == (x.shape[0], w.shape[0])
+    z = preactivation(x, w, bias)
+    if activation is None:
+        ref = z if residual is None else (z + residual).astype(np.float32)
+        np.testing.assert_array_equal(y, ref)
+    else:
+        ref = activate(z, activation)
+        if residual is not None:
+            ref = ref + residual
+        tol = 4e-6 + 3e-6 * np.abs(ref)
+        if residual is not None:
+            tol = tol + 1.2e-7 * np.abs(residual)  # the float32 rounding of the final add
+        err = np.abs(y - ref)
+        assert np.all(err <= tol), f"max excess {float((err - tol).max()):.3g}"
+    return y
+
+
+def randn(rng, *shape):
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+# M walks through the tile and GEMV sizes, N through the panel tails (16, 64 columns), K through
+# the groups of 4.
+SHAPES = [
+    (1, 1, 1), (1, 5, 3), (2, 7, 17), (3, 768, 130), (4, 33, 64), (5, 4, 65), (6, 100, 63),
+    (7, 13, 129), (12, 3, 200), (13, 257, 31), (48, 66, 70), (49, 130, 300), (64, 4096, 40),
+    (1, 4095, 100), (2, 4097, 9), (130, 515, 96), (300, 64, 17),
+]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_shapes_exact(rng, m, k, n):
+    x, w, b = randn(rng, m, k), randn(rng, n, k), randn(rng, n)
+    check(x, w, b)
+    check(x, w)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100)])
+def test_activations(rng, activation, m, k, n):
+    x, w, b = randn(rng, m, k), randn(rng, n, k) * 0.3, randn(rng, n)
+    check(x, w, b, activation)
+
+
+@pytest.mark.parametrize("activation", [None, "gelu"])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (50, 33, 130)])
+def test_residual(rng, activation, m, k, n):
+    # Linear adds the residual in place: the GEMM's residual aliases its output.
+    x, w, b, r = randn(rng, m, k), randn(rng, n, k), randn(rng, n), randn(rng, m, n)
+    check(x, w, b, activation, r)
+
+
+def test_zero_rows_and_columns(rng):
+    m, k, n = 9, 37, 70
+    x, w, b, r = randn(rng, m, k), randn(rng, n, k), randn(rng, n), randn(rng, m, n)
+    x[[0, 4, 8]] = 0.0
+    w[[1, 63, 64]] = 0.0
+    y = check(x, w, b, None, r)
+    np.testing.assert_array_equal(y[4], (b + r[4]).astype(np.float32))
+    np.testing.assert_array_equal(ops.Linear(w, None, dtype="int8")(np.zeros((3, k), np.float32)), 0.0)
+
+
+def test_extreme_values(rng):
+    # Full-range codes everywhere: every qa and q is ±127, so the sums reach K · 127² (the largest
+    # the int32 accumulators see) and every vpmaddubsw pair reaches 2 · 127².
+    m, k, n = 7, 4099, 66
+    signs_x = np.where(rng.random((m, k)) < 0.5, -1.0, 1.0).astype(np.float32)
+    signs_w = np.where(rng.random((n, k)) < 0.5, -1.0, 1.0).astype(np.float32)
+    x = signs_x * np.float32(3e4)
+    w = signs_w * np.float32(1e-3)
+    x[1] = 1e30  # all equal: qa = 127 for every k
+    w[5] = -7.0
+    y = check(x, w, randn(rng, n))
+    assert np.isfinite(y).all()
+    # Tiny and huge magnitudes (scales far from 1) and one dominant entry per row.
+    x = randn(rng, m, k) * np.float32(1e-30)
+    x[:, 3] = 1e-25
+    check(x, randn(rng, n, k) * np.float32(1e20))
+    # Values exactly halfway between codes: rint must round half to even like the kernels.
+    x = np.tile(np.arange(-254, 255, dtype=np.float32) / 2, (3, 1))
+    x[:, 0] = -127.0
+    check(x, randn(rng, n, x.shape[1]))
+
+
+def test_strided_input(rng):
+    x = randn(rng, 6, 90)[:, 5:75]
+    w, b = randn(rng, 40, 70), randn(rng, 40)
+    check(np.ascontiguousarray(x), w, b)
+    y = ops.Linear(w, b, dtype="int8")(x)
+    np.testing.assert_array_equal(y, ops.Linear(w, b, dtype="int8")(np.ascontiguousarray(x)))
+
+
+def test_threads_agree(rng):
+    x, w, b = randn(rng, 100, 300), randn(rng, 200, 300), randn(rng, 200)
+    lin = ops.Linear(w, b, "relu", dtype="int8")
+    before = cf.get_num_threads()
+    try:
+        cf.set_num_threads(1)
+        y1 = lin(x)
+        cf.set_num_threads(2)
+        y2 = lin(x)
+    finally:
+        cf.set_num_threads(before)
+    np.testing.assert_array_equal(y1, y2)
+
+
+def test_without_dot_product_extensions():
+    # The same tests with AVX512-VNNI and AVX-VNNI hidden: the level's fallback kernel runs.
+    env = dict(os.environ, CPUFORMER_DISABLE_FEATURES="avx512_vnni,avx_vnni")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not without_dot_product"],
+        env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "passed" in out.stdout and "failed" not in out.stdout
+    probe = subprocess.run([sys.executable, "-c", "import cpuformer as cf; print(cf.cpu_info()['features'])"],
+                           env=env, capture_output=True, text=True)
+    assert "vnni" not in probe.stdout and "avx2" in probe.stdout or cf.cpu_info()["isa"] == "scalar"
