@@ -6,6 +6,9 @@ Linear: GFLOP/s of ``ops.Linear`` (weights packed once, outside the timed loop, 
 them) against ``torch.matmul(x, w.t())`` and NumPy ``x @ w.T`` on transformer shapes: large M
 (prefill / encoder) and M = 1, 4 (decode), plus the fraction of the machine's fp32 FMA peak
 (cores × 64 FLOP/cycle for AVX-512 × clock).
+Linear by weight dtype: GOP/s of ``ops.Linear(w, dtype=...)`` for float32, int8, float16 and
+bfloat16 weights on BERT-base shapes (M = 1024) and decode GEMV shapes (M = 1), with each dtype's
+speed relative to float32 (an int8 multiply-add counts as 2 operations, like a float one).
 Attention: milliseconds of ``ops.attention`` against ``torch.nn.functional.scaled_dot_product_attention``.
 
 Every implementation runs in the same process on the same inputs. The samples of the
@@ -61,6 +64,9 @@ except ImportError:
 
 LINEAR_LARGE = [(1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768), (512, 2048, 5632)]
 LINEAR_DECODE_KN = [(768, 2304), (768, 3072), (2048, 5632)]
+LINEAR_DTYPE_SHAPES = [(1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768),
+                      (1, 768, 2304), (1, 768, 3072), (1, 2048, 5632)]
+WEIGHT_DTYPES = ["float32", "int8", "float16", "bfloat16"]
 FALLBACK_GHZ = 2.3
 
 
@@ -181,6 +187,37 @@ def format_linear_row(r: Dict[str, object]) -> str:
             f"{r['ratio_vs_best_peer']:>7.2f}x {100 * r['fraction_of_peak']:>7.1f}% {r['weight_gbytes_per_s']:>7.1f}")
 
 
+def bench_linear_dtypes(shapes, rounds: int, min_time: float) -> List[Dict[str, object]]:
+    rng = np.random.default_rng(2)
+    rows = []
+    for m, k, n in shapes:
+        x = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        b = rng.standard_normal(n, dtype=np.float32)
+        lins = {dt: ops.Linear(w, b, dtype=dt) for dt in WEIGHT_DTYPES}  # packed outside the timed loop
+        fns: Dict[str, Callable[[], object]] = {dt: (lambda lin=lin: lin(x)) for dt, lin in lins.items()}
+        seconds = measure(fns, rounds, min_time)
+        ops_count = 2.0 * m * k * n
+        gops = {dt: ops_count / s / 1e9 for dt, s in seconds.items()}
+        row: Dict[str, object] = {"M": m, "K": k, "N": n, "seconds": seconds, "gops": gops,
+                                  "ratio_vs_float32": {dt: gops[dt] / gops["float32"] for dt in WEIGHT_DTYPES}}
+        rows.append(row)
+        print(format_dtype_row(row), flush=True)
+    return rows
+
+
+def dtype_header() -> str:
+    cols = " ".join(f"{dt:>9}" for dt in WEIGHT_DTYPES)
+    ratios = " ".join(f"{dt + '/f32':>13}" for dt in WEIGHT_DTYPES[1:])
+    return f"{'M':>5} {'K':>5} {'N':>5} {cols} {ratios}"
+
+
+def format_dtype_row(r: Dict[str, object]) -> str:
+    cols = " ".join(f"{r['gops'][dt]:>9.1f}" for dt in WEIGHT_DTYPES)
+    ratios = " ".join(f"{r['ratio_vs_float32'][dt]:>12.2f}x" for dt in WEIGHT_DTYPES[1:])
+    return f"{r['M']:>5} {r['K']:>5} {r['N']:>5} {cols} {ratios}"
+
+
 # ---- attention --------------------------------------------------------------------------------
 
 def attention_cases() -> List[Dict[str, object]]:
@@ -248,6 +285,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="samples per implementation (median)")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/ops_<date>.json)")
     parser.add_argument("--skip-attention", action="store_true")
+    parser.add_argument("--skip-linear", action="store_true", help="skip the float32 Linear against the peers")
+    parser.add_argument("--skip-dtypes", action="store_true", help="skip Linear by weight dtype")
     args = parser.parse_args(argv)
 
     rounds = args.rounds or (3 if args.quick else 9)
@@ -263,10 +302,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"fp32 peak {info['fp32_peak_gflops']:.0f} GFLOP/s = {info['peak_formula']} ({info['clock_source']})")
     print(f"medians of {rounds} samples in alternating passes, each >= {min_time * 1e3:.0f} ms of calls\n")
 
-    print("Linear, GFLOP/s (higher is better); 'vs best' = cpuformer / faster peer")
-    print(linear_header())
-    shapes = list(LINEAR_LARGE) + [(m, k, n) for m in (1, 4) for k, n in LINEAR_DECODE_KN]
-    linear_rows = bench_linear(shapes, rounds, min_time, info["fp32_peak_gflops"])
+    linear_rows: List[Dict[str, object]] = []
+    if not args.skip_linear:
+        print("Linear, GFLOP/s (higher is better); 'vs best' = cpuformer / faster peer")
+        print(linear_header())
+        shapes = list(LINEAR_LARGE) + [(m, k, n) for m in (1, 4) for k, n in LINEAR_DECODE_KN]
+        linear_rows = bench_linear(shapes, rounds, min_time, info["fp32_peak_gflops"])
+
+    dtype_rows: List[Dict[str, object]] = []
+    if not args.skip_dtypes:
+        print("\nLinear by weight dtype (cpuformer, with bias), GOP/s (higher is better); ratios to float32")
+        print(dtype_header())
+        dtype_rows = bench_linear_dtypes(LINEAR_DTYPE_SHAPES, rounds, min_time)
 
     attention_rows: List[Dict[str, object]] = []
     if not args.skip_attention:
@@ -277,7 +324,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         limits.unregister()
 
     result = {"machine": info, "rounds": rounds, "min_sample_seconds": min_time, "quick": args.quick,
-              "linear": linear_rows, "attention": attention_rows}
+              "linear": linear_rows, "linear_dtypes": dtype_rows,
+              "attention": attention_rows}
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"ops_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)

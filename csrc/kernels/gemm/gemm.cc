@@ -17,10 +17,12 @@ const GemmKernels& gemm_kernels() {
 // int8 kernels with the dot-product extensions (gemm_int8_avx512vnni.cc, gemm_int8_avxvnni.cc),
 // picked inside their level when the CPU has them (CPUFORMER_DISABLE_FEATURES can hide them).
 namespace avx512vnni { extern const Int8GemmKernels kInt8GemmKernels; }
+namespace avxvnni { extern const Int8GemmKernels kInt8GemmKernels; }
 
 const Int8GemmKernels& int8_gemm_kernels() {
   static const Int8GemmKernels& table =
-      select_for_isa(scalar::kInt8GemmKernels, avx2::kInt8GemmKernels,
+      select_for_isa(scalar::kInt8GemmKernels,
+                     cpu_features().avx_vnni ? avxvnni::kInt8GemmKernels : avx2::kInt8GemmKernels,
                      cpu_features().avx512vnni ? avx512vnni::kInt8GemmKernels : avx512::kInt8GemmKernels);
   return table;
 }

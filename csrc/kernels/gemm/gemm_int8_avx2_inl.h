@@ -1,0 +1,80 @@
+// AVX2 pieces of the int8 GEMM shared by gemm_int8_avx2.cc (no VNNI) and gemm_int8_avxvnni.cc:
+// quantizing A rows and the epilogue of a finished row of a tile. Include INSIDE the ISA namespace
+// (anonymous namespace) after gemm_int8_inl.h; like it, no include guard on purpose.
+
+inline __m256i i8_mask8(long left) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left < 8 ? left : 8)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+inline int8_t i8_round(float v) {  // v = x · inv, |v| ≤ 127 (or NaN)
+  const float r = std::nearbyint(v);
+  return r == r ? static_cast<int8_t>(r) : static_cast<int8_t>(-128);
+}
+
+// The same float operations as the scalar reference: amax by max (order-free), inv = 127 / amax,
+// x · inv rounded to nearest even (MXCSR default) by vcvtps2dq.
+float quantize_row(const float* x, long k, long kp, uint8_t* out) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 vmax = _mm256_setzero_ps();
+  long p = 0;
+  for (; p + 8 <= k; p += 8) vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + p), abs_mask), vmax);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float amax = 0.0f;
+  for (int i = 0; i < 8; ++i) amax = std::fmax(amax, lanes[i]);
+  for (; p < k; ++p) amax = std::fmax(amax, std::fabs(x[p]));
+  const uint8_t zero = kUnsignedA ? 128 : 0;
+  if (!(amax > 0.0f)) {
+    std::memset(out, zero, static_cast<std::size_t>(kp));
+    return 0.0f;
+  }
+  const float inv = 127.0f / amax;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(kUnsignedA ? 0x80 : 0));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  p = 0;
+  for (; p + 32 <= k; p += 32) {
+    const __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + p), vinv));
+    const __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + p + 8), vinv));
+    const __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + p + 16), vinv));
+    const __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + p + 24), vinv));
+    // packs work per 128-bit lane: the dwords come out as 0,4,1,5,2,6,3,7 groups of 4 bytes.
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + p),
+                        _mm256_xor_si256(_mm256_permutevar8x32_epi32(b, order), flip));
+  }
+  for (; p < k; ++p) out[p] = static_cast<uint8_t>(i8_round(x[p] * inv)) ^ (kUnsignedA ? 0x80u : 0u);
+  for (; p < kp; ++p) out[p] = zero;
+  return amax / 127.0f;
+}
+
+void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                Activation act, const float* residual, float* c, long ncols) {
+  alignas(32) float row[kNR];
+  const __m256 vsa = _mm256_set1_ps(sa);
+  for (long j = 0; j < ncols; j += 8) {
+    const __m256i mask = i8_mask8(ncols - j);
+    __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc + j));
+    if (comp != nullptr) s = _mm256_sub_epi32(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + j)));
+    const __m256 scale = _mm256_mul_ps(vsa, _mm256_loadu_ps(scales + j));  // scales are padded to kNR
+    __m256 v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s));
+    __asm__("" : "+x"(v));  // keeps the compiler from fusing the multiply and the add (bit-exact)
+    if (bias != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(bias + j, mask));
+    if (act != Activation::kNone) {
+      _mm256_store_ps(row + j, v);
+    } else {
+      if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + j, mask));
+      _mm256_maskstore_ps(c + j, mask, v);
+    }
+  }
+  if (act != Activation::kNone) {
+    kActivationKernels.apply(act, row, row, ncols);
+    for (long j = 0; j < ncols; j += 8) {
+      const __m256i mask = i8_mask8(ncols - j);
+      __m256 v = _mm256_load_ps(row + j);
+      if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + j, mask));
+      _mm256_maskstore_ps(c + j, mask, v);
+    }
+  }
+}
