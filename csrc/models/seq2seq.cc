@@ -432,8 +432,35 @@ void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows,
   m.run_encoder(src.data(), src_mask.data(), sources, Ts, encoded.data(), ws_);
   m.prepare_cross(encoded.data(), src_mask.data(), sources, Ts, cross_);
   cache_.reset(c.decoder_layers, rows, c.heads, 1 + max_new, c.head_dim);
-  std::vector<int64_t> start(rows, start_token_);
-  m.run_decoder(cache_, cross_, copies_, start.data(), rows, 1, false, logits, ws_);
+  if (copies_ == 1) {
+    std::vector<int64_t> start(rows, start_token_);
+    m.run_decoder(cache_, cross_, 1, start.data(), rows, 1, false, logits, ws_);
+    return;
+  }
+  // Every copy of a source starts from the same token: run the first step once per source, then
+  // give each copy the source's first key/value slot and logits.
+  KvCache first;
+  first.reset(c.decoder_layers, sources, c.heads, 1, c.head_dim);
+  const long V = c.vocab_size, D = c.head_dim;
+  std::vector<float> first_logits(static_cast<size_t>(sources) * V);
+  std::vector<int64_t> start(sources, start_token_);
+  m.run_decoder(first, cross_, 1, start.data(), sources, 1, false, first_logits.data(), ws_);
+  for (long l = 0; l < c.decoder_layers; ++l) {
+    for (int which = 0; which < 2; ++which) {
+      const float* from = which == 0 ? first.k(l) : first.v(l);
+      float* to = which == 0 ? cache_.k(l) : cache_.v(l);
+      for (long r = 0; r < rows; ++r) {
+        for (long i = 0; i < c.heads; ++i) {
+          std::memcpy(to + r * cache_.stride_row() + i * cache_.stride_head(),
+                      from + (r / copies_) * first.stride_row() + i * first.stride_head(), D * sizeof(float));
+        }
+      }
+    }
+  }
+  cache_.set_length(1);
+  for (long r = 0; r < rows; ++r) {
+    std::memcpy(logits + r * V, first_logits.data() + (r / copies_) * V, V * sizeof(float));
+  }
 }
 
 void Seq2SeqSession::step(const int64_t* tokens, float* logits) {
