@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/weight_type.h"
 #include "models/encoder.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
@@ -68,6 +69,7 @@ class PyEncoderModel {
     }
     c.layer_norm_eps = config["layer_norm_eps"].cast<float>();
     c.activation = parse_encoder_activation(config["activation"].cast<std::string>());
+    c.weight_type = config_weight_type(config);
     if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 0 || c.num_heads < 1 || c.intermediate_size < 1 ||
         c.max_positions < 1 || c.type_vocab_size < 0) {
       throw py::value_error("encoder config sizes must be positive");

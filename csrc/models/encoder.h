@@ -37,6 +37,9 @@ struct EncoderConfig {
   PositionIds position_ids = PositionIds::kArange;
   float layer_norm_eps = 1e-12f;
   Activation activation = Activation::kGeluErf;
+  // Storage of every projection weight (q/k/v/out/intermediate/output/pooler); embeddings, norms
+  // and biases stay float32 (docs/precision.md, "Which tensors are quantized").
+  WeightType weight_type = WeightType::kFloat32;
 
   // Longest sequence the position table covers (RoBERTa reserves the first pad+1 rows).
   long max_seq_len() const {

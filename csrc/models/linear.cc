@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace cpuformer {
 
-Linear::Linear(const std::vector<LinearPart>& parts, long k) {
+Linear::Linear(const std::vector<LinearPart>& parts, long k, WeightType type) {
   long n = 0;
   bool any_bias = false;
   for (const LinearPart& p : parts) {
@@ -14,7 +15,7 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k) {
   }
   if (n <= 0 || k <= 0) throw std::invalid_argument("Linear needs a non-empty weight");
   if (parts.size() == 1) {
-    packed_ = pack_weights_f32(parts[0].weight, n, k, k);
+    packed_ = pack_weights(parts[0].weight, type, n, k, k);
   } else {
     // The packer reads one strided matrix; the row blocks live in separate tensors, so they are
     // gathered once here (load time only).
@@ -24,7 +25,7 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k) {
       std::copy(p.weight, p.weight + p.rows * k, joined.begin() + row * k);
       row += p.rows;
     }
-    packed_ = pack_weights_f32(joined.data(), n, k, k);
+    packed_ = pack_weights(joined.data(), type, n, k, k);
   }
   if (any_bias) {
     bias_.assign(n, 0.0f);
@@ -34,6 +35,11 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k) {
       row += p.rows;
     }
   }
+}
+
+Linear::Linear(PackedWeights packed, const float* bias) : packed_(std::move(packed)) {
+  if (packed_.n <= 0 || packed_.k <= 0) throw std::invalid_argument("Linear needs a non-empty weight");
+  if (bias) bias_.assign(bias, bias + packed_.n);
 }
 
 void Linear::apply(const float* x, long m, long ldx, float* y, long ldy, Activation activation, const float* residual,

@@ -3,6 +3,8 @@
 // Linear: y = act(x · Wᵀ + bias) + residual, with W packed once at load. The weight may be given
 // as several row blocks (q, k, v → one fused [3H, H] projection) so one GEMM serves them all.
 // Biases are copied (they are small); W is packed, so neither keeps a pointer to the source.
+// The weight type (float32 / float16 / bfloat16 / int8) is chosen at construction: the float32
+// source is rounded or quantized (per output row, see quantize_weights_s8) while it is packed.
 #pragma once
 
 #include <vector>
@@ -24,7 +26,12 @@ class Linear {
   Linear() = default;
   // Packs W = concat(parts' weights) of shape [Σ rows, k]; bias = concat(parts' biases), zeros for
   // parts without one (no bias at all if no part has one).
-  Linear(const std::vector<LinearPart>& parts, long k);
+  Linear(const std::vector<LinearPart>& parts, long k, WeightType type = WeightType::kFloat32);
+  // From weights already packed (e.g. pack_weights_s8 over int8 read from a converted directory);
+  // bias [n] or null, copied.
+  Linear(PackedWeights packed, const float* bias);
+
+  WeightType weight_type() const { return packed_.type; }
 
   long out_features() const { return packed_.n; }
   long in_features() const { return packed_.k; }
