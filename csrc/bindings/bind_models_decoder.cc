@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/weight_type.h"
 #include "bindings/interrupt.h"
 #include "models/decoder.h"
 #include "models/generation.h"
@@ -66,6 +67,7 @@ class PyDecoderModel {
     c.activation = parse_activation(config["activation"].cast<std::string>());
     c.sliding_window = config["sliding_window"].cast<long>();
     c.qk_norm = config["qk_norm"].cast<bool>();
+    c.weight_type = config_weight_type(config);
     if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 0 || c.num_heads < 1 || c.num_kv_heads < 1 ||
         c.head_dim < 1 || c.intermediate_size < 1 || c.max_positions < 1 || c.sliding_window < 0) {
       throw py::value_error("decoder config sizes must be positive");

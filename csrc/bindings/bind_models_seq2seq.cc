@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/weight_type.h"
 #include "bindings/interrupt.h"
 #include "models/generation.h"
 #include "models/seq2seq.h"
@@ -72,6 +73,7 @@ class PySeq2SeqModel {
     c.activation = parse_activation(config["activation"].cast<std::string>());
     c.gated_ffn = config["gated_ffn"].cast<bool>();
     c.head_scale = config["head_scale"].cast<float>();
+    c.weight_type = config_weight_type(config);
     if (c.vocab_size < 1 || c.d_model < 1 || c.encoder_layers < 0 || c.decoder_layers < 0 || c.heads < 1 ||
         c.head_dim < 1 || c.ffn_dim < 1 || c.max_positions < 0 || c.position_offset < 0 ||
         (c.relative_attention && (c.num_buckets < 2 || c.max_distance < 2))) {

@@ -39,6 +39,9 @@ struct DecoderConfig {
   Activation activation = Activation::kGeluTanh;
   long sliding_window = 0;          // 0: full causal attention
   bool qk_norm = false;             // Qwen3: RMSNorm over each q and k head
+  // Storage of every projection weight and of the LM head (tied or not); embeddings and norms
+  // stay float32 (docs/precision.md, "Which tensors are quantized").
+  WeightType weight_type = WeightType::kFloat32;
 };
 
 struct DecoderLayerTensors {

@@ -50,6 +50,9 @@ struct Seq2SeqConfig {
   Activation activation = Activation::kRelu;
   bool gated_ffn = false;
   float head_scale = 1.0f;      // T5 with a tied head: d_model^-0.5
+  // Storage of every projection weight and of the LM head (tied or not); embeddings, norms, biases
+  // and the relative-position bias stay float32 (docs/precision.md, "Which tensors are quantized").
+  WeightType weight_type = WeightType::kFloat32;
 };
 
 // Borrowed float32 tensors, PyTorch layout; biases may be null (T5 has none).

@@ -22,12 +22,11 @@ import numpy as np
 
 from . import _core
 from ._base import Generated, ModelBase, Prompts, TokenIds
-from ._load import classify, wrong_model_class
+from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 
 PathLike = Union[str, os.PathLike]
 
-_DTYPES_LATER = ("float16", "bfloat16", "int8")
 _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
                      "gelu_fast": "gelu_tanh"}
 _ROPE_TYPES = ("default", "linear", "llama3")
@@ -142,27 +141,23 @@ def _token_list(value: Any) -> List[int]:
 class Generator(ModelBase):
     """A decoder-only causal LM loaded from a Hugging Face model directory.
 
-    ``Generator(path, dtype="float32", num_threads=None)``. ``gen.logits(input_ids,
+    ``Generator(path, dtype=None, num_threads=None)``. ``gen.logits(input_ids,
     attention_mask=None)`` gives float32 [B, T, V]; ``gen.generate(prompts, ...)`` generates
     (arguments named as in Hugging Face's generate()); ``gen.stream(prompt, ...)`` yields tokens as
     they are produced.
     """
 
-    def __init__(self, path: Union[PathLike, ModelDir], dtype: str = "float32", num_threads: Optional[int] = None):
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__}")
-        if dtype in _DTYPES_LATER:
-            raise NotImplementedError(f"dtype={dtype!r} is not supported for decoders yet; use dtype='float32'")
-        if dtype != "float32":
-            raise ValueError(f"dtype must be 'float32' (later: {', '.join(_DTYPES_LATER)}), got {dtype!r}")
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None):
+        check_dtype(dtype)
         if num_threads is None:
             num_threads = 0
         elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
             raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
         self.num_threads = int(num_threads)
-        self.dtype = dtype
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
+            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
             kind, _, name = classify(model_dir.config)
             if kind != "decoder":
                 raise wrong_model_class(kind, name)
@@ -184,6 +179,7 @@ class Generator(ModelBase):
         H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
         D, heads, kv_heads = cfg["head_dim"], cfg["num_heads"], cfg["num_kv_heads"]
         graph_cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings"}
+        graph_cfg["dtype"] = self.dtype
         if self.family == "gpt2":
             prefix = "transformer." if "transformer.wte.weight" in md else ""
             embeddings = {"word_embeddings": md.tensor(prefix + "wte.weight", shape=(V, H)),

@@ -23,13 +23,12 @@ import numpy as np
 
 from . import _core
 from ._base import Generated, ModelBase, Prompts, TokenIds
-from ._load import classify, wrong_model_class
+from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 from .generator import Generator, _as_2d, _token_list
 
 PathLike = Union[str, os.PathLike]
 
-_DTYPES_LATER = ("float16", "bfloat16", "int8")
 # Hugging Face activation names -> the graph's.
 _ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "swish": "silu", "silu": "silu"}
@@ -125,7 +124,7 @@ def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
 class Seq2Seq(ModelBase):
     """An encoder-decoder model loaded from a Hugging Face model directory.
 
-    ``Seq2Seq(path, dtype="float32", num_threads=None)``. ``s2s.encode(input_ids,
+    ``Seq2Seq(path, dtype=None, num_threads=None)``. ``s2s.encode(input_ids,
     attention_mask=None)`` gives the encoder output float32 [B, T, d_model];
     ``s2s.logits(input_ids, decoder_input_ids, attention_mask=None)`` the decoder logits
     [B, Td, V] (teacher forcing); ``s2s.generate(sources, ...)`` generates target tokens with
@@ -139,22 +138,17 @@ class Seq2Seq(ModelBase):
     _decode = Generator._decode
     _generator_options = Generator._options
 
-    def __init__(self, path: Union[PathLike, ModelDir], dtype: str = "float32", num_threads: Optional[int] = None):
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__}")
-        if dtype in _DTYPES_LATER:
-            raise NotImplementedError(f"dtype={dtype!r} is not supported for encoder-decoders yet; use "
-                                      "dtype='float32'")
-        if dtype != "float32":
-            raise ValueError(f"dtype must be 'float32' (later: {', '.join(_DTYPES_LATER)}), got {dtype!r}")
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None):
+        check_dtype(dtype)
         if num_threads is None:
             num_threads = 0
         elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
             raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
         self.num_threads = int(num_threads)
-        self.dtype = dtype
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
+            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
             kind, _, name = classify(model_dir.config)
             if kind != "seq2seq":
                 raise wrong_model_class(kind, name)
@@ -174,6 +168,7 @@ class Seq2Seq(ModelBase):
         cfg = _graph_config(self.family, md.config)
         self.config = cfg
         graph_cfg = {k: v for k, v in cfg.items() if k != "tied"}
+        graph_cfg["dtype"] = self.dtype
         d, V, F = cfg["d_model"], cfg["vocab_size"], cfg["ffn_dim"]
         inner = cfg["heads"] * cfg["head_dim"]
         t5 = self.family in ("t5", "mt5")
