@@ -90,7 +90,7 @@ void DecoderModel::add_layer(const DecoderLayerTensors& t) {
   layers_.push_back(std::move(layer));
 }
 
-void DecoderModel::set_head(const float* norm_weight, const float* norm_bias, const float* lm_head) {
+void DecoderModel::set_head(const float* norm_weight, const float* norm_bias, WeightRef lm_head) {
   const DecoderConfig& c = config_;
   final_norm_ = copy_norm(norm_weight, c.rms_norm ? nullptr : norm_bias, c.hidden_size, c.norm_eps);
   lm_head_ = Linear({{lm_head ? lm_head : word_embeddings_, nullptr, c.vocab_size}}, c.hidden_size, c.weight_type);

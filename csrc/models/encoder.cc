@@ -53,7 +53,7 @@ void EncoderModel::add_layer(const EncoderLayerTensors& lt) {
   layers_.push_back(std::move(layer));
 }
 
-void EncoderModel::set_pooler(const float* weight, const float* bias) {
+void EncoderModel::set_pooler(WeightRef weight, const float* bias) {
   pooler_ = Linear({{weight, bias, config_.hidden_size}}, config_.hidden_size, config_.weight_type);
   has_pooler_ = true;
 }

@@ -19,6 +19,7 @@ from . import _core
 from ._base import ModelBase, TokenIds
 from ._load import ENCODER_FAMILIES, check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
+from .convert import put_weight, release_weight
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 _POOLINGS = ("mean", "cls")
@@ -154,19 +155,25 @@ class Encoder(ModelBase):
                   "intermediate": (I, H), "output": (H, I), "output_norm": (H,)}
         for layer in range(cfg["num_layers"]):
             names = _tensor_names(family, layer)
-            tensors = {}
+            tensors: Dict[str, Any] = {}
             for key, name in names.items():
                 part, kind = key.rsplit(".", 1)
                 shape = shapes[part] if kind == "weight" else shapes[part][:1]
-                tensors[key] = tensor(name, shape)
+                if kind == "weight" and not part.endswith("norm"):
+                    put_weight(md, self._stored_dtype, tensors, key, prefix + name, shape)
+                else:
+                    tensors[key] = tensor(name, shape)
             model.add_layer(tensors)
             del tensors
             for name in names.values():
-                md.release(prefix + name)  # packed: its pages can leave resident memory
+                release_weight(md, prefix + name)  # packed: its pages can leave resident memory
         pooler = prefix + "pooler.dense.weight"
         if pooler in md:
-            model.set_pooler(tensor("pooler.dense.weight", (H, H)), tensor("pooler.dense.bias", (H,)))
-            md.release(prefix + "pooler.dense.weight")
+            p: Dict[str, Any] = {}
+            put_weight(md, self._stored_dtype, p, "weight", pooler, (H, H))
+            model.set_pooler(p["weight"], tensor("pooler.dense.bias", (H,)), p.get("weight_scale"))
+            del p
+            release_weight(md, pooler)
         self._model = model
 
     def _live(self):

@@ -25,6 +25,7 @@ from . import _core
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
+from .convert import put_weight, release_weight
 from .generator import Generator, _as_2d, _token_list
 
 PathLike = Union[str, os.PathLike]
@@ -169,6 +170,7 @@ class Seq2Seq(ModelBase):
         self.config = cfg
         graph_cfg = {k: v for k, v in cfg.items() if k != "tied"}
         graph_cfg["dtype"] = self.dtype
+        stored = self._stored_dtype
         d, V, F = cfg["d_model"], cfg["vocab_size"], cfg["ffn_dim"]
         inner = cfg["heads"] * cfg["head_dim"]
         t5 = self.family in ("t5", "mt5")
@@ -195,7 +197,10 @@ class Seq2Seq(ModelBase):
         def take(t: Dict[str, Any], names: List[str], key: str, name: str, shape, required: bool = True) -> None:
             if not required and name not in md:
                 return
-            t[key] = md.tensor(name, shape=shape)
+            if len(shape) == 2:  # a projection weight (norms and biases are 1-D)
+                put_weight(md, stored, t, key, name, shape)
+            else:
+                t[key] = md.tensor(name, shape=shape)
             names.append(name)
 
         for stack, count in (("encoder", cfg["encoder_layers"]), ("decoder", cfg["decoder_layers"])):
@@ -246,7 +251,7 @@ class Seq2Seq(ModelBase):
                     model.add_encoder_layer(t)
                 del t
                 for name in names:
-                    md.release(name)
+                    release_weight(md, name)
         head: Dict[str, Any] = {}
         if cfg["final_norm"]:
             for stack in ("encoder", "decoder"):
@@ -255,9 +260,10 @@ class Seq2Seq(ModelBase):
                 else:
                     head[stack + "_norm.weight"] = md.tensor(f"model.{stack}.layer_norm.weight", shape=(d,))
                     head[stack + "_norm.bias"] = md.tensor(f"model.{stack}.layer_norm.bias", shape=(d,))
-        # A checkpoint's own lm_head.weight wins (untied heads; a tied one equals the embeddings).
-        if "lm_head.weight" in md:
-            head["lm_head"] = md.tensor("lm_head.weight", shape=(V, d))
+        # A checkpoint's own lm_head.weight wins (untied heads; a tied one equals the embeddings). A
+        # converted directory always stores its head (a quantized copy when tied).
+        if "lm_head.weight" in md or stored is not None:
+            put_weight(md, stored, head, "lm_head", "lm_head.weight", (V, d))
         elif not cfg["tied"] and not t5:
             raise ValueError(f"{md.path}: the checkpoint has no lm_head.weight and tie_word_embeddings is false")
         if "final_logits_bias" in md:
@@ -265,7 +271,7 @@ class Seq2Seq(ModelBase):
                 md.tensor("final_logits_bias", shape=(1, V)).reshape(V), dtype=np.float32)
         model.set_head(head)
         if "lm_head" in head:
-            md.release("lm_head.weight")
+            release_weight(md, "lm_head.weight")
         del word, embeddings
         self._model = model
 

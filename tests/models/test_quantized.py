@@ -14,7 +14,9 @@ Bounds:
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -208,3 +210,132 @@ def test_seq2seq_16bit_bound(seq2seq_dirs, name, dtype):
     ours = cf.Seq2Seq(directory, dtype=dtype).logits(src, tgt)
     err = np.abs(ours - ref).max()
     assert 0 < err <= BOUND_16[dtype] * np.abs(ref).max(), (err, np.abs(ref).max())
+
+
+# ---- cpuformer.convert --------------------------------------------------------------------------
+
+def _outputs(model, name, vocab):
+    """A deterministic forward of any model kind."""
+    if isinstance(model, cf.Encoder):
+        return model(_ids(vocab, seed=8), return_pooler=True)
+    if isinstance(model, cf.Generator):
+        return model.logits(_ids(vocab, batch=2, seq=16, seed=8))
+    return model.logits(_ids(vocab - 1, batch=2, seq=12, seed=8), _ids(vocab - 1, batch=2, seq=9, seed=9))
+
+
+def _all_dirs(bert_dir, decoder_dirs, seq2seq_dirs):
+    dirs = {"bert": (bert_dir, 120)}
+    dirs.update({k: (v, DECODERS[k][2]["vocab_size"]) for k, v in decoder_dirs.items()})
+    dirs.update({k: (v, SEQ2SEQ[k][2]["vocab_size"]) for k, v in seq2seq_dirs.items()})
+    return dirs
+
+
+CONVERSIONS = [("bert", "int8"), ("bert", "bfloat16"), ("gpt2", "int8"), ("gpt2", "float16"), ("llama", "int8"),
+               ("llama", "bfloat16"), ("marian", "int8"), ("t5", "int8"), ("t5", "float16")]
+
+
+@pytest.mark.parametrize("name, dtype", CONVERSIONS)
+def test_converted_directory_gives_identical_outputs(bert_dir, decoder_dirs, seq2seq_dirs, tmp_path, name, dtype):
+    src, vocab = _all_dirs(bert_dir, decoder_dirs, seq2seq_dirs)[name]
+    dst = tmp_path / "converted"
+    cf.convert(src, dst, dtype, progress=False)
+    config = json.loads((dst / "config.json").read_text())
+    assert config["cpuformer"] == {"dtype": dtype, "format_version": 1}
+    expected = _outputs(cf.load(src, dtype=dtype), name, vocab)
+    converted = cf.load(dst)  # dtype=None: the stored one
+    assert converted.dtype == dtype
+    got = _outputs(converted, name, vocab)
+    as_list = lambda x: list(x) if isinstance(x, tuple) else [x]  # noqa: E731 (encoder: with the pooler)
+    for e, g in zip(as_list(expected), as_list(got)):
+        np.testing.assert_array_equal(g, e)
+    again = _outputs(type(converted)(dst, dtype=dtype), name, vocab)  # the stored dtype given explicitly
+    np.testing.assert_array_equal(as_list(again)[0], as_list(got)[0])
+
+
+def test_converted_tensor_layout(decoder_dirs, tmp_path):
+    """GPT-2: Conv1D weights written [out, in] with per-row scales; the tied head as lm_head.weight;
+    embeddings, norms and biases float32."""
+    from cpuformer._model_dir import ModelDir
+
+    dst = tmp_path / "gpt2"
+    cf.convert(decoder_dirs["gpt2"], dst, "int8", progress=False)
+    H, V = 64, DECODERS["gpt2"][2]["vocab_size"]
+    with ModelDir(dst) as md:
+        p = "transformer." if "transformer.wte.weight" in md else ""
+        assert md.tensor_info(p + "h.0.attn.c_attn.weight") == ("I8", (3 * H, H))
+        assert md.tensor_info(p + "h.0.attn.c_attn.weight_scale") == ("F32", (3 * H,))
+        assert md.tensor_info(p + "h.0.mlp.c_fc.weight") == ("I8", (4 * H, H))
+        assert md.tensor_info("lm_head.weight") == ("I8", (V, H))
+        assert md.tensor_info("lm_head.weight_scale") == ("F32", (V,))
+        assert md.tensor_info(p + "wte.weight") == ("F32", (V, H))
+        assert md.tensor_info(p + "h.0.ln_1.weight")[0] == "F32"
+        assert md.tensor_info(p + "h.0.attn.c_attn.bias")[0] == "F32"
+
+
+def test_minilm_converted_embeddings(minilm_dir, tmp_path):
+    dst = tmp_path / "minilm"
+    cf.convert(minilm_dir, dst, "int8", progress=True)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        if os.path.isfile(os.path.join(minilm_dir, file)):
+            with open(os.path.join(minilm_dir, file), "rb") as f:
+                assert (dst / file).read_bytes() == f.read()
+    sentences = ["Converted directories load with the stored dtype.", "A second, longer sentence to embed here."]
+    np.testing.assert_array_equal(cf.load(dst).embed(sentences), cf.Encoder(minilm_dir, dtype="int8").embed(sentences))
+
+
+def _rewrite(src, dst, change):
+    """A copy of the converted directory src with its tensors passed through change(dict)."""
+    from cpuformer._model_dir import ModelDir, save_safetensors
+
+    shutil.copytree(src, dst)
+    with ModelDir(src) as md:
+        tensors = {n: np.array(md.tensor(n, dtype=_storage(md.tensor_info(n)[0]))) for n in md.names()}
+    change(tensors)
+    os.remove(dst / "model.safetensors")
+    save_safetensors(dst / "model.safetensors", tensors)
+
+
+def _storage(stored):
+    return {"I8": np.int8, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64}[stored]
+
+
+def test_convert_and_converted_directory_errors(bert_dir, tmp_path):
+    dst = tmp_path / "int8"
+    cf.convert(bert_dir, dst, "int8", progress=False)
+    with pytest.raises(FileExistsError, match="already exists and is not an empty directory"):
+        cf.convert(bert_dir, dst, "int8", progress=False)
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float16', 'bfloat16', 'int8'"):
+        cf.convert(bert_dir, tmp_path / "bad", "int4", progress=False)
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="already converted \\(dtype 'int8'\\)"):
+        cf.convert(dst, tmp_path / "again", "float16", progress=False)
+    with pytest.raises(ValueError, match="this directory was converted to dtype 'int8'; load it with dtype='int8'"):
+        cf.Encoder(dst, dtype="float16")
+    with pytest.raises(ValueError, match="converted to dtype 'int8'"):
+        cf.load(dst, dtype="float32")
+
+    name = "encoder.layer.0.attention.self.query.weight"
+
+    def drop_scale(t):
+        del t[name + "_scale"]
+
+    def short_scale(t):
+        t[name + "_scale"] = t[name + "_scale"][:-1].copy()
+
+    def float_q(t):
+        t[name] = t[name].astype(np.float32)
+
+    for change, message in ((drop_scale, f"int8 tensor '{name}' has no scale tensor '{name}_scale'"),
+                            (short_scale, f"scale tensor '{name}_scale' must be F32 of shape \\[64\\]"),
+                            (float_q, f"tensor '{name}' is stored as F32; a int8 directory stores it as I8")):
+        broken = tmp_path / change.__name__
+        _rewrite(dst, broken, change)
+        with pytest.raises(ValueError, match=message):
+            cf.Encoder(broken)
+    bad_config = tmp_path / "bad_config"
+    shutil.copytree(dst, bad_config)
+    config = json.loads((bad_config / "config.json").read_text())
+    config["cpuformer"] = {"dtype": "int4", "format_version": 1}
+    (bad_config / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="config.json: the 'cpuformer' entry must be"):
+        cf.load(bad_config)
