@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -339,3 +341,68 @@ def test_convert_and_converted_directory_errors(bert_dir, tmp_path):
     (bad_config / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="config.json: the 'cpuformer' entry must be"):
         cf.load(bad_config)
+
+
+# ---- resident memory ----------------------------------------------------------------------------
+
+_RSS_SCRIPT = r"""
+import sys
+import numpy as np
+import cpuformer as cf
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+
+before = rss()
+enc = cf.Encoder(sys.argv[1], dtype=sys.argv[2] if sys.argv[2] != "None" else None)
+enc(np.arange(32, dtype=np.int64).reshape(2, 16))
+print(rss() - before)
+"""
+
+
+def _rss_delta(directory, dtype):
+    package = os.pathsep.join([os.path.dirname(os.path.dirname(cf.__file__))] +
+                              [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(directory), str(dtype)], check=True,
+                         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=package))
+    return int(out.stdout.split()[-1])
+
+
+def test_int8_resident_memory(tmp_path):
+    """Hidden 512 × 8 layers (25 M projection parameters, 100 MB in float32; embeddings 1 MB):
+    the weights dominate the resident memory the model adds."""
+    from cpuformer._model_dir import save_safetensors
+
+    H, I, L, V, P = 512, 2048, 8, 500, 64
+    rng = np.random.default_rng(0)
+    tensors = {"embeddings.word_embeddings.weight": rng.standard_normal((V, H), dtype=np.float32),
+               "embeddings.position_embeddings.weight": rng.standard_normal((P, H), dtype=np.float32),
+               "embeddings.token_type_embeddings.weight": rng.standard_normal((2, H), dtype=np.float32),
+               "embeddings.LayerNorm.weight": np.ones(H, np.float32),
+               "embeddings.LayerNorm.bias": np.zeros(H, np.float32)}
+    for layer in range(L):
+        p = f"encoder.layer.{layer}."
+        for name, (n, k) in (("attention.self.query", (H, H)), ("attention.self.key", (H, H)),
+                             ("attention.self.value", (H, H)), ("attention.output.dense", (H, H)),
+                             ("intermediate.dense", (I, H)), ("output.dense", (H, I))):
+            tensors[p + name + ".weight"] = rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)
+            tensors[p + name + ".bias"] = np.zeros(n, np.float32)
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors[p + norm + ".weight"] = np.ones(H, np.float32)
+            tensors[p + norm + ".bias"] = np.zeros(H, np.float32)
+    directory = tmp_path / "bert512"
+    directory.mkdir()
+    save_safetensors(directory / "model.safetensors", tensors)
+    del tensors
+    (directory / "config.json").write_text(json.dumps(dict(
+        architectures=["BertModel"], model_type="bert", vocab_size=V, hidden_size=H, num_hidden_layers=L,
+        num_attention_heads=8, intermediate_size=I, max_position_embeddings=P, type_vocab_size=2)))
+    fp32 = _rss_delta(directory, "float32")
+    int8 = _rss_delta(directory, "int8")
+    cf.convert(directory, tmp_path / "int8", "int8", progress=False)
+    converted = _rss_delta(tmp_path / "int8", "None")
+    print(f"resident: float32 {fp32 / 1e6:.1f} MB, int8 {int8 / 1e6:.1f} MB, converted int8 {converted / 1e6:.1f} MB")
+    assert fp32 > 90e6, fp32  # the float32 weights are resident
+    assert int8 <= 0.35 * fp32, (int8, fp32)
+    assert converted <= 0.35 * fp32, (converted, fp32)
