@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/weight_type.h"
 #include "bindings/interrupt.h"
 #include "models/decoder.h"
 #include "models/generation.h"
@@ -66,6 +67,7 @@ class PyDecoderModel {
     c.activation = parse_activation(config["activation"].cast<std::string>());
     c.sliding_window = config["sliding_window"].cast<long>();
     c.qk_norm = config["qk_norm"].cast<bool>();
+    c.weight_type = config_weight_type(config);
     if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 0 || c.num_heads < 1 || c.num_kv_heads < 1 ||
         c.head_dim < 1 || c.intermediate_size < 1 || c.max_positions < 1 || c.sliding_window < 0) {
       throw py::value_error("decoder config sizes must be positive");
@@ -95,13 +97,13 @@ class PyDecoderModel {
     const long H = c.hidden_size, I = c.intermediate_size, qw = c.num_heads * c.head_dim,
                kvw = c.num_kv_heads * c.head_dim;
     DecoderLayerTensors l;
-    l.q_weight = get(t, "q.weight", {qw, H});
-    l.k_weight = get(t, "k.weight", {kvw, H});
-    l.v_weight = get(t, "v.weight", {kvw, H});
+    l.q_weight = weight(t, "q.weight", qw, H);
+    l.k_weight = weight(t, "k.weight", kvw, H);
+    l.v_weight = weight(t, "v.weight", kvw, H);
     l.q_bias = optional(t, "q.bias", {qw});
     l.k_bias = optional(t, "k.bias", {kvw});
     l.v_bias = optional(t, "v.bias", {kvw});
-    l.o_weight = get(t, "o.weight", {H, qw});
+    l.o_weight = weight(t, "o.weight", H, qw);
     l.o_bias = optional(t, "o.bias", {H});
     l.norm1_weight = get(t, "norm1.weight", {H});
     l.norm1_bias = optional(t, "norm1.bias", {H});
@@ -111,10 +113,10 @@ class PyDecoderModel {
       l.q_norm_weight = get(t, "q_norm.weight", {c.head_dim});
       l.k_norm_weight = get(t, "k_norm.weight", {c.head_dim});
     }
-    l.up_weight = get(t, "up.weight", {I, H});
+    l.up_weight = weight(t, "up.weight", I, H);
     l.up_bias = optional(t, "up.bias", {I});
-    if (c.swiglu) l.gate_weight = get(t, "gate.weight", {I, H});
-    l.down_weight = get(t, "down.weight", {H, I});
+    if (c.swiglu) l.gate_weight = weight(t, "gate.weight", I, H);
+    l.down_weight = weight(t, "down.weight", H, I);
     l.down_bias = optional(t, "down.bias", {H});
     py::gil_scoped_release release;
     model_->add_layer(l);
@@ -124,7 +126,8 @@ class PyDecoderModel {
     const DecoderConfig& c = model_->config();
     const float* w = get(t, "norm.weight", {c.hidden_size});
     const float* b = optional(t, "norm.bias", {c.hidden_size});
-    const float* head = optional(t, "lm_head", {c.vocab_size, c.hidden_size});
+    WeightRef head;
+    if (t.contains("lm_head") && !t["lm_head"].is_none()) head = weight(t, "lm_head", c.vocab_size, c.hidden_size);
     py::gil_scoped_release release;
     model_->set_head(w, b, head);
   }
@@ -277,6 +280,10 @@ class PyDecoderModel {
     if (!(a.flags() & py::array::c_style)) throw py::value_error("decoder tensor '" + key + "' must be C-contiguous");
     if (keep) kept_.append(a);
     return static_cast<const float*>(a.data());
+  }
+
+  WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
+    return matmul_weight(tensors, key, n, k, model_->config().weight_type, "decoder");
   }
 
   py::list kept_;  // declared before model_: destroyed after it

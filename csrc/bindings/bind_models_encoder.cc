@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/weight_type.h"
 #include "models/encoder.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
@@ -68,6 +69,7 @@ class PyEncoderModel {
     }
     c.layer_norm_eps = config["layer_norm_eps"].cast<float>();
     c.activation = parse_encoder_activation(config["activation"].cast<std::string>());
+    c.weight_type = config_weight_type(config);
     if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 0 || c.num_heads < 1 || c.intermediate_size < 1 ||
         c.max_positions < 1 || c.type_vocab_size < 0) {
       throw py::value_error("encoder config sizes must be positive");
@@ -101,19 +103,19 @@ class PyEncoderModel {
     }
     const long H = c.hidden_size, I = c.intermediate_size;
     EncoderLayerTensors l;
-    l.q_weight = get(tensors, "q.weight", {H, H});
+    l.q_weight = weight(tensors, "q.weight", H, H);
     l.q_bias = get(tensors, "q.bias", {H});
-    l.k_weight = get(tensors, "k.weight", {H, H});
+    l.k_weight = weight(tensors, "k.weight", H, H);
     l.k_bias = get(tensors, "k.bias", {H});
-    l.v_weight = get(tensors, "v.weight", {H, H});
+    l.v_weight = weight(tensors, "v.weight", H, H);
     l.v_bias = get(tensors, "v.bias", {H});
-    l.out_weight = get(tensors, "out.weight", {H, H});
+    l.out_weight = weight(tensors, "out.weight", H, H);
     l.out_bias = get(tensors, "out.bias", {H});
     l.attention_norm_weight = get(tensors, "attention_norm.weight", {H});
     l.attention_norm_bias = get(tensors, "attention_norm.bias", {H});
-    l.intermediate_weight = get(tensors, "intermediate.weight", {I, H});
+    l.intermediate_weight = weight(tensors, "intermediate.weight", I, H);
     l.intermediate_bias = get(tensors, "intermediate.bias", {I});
-    l.output_weight = get(tensors, "output.weight", {H, I});
+    l.output_weight = weight(tensors, "output.weight", H, I);
     l.output_bias = get(tensors, "output.bias", {H});
     l.output_norm_weight = get(tensors, "output_norm.weight", {H});
     l.output_norm_bias = get(tensors, "output_norm.bias", {H});
@@ -121,12 +123,14 @@ class PyEncoderModel {
     model_->add_layer(l);
   }
 
-  void set_pooler(const py::object& weight, const py::object& bias) {
+  // weight_scale: the per-row scales of an int8 weight (converted directories), else None.
+  void set_pooler(const py::object& weight, const py::object& bias, const py::object& weight_scale) {
     const long H = model_->config().hidden_size;
     py::dict d;
     d["weight"] = weight;
     d["bias"] = bias;
-    const float* w = get(d, "weight", {H, H});
+    d["weight_scale"] = weight_scale;
+    const WeightRef w = this->weight(d, "weight", H, H);
     const float* b = get(d, "bias", {H});
     py::gil_scoped_release release;
     model_->set_pooler(w, b);
@@ -244,6 +248,10 @@ class PyEncoderModel {
     return static_cast<const float*>(a.data());
   }
 
+  WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
+    return matmul_weight(tensors, key, n, k, model_->config().weight_type, "encoder");
+  }
+
   py::list kept_;  // declared before model_: destroyed after it
   std::unique_ptr<EncoderModel> model_;
 };
@@ -254,7 +262,8 @@ void register_models_encoder(py::module_& m) {
   py::class_<PyEncoderModel>(m, "EncoderModel")
       .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("embeddings"))
       .def("add_layer", &PyEncoderModel::add_layer, py::arg("tensors"))
-      .def("set_pooler", &PyEncoderModel::set_pooler, py::arg("weight"), py::arg("bias"))
+      .def("set_pooler", &PyEncoderModel::set_pooler, py::arg("weight"), py::arg("bias"),
+           py::arg("weight_scale") = py::none())
       .def("forward", &PyEncoderModel::forward, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("token_type_ids") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0)
       .def_property_readonly("hidden_size", &PyEncoderModel::hidden_size)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/weight_type.h"
 #include "bindings/interrupt.h"
 #include "models/generation.h"
 #include "models/seq2seq.h"
@@ -72,6 +73,7 @@ class PySeq2SeqModel {
     c.activation = parse_activation(config["activation"].cast<std::string>());
     c.gated_ffn = config["gated_ffn"].cast<bool>();
     c.head_scale = config["head_scale"].cast<float>();
+    c.weight_type = config_weight_type(config);
     if (c.vocab_size < 1 || c.d_model < 1 || c.encoder_layers < 0 || c.decoder_layers < 0 || c.heads < 1 ||
         c.head_dim < 1 || c.ffn_dim < 1 || c.max_positions < 0 || c.position_offset < 0 ||
         (c.relative_attention && (c.num_buckets < 2 || c.max_distance < 2))) {
@@ -104,10 +106,10 @@ class PySeq2SeqModel {
     const Seq2SeqConfig& c = model_->config();
     const long d = c.d_model, inner = c.heads * c.head_dim, F = c.ffn_dim;
     Seq2SeqLayerTensors l;
-    l.q_weight = get(t, "q.weight", {inner, d});
-    l.k_weight = get(t, "k.weight", {inner, d});
-    l.v_weight = get(t, "v.weight", {inner, d});
-    l.o_weight = get(t, "o.weight", {d, inner});
+    l.q_weight = weight(t, "q.weight", inner, d);
+    l.k_weight = weight(t, "k.weight", inner, d);
+    l.v_weight = weight(t, "v.weight", inner, d);
+    l.o_weight = weight(t, "o.weight", d, inner);
     l.q_bias = optional(t, "q.bias", {inner});
     l.k_bias = optional(t, "k.bias", {inner});
     l.v_bias = optional(t, "v.bias", {inner});
@@ -115,10 +117,10 @@ class PySeq2SeqModel {
     l.self_norm_weight = get(t, "self_norm.weight", {d});
     l.self_norm_bias = optional(t, "self_norm.bias", {d});
     if (decoder) {
-      l.cross_q_weight = get(t, "cross_q.weight", {inner, d});
-      l.cross_k_weight = get(t, "cross_k.weight", {inner, d});
-      l.cross_v_weight = get(t, "cross_v.weight", {inner, d});
-      l.cross_o_weight = get(t, "cross_o.weight", {d, inner});
+      l.cross_q_weight = weight(t, "cross_q.weight", inner, d);
+      l.cross_k_weight = weight(t, "cross_k.weight", inner, d);
+      l.cross_v_weight = weight(t, "cross_v.weight", inner, d);
+      l.cross_o_weight = weight(t, "cross_o.weight", d, inner);
       l.cross_q_bias = optional(t, "cross_q.bias", {inner});
       l.cross_k_bias = optional(t, "cross_k.bias", {inner});
       l.cross_v_bias = optional(t, "cross_v.bias", {inner});
@@ -126,10 +128,10 @@ class PySeq2SeqModel {
       l.cross_norm_weight = get(t, "cross_norm.weight", {d});
       l.cross_norm_bias = optional(t, "cross_norm.bias", {d});
     }
-    l.up_weight = get(t, "up.weight", {F, d});
+    l.up_weight = weight(t, "up.weight", F, d);
     l.up_bias = optional(t, "up.bias", {F});
-    if (c.gated_ffn) l.gate_weight = get(t, "gate.weight", {F, d});
-    l.down_weight = get(t, "down.weight", {d, F});
+    if (c.gated_ffn) l.gate_weight = weight(t, "gate.weight", F, d);
+    l.down_weight = weight(t, "down.weight", d, F);
     l.down_bias = optional(t, "down.bias", {d});
     l.ffn_norm_weight = get(t, "ffn_norm.weight", {d});
     l.ffn_norm_bias = optional(t, "ffn_norm.bias", {d});
@@ -168,7 +170,7 @@ class PySeq2SeqModel {
       h.decoder_norm_weight = get(t, "decoder_norm.weight", {c.d_model});
       h.decoder_norm_bias = optional(t, "decoder_norm.bias", {c.d_model});
     }
-    h.lm_head = optional(t, "lm_head", {c.vocab_size, c.d_model});
+    if (t.contains("lm_head") && !t["lm_head"].is_none()) h.lm_head = weight(t, "lm_head", c.vocab_size, c.d_model);
     h.final_logits_bias = optional(t, "final_logits_bias", {c.vocab_size});
     py::gil_scoped_release release;
     model_->set_head(h);
@@ -382,6 +384,10 @@ class PySeq2SeqModel {
     if (!(a.flags() & py::array::c_style)) throw py::value_error("seq2seq tensor '" + key + "' must be C-contiguous");
     if (keep) kept_.append(a);
     return static_cast<const float*>(a.data());
+  }
+
+  WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
+    return matmul_weight(tensors, key, n, k, model_->config().weight_type, "seq2seq");
   }
 
   py::list kept_;  // declared before model_: destroyed after it

@@ -73,14 +73,14 @@ void DecoderModel::add_layer(const DecoderLayerTensors& t) {
   const long H = c.hidden_size, I = c.intermediate_size, qw = c.num_heads * c.head_dim,
              kvw = c.num_kv_heads * c.head_dim;
   Layer layer;
-  layer.qkv = Linear({{t.q_weight, t.q_bias, qw}, {t.k_weight, t.k_bias, kvw}, {t.v_weight, t.v_bias, kvw}}, H);
-  layer.out = Linear({{t.o_weight, t.o_bias, H}}, qw);
+  layer.qkv = Linear({{t.q_weight, t.q_bias, qw}, {t.k_weight, t.k_bias, kvw}, {t.v_weight, t.v_bias, kvw}}, H, c.weight_type);
+  layer.out = Linear({{t.o_weight, t.o_bias, H}}, qw, c.weight_type);
   if (c.swiglu) {
-    layer.up = Linear({{t.gate_weight, nullptr, I}, {t.up_weight, nullptr, I}}, H);
+    layer.up = Linear({{t.gate_weight, nullptr, I}, {t.up_weight, nullptr, I}}, H, c.weight_type);
   } else {
-    layer.up = Linear({{t.up_weight, t.up_bias, I}}, H);
+    layer.up = Linear({{t.up_weight, t.up_bias, I}}, H, c.weight_type);
   }
-  layer.down = Linear({{t.down_weight, t.down_bias, H}}, I);
+  layer.down = Linear({{t.down_weight, t.down_bias, H}}, I, c.weight_type);
   layer.norm1 = copy_norm(t.norm1_weight, c.rms_norm ? nullptr : t.norm1_bias, H, c.norm_eps);
   layer.norm2 = copy_norm(t.norm2_weight, c.rms_norm ? nullptr : t.norm2_bias, H, c.norm_eps);
   if (c.qk_norm) {
@@ -90,10 +90,10 @@ void DecoderModel::add_layer(const DecoderLayerTensors& t) {
   layers_.push_back(std::move(layer));
 }
 
-void DecoderModel::set_head(const float* norm_weight, const float* norm_bias, const float* lm_head) {
+void DecoderModel::set_head(const float* norm_weight, const float* norm_bias, WeightRef lm_head) {
   const DecoderConfig& c = config_;
   final_norm_ = copy_norm(norm_weight, c.rms_norm ? nullptr : norm_bias, c.hidden_size, c.norm_eps);
-  lm_head_ = Linear({{lm_head ? lm_head : word_embeddings_, nullptr, c.vocab_size}}, c.hidden_size);
+  lm_head_ = Linear({{lm_head ? lm_head : word_embeddings_, nullptr, c.vocab_size}}, c.hidden_size, c.weight_type);
   has_head_ = true;
 }
 

@@ -39,17 +39,24 @@ struct DecoderConfig {
   Activation activation = Activation::kGeluTanh;
   long sliding_window = 0;          // 0: full causal attention
   bool qk_norm = false;             // Qwen3: RMSNorm over each q and k head
+  // Storage of every projection weight and of the LM head (tied or not); embeddings and norms
+  // stay float32 (docs/precision.md, "Which tensors are quantized").
+  WeightType weight_type = WeightType::kFloat32;
 };
 
 struct DecoderLayerTensors {
   // [heads·D, hidden], [kv_heads·D, hidden] ×2, biases or null; out [hidden, heads·D]
-  const float *q_weight = nullptr, *q_bias = nullptr, *k_weight = nullptr, *k_bias = nullptr;
-  const float *v_weight = nullptr, *v_bias = nullptr, *o_weight = nullptr, *o_bias = nullptr;
+  WeightRef q_weight, k_weight;
+  const float *q_bias = nullptr, *k_bias = nullptr;
+  WeightRef v_weight, o_weight;
+  const float *v_bias = nullptr, *o_bias = nullptr;
   const float *norm1_weight = nullptr, *norm1_bias = nullptr, *norm2_weight = nullptr, *norm2_bias = nullptr;
   const float *q_norm_weight = nullptr, *k_norm_weight = nullptr;  // [D] (qk_norm)
   // fc / up [I, hidden] (+ bias), gate [I, hidden] (swiglu), proj / down [hidden, I] (+ bias)
-  const float *up_weight = nullptr, *up_bias = nullptr, *gate_weight = nullptr;
-  const float *down_weight = nullptr, *down_bias = nullptr;
+  WeightRef up_weight, gate_weight;
+  const float *up_bias = nullptr;
+  WeightRef down_weight;
+  const float *down_bias = nullptr;
 };
 
 class DecoderSession;
@@ -61,7 +68,7 @@ class DecoderModel {
   DecoderModel(const DecoderConfig& config, const float* word_embeddings, const float* position_embeddings);
   void add_layer(const DecoderLayerTensors& layer);
   // final norm [hidden] (+ bias); lm head [V, hidden], or null for a head tied to the embeddings.
-  void set_head(const float* norm_weight, const float* norm_bias, const float* lm_head);
+  void set_head(const float* norm_weight, const float* norm_bias, WeightRef lm_head);
 
   const DecoderConfig& config() const { return config_; }
   bool complete() const { return has_head_ && static_cast<long>(layers_.size()) == config_.num_layers; }

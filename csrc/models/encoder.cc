@@ -43,17 +43,18 @@ void EncoderModel::add_layer(const EncoderLayerTensors& lt) {
   if (complete()) throw std::logic_error("the encoder already has all its layers");
   const long H = config_.hidden_size, I = config_.intermediate_size;
   Layer layer;
-  layer.qkv = Linear({{lt.q_weight, lt.q_bias, H}, {lt.k_weight, lt.k_bias, H}, {lt.v_weight, lt.v_bias, H}}, H);
-  layer.output_proj = Linear({{lt.out_weight, lt.out_bias, H}}, H);
+  const WeightType wt = config_.weight_type;
+  layer.qkv = Linear({{lt.q_weight, lt.q_bias, H}, {lt.k_weight, lt.k_bias, H}, {lt.v_weight, lt.v_bias, H}}, H, wt);
+  layer.output_proj = Linear({{lt.out_weight, lt.out_bias, H}}, H, wt);
   layer.attention_norm = copy_norm(lt.attention_norm_weight, lt.attention_norm_bias, H, config_.layer_norm_eps);
-  layer.intermediate = Linear({{lt.intermediate_weight, lt.intermediate_bias, I}}, H);
-  layer.output = Linear({{lt.output_weight, lt.output_bias, H}}, I);
+  layer.intermediate = Linear({{lt.intermediate_weight, lt.intermediate_bias, I}}, H, wt);
+  layer.output = Linear({{lt.output_weight, lt.output_bias, H}}, I, wt);
   layer.output_norm = copy_norm(lt.output_norm_weight, lt.output_norm_bias, H, config_.layer_norm_eps);
   layers_.push_back(std::move(layer));
 }
 
-void EncoderModel::set_pooler(const float* weight, const float* bias) {
-  pooler_ = Linear({{weight, bias, config_.hidden_size}}, config_.hidden_size);
+void EncoderModel::set_pooler(WeightRef weight, const float* bias) {
+  pooler_ = Linear({{weight, bias, config_.hidden_size}}, config_.hidden_size, config_.weight_type);
   has_pooler_ = true;
 }
 

@@ -37,6 +37,9 @@ struct EncoderConfig {
   PositionIds position_ids = PositionIds::kArange;
   float layer_norm_eps = 1e-12f;
   Activation activation = Activation::kGeluErf;
+  // Storage of every projection weight (q/k/v/out/intermediate/output/pooler); embeddings, norms
+  // and biases stay float32 (docs/precision.md, "Which tensors are quantized").
+  WeightType weight_type = WeightType::kFloat32;
 
   // Longest sequence the position table covers (RoBERTa reserves the first pad+1 rows).
   long max_seq_len() const {
@@ -44,13 +47,16 @@ struct EncoderConfig {
   }
 };
 
-// Borrowed float32 tensors (row-major, PyTorch layout) the model is built from.
+// Borrowed tensors (row-major, PyTorch layout) the model is built from: float32, except that the
+// projection weights may already be stored in config.weight_type (WeightRef).
 struct EncoderLayerTensors {
-  const float *q_weight, *q_bias, *k_weight, *k_bias, *v_weight, *v_bias;  // [H, H], [H]
-  const float *out_weight, *out_bias;                                       // [H, H], [H]
+  WeightRef q_weight, k_weight, v_weight, out_weight;                       // [H, H]
+  const float *q_bias, *k_bias, *v_bias, *out_bias;                         // [H]
   const float *attention_norm_weight, *attention_norm_bias;                 // [H]
-  const float *intermediate_weight, *intermediate_bias;                     // [I, H], [I]
-  const float *output_weight, *output_bias;                                 // [H, I], [H]
+  WeightRef intermediate_weight;                                            // [I, H]
+  const float* intermediate_bias;                                           // [I]
+  WeightRef output_weight;                                                  // [H, I]
+  const float* output_bias;                                                 // [H]
   const float *output_norm_weight, *output_norm_bias;                       // [H]
 };
 
@@ -69,7 +75,7 @@ class EncoderModel {
  public:
   EncoderModel(const EncoderConfig& config, const EmbeddingTensors& embeddings);
   void add_layer(const EncoderLayerTensors& layer);
-  void set_pooler(const float* weight, const float* bias);  // [H, H], [H]
+  void set_pooler(WeightRef weight, const float* bias);  // [H, H], [H]
 
   const EncoderConfig& config() const { return config_; }
   bool complete() const { return static_cast<long>(layers_.size()) == config_.num_layers; }

@@ -2,10 +2,28 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace cpuformer {
 
-Linear::Linear(const std::vector<LinearPart>& parts, long k) {
+namespace {
+
+// Row block `p` of the joined matrix: the parts' rows one after another, contiguous.
+template <typename T>
+std::vector<T> join_rows(const std::vector<LinearPart>& parts, long n, long k) {
+  std::vector<T> joined(static_cast<size_t>(n) * k);
+  long row = 0;
+  for (const LinearPart& p : parts) {
+    const T* src = static_cast<const T*>(p.weight.data);
+    std::copy(src, src + p.rows * k, joined.begin() + row * k);
+    row += p.rows;
+  }
+  return joined;
+}
+
+}  // namespace
+
+Linear::Linear(const std::vector<LinearPart>& parts, long k, WeightType type) {
   long n = 0;
   bool any_bias = false;
   for (const LinearPart& p : parts) {
@@ -13,18 +31,40 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k) {
     any_bias = any_bias || p.bias != nullptr;
   }
   if (n <= 0 || k <= 0) throw std::invalid_argument("Linear needs a non-empty weight");
-  if (parts.size() == 1) {
-    packed_ = pack_weights_f32(parts[0].weight, n, k, k);
-  } else {
-    // The packer reads one strided matrix; the row blocks live in separate tensors, so they are
-    // gathered once here (load time only).
-    std::vector<float> joined(static_cast<size_t>(n) * k);
-    long row = 0;
-    for (const LinearPart& p : parts) {
-      std::copy(p.weight, p.weight + p.rows * k, joined.begin() + row * k);
-      row += p.rows;
+  const WeightType stored = parts[0].weight.stored;
+  for (const LinearPart& p : parts) {
+    if (!p.weight) throw std::invalid_argument("Linear: a weight part is missing");
+    if (p.weight.stored != stored || (stored != WeightType::kFloat32 && stored != type)) {
+      throw std::invalid_argument("Linear: weights must all be float32 or all be stored in the Linear's type");
     }
-    packed_ = pack_weights_f32(joined.data(), n, k, k);
+    if (stored == WeightType::kInt8 && p.weight.scales == nullptr) {
+      throw std::invalid_argument("Linear: int8 weights need their per-row scales");
+    }
+  }
+  // The packers read one strided matrix; row blocks living in separate tensors are gathered once
+  // here (load time only).
+  const bool single = parts.size() == 1;
+  if (stored == WeightType::kFloat32) {
+    if (single) {
+      packed_ = pack_weights(static_cast<const float*>(parts[0].weight.data), type, n, k, k);
+    } else {
+      packed_ = pack_weights(join_rows<float>(parts, n, k).data(), type, n, k, k);
+    }
+  } else if (stored == WeightType::kInt8) {
+    if (single) {
+      packed_ = pack_weights_s8(static_cast<const int8_t*>(parts[0].weight.data), parts[0].weight.scales, n, k, k);
+    } else {
+      std::vector<float> scales;
+      scales.reserve(n);
+      for (const LinearPart& p : parts) scales.insert(scales.end(), p.weight.scales, p.weight.scales + p.rows);
+      packed_ = pack_weights_s8(join_rows<int8_t>(parts, n, k).data(), scales.data(), n, k, k);
+    }
+  } else {
+    if (single) {
+      packed_ = pack_weights_16(static_cast<const uint16_t*>(parts[0].weight.data), type, n, k, k);
+    } else {
+      packed_ = pack_weights_16(join_rows<uint16_t>(parts, n, k).data(), type, n, k, k);
+    }
   }
   if (any_bias) {
     bias_.assign(n, 0.0f);
@@ -34,6 +74,11 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k) {
       row += p.rows;
     }
   }
+}
+
+Linear::Linear(PackedWeights packed, const float* bias) : packed_(std::move(packed)) {
+  if (packed_.n <= 0 || packed_.k <= 0) throw std::invalid_argument("Linear needs a non-empty weight");
+  if (bias) bias_.assign(bias, bias + packed_.n);
 }
 
 void Linear::apply(const float* x, long m, long ldx, float* y, long ldy, Activation activation, const float* residual,

@@ -3,6 +3,8 @@
 // Linear: y = act(x · Wᵀ + bias) + residual, with W packed once at load. The weight may be given
 // as several row blocks (q, k, v → one fused [3H, H] projection) so one GEMM serves them all.
 // Biases are copied (they are small); W is packed, so neither keeps a pointer to the source.
+// The weight type (float32 / float16 / bfloat16 / int8) is chosen at construction: the float32
+// source is rounded or quantized (per output row, see quantize_weights_s8) while it is packed.
 #pragma once
 
 #include <vector>
@@ -12,9 +14,25 @@
 
 namespace cpuformer {
 
-// One row block of a weight matrix in PyTorch nn.Linear layout: w [rows, k] contiguous, bias [rows] or null.
+// A borrowed weight matrix [rows, k] (contiguous, nn.Linear layout) in one of the storage types:
+// float32 (quantized / rounded to the Linear's type while packing), or already in the Linear's
+// type — int8 q in [-127, 127] with per-row scales [rows] (W ≈ q·scale), or 16-bit words
+// (float16 / bfloat16 bit patterns), as `cpuformer convert` stores them. Pre-converted data is
+// packed as is (no float32 round trip), so it gives exactly what quantize-at-load gives.
+struct WeightRef {
+  const void* data = nullptr;
+  WeightType stored = WeightType::kFloat32;
+  const float* scales = nullptr;  // [rows] when stored == kInt8
+
+  WeightRef() = default;
+  WeightRef(const float* w) : data(w) {}  // NOLINT(google-explicit-constructor): float32 is the common case
+  WeightRef(const void* d, WeightType type, const float* s = nullptr) : data(d), stored(type), scales(s) {}
+  explicit operator bool() const { return data != nullptr; }
+};
+
+// One row block of a weight matrix: w [rows, k], bias [rows] or null.
 struct LinearPart {
-  const float* weight = nullptr;
+  WeightRef weight;
   const float* bias = nullptr;
   long rows = 0;
 };
@@ -23,8 +41,14 @@ class Linear {
  public:
   Linear() = default;
   // Packs W = concat(parts' weights) of shape [Σ rows, k]; bias = concat(parts' biases), zeros for
-  // parts without one (no bias at all if no part has one).
-  Linear(const std::vector<LinearPart>& parts, long k);
+  // parts without one (no bias at all if no part has one). Parts are all float32, or all stored
+  // in `type` already (std::invalid_argument otherwise).
+  Linear(const std::vector<LinearPart>& parts, long k, WeightType type = WeightType::kFloat32);
+  // From weights already packed (e.g. pack_weights_s8 over int8 read from a converted directory);
+  // bias [n] or null, copied.
+  Linear(PackedWeights packed, const float* bias);
+
+  WeightType weight_type() const { return packed_.type; }
 
   long out_features() const { return packed_.n; }
   long in_features() const { return packed_.k; }

@@ -74,21 +74,21 @@ Seq2SeqModel::Layer Seq2SeqModel::make_layer(const Seq2SeqLayerTensors& t, bool 
   const Seq2SeqConfig& c = config_;
   const long d = c.d_model, inner = inner_dim(), F = c.ffn_dim;
   Layer layer;
-  layer.qkv = Linear({{t.q_weight, t.q_bias, inner}, {t.k_weight, t.k_bias, inner}, {t.v_weight, t.v_bias, inner}}, d);
-  layer.out = Linear({{t.o_weight, t.o_bias, d}}, inner);
+  layer.qkv = Linear({{t.q_weight, t.q_bias, inner}, {t.k_weight, t.k_bias, inner}, {t.v_weight, t.v_bias, inner}}, d, c.weight_type);
+  layer.out = Linear({{t.o_weight, t.o_bias, d}}, inner, c.weight_type);
   layer.self_norm = copy_norm(t.self_norm_weight, t.self_norm_bias, d, c.norm_eps);
   if (decoder) {
-    layer.cross_q = Linear({{t.cross_q_weight, t.cross_q_bias, inner}}, d);
-    layer.cross_kv = Linear({{t.cross_k_weight, t.cross_k_bias, inner}, {t.cross_v_weight, t.cross_v_bias, inner}}, d);
-    layer.cross_out = Linear({{t.cross_o_weight, t.cross_o_bias, d}}, inner);
+    layer.cross_q = Linear({{t.cross_q_weight, t.cross_q_bias, inner}}, d, c.weight_type);
+    layer.cross_kv = Linear({{t.cross_k_weight, t.cross_k_bias, inner}, {t.cross_v_weight, t.cross_v_bias, inner}}, d, c.weight_type);
+    layer.cross_out = Linear({{t.cross_o_weight, t.cross_o_bias, d}}, inner, c.weight_type);
     layer.cross_norm = copy_norm(t.cross_norm_weight, t.cross_norm_bias, d, c.norm_eps);
   }
   if (c.gated_ffn) {
-    layer.up = Linear({{t.gate_weight, nullptr, F}, {t.up_weight, nullptr, F}}, d);
+    layer.up = Linear({{t.gate_weight, nullptr, F}, {t.up_weight, nullptr, F}}, d, c.weight_type);
   } else {
-    layer.up = Linear({{t.up_weight, t.up_bias, F}}, d);
+    layer.up = Linear({{t.up_weight, t.up_bias, F}}, d, c.weight_type);
   }
-  layer.down = Linear({{t.down_weight, t.down_bias, d}}, F);
+  layer.down = Linear({{t.down_weight, t.down_bias, d}}, F, c.weight_type);
   layer.ffn_norm = copy_norm(t.ffn_norm_weight, t.ffn_norm_bias, d, c.norm_eps);
   return layer;
 }
@@ -113,7 +113,8 @@ void Seq2SeqModel::set_head(const Seq2SeqHeadTensors& t) {
     encoder_final_norm_ = copy_norm(t.encoder_norm_weight, t.encoder_norm_bias, c.d_model, c.norm_eps);
     decoder_final_norm_ = copy_norm(t.decoder_norm_weight, t.decoder_norm_bias, c.d_model, c.norm_eps);
   }
-  lm_head_ = Linear({{t.lm_head ? t.lm_head : word_embeddings_, t.final_logits_bias, c.vocab_size}}, c.d_model);
+  lm_head_ = Linear({{t.lm_head ? t.lm_head : word_embeddings_, t.final_logits_bias, c.vocab_size}}, c.d_model,
+                    c.weight_type);
   has_head_ = true;
 }
 

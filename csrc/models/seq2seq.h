@@ -50,21 +50,31 @@ struct Seq2SeqConfig {
   Activation activation = Activation::kRelu;
   bool gated_ffn = false;
   float head_scale = 1.0f;      // T5 with a tied head: d_model^-0.5
+  // Storage of every projection weight and of the LM head (tied or not); embeddings, norms, biases
+  // and the relative-position bias stay float32 (docs/precision.md, "Which tensors are quantized").
+  WeightType weight_type = WeightType::kFloat32;
 };
 
-// Borrowed float32 tensors, PyTorch layout; biases may be null (T5 has none).
+// Borrowed float32 tensors, PyTorch layout; biases may be null (T5 has none). Projection weights
+// may already be stored in config.weight_type (WeightRef).
 struct Seq2SeqLayerTensors {
   // [heads·D, d] ×3, out [d, heads·D]
-  const float *q_weight = nullptr, *q_bias = nullptr, *k_weight = nullptr, *k_bias = nullptr;
-  const float *v_weight = nullptr, *v_bias = nullptr, *o_weight = nullptr, *o_bias = nullptr;
+  WeightRef q_weight, k_weight;
+  const float *q_bias = nullptr, *k_bias = nullptr;
+  WeightRef v_weight, o_weight;
+  const float *v_bias = nullptr, *o_bias = nullptr;
   const float *self_norm_weight = nullptr, *self_norm_bias = nullptr;  // [d]
   // decoder layers only: cross-attention over the encoder output
-  const float *cross_q_weight = nullptr, *cross_q_bias = nullptr, *cross_k_weight = nullptr, *cross_k_bias = nullptr;
-  const float *cross_v_weight = nullptr, *cross_v_bias = nullptr, *cross_o_weight = nullptr, *cross_o_bias = nullptr;
+  WeightRef cross_q_weight, cross_k_weight;
+  const float *cross_q_bias = nullptr, *cross_k_bias = nullptr;
+  WeightRef cross_v_weight, cross_o_weight;
+  const float *cross_v_bias = nullptr, *cross_o_bias = nullptr;
   const float *cross_norm_weight = nullptr, *cross_norm_bias = nullptr;
   // up [F, d] (+ bias), gate [F, d] (gated), down [d, F] (+ bias)
-  const float *up_weight = nullptr, *up_bias = nullptr, *gate_weight = nullptr;
-  const float *down_weight = nullptr, *down_bias = nullptr;
+  WeightRef up_weight, gate_weight;
+  const float *up_bias = nullptr;
+  WeightRef down_weight;
+  const float *down_bias = nullptr;
   const float *ffn_norm_weight = nullptr, *ffn_norm_bias = nullptr;
 };
 
@@ -81,7 +91,7 @@ struct Seq2SeqEmbeddingTensors {
 struct Seq2SeqHeadTensors {
   const float *encoder_norm_weight = nullptr, *encoder_norm_bias = nullptr;  // [d] (final_norm)
   const float *decoder_norm_weight = nullptr, *decoder_norm_bias = nullptr;  // [d] (final_norm)
-  const float* lm_head = nullptr;            // [V, d], null: tied to the word embeddings
+  WeightRef lm_head;                         // [V, d], null: tied to the word embeddings
   const float* final_logits_bias = nullptr;  // [V] or null
 };
 

@@ -17,6 +17,7 @@ except ValueError as error:
 
 from . import ops  # noqa: E402
 from ._load import load  # noqa: E402
+from .convert import convert  # noqa: E402
 from .encoder import Encoder  # noqa: E402
 from .generator import Generator  # noqa: E402
 from .seq2seq import Seq2Seq  # noqa: E402
@@ -43,4 +44,5 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
-__all__ = ["Encoder", "Generator", "Seq2Seq", "__version__", "cpu_info", "get_num_threads", "load", "ops", "set_num_threads"]
+__all__ = ["Encoder", "Generator", "Seq2Seq", "__version__", "convert", "cpu_info", "get_num_threads", "load", "ops",
+           "set_num_threads"]

@@ -38,6 +38,44 @@ _DECODER_ARCHITECTURE_PREFIXES = ("GPT2", "Llama", "Mistral", "Qwen2", "Qwen3")
 _SEQ2SEQ_ARCHITECTURE_PREFIXES = ("Marian", "Bart", "MBart", "T5", "MT5")
 
 
+DTYPES = ("float32", "float16", "bfloat16", "int8")
+
+
+def check_dtype(dtype: Optional[str]) -> Optional[str]:
+    """dtype as given (None allowed); TypeError / ValueError listing the valid names otherwise."""
+    if dtype is None:
+        return None
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be None or a string such as 'int8', got {type(dtype).__name__}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(repr(d) for d in DTYPES)} (or None), got {dtype!r}")
+    return dtype
+
+
+def stored_dtype(config: Mapping[str, Any]) -> Optional[str]:
+    """The dtype a ``cpuformer convert``ed directory stores (config.json "cpuformer" entry), else None."""
+    entry = config.get("cpuformer")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES or entry.get("format_version") != 1:
+        raise ValueError("config.json: the 'cpuformer' entry must be {\"dtype\": one of "
+                         f"{', '.join(DTYPES)}, \"format_version\": 1}}, got {entry!r}")
+    return entry["dtype"]
+
+
+def resolve_dtype(dtype: Optional[str], config: Mapping[str, Any]) -> Tuple[str, Optional[str]]:
+    """(dtype to run in, dtype stored in the directory or None). dtype=None means the stored dtype,
+    or float32 for a plain checkpoint; a converted directory runs only in the dtype it stores."""
+    dtype = check_dtype(dtype)
+    stored = stored_dtype(config)
+    if stored is None:
+        return dtype or "float32", None
+    if dtype is not None and dtype != stored:
+        raise ValueError(f"this directory was converted to dtype {stored!r}; load it with dtype={stored!r} "
+                         f"(or dtype=None), or convert the original checkpoint to {dtype!r}")
+    return stored, stored
+
+
 def supported_text() -> str:
     return ("supported: " + ", ".join(sorted(ENCODER_ARCHITECTURES)) + " (model_type "
             + ", ".join(sorted(ENCODER_FAMILIES)) + ")")
@@ -77,7 +115,7 @@ def wrong_model_class(kind: str, name: str) -> ValueError:
     return ValueError(f"{name} is {what} architecture; open it with cpuformer.{cls} or cpuformer.load")
 
 
-def load(path: Union[str, os.PathLike], dtype: str = "float32",
+def load(path: Union[str, os.PathLike], dtype: Optional[str] = None,
          num_threads: Optional[int] = None) -> Union["Encoder", "Generator", "Seq2Seq"]:
     """Opens the model directory ``path`` as the model class its config names.
 
@@ -86,6 +124,9 @@ def load(path: Union[str, os.PathLike], dtype: str = "float32",
     :class:`~cpuformer.Generator` for GPT-2 / Llama / Mistral / Qwen2 / Qwen3 causal LMs, a
     :class:`~cpuformer.Seq2Seq` for Marian / BART / mBART / T5 / mT5 encoder-decoders. Unknown
     architectures raise ValueError listing what is supported.
+
+    dtype: weight storage of the matrix multiplications, "float32", "float16", "bfloat16" or
+    "int8" (docs/precision.md); None: float32, or the dtype a converted directory stores.
     """
     from ._model_dir import ModelDir
     from .encoder import Encoder

@@ -17,11 +17,11 @@ import numpy as np
 
 from . import _core
 from ._base import ModelBase, TokenIds
-from ._load import ENCODER_FAMILIES, classify, wrong_model_class
+from ._load import ENCODER_FAMILIES, check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
+from .convert import put_weight, release_weight
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-_DTYPES_LATER = ("float16", "bfloat16", "int8")
 _POOLINGS = ("mean", "cls")
 
 PathLike = Union[str, os.PathLike]
@@ -90,7 +90,7 @@ def _tensor_names(family: str, layer: int) -> Dict[str, str]:
 class Encoder(ModelBase):
     """A BERT-family encoder loaded from a Hugging Face model directory.
 
-    ``Encoder(path, dtype="float32", num_threads=None)``: ``path`` holds config.json and
+    ``Encoder(path, dtype=None, num_threads=None)``: ``path`` holds config.json and
     model.safetensors (or shards), optionally tokenizer.json. Supported: BertModel, RobertaModel,
     XLMRobertaModel, DistilBertModel and their task-head checkpoints (…ForMaskedLM,
     …ForSequenceClassification, …: the heads are ignored). ``num_threads`` (None: the process
@@ -104,21 +104,17 @@ class Encoder(ModelBase):
     no key at all is treated), so compare and pool only unpadded positions.
     """
 
-    def __init__(self, path: Union[PathLike, ModelDir], dtype: str = "float32", num_threads: Optional[int] = None):
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__}")
-        if dtype in _DTYPES_LATER:
-            raise NotImplementedError(f"dtype={dtype!r} is not supported for encoders yet; use dtype='float32'")
-        if dtype != "float32":
-            raise ValueError(f"dtype must be 'float32' (later: {', '.join(_DTYPES_LATER)}), got {dtype!r}")
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None):
+        check_dtype(dtype)
         if num_threads is None:
             num_threads = 0
         elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
             raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
         self.num_threads = int(num_threads)
-        self.dtype = dtype
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
+            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
             kind, family, name = classify(model_dir.config)
             if kind != "encoder":
                 raise wrong_model_class(kind, name)
@@ -135,6 +131,7 @@ class Encoder(ModelBase):
 
     def _build(self, md: ModelDir, family: str) -> None:
         cfg = _encoder_config(family, md.config)
+        cfg["dtype"] = self.dtype
         self.config = cfg
         H, I = cfg["hidden_size"], cfg["intermediate_size"]
         prefix = ENCODER_FAMILIES[family]
@@ -158,19 +155,25 @@ class Encoder(ModelBase):
                   "intermediate": (I, H), "output": (H, I), "output_norm": (H,)}
         for layer in range(cfg["num_layers"]):
             names = _tensor_names(family, layer)
-            tensors = {}
+            tensors: Dict[str, Any] = {}
             for key, name in names.items():
                 part, kind = key.rsplit(".", 1)
                 shape = shapes[part] if kind == "weight" else shapes[part][:1]
-                tensors[key] = tensor(name, shape)
+                if kind == "weight" and not part.endswith("norm"):
+                    put_weight(md, self._stored_dtype, tensors, key, prefix + name, shape)
+                else:
+                    tensors[key] = tensor(name, shape)
             model.add_layer(tensors)
             del tensors
             for name in names.values():
-                md.release(prefix + name)  # packed: its pages can leave resident memory
+                release_weight(md, prefix + name)  # packed: its pages can leave resident memory
         pooler = prefix + "pooler.dense.weight"
         if pooler in md:
-            model.set_pooler(tensor("pooler.dense.weight", (H, H)), tensor("pooler.dense.bias", (H,)))
-            md.release(prefix + "pooler.dense.weight")
+            p: Dict[str, Any] = {}
+            put_weight(md, self._stored_dtype, p, "weight", pooler, (H, H))
+            model.set_pooler(p["weight"], tensor("pooler.dense.bias", (H,)), p.get("weight_scale"))
+            del p
+            release_weight(md, pooler)
         self._model = model
 
     def _live(self):

@@ -22,12 +22,12 @@ import numpy as np
 
 from . import _core
 from ._base import Generated, ModelBase, Prompts, TokenIds
-from ._load import classify, wrong_model_class
+from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
+from .convert import put_weight, release_weight
 
 PathLike = Union[str, os.PathLike]
 
-_DTYPES_LATER = ("float16", "bfloat16", "int8")
 _GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
                      "gelu_fast": "gelu_tanh"}
 _ROPE_TYPES = ("default", "linear", "llama3")
@@ -142,27 +142,23 @@ def _token_list(value: Any) -> List[int]:
 class Generator(ModelBase):
     """A decoder-only causal LM loaded from a Hugging Face model directory.
 
-    ``Generator(path, dtype="float32", num_threads=None)``. ``gen.logits(input_ids,
+    ``Generator(path, dtype=None, num_threads=None)``. ``gen.logits(input_ids,
     attention_mask=None)`` gives float32 [B, T, V]; ``gen.generate(prompts, ...)`` generates
     (arguments named as in Hugging Face's generate()); ``gen.stream(prompt, ...)`` yields tokens as
     they are produced.
     """
 
-    def __init__(self, path: Union[PathLike, ModelDir], dtype: str = "float32", num_threads: Optional[int] = None):
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__}")
-        if dtype in _DTYPES_LATER:
-            raise NotImplementedError(f"dtype={dtype!r} is not supported for decoders yet; use dtype='float32'")
-        if dtype != "float32":
-            raise ValueError(f"dtype must be 'float32' (later: {', '.join(_DTYPES_LATER)}), got {dtype!r}")
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None):
+        check_dtype(dtype)
         if num_threads is None:
             num_threads = 0
         elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
             raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
         self.num_threads = int(num_threads)
-        self.dtype = dtype
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
+            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
             kind, _, name = classify(model_dir.config)
             if kind != "decoder":
                 raise wrong_model_class(kind, name)
@@ -184,6 +180,8 @@ class Generator(ModelBase):
         H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
         D, heads, kv_heads = cfg["head_dim"], cfg["num_heads"], cfg["num_kv_heads"]
         graph_cfg = {k: v for k, v in cfg.items() if k != "tie_word_embeddings"}
+        graph_cfg["dtype"] = self.dtype
+        stored = self._stored_dtype
         if self.family == "gpt2":
             prefix = "transformer." if "transformer.wte.weight" in md else ""
             embeddings = {"word_embeddings": md.tensor(prefix + "wte.weight", shape=(V, H)),
@@ -195,30 +193,36 @@ class Generator(ModelBase):
                 names = [p + n for n in ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
                                          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
                                          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")]
-                # Conv1D stores weights [in, out]: transposed once here into nn.Linear layout.
-                qkv_w = np.ascontiguousarray(md.tensor(p + "attn.c_attn.weight", shape=(H, 3 * H)).T)
+                # Conv1D stores weights [in, out]: transposed once here into nn.Linear layout
+                # (converted directories store them transposed already).
+                fused: Dict[str, Any] = {}
+                put_weight(md, stored, fused, "qkv", p + "attn.c_attn.weight", (3 * H, H), conv1d=True)
                 qkv_b = md.tensor(p + "attn.c_attn.bias", shape=(3 * H,))
-                t = {"q.weight": qkv_w[:H], "k.weight": qkv_w[H:2 * H], "v.weight": qkv_w[2 * H:],
-                     "q.bias": np.ascontiguousarray(qkv_b[:H]), "k.bias": np.ascontiguousarray(qkv_b[H:2 * H]),
+                t = {"q.bias": np.ascontiguousarray(qkv_b[:H]), "k.bias": np.ascontiguousarray(qkv_b[H:2 * H]),
                      "v.bias": np.ascontiguousarray(qkv_b[2 * H:]),
-                     "o.weight": np.ascontiguousarray(md.tensor(p + "attn.c_proj.weight", shape=(H, H)).T),
                      "o.bias": md.tensor(p + "attn.c_proj.bias", shape=(H,)),
                      "norm1.weight": md.tensor(p + "ln_1.weight", shape=(H,)),
                      "norm1.bias": md.tensor(p + "ln_1.bias", shape=(H,)),
                      "norm2.weight": md.tensor(p + "ln_2.weight", shape=(H,)),
                      "norm2.bias": md.tensor(p + "ln_2.bias", shape=(H,)),
-                     "up.weight": np.ascontiguousarray(md.tensor(p + "mlp.c_fc.weight", shape=(H, I)).T),
                      "up.bias": md.tensor(p + "mlp.c_fc.bias", shape=(I,)),
-                     "down.weight": np.ascontiguousarray(md.tensor(p + "mlp.c_proj.weight", shape=(I, H)).T),
                      "down.bias": md.tensor(p + "mlp.c_proj.bias", shape=(H,))}
+                for i, key in enumerate(("q", "k", "v")):  # row blocks of the fused weight (and scales)
+                    t[key + ".weight"] = fused["qkv"][i * H:(i + 1) * H]
+                    if "qkv_scale" in fused:
+                        t[key + ".weight_scale"] = fused["qkv_scale"][i * H:(i + 1) * H]
+                put_weight(md, stored, t, "o.weight", p + "attn.c_proj.weight", (H, H), conv1d=True)
+                put_weight(md, stored, t, "up.weight", p + "mlp.c_fc.weight", (I, H), conv1d=True)
+                put_weight(md, stored, t, "down.weight", p + "mlp.c_proj.weight", (H, I), conv1d=True)
                 model.add_layer(t)
-                del t, qkv_w
+                del t, fused
                 for name in names:
-                    md.release(name)
+                    release_weight(md, name)
             head = {"norm.weight": md.tensor(prefix + "ln_f.weight", shape=(H,)),
                     "norm.bias": md.tensor(prefix + "ln_f.bias", shape=(H,))}
-            if "lm_head.weight" in md and not cfg["tie_word_embeddings"]:
-                head["lm_head"] = md.tensor("lm_head.weight", shape=(V, H))
+            if stored is not None or ("lm_head.weight" in md and not cfg["tie_word_embeddings"]):
+                # (a converted directory always stores its head: a quantized copy when tied)
+                put_weight(md, stored, head, "lm_head", "lm_head.weight", (V, H))
         else:
             embeddings = {"word_embeddings": md.tensor("model.embed_tokens.weight", shape=(V, H)),
                           "rope_inv_freq": rope_inv_freq(md.config, D)}
@@ -232,14 +236,14 @@ class Generator(ModelBase):
                 names = []
                 for key, proj in (("q", "q_proj"), ("k", "k_proj"), ("v", "v_proj"), ("o", "o_proj")):
                     name = p + "self_attn." + proj
-                    t[key + ".weight"] = md.tensor(name + ".weight", shape=shapes[proj])
+                    put_weight(md, stored, t, key + ".weight", name + ".weight", shapes[proj])
                     names.append(name + ".weight")
                     if name + ".bias" in md:
                         t[key + ".bias"] = md.tensor(name + ".bias", shape=shapes[proj][:1])
                 for key, proj, shape in (("gate", "gate_proj", (I, H)), ("up", "up_proj", (I, H)),
                                          ("down", "down_proj", (H, I))):
                     name = p + "mlp." + proj
-                    t[key + ".weight"] = md.tensor(name + ".weight", shape=shape)
+                    put_weight(md, stored, t, key + ".weight", name + ".weight", shape)
                     names.append(name + ".weight")
                     if name + ".bias" in md:
                         if key == "gate":
@@ -253,15 +257,16 @@ class Generator(ModelBase):
                 model.add_layer(t)
                 del t
                 for name in names:
-                    md.release(name)
+                    release_weight(md, name)
             head = {"norm.weight": md.tensor("model.norm.weight", shape=(H,))}
-            if "lm_head.weight" in md and not cfg["tie_word_embeddings"]:
-                head["lm_head"] = md.tensor("lm_head.weight", shape=(V, H))
+            if stored is not None or ("lm_head.weight" in md and not cfg["tie_word_embeddings"]):
+                # (a converted directory always stores its head: a quantized copy when tied)
+                put_weight(md, stored, head, "lm_head", "lm_head.weight", (V, H))
             elif not cfg["tie_word_embeddings"]:
                 raise ValueError(f"{md.path}: the checkpoint has no lm_head.weight and tie_word_embeddings is false")
         model.set_head(head)
         if "lm_head" in head:
-            md.release("lm_head.weight")
+            release_weight(md, "lm_head.weight")
         del word
         self._model = model
 

@@ -23,13 +23,13 @@ import numpy as np
 
 from . import _core
 from ._base import Generated, ModelBase, Prompts, TokenIds
-from ._load import classify, wrong_model_class
+from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
+from .convert import put_weight, release_weight
 from .generator import Generator, _as_2d, _token_list
 
 PathLike = Union[str, os.PathLike]
 
-_DTYPES_LATER = ("float16", "bfloat16", "int8")
 # Hugging Face activation names -> the graph's.
 _ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                 "gelu_fast": "gelu_tanh", "swish": "silu", "silu": "silu"}
@@ -125,7 +125,7 @@ def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
 class Seq2Seq(ModelBase):
     """An encoder-decoder model loaded from a Hugging Face model directory.
 
-    ``Seq2Seq(path, dtype="float32", num_threads=None)``. ``s2s.encode(input_ids,
+    ``Seq2Seq(path, dtype=None, num_threads=None)``. ``s2s.encode(input_ids,
     attention_mask=None)`` gives the encoder output float32 [B, T, d_model];
     ``s2s.logits(input_ids, decoder_input_ids, attention_mask=None)`` the decoder logits
     [B, Td, V] (teacher forcing); ``s2s.generate(sources, ...)`` generates target tokens with
@@ -139,22 +139,17 @@ class Seq2Seq(ModelBase):
     _decode = Generator._decode
     _generator_options = Generator._options
 
-    def __init__(self, path: Union[PathLike, ModelDir], dtype: str = "float32", num_threads: Optional[int] = None):
-        if not isinstance(dtype, str):
-            raise TypeError(f"dtype must be a string such as 'float32', got {type(dtype).__name__}")
-        if dtype in _DTYPES_LATER:
-            raise NotImplementedError(f"dtype={dtype!r} is not supported for encoder-decoders yet; use "
-                                      "dtype='float32'")
-        if dtype != "float32":
-            raise ValueError(f"dtype must be 'float32' (later: {', '.join(_DTYPES_LATER)}), got {dtype!r}")
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None):
+        check_dtype(dtype)
         if num_threads is None:
             num_threads = 0
         elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
             raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
         self.num_threads = int(num_threads)
-        self.dtype = dtype
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
+            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
             kind, _, name = classify(model_dir.config)
             if kind != "seq2seq":
                 raise wrong_model_class(kind, name)
@@ -174,6 +169,8 @@ class Seq2Seq(ModelBase):
         cfg = _graph_config(self.family, md.config)
         self.config = cfg
         graph_cfg = {k: v for k, v in cfg.items() if k != "tied"}
+        graph_cfg["dtype"] = self.dtype
+        stored = self._stored_dtype
         d, V, F = cfg["d_model"], cfg["vocab_size"], cfg["ffn_dim"]
         inner = cfg["heads"] * cfg["head_dim"]
         t5 = self.family in ("t5", "mt5")
@@ -200,7 +197,10 @@ class Seq2Seq(ModelBase):
         def take(t: Dict[str, Any], names: List[str], key: str, name: str, shape, required: bool = True) -> None:
             if not required and name not in md:
                 return
-            t[key] = md.tensor(name, shape=shape)
+            if len(shape) == 2:  # a projection weight (norms and biases are 1-D)
+                put_weight(md, stored, t, key, name, shape)
+            else:
+                t[key] = md.tensor(name, shape=shape)
             names.append(name)
 
         for stack, count in (("encoder", cfg["encoder_layers"]), ("decoder", cfg["decoder_layers"])):
@@ -251,7 +251,7 @@ class Seq2Seq(ModelBase):
                     model.add_encoder_layer(t)
                 del t
                 for name in names:
-                    md.release(name)
+                    release_weight(md, name)
         head: Dict[str, Any] = {}
         if cfg["final_norm"]:
             for stack in ("encoder", "decoder"):
@@ -260,9 +260,10 @@ class Seq2Seq(ModelBase):
                 else:
                     head[stack + "_norm.weight"] = md.tensor(f"model.{stack}.layer_norm.weight", shape=(d,))
                     head[stack + "_norm.bias"] = md.tensor(f"model.{stack}.layer_norm.bias", shape=(d,))
-        # A checkpoint's own lm_head.weight wins (untied heads; a tied one equals the embeddings).
-        if "lm_head.weight" in md:
-            head["lm_head"] = md.tensor("lm_head.weight", shape=(V, d))
+        # A checkpoint's own lm_head.weight wins (untied heads; a tied one equals the embeddings). A
+        # converted directory always stores its head (a quantized copy when tied).
+        if "lm_head.weight" in md or stored is not None:
+            put_weight(md, stored, head, "lm_head", "lm_head.weight", (V, d))
         elif not cfg["tied"] and not t5:
             raise ValueError(f"{md.path}: the checkpoint has no lm_head.weight and tie_word_embeddings is false")
         if "final_logits_bias" in md:
@@ -270,7 +271,7 @@ class Seq2Seq(ModelBase):
                 md.tensor("final_logits_bias", shape=(1, V)).reshape(V), dtype=np.float32)
         model.set_head(head)
         if "lm_head" in head:
-            md.release("lm_head.weight")
+            release_weight(md, "lm_head.weight")
         del word, embeddings
         self._model = model
 

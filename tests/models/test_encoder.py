@@ -341,9 +341,7 @@ def test_unsupported_config_values(small_models, tmp_path):
     heads = _copy_with_config(src, tmp_path / "heads", num_attention_heads=5)
     with pytest.raises(ValueError, match="hidden size 48 is not a multiple of the number of attention heads 5"):
         cf.Encoder(heads)
-    with pytest.raises(NotImplementedError, match="dtype='int8' is not supported for encoders yet"):
-        cf.Encoder(src, dtype="int8")
-    with pytest.raises(ValueError, match="dtype must be 'float32'"):
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float16', 'bfloat16', 'int8'"):
         cf.Encoder(src, dtype="float64")
     with pytest.raises(ValueError, match="num_threads must be an integer >= 1 or None, got 0"):
         cf.Encoder(src, num_threads=0)

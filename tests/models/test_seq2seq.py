@@ -341,8 +341,8 @@ def test_errors(models, tmp_path):
         s2s.encode([[5, 6], [7, 8]], [[1, 1], [0, 0]])
     with pytest.raises(ValueError, match=r"source token ids: token id 101 is out of range"):
         s2s.generate([5, V])
-    with pytest.raises(NotImplementedError, match="dtype='int8' is not supported for encoder-decoders yet"):
-        cf.Seq2Seq(directory, dtype="int8")
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float16', 'bfloat16', 'int8'"):
+        cf.Seq2Seq(directory, dtype="int4")
 
     def variant(name, **changes):
         src, _, _ = models[name]

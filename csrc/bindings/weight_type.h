@@ -1,0 +1,89 @@
+// The dtype string of a model config ("float32" | "float16" | "bfloat16" | "int8") as a WeightType.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+#include "bindings/arrays.h"
+#include "kernels/gemm/gemm.h"
+#include "models/linear.h"
+
+namespace cpuformer {
+namespace bindings {
+
+// config["dtype"] when present, float32 otherwise; ValueError listing the valid names.
+inline WeightType config_weight_type(const pybind11::dict& config) {
+  if (!config.contains("dtype") || config["dtype"].is_none()) return WeightType::kFloat32;
+  const std::string s = config["dtype"].cast<std::string>();
+  if (s == "float32") return WeightType::kFloat32;
+  if (s == "float16") return WeightType::kFloat16;
+  if (s == "bfloat16") return WeightType::kBFloat16;
+  if (s == "int8") return WeightType::kInt8;
+  throw pybind11::value_error("dtype must be one of 'float32', 'float16', 'bfloat16', 'int8', got '" + s + "'");
+}
+
+inline const char* weight_type_name(WeightType t) {
+  switch (t) {
+    case WeightType::kFloat32: return "float32";
+    case WeightType::kFloat16: return "float16";
+    case WeightType::kBFloat16: return "bfloat16";
+    case WeightType::kInt8: return "int8";
+  }
+  return "?";
+}
+
+// A C-contiguous array `obj` of shape `shape`, named `what` in errors.
+inline pybind11::array checked_array(const pybind11::object& obj, const std::string& what,
+                                     const std::vector<long>& shape) {
+  if (!pybind11::isinstance<pybind11::array>(obj)) throw pybind11::type_error(what + " must be a numpy.ndarray");
+  pybind11::array a = pybind11::reinterpret_borrow<pybind11::array>(obj);
+  bool ok = a.ndim() == static_cast<pybind11::ssize_t>(shape.size());
+  for (size_t d = 0; ok && d < shape.size(); ++d) ok = a.shape(d) == shape[d];
+  if (!ok) {
+    std::string want = "[";
+    for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
+    throw pybind11::value_error(what + " must have shape " + want + "], got " + shape_string(a));
+  }
+  if (!(a.flags() & pybind11::array::c_style)) throw pybind11::value_error(what + " must be C-contiguous");
+  return a;
+}
+
+// The projection weight tensors[key] [n, k] for a model whose weights are `type`: float32 (rounded
+// or quantized while packing), or already converted — int8 (then tensors[key + "_scale"] is its
+// float32 [n] per-row scale; type must be int8) or uint16 bit patterns (type float16 / bfloat16).
+// Valid while `tensors` holds the arrays. `what` names the model kind in errors ("encoder").
+inline WeightRef matmul_weight(const pybind11::dict& tensors, const std::string& key, long n, long k,
+                               WeightType type, const std::string& what) {
+  namespace py = pybind11;
+  if (!tensors.contains(key)) throw py::value_error("missing " + what + " tensor '" + key + "'");
+  const std::string name = what + " tensor '" + key + "'";
+  py::array a = checked_array(tensors[py::str(key)], name, {n, k});
+  if (a.dtype().is(py::dtype::of<float>())) return WeightRef(static_cast<const float*>(a.data()));
+  if (a.dtype().is(py::dtype::of<int8_t>())) {
+    if (type != WeightType::kInt8) {
+      throw py::type_error(name + " is int8 but the model's dtype is " + weight_type_name(type));
+    }
+    const std::string scale_key = key + "_scale";
+    if (!tensors.contains(scale_key)) throw py::value_error("missing " + what + " tensor '" + scale_key + "'");
+    py::array s = checked_array(tensors[py::str(scale_key)], what + " tensor '" + scale_key + "'", {n});
+    if (!s.dtype().is(py::dtype::of<float>())) {
+      throw py::type_error(what + " tensor '" + scale_key + "' must have dtype float32, got " +
+                           std::string(py::str(s.dtype())));
+    }
+    return WeightRef(a.data(), WeightType::kInt8, static_cast<const float*>(s.data()));
+  }
+  if (a.dtype().is(py::dtype::of<uint16_t>())) {
+    if (type != WeightType::kFloat16 && type != WeightType::kBFloat16) {
+      throw py::type_error(name + " holds 16-bit words but the model's dtype is " + weight_type_name(type));
+    }
+    return WeightRef(a.data(), type);
+  }
+  throw py::type_error(name + " must have dtype float32, int8 (with a scale) or uint16, got " +
+                       std::string(py::str(a.dtype())));
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

