@@ -325,6 +325,40 @@ def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == "cpuformer convert: error: [Errno 28] No space left on device\n"
 
 
+@pytest.mark.parametrize("kind,dtype", [("encoder", "int8"), ("decoder", "float16"), ("seq2seq", "bfloat16")])
+def test_convert_end_to_end(tiny, tmp_path, kind, dtype):
+    """The real converter through the command line: the converted directory holds the stored dtype
+    in config.json, keeps the tokenizer, and the other commands run on it with the outputs of
+    quantize-at-load."""
+    dst = tmp_path / f"{kind}-{dtype}"
+    out = run_cli("convert", tiny[kind], dst, "--dtype", dtype)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"wrote {dst} ({dtype})\n"
+    assert json.loads((dst / "config.json").read_text())["cpuformer"]["dtype"] == dtype
+    assert (dst / "tokenizer.json").is_file()
+    if kind == "encoder":
+        run = run_cli("embed", dst, *TEXTS)
+        assert run.returncode == 0, run.stderr
+        with cf.Encoder(tiny[kind], dtype=dtype) as enc:
+            expected = enc.embed(TEXTS)
+        np.testing.assert_array_equal(np.array(json.loads(run.stdout), dtype=np.float32), expected)
+    elif kind == "decoder":
+        run = run_cli("generate", dst, "5 6 7", "--ids", "--max-new-tokens", 6, "--min-new-tokens", 6)
+        assert run.returncode == 0, run.stderr
+        with cf.Generator(tiny[kind], dtype=dtype) as gen:
+            assert [int(t) for t in run.stdout.split()] == gen.generate([5, 6, 7], max_new_tokens=6,
+                                                                        min_new_tokens=6)[0]
+    else:
+        run = run_cli("translate", dst, *TEXTS, "--max-new-tokens", 5)
+        assert run.returncode == 0, run.stderr
+        with cf.Seq2Seq(tiny[kind], dtype=dtype) as s2s:
+            assert run.stdout.splitlines() == s2s.generate(TEXTS, max_new_tokens=5)
+    again = run_cli("convert", tiny[kind], dst, "--dtype", dtype)
+    assert_user_error(again, "convert", "already exists and is not an empty directory")
+    twice = run_cli("convert", dst, tmp_path / "twice", "--dtype", "int8")
+    assert_user_error(twice, "convert", "is already converted")
+
+
 # ---- bench ---------------------------------------------------------------------------------------
 
 def test_bench_quick_all_model_kinds(tmp_path):

@@ -24,7 +24,7 @@ class UserError(Exception):
 
 # ---- helpers ----------------------------------------------------------------------------------
 
-def _open_model(path: str, want: str, command: str, dtype: str = "float32", threads: Optional[int] = None):
+def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None, threads: Optional[int] = None):
     """Loads the model at ``path``, checking first that it is the kind ``command`` needs."""
     from ._load import classify
     from ._model_dir import ModelDir
@@ -305,7 +305,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", default="float32", choices=DTYPES, help="weight dtype in memory (default float32)")
+    p.add_argument("--dtype", default=None, choices=DTYPES,
+                   help="weight dtype in memory (default: float32, or the dtype a converted directory stores)")
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="threads (default: OMP_NUM_THREADS, else the CPUs this process may use)")
 
