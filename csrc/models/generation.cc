@@ -248,11 +248,13 @@ bool better(const ScoredIndex& x, const ScoredIndex& y) {
   return x.score > y.score || (x.score == y.score && x.index < y.index);
 }
 
-// The `keep` best of a[0, V) (as better() orders them, indices offset by `base`) into out, in
-// any order; a running worst-of-the-kept makes this one pass over V.
-void top_candidates(const float* a, long V, long keep, long base, ScoredIndex* out) {
+// a[t] += offset over [0, V), and the `keep` best of the results (as better() orders them,
+// indices offset by `base`) into out, in any order; a running worst-of-the-kept makes this one
+// pass over V.
+void add_and_top_candidates(float* a, float offset, long V, long keep, long base, ScoredIndex* out) {
   long count = 0, worst = 0;
   for (long t = 0; t < V; ++t) {
+    a[t] += offset;
     const ScoredIndex c{a[t], base + t};
     if (count < keep) {
       out[count++] = c;
@@ -323,9 +325,7 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
         float* a = logits.data() + r * V;
         log_softmax_fast(a, a, V);
         process(o, histories[b], running[b][k].tokens, generated, a, V, seq);
-        const float base = running[b][k].score;
-        for (long t = 0; t < V; ++t) a[t] += base;
-        top_candidates(a, V, per_row, k * V, best.data() + r * per_row);
+        add_and_top_candidates(a, running[b][k].score, V, per_row, k * V, best.data() + r * per_row);
       }
     });
     for (long b = 0; b < B; ++b) {
