@@ -6,10 +6,13 @@ Workloads (2 threads unless --threads), random weights with real shapes:
   * T5-small (d_model 512, 6 + 6 layers, 8 heads, d_kv 64, ffn 2048 ReLU, vocab 32128);
 16 sources × 24 tokens → exactly 32 target tokens each (min = max length, so every engine does
 the same work), greedy and beam search with 4 beams. Reported: target tokens/s (16 × 32 /
-seconds, the median of --repeats runs after a warm-up). Prints a table and writes
+seconds, the median of --repeats runs after a warm-up). --dtypes adds cpuformer with int8 /
+float16 / bfloat16 weights (rows cpuformer_<dtype>) and, with int8, CTranslate2 with
+compute_type=int8 (row ctranslate2_int8). Prints a table and writes
 benchmarks/results/seq2seq_<date>.json. Never asserts a time.
 
-    python benchmarks/bench_seq2seq.py [--quick] [--threads 2] [--no-ct2] [--no-torch] [--only marian|t5]
+    python benchmarks/bench_seq2seq.py [--quick] [--threads 2] [--dtypes float32,int8] [--no-ct2] [--no-torch]
+                                       [--only marian|t5-small]
 """
 
 from __future__ import annotations
@@ -87,15 +90,18 @@ def run(name: str, args, work: str, results: dict) -> None:
     entry = results.setdefault(name, {})
     beams = (1, 4)
 
-    s2s = cf.Seq2Seq(directory, num_threads=args.threads)
     src_lists = sources.tolist()
-    for k in beams:
-        def go(k=k):
-            out = s2s.generate(src_lists, max_new_tokens=TARGET_LEN, min_new_tokens=TARGET_LEN, num_beams=k)
-            assert all(len(t) == TARGET_LEN for t in out)
-        entry.setdefault(f"beam{k}", {})["cpuformer"] = rate(timed(go, repeats), tokens)
-    del s2s
-    gc.collect()
+    for dtype in args.dtypes:
+        s2s = cf.Seq2Seq(directory, dtype=dtype, num_threads=args.threads)
+        key = "cpuformer" if dtype == "float32" else f"cpuformer_{dtype}"
+        for k in beams:
+            def go(k=k):
+                out = s2s.generate(src_lists, max_new_tokens=TARGET_LEN, min_new_tokens=TARGET_LEN, num_beams=k)
+                assert all(len(t) == TARGET_LEN for t in out)
+            entry.setdefault(f"beam{k}", {})[key] = dict(rate(timed(go, repeats), tokens), dtype=dtype)
+        s2s.close()
+        del s2s
+        gc.collect()
 
     if not args.no_torch:
         import torch
@@ -120,15 +126,17 @@ def run(name: str, args, work: str, results: dict) -> None:
 
             out = os.path.join(work, name + "_ct2")
             ctranslate2.converters.TransformersConverter(directory).convert(out, quantization="float32", force=True)
-            translator = ctranslate2.Translator(out, device="cpu", intra_threads=args.threads,
-                                                compute_type="float32")
             batch = [[names[t] for t in row] + ["</s>"] for row in sources.tolist()]
-            for k in beams:
-                def go(k=k):
-                    translator.translate_batch(batch, beam_size=k, max_decoding_length=TARGET_LEN,
-                                               min_decoding_length=TARGET_LEN)
-                entry[f"beam{k}"]["ctranslate2"] = rate(timed(go, repeats), tokens)
-            del translator
+            for compute_type in ["float32"] + (["int8"] if "int8" in args.dtypes else []):
+                translator = ctranslate2.Translator(out, device="cpu", intra_threads=args.threads,
+                                                    compute_type=compute_type)
+                key = "ctranslate2" if compute_type == "float32" else f"ctranslate2_{compute_type}"
+                for k in beams:
+                    def go(k=k):
+                        translator.translate_batch(batch, beam_size=k, max_decoding_length=TARGET_LEN,
+                                                   min_decoding_length=TARGET_LEN)
+                    entry[f"beam{k}"][key] = dict(rate(timed(go, repeats), tokens), dtype=compute_type)
+                del translator
         except Exception as error:  # a missing/broken peer must not stop the run
             print(f"  CTranslate2 unavailable for {name}: {error}", file=sys.stderr)
     shutil.rmtree(directory, ignore_errors=True)
@@ -148,8 +156,16 @@ def main(argv=None) -> int:
     parser.add_argument("--no-ct2", action="store_true")
     parser.add_argument("--no-torch", action="store_true")
     parser.add_argument("--only", choices=sorted(MODELS), default=None)
+    parser.add_argument("--dtypes", default="float32,int8,float16,bfloat16",
+                        help="cpuformer weight dtypes, comma-separated (int8 also runs CTranslate2 int8)")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/seq2seq_<date>.json)")
     args = parser.parse_args(argv)
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    unknown = sorted(set(args.dtypes) - {"float32", "int8", "float16", "bfloat16"})
+    if unknown or not args.dtypes:
+        parser.error(f"--dtypes takes float32, int8, float16, bfloat16; got {args.dtypes}")
+    if "float32" not in args.dtypes:
+        args.dtypes.insert(0, "float32")  # the ratios are taken against float32 rows
     machine = machine_info(args.threads)
     print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
     print(f"workload: {SOURCES} sources x {SOURCE_LEN} tokens -> {TARGET_LEN} target tokens; target tokens/s")
@@ -162,19 +178,20 @@ def main(argv=None) -> int:
             run(name, args, work, results)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"{'model':<10} {'search':<7} {'cpuformer':>10} {'pytorch':>10} {'ct2 fp32':>10} {'vs torch':>9} {'vs ct2':>7}")
+    print(f"{'model':<10} {'search':<7} {'engine':<22} {'tok/s':>9} {'vs torch':>9} {'vs ct2 fp32':>12} {'vs ct2 int8':>12}")
     for name, cases in results.items():
         for case, engines in cases.items():
-            ours = engines["cpuformer"]["tok_per_s"]
             torch_rate = engines.get("pytorch", {}).get("tok_per_s")
             ct2_rate = engines.get("ctranslate2", {}).get("tok_per_s")
+            ct2_int8 = engines.get("ctranslate2_int8", {}).get("tok_per_s")
 
-            def fmt(x):
-                return f"{x:10.1f}" if x else f"{'-':>10}"
+            def ratio(x, y):
+                return f"{x / y:.2f}x" if x and y else "-"
 
-            print(f"{name:<10} {case:<7} {fmt(ours)} {fmt(torch_rate)} {fmt(ct2_rate)} "
-                  f"{(ours / torch_rate if torch_rate else float('nan')):8.2f}x "
-                  f"{(ours / ct2_rate if ct2_rate else float('nan')):6.2f}x")
+            for engine, e in engines.items():
+                r = e["tok_per_s"]
+                print(f"{name:<10} {case:<7} {engine:<22} {r:9.1f} {ratio(r, torch_rate):>9} "
+                      f"{ratio(r, ct2_rate):>12} {ratio(r, ct2_int8):>12}")
     path = args.output or os.path.join(RESULTS, f"seq2seq_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
