@@ -23,205 +23,33 @@ constexpr long kNR = 32;
 constexpr long kKC = 256;
 constexpr long kMCMax = 24 * kMR;
 constexpr long kPrivateRowsMaxCBytes = 1L << 20;
+using WElem = float;
 constexpr long kGemvMaxRows = 8;
 
 #include "kernels/gemm/gemm_driver_inl.h"
+#include "kernels/gemm/gemm_avx512_inl.h"
 
-inline __mmask16 column_mask(long left) {
-  if (left >= 16) return 0xFFFF;
-  if (left <= 0) return 0;
-  return static_cast<__mmask16>((1u << left) - 1);
-}
+using GemvFn = void (*)(const float*, long, const void*, long, float*, long, long, const TileEpilogue&);
+constexpr GemvFn kGemvs[kGemvMaxRows] = {
+    gemv_rows<1, kWF32>,
+    gemv_rows<2, kWF32>,
+    gemv_rows<3, kWF32>,
+    gemv_rows<4, kWF32>,
+    gemv_rows<5, kWF32>,
+    gemv_rows<6, kWF32>,
+    gemv_rows<7, kWF32>,
+    gemv_rows<8, kWF32>};
 
-// In place: r[i] holds column i of the 16×16 block whose rows were r[0..15].
-__attribute__((always_inline)) inline void transpose16(__m512 (&r)[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  // Then r[4i + j], 128-bit lane l, holds rows 4i..4i+3 of column 4l + j.
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-    t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
-    t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
-  }
-  for (int j = 0; j < 4; ++j) {
-    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
-    r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
-    r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
-  }
-}
-
-// 16 k at a time through an in-register transpose: 16 loads, 64 shuffles and 16 stores per
-// 16×14 block instead of one scalar store per element.
-void pack_a_panel(long rows, const float* a, long lda, long kc, float* dst) {
-  for (long k0 = 0; k0 < kc; k0 += 16) {
-    const long cols = min_of(16, kc - k0);
-    const __mmask16 load_mask = column_mask(cols);
-    __m512 r[16];
-    for (int i = 0; i < 16; ++i)
-      r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, a + i * lda + k0) : _mm512_setzero_ps();
-    transpose16(r);
-    float* out = dst + k0 * kMR;
-    for (int j = 0; j < 16; ++j)
-      if (j < cols) _mm512_mask_storeu_ps(out + j * kMR, (1u << kMR) - 1, r[j]);
-  }
-}
-
-// Applies the TileEpilogue to accumulators acc[r][v] = columns 16v..16v+15 of row r, and stores
-// the ncols valid columns.
-template <int ROWS, int NV>
-__attribute__((always_inline)) inline void finish_tile(__m512 (&acc)[ROWS][NV], float* c, long ldc, long ncols,
-                                                       const TileEpilogue& ep) {
-  __mmask16 mask[NV];
-  for (int v = 0; v < NV; ++v) mask[v] = column_mask(ncols - 16 * v);
-  if (ep.load_c) {
-    for (int r = 0; r < ROWS; ++r)
-      for (int v = 0; v < NV; ++v)
-        acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_maskz_loadu_ps(mask[v], c + r * ldc + 16 * v));
-  }
-  if (ep.bias != nullptr) {
-    for (int v = 0; v < NV; ++v) {
-      const __m512 b = _mm512_maskz_loadu_ps(mask[v], ep.bias + 16 * v);
-      for (int r = 0; r < ROWS; ++r) acc[r][v] = _mm512_add_ps(acc[r][v], b);
-    }
-  }
-  if (ep.activation != Activation::kNone) {
-    // The finished tile goes through the activation table while it sits in L1.
-    alignas(64) float tile[ROWS * NV * 16];
-    for (int r = 0; r < ROWS; ++r)
-      for (int v = 0; v < NV; ++v) _mm512_store_ps(tile + (r * NV + v) * 16, acc[r][v]);
-    kActivationKernels.apply(ep.activation, tile, tile, ROWS * NV * 16);
-    for (int r = 0; r < ROWS; ++r)
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_load_ps(tile + (r * NV + v) * 16);
-  }
-  if (ep.residual != nullptr) {
-    for (int r = 0; r < ROWS; ++r)
-      for (int v = 0; v < NV; ++v)
-        acc[r][v] = _mm512_add_ps(acc[r][v], _mm512_maskz_loadu_ps(mask[v], ep.residual + r * ep.ldr + 16 * v));
-  }
-  for (int r = 0; r < ROWS; ++r)
-    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mask[v], acc[r][v]);
-}
-
-// One k step of the register tile.
-template <int ROWS, int NV>
-__attribute__((always_inline)) inline void tile_step(__m512 (&acc)[ROWS][NV], const float* ak, const float* wk) {
-  __m512 wv[NV];
-  for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_ps(wk + 16 * v);
-  for (int r = 0; r < ROWS; ++r) {
-    const __m512 av = _mm512_set1_ps(ak[r]);
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
-  }
-}
-
-// ROWS × (16·NV) tile over a K slice. NV = 1 serves the last panel when it holds ≤ 16 columns.
-// Every 4 k steps the kernel requests one cache line: first the lines of its own C tile (needed at
-// the end: by then they are in L1 or L2), then `prefetch_lines` lines from `prefetch` into L2 (data
-// the next tiles need). Spread out like this the requests never queue up behind each other and
-// stall the FMAs, as a burst of them would.
-template <int ROWS, int NV>
-void tile(const float* ap, const float* wp, long kc, float* c, long ldc, long ncols, const TileEpilogue& ep,
-          const char* prefetch, long prefetch_lines) {
-  __m512 acc[ROWS][NV];
-  for (int r = 0; r < ROWS; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  long kk = 0;
-  long c_line = 0;
-  for (; kk + 4 <= kc; kk += 4) {
-    if (c_line < ROWS * NV) {
-      _mm_prefetch(reinterpret_cast<const char*>(c + (c_line / NV) * ldc + 16 * (c_line % NV)), _MM_HINT_T0);
-      ++c_line;
-    } else if (prefetch_lines > 0) {
-      _mm_prefetch(prefetch, _MM_HINT_T1);
-      prefetch += 64;
-      --prefetch_lines;
-    }
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; ++u) tile_step<ROWS, NV>(acc, ap + (kk + u) * kMR, wp + (kk + u) * kNR);
-  }
-  for (; kk < kc; ++kk) tile_step<ROWS, NV>(acc, ap + kk * kMR, wp + kk * kNR);
-  finish_tile<ROWS, NV>(acc, c, ldc, ncols, ep);
-}
-
-// ROWS rows of a against one whole panel. With few rows there are too few independent
-// accumulators to cover the FMA latency, so K is unrolled into U separate accumulator sets.
-template <int ROWS>
-void gemv_rows(const float* a, long lda, const float* wp, long k, float* c, long ldc, long ncols,
-               const TileEpilogue& ep) {
-  constexpr int U = ROWS == 1 ? 4 : ROWS <= 4 ? 2 : 1;  // U·ROWS·2 ≤ 16 accumulators
-  __m512 acc[U][ROWS][2];
-  for (int u = 0; u < U; ++u)
-    for (int r = 0; r < ROWS; ++r) acc[u][r][0] = acc[u][r][1] = _mm512_setzero_ps();
-  long kk = 0;
-  for (; kk + U <= k; kk += U) {
-    for (int u = 0; u < U; ++u) {
-      const float* wk = wp + (kk + u) * kNR;
-      _mm_prefetch(reinterpret_cast<const char*>(wk + 16 * kNR), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(wk + 16 * kNR + 16), _MM_HINT_T0);
-      const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16);
-      for (int r = 0; r < ROWS; ++r) {
-        const __m512 av = _mm512_set1_ps(a[r * lda + kk + u]);
-        acc[u][r][0] = _mm512_fmadd_ps(av, w0, acc[u][r][0]);
-        acc[u][r][1] = _mm512_fmadd_ps(av, w1, acc[u][r][1]);
-      }
-    }
-  }
-  for (; kk < k; ++kk) {
-    const float* wk = wp + kk * kNR;
-    const __m512 w0 = _mm512_load_ps(wk), w1 = _mm512_load_ps(wk + 16);
-    for (int r = 0; r < ROWS; ++r) {
-      const __m512 av = _mm512_set1_ps(a[r * lda + kk]);
-      acc[0][r][0] = _mm512_fmadd_ps(av, w0, acc[0][r][0]);
-      acc[0][r][1] = _mm512_fmadd_ps(av, w1, acc[0][r][1]);
-    }
-  }
-  __m512 sum[ROWS][2];
-  for (int r = 0; r < ROWS; ++r) {
-    sum[r][0] = acc[0][r][0];
-    sum[r][1] = acc[0][r][1];
-    for (int u = 1; u < U; ++u) {
-      sum[r][0] = _mm512_add_ps(sum[r][0], acc[u][r][0]);
-      sum[r][1] = _mm512_add_ps(sum[r][1], acc[u][r][1]);
-    }
-  }
-  finish_tile<ROWS, 2>(sum, c, ldc, ncols, ep);
-}
-
-using TileFn = void (*)(const float*, const float*, long, float*, long, long, const TileEpilogue&, const char*, long);
-using GemvFn = void (*)(const float*, long, const float*, long, float*, long, long, const TileEpilogue&);
-
-constexpr TileFn kTiles[2][kMR] = {
-    {tile<1, 1>, tile<2, 1>, tile<3, 1>, tile<4, 1>, tile<5, 1>, tile<6, 1>, tile<7, 1>, tile<8, 1>, tile<9, 1>,
-     tile<10, 1>, tile<11, 1>, tile<12, 1>, tile<13, 1>, tile<14, 1>},
-    {tile<1, 2>, tile<2, 2>, tile<3, 2>, tile<4, 2>, tile<5, 2>, tile<6, 2>, tile<7, 2>, tile<8, 2>, tile<9, 2>,
-     tile<10, 2>, tile<11, 2>, tile<12, 2>, tile<13, 2>, tile<14, 2>},
-};
-constexpr GemvFn kGemvs[kGemvMaxRows] = {gemv_rows<1>, gemv_rows<2>, gemv_rows<3>, gemv_rows<4>,
-                                         gemv_rows<5>, gemv_rows<6>, gemv_rows<7>, gemv_rows<8>};
-
-void tile_kernel(long rows, const float* ap, const float* wp, long kc, float* c, long ldc, long ncols,
-                 const TileEpilogue& ep, const char* prefetch, long prefetch_lines) {
-  kTiles[ncols > 16 ? 1 : 0][rows - 1](ap, wp, kc, c, ldc, ncols, ep, prefetch, prefetch_lines);
-}
-
-void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, float* c, long ldc, long ncols,
-                 const TileEpilogue& ep) {
+void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, WeightType, float* c, long ldc,
+                 long ncols, const TileEpilogue& ep) {
   kGemvs[rows - 1](a, lda, wp, k, c, ldc, ncols, ep);
 }
 
+const float* widen_slice(const float* src, long, WeightType) { return src; }
+
 }  // namespace
 
-const GemmKernels kGemmKernels = {packed_bytes_f32, pack_f32, gemm_f32};
+const GemmKernels kGemmKernels = {packed_bytes_w, pack_w, gemm_w};
 
 }  // namespace avx512
 }  // namespace cpuformer

@@ -16,10 +16,12 @@
 //   constexpr long kPrivateRowsMaxCBytes;  up to this size of a block's C rows (kMCMax × N floats)
 //                                each thread takes its own rows (see gemm_f32)
 //   constexpr long kGemvMaxRows; m ≤ kGemvMaxRows takes the GEMV path (≤ what its kernel supports)
-// and, after it, the two kernels declared below.
+//   using WElem = ...;           element type of packed W: float, or uint16_t for float16 / bfloat16
+//                                weights (PackedWeights::type says which)
+// and, after it, the kernels declared below.
 //
-// Packed W ("panels"): ceil(N/kNR) panels of kNR output features; panel p starts at float p·K·kNR
-// and holds W[p·kNR + j][kk] at [kk·kNR + j]. k-major, so each k step of a kernel reads one
+// Packed W ("panels"): ceil(N/kNR) panels of kNR output features; panel p starts at element p·K·kNR
+// and holds W[p·kNR + j][kk] at [kk·kNR + j] (elements of type WElem). k-major, so each k step of a kernel reads one
 // contiguous 64-byte aligned row of kNR weights and any K slice of a panel is contiguous.
 // Columns past N are zero, so kernels may compute them; they never store them.
 //
@@ -52,11 +54,15 @@ void pack_a_panel(long rows, const float* a, long lda, long kc, float* dst);
 //   W panel slice [kc][kNR] (64-byte aligned). Along the way it prefetches into L2 the
 //   prefetch_lines cache lines from `prefetch` on (a hint for data the next tiles need).
 // gemv_kernel: 1 ≤ rows ≤ kGemvMaxRows; t = a · wp with a [rows, k] as given (row stride lda) and wp
-//   a whole packed W panel [k][kNR] (64-byte aligned).
+//   a whole packed W panel [k][kNR] (64-byte aligned) of weights of type `type`.
+// widen_slice: a float32 copy of the packed W panel slice src [kc][kNR] (64-byte aligned) for
+//   tile_kernel; with WElem = float it returns src itself. The copy belongs to the calling thread and
+//   is valid until its next call.
 void tile_kernel(long rows, const float* ap, const float* wp, long kc, float* c, long ldc, long ncols,
                  const TileEpilogue& ep, const char* prefetch, long prefetch_lines);
-void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, float* c, long ldc, long ncols,
-                 const TileEpilogue& ep);
+void gemv_kernel(long rows, const float* a, long lda, const WElem* wp, long k, WeightType type, float* c, long ldc,
+                 long ncols, const TileEpilogue& ep);
+const float* widen_slice(const WElem* src, long kc, WeightType type);
 
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
 inline long min_of(long a, long b) { return a < b ? a : b; }
@@ -78,27 +84,27 @@ inline int threads_for(long macs, long max_parts) {
   return static_cast<int>(max_of(nt, 1));
 }
 
-std::size_t packed_bytes_f32(long n, long k) {
-  return static_cast<std::size_t>(ceil_div(n, kNR) * kNR * k) * sizeof(float);
+std::size_t packed_bytes_w(long n, long k) {
+  return static_cast<std::size_t>(ceil_div(n, kNR) * kNR * k) * sizeof(WElem);
 }
 
-void pack_f32(const float* w, long n, long k, long ldw, uint8_t* out) {
-  float* packed = reinterpret_cast<float*>(out);
+void pack_w(const WElem* w, long n, long k, long ldw, uint8_t* out) {
+  WElem* packed = reinterpret_cast<WElem*>(out);
   const long panels = ceil_div(n, kNR);
   const int nt = threads_for(n * k / 8, panels);  // a copy: far cheaper per element than a multiply-add
 #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
   for (long p = 0; p < panels; ++p) {
-    float* panel = packed + p * k * kNR;
+    WElem* panel = packed + p * k * kNR;
     const long cols = min_of(kNR, n - p * kNR);
     // 16 k at a time: the kNR source lines being read stay in L1 while the panel rows fill up.
     for (long k0 = 0; k0 < k; k0 += 16) {
       const long k1 = min_of(k, k0 + 16);
       for (long j = 0; j < kNR; ++j) {
         if (j < cols) {
-          const float* src = w + (p * kNR + j) * ldw;
+          const WElem* src = w + (p * kNR + j) * ldw;
           for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = src[kk];
         } else {
-          for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = 0.0f;
+          for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = WElem(0);
         }
       }
     }
@@ -161,7 +167,7 @@ inline TileEpilogue epilogue_at(const GemmEpilogue& e, long j0) {
 
 // Few rows (decode): memory-bound on W. Each packed panel is streamed exactly once, over the whole
 // K; panels are the work items (a contiguous run per thread: one sequential stream each).
-void gemv(const float* a, long m, long lda, const float* wp, long n, long k, float* c, long ldc,
+void gemv(const float* a, long m, long lda, const WElem* wp, long n, long k, WeightType type, float* c, long ldc,
           const GemmEpilogue& epilogue) {
   const long panels = ceil_div(n, kNR);
   const int nt = threads_for(m * n * k, min_of(panels, kMaxTeam));
@@ -173,7 +179,7 @@ void gemv(const float* a, long m, long lda, const float* wp, long n, long k, flo
     long p;
     while (next_item(ranges, nt, t, &p)) {
       const long j0 = p * kNR;
-      gemv_kernel(m, a, lda, wp + p * k * kNR, k, c + j0, ldc, min_of(kNR, n - j0), epilogue_at(epilogue, j0));
+      gemv_kernel(m, a, lda, wp + p * k * kNR, k, type, c + j0, ldc, min_of(kNR, n - j0), epilogue_at(epilogue, j0));
     }
   }
 }
@@ -182,7 +188,8 @@ void gemv(const float* a, long m, long lda, const float* wp, long n, long k, flo
 struct GemmCall {
   const float* a;
   long m, lda;
-  const float* wp;  // packed W
+  const WElem* wp;  // packed W
+  WeightType type;
   long n, k, panels;
   float* c;
   long ldc;
@@ -211,11 +218,12 @@ inline Phase make_phase(const GemmCall& g, long i0, long rows, long slice) {
 // Micro-rows [q0, q1) of phase f against panel p; ap is the phase's packed A block.
 void run_panel(const GemmCall& g, const Phase& f, const float* ap, long p, long q0, long q1) {
   const long j0 = p * kNR, ncols = min_of(kNR, g.n - j0);
-  const float* w_slice = g.wp + (p * g.k + f.k0) * kNR;
+  const WElem* w_src = g.wp + (p * g.k + f.k0) * kNR;
+  const float* w_slice = widen_slice(w_src, f.kc, g.type);  // w_src itself for float32 weights
   // The next panel's slice comes from L3 or memory: each kernel of this panel prefetches a share of
   // it into L2, so the next panel's first kernel does not wait on misses.
-  const char* w_next = p + 1 < g.panels ? reinterpret_cast<const char*>(w_slice + g.k * kNR) : nullptr;
-  const long w_lines = f.kc * kNR * static_cast<long>(sizeof(float)) / 64;
+  const char* w_next = p + 1 < g.panels ? reinterpret_cast<const char*>(w_src + g.k * kNR) : nullptr;
+  const long w_lines = f.kc * kNR * static_cast<long>(sizeof(WElem)) / 64;
   const long lines_per_row = ceil_div(w_lines, q1 - q0);
   // Bias and residual are linear: without an activation they join the first slice (so a residual
   // aliasing c is read before c holds partial sums); with one, everything waits for the last.
@@ -330,13 +338,14 @@ void gemm_shared_rows(const GemmCall& g, int nt, float* a_buffers) {
 // Many rows: BLIS loop order. For each block of rows (packed A in L2) and each K slice, every W
 // panel slice stays in L1 while the block's micro-panels stream past it; partial sums accumulate in
 // c from one slice to the next.
-void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
-              const GemmEpilogue& epilogue) {
+void gemm_w(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
+            const GemmEpilogue& epilogue) {
   GemmCall g;
   g.a = a;
   g.m = m;
   g.lda = lda;
-  g.wp = reinterpret_cast<const float*>(w.data.data());
+  g.wp = reinterpret_cast<const WElem*>(w.data.data());
+  g.type = w.type;
   g.n = w.n;
   g.k = w.k;
   g.panels = ceil_div(w.n, kNR);
@@ -344,7 +353,7 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
   g.ldc = ldc;
   g.epilogue = epilogue;
   if (m <= kGemvMaxRows) {
-    gemv(a, m, lda, g.wp, g.n, g.k, c, ldc, epilogue);
+    gemv(a, m, lda, g.wp, g.n, g.k, g.type, c, ldc, epilogue);
     return;
   }
   // K slices of near-equal length (no short last one).

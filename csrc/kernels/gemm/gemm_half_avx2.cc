@@ -1,10 +1,74 @@
-// PLACEHOLDER: the avx2 level runs the scalar reference until its SIMD kernels land.
+// AVX2 GEMM over float16 / bfloat16 weights. Packed W: the panels of gemm_driver_inl.h (16
+// output features, k-major, columns past N zero) with 16-bit elements, so decode streams half the
+// bytes of float32. The weights are widened to float32 exactly (F16C vcvtph2ps for float16; zero-extend
+// and shift left by 16 for bfloat16) and multiplied with float32 FMAs into float32 sums; A stays
+// float32. Few rows (m ≤ 6): the GEMV kernel widens each weight in registers as it streams past.
+// Many rows: the float32 driver and tile kernel of gemm_avx2.cc run unchanged, each thread
+// widening a W panel slice [kc][16] into its own float32 buffer once per (row block, slice, panel)
+// and running the register tile over it.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
+#include "runtime/aligned_buffer.h"
+#include "runtime/threading.h"
 
 namespace cpuformer {
 namespace avx2 {
+namespace {
 
-const HalfGemmKernels kHalfGemmKernels = scalar::kHalfGemmKernels;
+// The float32 level's blocking (gemm_avx2.cc): the widened slice is the 16 KB slice it expects.
+constexpr long kMR = 6;
+constexpr long kNR = 16;
+constexpr long kKC = 256;
+constexpr long kMCMax = 28 * kMR;
+constexpr long kPrivateRowsMaxCBytes = 1L << 19;
+using WElem = uint16_t;
+constexpr long kGemvMaxRows = 6;
+
+#include "kernels/gemm/gemm_driver_inl.h"
+#include "kernels/gemm/gemm_avx2_inl.h"
+
+using GemvFn = void (*)(const float*, long, const void*, long, float*, long, long, const TileEpilogue&);
+constexpr GemvFn kGemvs[2][kGemvMaxRows] = {
+    {gemv_rows<1, kWF16>, gemv_rows<2, kWF16>, gemv_rows<3, kWF16>, gemv_rows<4, kWF16>, gemv_rows<5, kWF16>,
+     gemv_rows<6, kWF16>},
+    {gemv_rows<1, kWBF16>, gemv_rows<2, kWBF16>, gemv_rows<3, kWBF16>, gemv_rows<4, kWBF16>, gemv_rows<5, kWBF16>,
+     gemv_rows<6, kWBF16>},
+};
+
+void gemv_kernel(long rows, const float* a, long lda, const uint16_t* wp, long k, WeightType type, float* c,
+                 long ldc, long ncols, const TileEpilogue& ep) {
+  kGemvs[type == WeightType::kFloat16 ? 0 : 1][rows - 1](a, lda, wp, k, c, ldc, ncols, ep);
+}
+
+const float* widen_slice(const uint16_t* src, long kc, WeightType type) {
+  thread_local AlignedBuffer<float> buffer;
+  const long count = kc * kNR;
+  if (static_cast<long>(buffer.size()) < count) buffer.resize(static_cast<std::size_t>(kKC * kNR));
+  float* dst = buffer.data();
+  const __m128i* s = reinterpret_cast<const __m128i*>(src);
+  if (type == WeightType::kFloat16) {
+    for (long i = 0; i < count / 8; ++i) _mm256_store_ps(dst + 8 * i, _mm256_cvtph_ps(_mm_load_si128(s + i)));
+  } else {
+    for (long i = 0; i < count / 8; ++i)
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 8 * i),
+                         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_load_si128(s + i)), 16));
+  }
+  return dst;
+}
+
+void pack(const uint16_t* w, WeightType, long n, long k, long ldw, uint8_t* out) { pack_w(w, n, k, ldw, out); }
+
+}  // namespace
+
+const HalfGemmKernels kHalfGemmKernels = {packed_bytes_w, pack, gemm_w};
 
 }  // namespace avx2
 }  // namespace cpuformer

@@ -1,0 +1,184 @@
+"""ops.Linear(dtype="float16" | "bfloat16") against a NumPy float64 reference.
+
+The contract (gemm.h): each 16-bit weight is widened to float32 exactly and the products are summed
+in float32, A staying float32. The reference takes the same widened weights (np.float16 rounding of
+w for float16; the bfloat16 bit patterns shifted into the upper half of a float32) and sums in
+float64, so the only difference allowed is float32 summation error: |y - ref| ≤ 1e-5 · Σ|x|·|w|
+plus a small absolute term, and with an activation the activation kernel's bound (2e-6 absolute +
+1e-6 relative, tests/kernels/test_activation.py) with margin, as in test_gemm_int8.py.
+
+tests/test_runtime.py reruns this file (all of tests/kernels) at every lower ISA level.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import cpuformer as cf
+from cpuformer import ops
+
+_erf = np.vectorize(math.erf)
+
+DTYPES = ["float16", "bfloat16"]
+
+
+def widened(w, dtype):
+    """The float32 weights the kernels multiply with."""
+    if dtype == "float16":
+        bits = ops.to_float16_bits(w)
+        ref = bits.view(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(ref[np.isfinite(ref)], w.astype(np.float16).astype(np.float32)[np.isfinite(ref)])
+        return ref
+    bits = ops.to_bfloat16_bits(w)
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def activate(z, activation):
+    if activation == "relu":
+        return np.maximum(z, 0.0)
+    if activation == "gelu":
+        return 0.5 * z * (1.0 + _erf(z / math.sqrt(2.0)))
+    if activation == "gelu_tanh":
+        return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
+    if activation == "silu":
+        return z / (1.0 + np.exp(-z))
+    return z
+
+
+def slope_bound(activation):
+    """Largest |act'(z)|: how much a pre-activation error can grow through the activation."""
+    return {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1}[activation]
+
+
+def check(x, w, dtype, bias=None, activation=None, residual=None):
+    lin = ops.Linear(w, bias, activation, dtype=dtype)
+    assert lin.dtype == dtype
+    y = lin(x, residual.copy() if residual is not None else None)
+    assert y.dtype == np.float32 and y.shape == (x.shape[0], w.shape[0])
+    wf = widened(w, dtype).astype(np.float64)
+    x64 = np.asarray(x, dtype=np.float64)
+    z = x64 @ wf.T
+    scale = np.abs(x64) @ np.abs(wf).T
+    if bias is not None:
+        z = z + bias
+        scale = scale + np.abs(bias)
+    ref = activate(z, activation)
+    tol = (1e-5 * scale + 1e-6) * slope_bound(activation)
+    if activation is not None:
+        tol = tol + 4e-6 + 3e-6 * np.abs(ref)
+    if residual is not None:
+        ref = ref + residual
+        tol = tol + 1.2e-7 * (np.abs(ref) + np.abs(residual))  # the float32 rounding of the final add
+    err = np.abs(y - ref)
+    assert np.all(err <= tol), f"max excess {float((err - tol).max()):.3g}, max err {float(err.max()):.3g}"
+    return y
+
+
+def randn(rng, *shape):
+    return rng.standard_normal(shape, dtype=np.float32)
+
+
+# M walks through the tile and GEMV sizes (GEMV up to 6 or 8 rows, tiles of 6 or 14 rows), N
+# through the panel tails (16 or 32 columns), K through the slices (256) and their tails.
+SHAPES = [
+    (1, 1, 1), (1, 5, 3), (2, 7, 17), (3, 768, 130), (4, 33, 64), (5, 4, 65), (6, 100, 63),
+    (7, 13, 129), (8, 40, 33), (9, 300, 48), (12, 3, 200), (13, 257, 31), (14, 512, 32), (15, 513, 47),
+    (48, 66, 70), (49, 130, 300), (64, 4096, 40), (1, 4095, 100), (2, 4097, 9), (130, 515, 96),
+    (300, 64, 17), (400, 300, 700),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,k,n", SHAPES)
+def test_shapes(rng, dtype, m, k, n):
+    x, w, b = randn(rng, m, k), randn(rng, n, k), randn(rng, n)
+    check(x, w, dtype, b)
+    check(x, w, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100), (60, 600, 70)])
+def test_activations(rng, dtype, activation, m, k, n):
+    x, w, b = randn(rng, m, k), randn(rng, n, k) * 0.1, randn(rng, n)
+    check(x, w, dtype, b, activation)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("activation", [None, "gelu"])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (50, 33, 130), (100, 700, 90)])
+def test_residual(rng, dtype, activation, m, k, n):
+    # Linear adds the residual in place: the GEMM's residual aliases its output.
+    x, w, b, r = randn(rng, m, k), randn(rng, n, k) * 0.1, randn(rng, n), randn(rng, m, n)
+    check(x, w, dtype, b, activation, r)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_exact_small_integers(rng, dtype):
+    # Small integers are exact in both formats and in every float32 partial sum: every level and
+    # summation order must give the exact result.
+    m, k, n = 20, 300, 50
+    x = rng.integers(-8, 9, (m, k)).astype(np.float32)
+    w = rng.integers(-8, 9, (n, k)).astype(np.float32)
+    y = ops.Linear(w, None, dtype=dtype)(x)
+    np.testing.assert_array_equal(y, (x.astype(np.float64) @ w.T.astype(np.float64)).astype(np.float32))
+    y1 = ops.Linear(w, None, dtype=dtype)(x[:1])
+    np.testing.assert_array_equal(y1, y[:1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_input(rng, dtype):
+    x = randn(rng, 6, 90)[:, 5:75]
+    w, b = randn(rng, 40, 70), randn(rng, 40)
+    check(np.ascontiguousarray(x), w, dtype, b)
+    y = ops.Linear(w, b, dtype=dtype)(x)
+    np.testing.assert_array_equal(y, ops.Linear(w, b, dtype=dtype)(np.ascontiguousarray(x)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 3, 100])
+def test_threads_agree(rng, dtype, m):
+    # Threads split the output columns (or rows), never one dot product: the same sums every time.
+    x, w, b = randn(rng, m, 300), randn(rng, 200, 300), randn(rng, 200)
+    lin = ops.Linear(w, b, "relu", dtype=dtype)
+    before = cf.get_num_threads()
+    try:
+        cf.set_num_threads(1)
+        y1 = lin(x)
+        cf.set_num_threads(2)
+        y2 = lin(x)
+    finally:
+        cf.set_num_threads(before)
+    np.testing.assert_array_equal(y1, y2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 5, 40])
+def test_nonfinite_weights_propagate(rng, dtype, m):
+    k, n = 300, 70
+    x, w = randn(rng, m, k), randn(rng, n, k)
+    w[3, 10] = np.nan
+    w[40, 299] = np.inf
+    w[65, 0] = -np.inf
+    w[66, 5] = 1e6 if dtype == "float16" else np.finfo(np.float32).max  # rounds to inf in 16 bits
+    y = ops.Linear(w, None, dtype=dtype)(x)
+    assert np.isnan(y[:, 3]).all()
+    sign = np.sign(x[:, 299])
+    assert np.all(np.isinf(y[:, 40]) & (np.sign(y[:, 40]) == sign))
+    assert np.all(np.isinf(y[:, 65]) & (np.sign(y[:, 65]) == -np.sign(x[:, 0])))
+    assert np.all(np.isinf(y[:, 66]))
+    others = np.setdiff1d(np.arange(n), [3, 40, 65, 66])
+    assert np.isfinite(y[:, others]).all()
+    check(x, np.delete(w, [3, 40, 65, 66], axis=0), dtype)
+
+
+def test_float16_subnormal_weights(rng):
+    # Subnormal float16 weights widen exactly (F16C handles them; a shift would not).
+    m, k, n = 9, 200, 40
+    x = randn(rng, m, k)
+    w = (randn(rng, n, k) * np.float32(3e-6)).astype(np.float32)  # mostly subnormal in float16
+    y = check(x, w, "float16")
+    assert np.abs(y).max() > 0
+    ref = x.astype(np.float64) @ w.astype(np.float16).astype(np.float64).T
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-9)
