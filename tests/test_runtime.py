@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -77,3 +78,30 @@ def test_kernels_at_level(level):
     print(f"[{level}] {summary}")
     assert out.returncode == 0, f"kernel/model tests failed at CPUFORMER_ISA={level}:\n{out.stdout[-6000:]}\n{out.stderr[-3000:]}"
     assert "passed" in summary
+
+
+def _environment_after_import(extra):
+    code = ("import os, json; before = dict(os.environ); import cpuformer; "
+            "print(json.dumps({k: os.environ.get(k) for k in ('GOMP_SPINCOUNT', 'OMP_WAIT_POLICY')}))")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env.update(extra)
+    env["OMP_DISPLAY_ENV"] = "verbose"  # libgomp prints the settings it loaded with to stderr
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    loaded = [line.split("=", 1)[1].strip().strip("'") for line in out.stderr.splitlines()
+              if line.strip().startswith("GOMP_SPINCOUNT")]
+    return json.loads(out.stdout), loaded
+
+
+def test_import_sets_the_spin_count_only_while_loading_the_core():
+    """docs/runtime.md, "Waiting threads": the short spin count is given to libgomp at load and
+    never left in the environment; a user's own setting is kept as given."""
+    import cpuformer as cf_module
+
+    assert cf_module._SPIN_COUNT == 1000
+    assert _environment_after_import({}) == ({"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": None}, ["1000"])
+    assert _environment_after_import({"GOMP_SPINCOUNT": "7"}) == ({"GOMP_SPINCOUNT": "7", "OMP_WAIT_POLICY": None},
+                                                                  ["7"])
+    env, loaded = _environment_after_import({"OMP_WAIT_POLICY": "active"})
+    assert env == {"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": "active"}
+    assert loaded != ["1000"]  # libgomp's own active-policy count

@@ -6,9 +6,34 @@ exposed as ``cpuformer._core``; this package loads models and offers the user AP
 
 from __future__ import annotations
 
+import os as _os
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from . import _core
+
+def _import_core():
+    """Imports the C++ core with a short OpenMP spin-wait unless the user chose one.
+
+    libgomp reads its settings once, when it is loaded with ``_core``. Its default lets an idle
+    worker spin ~300,000 times before sleeping; when another process holds one of the cores, the
+    spinning thread burns the time slice the descheduled one needs, and a 2-thread decode step
+    (dozens of barriers) slows down by 10-50x. GOMP_SPINCOUNT (_SPIN_COUNT below) keeps the fast
+    wake-up on an idle machine and most of the passive policy's speed on a busy one
+    (docs/runtime.md, "Waiting threads"). Set only for the load of libgomp and restored after, so
+    other libraries loaded later see the environment the user gave.
+    """
+    if "OMP_WAIT_POLICY" in _os.environ or "GOMP_SPINCOUNT" in _os.environ:
+        from . import _core
+        return _core
+    _os.environ["GOMP_SPINCOUNT"] = str(_SPIN_COUNT)
+    try:
+        from . import _core
+    finally:
+        del _os.environ["GOMP_SPINCOUNT"]
+    return _core
+
+
+_SPIN_COUNT = 1000
+_core = _import_core()
 
 try:
     _core._select_isa()
