@@ -66,8 +66,9 @@ struct Int8GemmKernels {
 
 // float16 / bfloat16 (WeightType::kFloat16 / kBFloat16): W holds 16-bit bit patterns (IEEE binary16
 // or the upper half of a float32). c = act(a·float(W)ᵀ + bias) + residual, accumulated in float32.
-// A kernel may round a to bfloat16 for vdpbf16ps (AVX512-BF16); the error bound is stated where
-// it does (docs/precision.md).
+// Every level widens each weight to float32 exactly and keeps a in float32 (no vdpbf16ps, which
+// would round a to bfloat16), so the result is a float32 GEMM on the rounded weights up to
+// summation order (docs/precision.md).
 struct HalfGemmKernels {
   std::size_t (*packed_bytes)(long n, long k);
   // w [n, k] (row stride ldw) 16-bit values of type `type` (kFloat16 or kBFloat16).
