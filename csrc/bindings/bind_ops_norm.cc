@@ -218,6 +218,25 @@ py::array_t<float> vector_math_op(const std::string& function, const py::object&
   throw py::value_error("function must be one of " + names + ", got '" + function + "'");
 }
 
+// Test hook for the row reductions of beam search: (max_value(x), sum_exp(x, shift),
+// find_greater(x, offset, threshold)) at the active ISA level.
+py::tuple row_reductions_op(const py::object& x_obj, float shift, float offset, float threshold) {
+  FloatArray x = as_float32(x_obj, "x");
+  const float* xp = x.data();
+  const long n = static_cast<long>(x.size());
+  const VectorMathKernels& vm = vector_math_kernels();
+  float max_value;
+  double sum;
+  long index;
+  {
+    py::gil_scoped_release release;
+    max_value = vm.max_value(xp, n);
+    sum = vm.sum_exp(xp, n, shift);
+    index = vm.find_greater(xp, n, offset, threshold);
+  }
+  return py::make_tuple(max_value, sum, index);
+}
+
 }  // namespace
 
 void register_ops_norm(py::module_& m) {
@@ -236,6 +255,10 @@ void register_ops_norm(py::module_& m) {
   m.def("_vector_math", &vector_math_op, py::arg("function"), py::arg("x"),
         "Test hook: a vectorised elementary function of the active ISA (exp, exp_nan_propagating, erf, tanh, "
         "sigmoid).");
+  m.def("_row_reductions", &row_reductions_op, py::arg("x"), py::arg("shift"), py::arg("offset"),
+        py::arg("threshold"),
+        "Test hook: (max ignoring NaN, sum of exp(x - shift) in double, first index with x + offset > threshold) "
+        "at the active ISA.");
 }
 
 }  // namespace bindings

@@ -219,22 +219,16 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
   return result;
 }
 
-// log_softmax in float32 with the SIMD exp (one pass for the max, one for exp, a double sum):
-// beam search runs it over every beam's full vocabulary each step. y may alias x.
+// log_softmax in float32 with the SIMD max / exp (a double sum): beam search runs it over every
+// beam's full vocabulary each step. y may alias x.
 void log_softmax_fast(const float* x, float* y, long n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (long i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  const VectorMathKernels& vm = vector_math_kernels();
+  const float m = vm.max_value(x, n);
   if (m == -std::numeric_limits<float>::infinity()) {
-    for (long i = 0; i < n; ++i) y[i] = x[i];
+    if (y != x) std::copy(x, x + n, y);
     return;
   }
-  thread_local std::vector<float> shifted;
-  shifted.resize(n);
-  for (long i = 0; i < n; ++i) shifted[i] = x[i] - m;
-  vector_math_kernels().apply(VectorFunction::kExp, shifted.data(), shifted.data(), n);
-  double sum = 0.0;
-  for (long i = 0; i < n; ++i) sum += shifted[i];
-  const float lse = m + static_cast<float>(std::log(sum));
+  const float lse = m + static_cast<float>(std::log(vm.sum_exp(x, n, m)));
   for (long i = 0; i < n; ++i) y[i] = x[i] - lse;
 }
 
@@ -248,24 +242,20 @@ bool better(const ScoredIndex& x, const ScoredIndex& y) {
   return x.score > y.score || (x.score == y.score && x.index < y.index);
 }
 
-// a[t] += offset over [0, V), and the `keep` best of the results (as better() orders them,
-// indices offset by `base`) into out, in any order; a running worst-of-the-kept makes this one
-// pass over V.
-void add_and_top_candidates(float* a, float offset, long V, long keep, long base, ScoredIndex* out) {
+// The `keep` best of a[t] + offset over t in [0, V) (as better() orders them, indices offset by
+// `base`) into out, in any order. A running worst-of-the-kept makes this one pass over V, and the
+// vectorised find_greater skips the (vast majority of) tokens that cannot displace it: a later
+// token with a score equal to the worst is never better (its index is larger).
+void add_and_top_candidates(const float* a, float offset, long V, long keep, long base, ScoredIndex* out) {
+  const VectorMathKernels& vm = vector_math_kernels();
   long count = 0, worst = 0;
-  for (long t = 0; t < V; ++t) {
-    a[t] += offset;
-    const ScoredIndex c{a[t], base + t};
-    if (count < keep) {
-      out[count++] = c;
-      if (count == keep) {
-        worst = 0;
-        for (long i = 1; i < keep; ++i) if (better(out[worst], out[i])) worst = i;
-      }
-      continue;
-    }
-    if (!better(c, out[worst])) continue;
-    out[worst] = c;
+  for (long t = 0; t < V && count < keep; ++t) out[count++] = ScoredIndex{a[t] + offset, base + t};
+  if (count < keep) return;
+  for (long i = 1; i < keep; ++i) if (better(out[worst], out[i])) worst = i;
+  for (long t = keep; t < V; ++t) {
+    t += vm.find_greater(a + t, V - t, offset, out[worst].score);
+    if (t >= V) break;
+    out[worst] = ScoredIndex{a[t] + offset, base + t};
     worst = 0;
     for (long i = 1; i < keep; ++i) if (better(out[worst], out[i])) worst = i;
   }
@@ -339,7 +329,8 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
       for (long i = 0; i < keep; ++i) {
         const long beam = order[i] / V;
         const int64_t token = order[i] % V;
-        cands[i] = {all[order[i]], beam, token, all[order[i]] - running[b][beam].score};
+        const float score = all[order[i]] + running[b][beam].score;  // as add_and_top_candidates scored it
+        cands[i] = {score, beam, token, score - running[b][beam].score};
         hits[i] = at_max || is_eos(o, token);
         all_hit = all_hit && hits[i];
       }

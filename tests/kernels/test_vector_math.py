@@ -128,3 +128,51 @@ def test_errors():
         _core._vector_math("erf", np.zeros(3))
     with pytest.raises(TypeError, match="x must be a numpy.ndarray of float32, got list"):
         _core._vector_math("erf", [1.0])
+
+
+# ---- row reductions (beam search's log-softmax and top-k scan) ------------------------------------
+
+def _find_greater(x, offset, threshold):
+    hits = np.nonzero((x + np.float32(offset)).astype(np.float32) > np.float32(threshold))[0]
+    return int(hits[0]) if hits.size else x.size
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 15, 16, 17, 31, 33, 58101])
+def test_row_reductions(n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    shift = float(x.max()) if n else 0.0
+    m, s, _ = _core._row_reductions(x, shift, 0.0, 0.0)
+    assert m == (x.max() if n else -np.inf)
+    # Each exp term to the vector exp's accuracy (a few ulp), summed in double.
+    ref = float(np.exp(x.astype(np.float64) - np.float32(shift)).sum())
+    assert abs(s - ref) <= 1e-6 * ref + 1e-300
+    # find_greater: the first index whose float32 x + offset beats the threshold, at every position
+    # (the tail of a vector and the scalar remainder included).
+    for offset in (0.0, -1.5, 3.25):
+        for threshold in (-np.inf, 0.0, 5.0, 1e30):
+            assert _core._row_reductions(x, 0.0, offset, threshold)[2] == _find_greater(x, offset, threshold)
+    for position in {0, n // 2, n - 1} if n else ():
+        y = np.full(n, -2.0, np.float32)
+        y[position] = 1.0
+        assert _core._row_reductions(y, 0.0, 0.5, 1.0)[2] == position
+        assert _core._row_reductions(y, 0.0, 0.0, 1.0)[2] == n  # equal is not greater
+
+
+def test_row_reductions_rounding_and_special_values():
+    # x + offset rounds exactly as float32: 1 + 2**-24 rounds to 1 (not greater than 1).
+    x = np.float32([1.0, 1.0, 1.0, 2.0])
+    assert _core._row_reductions(x, 0.0, 2.0**-24, 1.0)[2] == 3
+    assert _core._row_reductions(x, 0.0, 2.0**-23, 1.0)[2] == 0
+    # NaN is skipped by the max and never greater; all-NaN gives -inf; inf is the max.
+    y = np.full(37, np.nan, np.float32)
+    m, _, index = _core._row_reductions(y, 0.0, 0.0, -np.inf)
+    assert (m, index) == (-np.inf, 37)
+    y[20] = -3.0
+    assert _core._row_reductions(y, 0.0, 0.0, -4.0)[0] == -3.0
+    assert _core._row_reductions(y, 0.0, 0.0, -4.0)[2] == 20
+    y[5] = np.inf
+    assert _core._row_reductions(y, 0.0, 0.0, 0.0)[0] == np.inf
+    # -inf entries add nothing to the sum.
+    z = np.float32([-np.inf] * 20 + [0.0])
+    assert _core._row_reductions(z, 0.0, 0.0, 0.0)[1] == 1.0

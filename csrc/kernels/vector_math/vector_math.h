@@ -19,6 +19,15 @@ enum class VectorFunction : int {
 
 struct VectorMathKernels {
   void (*apply)(VectorFunction f, const float* x, float* y, long n);  // single-threaded
+  // Row reductions for log-softmax and top-k over a vocabulary (beam search), single-threaded.
+  // max_value: the largest x[i], ignoring NaN; -inf when n == 0 or every element is NaN.
+  float (*max_value)(const float* x, long n);
+  // sum_exp: Σ exp(x[i] - shift), each term computed in float with kExp's function and summed in
+  // double (the order of the double sum is the level's own).
+  double (*sum_exp)(const float* x, long n, float shift);
+  // find_greater: the first i in [0, n) with float(x[i] + offset) > threshold (the float sum
+  // rounded exactly as a scalar add), else n. NaN never compares greater.
+  long (*find_greater)(const float* x, long n, float offset, float threshold);
 };
 
 const VectorMathKernels& vector_math_kernels();
