@@ -214,29 +214,35 @@ def plot_throughput(rows: List[Dict[str, Any]], path: str) -> bool:
     engines += sorted({r["engine"] for r in rows} - set(engines))
     spare = iter(["#9467bd", "#8c564b", "#7f7f7f", "#bcbd22"])
     colors = {e: COLORS.get(e) or next(spare, "#17becf") for e in engines}
-    fig, axes = plt.subplots(1, len(kinds), figsize=(5.5 * len(kinds), 4.5), squeeze=False)
-    for ax, kind in zip(axes[0], kinds):
-        groups: List[Tuple[str, str]] = []
+    def label_of(r):
+        return r["workload"] if r["workload"].startswith(r["model"]) else f"{r['model']} {r['workload']}"
+
+    all_groups: Dict[str, List[Tuple[str, str]]] = {}
+    for kind in kinds:
+        groups = all_groups.setdefault(kind, [])
         for r in rows:
-            if r["kind"] == kind:
-                label = r["workload"] if r["workload"].startswith(r["model"]) else f"{r['model']}\n{r['workload']}"
-                if (label, r["dtype"]) not in groups:
-                    groups.append((label, r["dtype"]))
+            if r["kind"] == kind and (label_of(r), r["dtype"]) not in groups:
+                groups.append((label_of(r), r["dtype"]))
+    # Panel widths follow their number of bar groups, so every label gets the same room.
+    sizes = [max(len(all_groups[k]), 3) for k in kinds]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(max(6.0, 0.55 * sum(sizes) + 1.5 * len(kinds)), 5.2),
+                             squeeze=False, gridspec_kw={"width_ratios": sizes})
+    for ax, kind in zip(axes[0], kinds):
+        groups = all_groups[kind]
         width = 0.8 / len(engines)
         for i, engine in enumerate(engines):
             xs, ys = [], []
             for g, (label, dtype) in enumerate(groups):
                 for r in rows:
-                    here = r["workload"] if r["workload"].startswith(r["model"]) else f"{r['model']}\n{r['workload']}"
-                    if r["kind"] == kind and r["engine"] == engine and here == label and r["dtype"] == dtype:
+                    if r["kind"] == kind and r["engine"] == engine and label_of(r) == label and r["dtype"] == dtype:
                         xs.append(g + (i - (len(engines) - 1) / 2) * width)
                         ys.append(r["tok_per_s"])
             if xs:
                 bars = ax.bar(xs, ys, width, label=engine, color=colors[engine])
                 ax.bar_label(bars, labels=[_fmt(y) for y in ys], fontsize=6, rotation=90, padding=2)
         ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels([f"{label.replace('_', ' ')}\n{dtype}" for label, dtype in groups], fontsize=7,
-                           rotation=20, ha="right")
+        ax.set_xticklabels([f"{label.replace('_', ' ')} · {dtype}" for label, dtype in groups], fontsize=7,
+                           rotation=55, ha="right", rotation_mode="anchor")
         ax.set_yscale("log")
         values = [r["tok_per_s"] for r in rows if r["kind"] == kind]
         ax.set_ylim(10 ** math.floor(math.log10(min(values))), 10 ** (math.log10(max(values)) + 0.35))
