@@ -10,7 +10,6 @@ plus a small absolute term, and with an activation the activation kernel's bound
 tests/test_runtime.py reruns this file (all of tests/kernels) at every lower ISA level.
 """
 
-import math
 
 import numpy as np
 import pytest
@@ -18,7 +17,8 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-_erf = np.vectorize(math.erf)
+from ._reference import activate, randn
+
 
 DTYPES = ["float16", "bfloat16"]
 
@@ -32,18 +32,6 @@ def widened(w, dtype):
         return ref
     bits = ops.to_bfloat16_bits(w)
     return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def activate(z, activation):
-    if activation == "relu":
-        return np.maximum(z, 0.0)
-    if activation == "gelu":
-        return 0.5 * z * (1.0 + _erf(z / math.sqrt(2.0)))
-    if activation == "gelu_tanh":
-        return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
-    if activation == "silu":
-        return z / (1.0 + np.exp(-z))
-    return z
 
 
 def slope_bound(activation):
@@ -73,10 +61,6 @@ def check(x, w, dtype, bias=None, activation=None, residual=None):
     err = np.abs(y - ref)
     assert np.all(err <= tol), f"max excess {float((err - tol).max()):.3g}, max err {float(err.max()):.3g}"
     return y
-
-
-def randn(rng, *shape):
-    return rng.standard_normal(shape, dtype=np.float32)
 
 
 # M walks through the tile and GEMV sizes (GEMV up to 6 or 8 rows, tiles of 6 or 14 rows), N

@@ -12,7 +12,6 @@ tests/test_runtime.py reruns this file at every lower ISA level; test_without_do
 reruns it with AVX512-VNNI and AVX-VNNI hidden, so the fallback kernel of each level runs too.
 """
 
-import math
 import os
 import subprocess
 import sys
@@ -23,7 +22,8 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-_erf = np.vectorize(math.erf)
+from ._reference import activate, randn
+
 
 
 def quantize_rows(x):
@@ -51,19 +51,6 @@ def preactivation(x, w, bias=None):
     return y.astype(np.float32)
 
 
-def activate(z, activation):
-    z = z.astype(np.float64)
-    if activation == "relu":
-        return np.maximum(z, 0.0)
-    if activation == "gelu":
-        return 0.5 * z * (1.0 + _erf(z / math.sqrt(2.0)))
-    if activation == "gelu_tanh":
-        return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
-    if activation == "silu":
-        return z / (1.0 + np.exp(-z))
-    return z
-
-
 def check(x, w, bias=None, activation=None, residual=None):
     lin = ops.Linear(w, bias, activation, dtype="int8")
     y = lin(x, residual.copy() if residual is not None else None)
@@ -82,10 +69,6 @@ def check(x, w, bias=None, activation=None, residual=None):
         err = np.abs(y - ref)
         assert np.all(err <= tol), f"max excess {float((err - tol).max()):.3g}"
     return y
-
-
-def randn(rng, *shape):
-    return rng.standard_normal(shape, dtype=np.float32)
 
 
 # M walks through the tile and GEMV sizes, N through the panel tails (16, 64 columns), K through
