@@ -148,6 +148,8 @@ class Generator(ModelBase):
     they are produced.
     """
 
+    _INPUT = "prompt"  # what the error messages call one input sequence
+
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None):
         check_dtype(dtype)
@@ -327,27 +329,27 @@ class Generator(ModelBase):
             return [self._encode(prompts, 0)], "str"
         if isinstance(prompts, np.ndarray):
             if prompts.dtype.kind not in "iu":
-                raise TypeError(f"prompts must hold integer token ids, got dtype {prompts.dtype}")
+                raise TypeError(f"{self._INPUT}s must hold integer token ids, got dtype {prompts.dtype}")
             if prompts.ndim == 1:
                 prompts = [prompts]
             elif prompts.ndim != 2:
-                raise ValueError(f"prompts must be 1-D or 2-D, got shape {list(prompts.shape)}")
-            return [_ids(p, i) for i, p in enumerate(prompts)], "ids"
+                raise ValueError(f"{self._INPUT}s must be 1-D or 2-D, got shape {list(prompts.shape)}")
+            return [_ids(p, i, self._INPUT) for i, p in enumerate(prompts)], "ids"
         if not isinstance(prompts, (list, tuple)):
-            raise TypeError(f"prompts must be a string, a list of strings or token-id lists, got "
+            raise TypeError(f"{self._INPUT}s must be a string, a list of strings or token-id lists, got "
                             f"{type(prompts).__name__}")
         if len(prompts) == 0:
-            raise ValueError("prompts is empty: give at least one prompt")
+            raise ValueError(f"{self._INPUT}s is empty: give at least one {self._INPUT}")
         if all(isinstance(p, str) for p in prompts):
             return [self._encode(p, i) for i, p in enumerate(prompts)], "strs"
         if not any(isinstance(p, (list, tuple, np.ndarray, str)) for p in prompts):
-            return [_ids(prompts, 0)], "ids"  # one prompt (a flat list; _ids names any non-integer)
-        return [_ids(p, i) for i, p in enumerate(prompts)], "ids"
+            return [_ids(prompts, 0, self._INPUT)], "ids"  # one prompt (a flat list; _ids names any non-integer)
+        return [_ids(p, i, self._INPUT) for i, p in enumerate(prompts)], "ids"
 
     def _encode(self, text: str, index: int) -> List[int]:
         ids = self._get_tokenizer().encode(text).ids
         if not ids:
-            raise ValueError(f"prompt {index} is empty (it encodes to no tokens)")
+            raise ValueError(f"{self._INPUT} {index} is empty (it encodes to no tokens)")
         return list(ids)
 
     def _decode(self, ids: Sequence[int]) -> str:
@@ -520,20 +522,20 @@ class _StreamCancelled(Exception):
     """Raised inside stream()'s token callback to stop an abandoned generation."""
 
 
-def _ids(value, index: int) -> List[int]:
+def _ids(value, index: int, noun: str = "prompt") -> List[int]:
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
-            raise ValueError(f"prompt {index} must be a 1-D sequence of token ids, got shape {list(value.shape)}")
+            raise ValueError(f"{noun} {index} must be a 1-D sequence of token ids, got shape {list(value.shape)}")
         if value.dtype.kind not in "iu":
-            raise TypeError(f"prompt {index} must hold integer token ids, got dtype {value.dtype}")
+            raise TypeError(f"{noun} {index} must hold integer token ids, got dtype {value.dtype}")
         value = value.tolist()
     if not isinstance(value, (list, tuple)):
-        raise TypeError(f"prompt {index} must be a string or a list of token ids, got {type(value).__name__}")
+        raise TypeError(f"{noun} {index} must be a string or a list of token ids, got {type(value).__name__}")
     for v in value:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"prompt {index} must hold integer token ids, got {type(v).__name__} {v!r}")
+            raise TypeError(f"{noun} {index} must hold integer token ids, got {type(v).__name__} {v!r}")
     if len(value) == 0:
-        raise ValueError(f"prompt {index} is empty; every prompt needs at least one token")
+        raise ValueError(f"{noun} {index} is empty; every {noun} needs at least one token")
     return [int(v) for v in value]
 
 

@@ -134,6 +134,7 @@ class Seq2Seq(ModelBase):
 
     # The prompt/tokenizer/option helpers are Generator's: one behaviour for both APIs.
     _get_tokenizer = Generator._get_tokenizer
+    _INPUT = "source"
     _prompts = Generator._prompts
     _encode = Generator._encode
     _decode = Generator._decode

@@ -171,8 +171,8 @@ def run_generate_properties(calls, name, model, prompt_ok, label):
             calls.raises(name, error, match, model.generate, prompts, **bad_kw)
         else:
             case, error, match = rest
-            message = str(calls.raises(name, error, match.replace("prompt", label) if case in (
-                "negative", "too_large") else match, model.generate, hostile_prompt(case, prompts)))
+            message = str(calls.raises(name, error, match.replace("prompt", label), model.generate,
+                                       hostile_prompt(case, prompts)))
             assert message
 
     check()
