@@ -17,15 +17,8 @@ namespace cpuformer {
 namespace avx2 {
 namespace {
 
-constexpr long kMR = 6;
-constexpr long kNR = 16;
-// W slice 256×16 floats = 16 KB (half of a 32 KB L1d); A block 168×256 floats = 168 KB, which
-// fits the 256 KB L2 of the oldest AVX2 cores.
-constexpr long kKC = 256;
-constexpr long kMCMax = 28 * kMR;
-constexpr long kPrivateRowsMaxCBytes = 1L << 19;
+#include "kernels/gemm/gemm_avx2_blocking_inl.h"
 using WElem = float;
-constexpr long kGemvMaxRows = 6;
 
 #include "kernels/gemm/gemm_driver_inl.h"
 #include "kernels/gemm/gemm_avx2_inl.h"

@@ -17,14 +17,8 @@ namespace cpuformer {
 namespace avx512 {
 namespace {
 
-constexpr long kMR = 14;
-constexpr long kNR = 32;
-// W slice 256×32 floats = 32 KB of the 48 KB L1d; A block 336×256 floats = 336 KB of the 2 MB L2.
-constexpr long kKC = 256;
-constexpr long kMCMax = 24 * kMR;
-constexpr long kPrivateRowsMaxCBytes = 1L << 20;
+#include "kernels/gemm/gemm_avx512_blocking_inl.h"
 using WElem = float;
-constexpr long kGemvMaxRows = 8;
 
 #include "kernels/gemm/gemm_driver_inl.h"
 #include "kernels/gemm/gemm_avx512_inl.h"

@@ -23,14 +23,8 @@ namespace cpuformer {
 namespace avx2 {
 namespace {
 
-// The float32 level's blocking (gemm_avx2.cc): the widened slice is the 16 KB slice it expects.
-constexpr long kMR = 6;
-constexpr long kNR = 16;
-constexpr long kKC = 256;
-constexpr long kMCMax = 28 * kMR;
-constexpr long kPrivateRowsMaxCBytes = 1L << 19;
+#include "kernels/gemm/gemm_avx2_blocking_inl.h"
 using WElem = uint16_t;
-constexpr long kGemvMaxRows = 6;
 
 #include "kernels/gemm/gemm_driver_inl.h"
 #include "kernels/gemm/gemm_avx2_inl.h"

@@ -23,14 +23,8 @@ namespace cpuformer {
 namespace avx512 {
 namespace {
 
-// The float32 level's blocking (gemm_avx512.cc): the widened slice is the 32 KB slice it expects.
-constexpr long kMR = 14;
-constexpr long kNR = 32;
-constexpr long kKC = 256;
-constexpr long kMCMax = 24 * kMR;
-constexpr long kPrivateRowsMaxCBytes = 1L << 20;
+#include "kernels/gemm/gemm_avx512_blocking_inl.h"
 using WElem = uint16_t;
-constexpr long kGemvMaxRows = 8;
 
 #include "kernels/gemm/gemm_driver_inl.h"
 #include "kernels/gemm/gemm_avx512_inl.h"

@@ -1,0 +1,11 @@
+// Register tile and cache blocking of the avx512 GEMM levels, shared by the float32 (gemm_avx512.cc) and
+// float16/bfloat16 (gemm_half_avx512.cc) GEMMs: the 16-bit path widens one W slice [kKC][kNR] at a
+// time into exactly the slice the float32 tile kernel expects. Included inside the ISA's anonymous
+// namespace before gemm_driver_inl.h (which reads these names); no include guard on purpose.
+constexpr long kMR = 14;
+constexpr long kNR = 32;
+// W slice 256×32 floats = 32 KB of the 48 KB L1d; A block 336×256 floats = 336 KB of the 2 MB L2.
+constexpr long kKC = 256;
+constexpr long kMCMax = 24 * kMR;
+constexpr long kPrivateRowsMaxCBytes = 1L << 20;
+constexpr long kGemvMaxRows = 8;
