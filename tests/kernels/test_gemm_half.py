@@ -7,9 +7,17 @@ float64, so the only difference allowed is float32 summation error: |y - ref| â‰
 plus a small absolute term, and with an activation the activation kernel's bound (2e-6 absolute +
 1e-6 relative, tests/kernels/test_activation.py) with margin, as in test_gemm_int8.py.
 
+On a CPU with AVX512-BF16 the avx512 level multiplies bfloat16 weights with vdpbf16ps, which
+rounds each activation to bfloat16 first: there the reference rounds x the same way (products of
+two bfloat16 values are exact in float32, so the same float32-summation bound applies), and
+test_without_bf16_dot_product reruns this file with the extension hidden, for the widening kernel.
+
 tests/test_runtime.py reruns this file (all of tests/kernels) at every lower ISA level.
 """
 
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -34,6 +42,21 @@ def widened(w, dtype):
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
+def bf16_dot_product():
+    """True when bfloat16 weights run on vdpbf16ps (activations rounded to bfloat16)."""
+    info = cf.cpu_info()
+    return info["isa"] == "avx512" and "avx512_bf16" in info["features"]
+
+
+def as_bfloat16(x):
+    return (ops.to_bfloat16_bits(np.ascontiguousarray(x, dtype=np.float32)).astype(np.uint32) << 16).view(np.float32)
+
+
+def multiplied_input(x, dtype):
+    """The float32 activations the kernels multiply with."""
+    return as_bfloat16(x) if dtype == "bfloat16" and bf16_dot_product() else np.asarray(x, dtype=np.float32)
+
+
 def slope_bound(activation):
     """Largest |act'(z)|: how much a pre-activation error can grow through the activation."""
     return {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1}[activation]
@@ -45,7 +68,7 @@ def check(x, w, dtype, bias=None, activation=None, residual=None):
     y = lin(x, residual.copy() if residual is not None else None)
     assert y.dtype == np.float32 and y.shape == (x.shape[0], w.shape[0])
     wf = widened(w, dtype).astype(np.float64)
-    x64 = np.asarray(x, dtype=np.float64)
+    x64 = multiplied_input(x, dtype).astype(np.float64)
     z = x64 @ wf.T
     scale = np.abs(x64) @ np.abs(wf).T
     if bias is not None:
@@ -166,3 +189,27 @@ def test_float16_subnormal_weights(rng):
     assert np.abs(y).max() > 0
     ref = x.astype(np.float64) @ w.astype(np.float16).astype(np.float64).T
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-9)
+
+
+def test_bfloat16_activation_rounding():
+    # 1 + 2^-12 is not a bfloat16 value: vdpbf16ps multiplies 1 (nearest even), the widening
+    # kernels the float32 value itself. Either way the result is exact.
+    x = np.full((3, 4), 1 + 2.0 ** -12, dtype=np.float32)
+    w = np.eye(4, dtype=np.float32)
+    y = ops.Linear(w, None, dtype="bfloat16")(x)
+    expected = np.float32(1.0) if bf16_dot_product() else np.float32(1 + 2.0 ** -12)
+    np.testing.assert_array_equal(y, np.full((3, 4), expected, dtype=np.float32))
+
+
+@pytest.mark.skipif(not bf16_dot_product(), reason="vdpbf16ps is used only at avx512 with AVX512-BF16")
+def test_without_bf16_dot_product():
+    # The same tests with AVX512-BF16 hidden: the avx512 widening kernel runs for bfloat16.
+    env = dict(os.environ, CPUFORMER_DISABLE_FEATURES="avx512_bf16")
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not without_bf16"],
+        env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "passed" in out.stdout and "failed" not in out.stdout
+    probe = subprocess.run([sys.executable, "-c", "import cpuformer as cf; print(cf.cpu_info())"],
+                           env=env, capture_output=True, text=True)
+    assert "avx512_bf16" not in probe.stdout and "'isa': 'avx512'" in probe.stdout

@@ -27,9 +27,13 @@ const Int8GemmKernels& int8_gemm_kernels() {
   return table;
 }
 
+// bfloat16 weights with vdpbf16ps (gemm_half_avx512bf16.cc; float16 weights go to the avx512 table).
+namespace avx512bf16 { extern const HalfGemmKernels kHalfGemmKernels; }
+
 const HalfGemmKernels& half_gemm_kernels() {
   static const HalfGemmKernels& table =
-      select_for_isa(scalar::kHalfGemmKernels, avx2::kHalfGemmKernels, avx512::kHalfGemmKernels);
+      select_for_isa(scalar::kHalfGemmKernels, avx2::kHalfGemmKernels,
+                     cpu_features().avx512bf16 ? avx512bf16::kHalfGemmKernels : avx512::kHalfGemmKernels);
   return table;
 }
 
@@ -149,7 +153,7 @@ PackedWeights pack_weights_16(const uint16_t* w, WeightType type, long n, long k
   packed.k = k;
   packed.type = type;
   packed.isa = active_isa();
-  packed.data.resize(kernels.packed_bytes(n, k));
+  packed.data.resize(kernels.packed_bytes(n, k, type));
   kernels.pack(w, type, n, k, ldw, packed.data.data());
   return packed;
 }

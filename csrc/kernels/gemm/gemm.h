@@ -66,11 +66,14 @@ struct Int8GemmKernels {
 
 // float16 / bfloat16 (WeightType::kFloat16 / kBFloat16): W holds 16-bit bit patterns (IEEE binary16
 // or the upper half of a float32). c = act(a·float(W)ᵀ + bias) + residual, accumulated in float32.
-// Every level widens each weight to float32 exactly and keeps a in float32 (no vdpbf16ps, which
-// would round a to bfloat16), so the result is a float32 GEMM on the rounded weights up to
-// summation order (docs/precision.md).
+// The widening kernels (every level) convert each weight to float32 exactly and keep a in float32,
+// so the result is a float32 GEMM on the rounded weights up to summation order. On a CPU with
+// AVX512-BF16 the avx512 level multiplies bfloat16 weights with vdpbf16ps instead
+// (gemm_half_avx512bf16.cc): a is rounded to bfloat16 (nearest even, subnormals to zero), the
+// products are exact and summed in float32, which adds at most 2^-9·Σ|a·w| (docs/precision.md).
+// CPUFORMER_DISABLE_FEATURES=avx512_bf16 selects the widening kernel there too.
 struct HalfGemmKernels {
-  std::size_t (*packed_bytes)(long n, long k);
+  std::size_t (*packed_bytes)(long n, long k, WeightType type);
   // w [n, k] (row stride ldw) 16-bit values of type `type` (kFloat16 or kBFloat16).
   void (*pack)(const uint16_t* w, WeightType type, long n, long k, long ldw, uint8_t* out);
   void (*gemm)(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,

@@ -57,11 +57,12 @@ const float* widen_slice(const uint16_t* src, long kc, WeightType type) {
   return dst;
 }
 
+std::size_t packed_bytes(long n, long k, WeightType) { return packed_bytes_w(n, k); }
 void pack(const uint16_t* w, WeightType, long n, long k, long ldw, uint8_t* out) { pack_w(w, n, k, ldw, out); }
 
 }  // namespace
 
-const HalfGemmKernels kHalfGemmKernels = {packed_bytes_w, pack, gemm_w};
+const HalfGemmKernels kHalfGemmKernels = {packed_bytes, pack, gemm_w};
 
 }  // namespace avx512
 }  // namespace cpuformer

@@ -10,7 +10,7 @@ namespace cpuformer {
 namespace scalar {
 namespace {
 
-std::size_t packed_bytes(long n, long k) { return static_cast<std::size_t>(n) * k * sizeof(uint16_t); }
+std::size_t packed_bytes(long n, long k, WeightType) { return static_cast<std::size_t>(n) * k * sizeof(uint16_t); }
 
 void pack(const uint16_t* w, WeightType, long n, long k, long ldw, uint8_t* out) {
   uint16_t* dst = reinterpret_cast<uint16_t*>(out);

@@ -1,0 +1,232 @@
+// AVX512-BF16 GEMM over bfloat16 weights: vdpbf16ps, two products per float32 lane and instruction.
+// Picked inside the avx512 level when the CPU has AVX512-BF16 (gemm.cc); float16 weights go to the
+// avx512 widening kernels unchanged.
+//
+// Arithmetic (gemm.h, HalfGemmKernels): each row of A is rounded to bfloat16 once per call
+// (vcvtneps2bf16: nearest even; NaN stays NaN; subnormal inputs become zero), and every product
+// bf16(a)·w is exact in float32 and summed in float32 (vdpbf16ps also flushes subnormal products
+// and sums to zero). Against the widening kernels this adds at most 2^-9·Σ|a·w| of error, half an
+// ulp of bfloat16 per activation; docs/precision.md measures what that does to a model.
+//
+// Packed W (uint16): Np / kNR panels, panel p holding W[p·kNR + j][2g + t] at [(g·kNR + j)·2 + t]
+// for the Kp / 2 pairs g of k (Np = N rounded up to kNR, Kp = K rounded up to 2, padding zero).
+// One k pair of a panel is kNR 32-bit lanes, each (W[j][2g], W[j][2g+1]): the operand layout of
+// vdpbf16ps, so the kernel broadcasts a pair of A values and loads W without any shuffle.
+//
+// Driver: A is converted to bfloat16 rows first ([m][Kp]); then each work item (a W panel × a block
+// of rows) runs register tiles of kMR rows × kNR features over the whole K, and the epilogue
+// (bias, activation, residual) is applied to each finished tile row. With m ≤ kRowBlock (decode)
+// every thread streams its own contiguous run of panels exactly once.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/activation/activation.h"
+#include "kernels/gemm/gemm.h"
+#include "runtime/threading.h"
+
+namespace cpuformer {
+namespace avx512bf16 {
+extern const HalfGemmKernels kHalfGemmKernels;
+namespace {
+
+constexpr long kMR = 6;
+constexpr long kNR = 64;
+// Rows of a block (a work item together with one panel): the converted A block stays in L1/L2 while
+// the panel streams through.
+constexpr long kRowBlock = 8 * kMR;
+// Below this many multiply-adds per thread a second thread costs more than it saves.
+constexpr long kMinMacsPerThread = 1L << 17;
+
+inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
+inline long min_of(long a, long b) { return a < b ? a : b; }
+inline __mmask16 mask16(long left) {
+  if (left >= 16) return 0xFFFF;
+  if (left <= 0) return 0;
+  return static_cast<__mmask16>((1u << left) - 1);
+}
+
+const HalfGemmKernels& widening() { return avx512::kHalfGemmKernels; }
+
+std::size_t packed_bytes(long n, long k, WeightType type) {
+  if (type != WeightType::kBFloat16) return widening().packed_bytes(n, k, type);
+  return static_cast<std::size_t>(ceil_div(n, kNR) * kNR * ceil_div(k, 2) * 2) * sizeof(uint16_t);
+}
+
+void pack(const uint16_t* w, WeightType type, long n, long k, long ldw, uint8_t* out) {
+  if (type != WeightType::kBFloat16) {
+    widening().pack(w, type, n, k, ldw, out);
+    return;
+  }
+  const long np = ceil_div(n, kNR) * kNR, kp = ceil_div(k, 2) * 2;
+  uint16_t* panels = reinterpret_cast<uint16_t*>(out);
+  for (long p0 = 0; p0 < np; p0 += kNR) {
+    uint16_t* panel = panels + p0 * kp;
+    for (long jj = 0; jj < kNR; ++jj) {
+      const long j = p0 + jj;
+      for (long g = 0; g < kp / 2; ++g)
+        for (long t = 0; t < 2; ++t) {
+          const long p = 2 * g + t;
+          panel[(g * kNR + jj) * 2 + t] = j < n && p < k ? w[j * ldw + p] : uint16_t{0};
+        }
+    }
+  }
+}
+
+// out[0, kp) = bfloat16 of x[0, k), zero past k.
+void convert_row(const float* x, long k, long kp, uint16_t* out) {
+  for (long p = 0; p < k; p += 16) {
+    const __mmask16 mask = mask16(k - p);
+    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + p));
+    __m256i bits;
+    std::memcpy(&bits, &h, sizeof(bits));
+    _mm256_mask_storeu_epi16(out + p, mask, bits);
+  }
+  if (kp > k) out[k] = 0;
+}
+
+inline __m512bh as_bh(__m512i v) {
+  __m512bh r;
+  std::memcpy(&r, &v, sizeof(r));
+  return r;
+}
+
+// out[r·kNR + j] = Σ_p a[r·lda + p]·wp[p, j] in float32 for r < rows ≤ kMR, all kNR columns; U
+// independent accumulator sets over consecutive k pairs, so few rows (decode) do not wait on the
+// latency of vdpbf16ps.
+template <int R, int U>
+__attribute__((always_inline)) inline void tile_rows(const uint16_t* a, long lda, const uint16_t* wp, long kp,
+                                                     float* out) {
+  __m512 acc[U][R][4];
+  for (int u = 0; u < U; ++u)
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) acc[u][r][v] = _mm512_setzero_ps();
+  constexpr long kPair = 2 * kNR;  // uint16 elements of one k pair of a panel
+  long p = 0;
+  for (; p + 2 * U <= kp; p += 2 * U) {
+    for (int u = 0; u < U; ++u) {
+      const uint16_t* wu = wp + u * kPair;
+      const __m512bh w0 = as_bh(_mm512_load_si512(wu)), w1 = as_bh(_mm512_load_si512(wu + 32));
+      const __m512bh w2 = as_bh(_mm512_load_si512(wu + 64)), w3 = as_bh(_mm512_load_si512(wu + 96));
+      for (int r = 0; r < R; ++r) {
+        int32_t a2;
+        std::memcpy(&a2, a + r * lda + p + 2 * u, 4);
+        const __m512bh av = as_bh(_mm512_set1_epi32(a2));
+        acc[u][r][0] = _mm512_dpbf16_ps(acc[u][r][0], av, w0);
+        acc[u][r][1] = _mm512_dpbf16_ps(acc[u][r][1], av, w1);
+        acc[u][r][2] = _mm512_dpbf16_ps(acc[u][r][2], av, w2);
+        acc[u][r][3] = _mm512_dpbf16_ps(acc[u][r][3], av, w3);
+      }
+    }
+    wp += U * kPair;
+  }
+  for (; p < kp; p += 2) {
+    const __m512bh w0 = as_bh(_mm512_load_si512(wp)), w1 = as_bh(_mm512_load_si512(wp + 32));
+    const __m512bh w2 = as_bh(_mm512_load_si512(wp + 64)), w3 = as_bh(_mm512_load_si512(wp + 96));
+    wp += kPair;
+    for (int r = 0; r < R; ++r) {
+      int32_t a2;
+      std::memcpy(&a2, a + r * lda + p, 4);
+      const __m512bh av = as_bh(_mm512_set1_epi32(a2));
+      acc[0][r][0] = _mm512_dpbf16_ps(acc[0][r][0], av, w0);
+      acc[0][r][1] = _mm512_dpbf16_ps(acc[0][r][1], av, w1);
+      acc[0][r][2] = _mm512_dpbf16_ps(acc[0][r][2], av, w2);
+      acc[0][r][3] = _mm512_dpbf16_ps(acc[0][r][3], av, w3);
+    }
+  }
+  for (int u = 1; u < U; ++u)
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) acc[0][r][v] = _mm512_add_ps(acc[0][r][v], acc[u][r][v]);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < 4; ++v) _mm512_store_ps(out + r * kNR + 16 * v, acc[0][r][v]);
+}
+
+void tile_kernel(long rows, const uint16_t* a, long lda, const uint16_t* wp, long kp, float* out) {
+  switch (rows) {
+    case 6: tile_rows<6, 1>(a, lda, wp, kp, out); break;
+    case 5: tile_rows<5, 1>(a, lda, wp, kp, out); break;
+    case 4: tile_rows<4, 1>(a, lda, wp, kp, out); break;
+    case 3: tile_rows<3, 2>(a, lda, wp, kp, out); break;
+    case 2: tile_rows<2, 2>(a, lda, wp, kp, out); break;
+    default: tile_rows<1, 4>(a, lda, wp, kp, out); break;
+  }
+}
+
+// c[j] = act(acc[j] + bias[j]) + residual[j] for j < ncols (bias, residual may be null; residual
+// may alias c).
+void finish_row(float* acc, const float* bias, Activation act, const float* residual, float* c, long ncols) {
+  if (bias != nullptr) {
+    for (long j = 0; j < ncols; j += 16) {
+      const __mmask16 mask = mask16(ncols - j);
+      _mm512_store_ps(acc + j, _mm512_add_ps(_mm512_load_ps(acc + j), _mm512_maskz_loadu_ps(mask, bias + j)));
+    }
+  }
+  if (act != Activation::kNone) avx512::kActivationKernels.apply(act, acc, acc, ncols);
+  for (long j = 0; j < ncols; j += 16) {
+    const __mmask16 mask = mask16(ncols - j);
+    __m512 v = _mm512_load_ps(acc + j);
+    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
+    _mm512_mask_storeu_ps(c + j, mask, v);
+  }
+}
+
+void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
+  if (w.type != WeightType::kBFloat16) {
+    widening().gemm(a, m, lda, w, c, ldc, epilogue);
+    return;
+  }
+  const long n = w.n, k = w.k;
+  const long np = ceil_div(n, kNR) * kNR, kp = ceil_div(k, 2) * 2;
+  const uint16_t* panels = reinterpret_cast<const uint16_t*>(w.data.data());
+  const long panel_count = np / kNR;
+  const long blocks = ceil_div(m, kRowBlock);
+  const long items = panel_count * blocks;
+
+  // bfloat16 A ([m][kp]), allocated here: no exception may leave the parallel region.
+  uint16_t* ab = reinterpret_cast<uint16_t*>(gemm_thread_scratch((static_cast<std::size_t>(m) * kp + 1) / 2));
+
+  long nt = current_num_threads();
+  const long macs = m * n * k;
+  if (nt > macs / kMinMacsPerThread) nt = macs / kMinMacsPerThread;
+  if (nt > items) nt = items;
+  if (nt < 1) nt = 1;
+
+#pragma omp parallel num_threads(static_cast<int>(nt)) if (nt > 1)
+  {
+#pragma omp for schedule(static)
+    for (long i = 0; i < m; ++i) convert_row(a + i * lda, k, kp, ab + i * kp);
+    // (implicit barrier: every row is converted before any tile reads it)
+    const long team = omp_get_num_threads(), t = omp_get_thread_num();
+    // Contiguous item ranges, panel-major: each thread streams its own panels, each once per row
+    // block.
+    const long base = items / team, extra = items % team;
+    const long begin = t * base + (t < extra ? t : extra);
+    const long end = begin + base + (t < extra ? 1 : 0);
+    alignas(64) float acc[kMR * kNR];
+    for (long item = begin; item < end; ++item) {
+      const long p = item / blocks, b = item % blocks;
+      const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
+      const uint16_t* wp = panels + j0 * kp;
+      const long i_end = min_of(m, (b + 1) * kRowBlock);
+      for (long i0 = b * kRowBlock; i0 < i_end; i0 += kMR) {
+        const long rows = min_of(kMR, i_end - i0);
+        tile_kernel(rows, ab + i0 * kp, kp, wp, kp, acc);
+        for (long r = 0; r < rows; ++r) {
+          const long i = i0 + r;
+          finish_row(acc + r * kNR, epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,
+                     epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0,
+                     ncols);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const HalfGemmKernels kHalfGemmKernels = {packed_bytes, pack, gemm};
+
+}  // namespace avx512bf16
+}  // namespace cpuformer
