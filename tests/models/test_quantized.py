@@ -6,7 +6,8 @@ Bounds:
 - int8: per-token cosine similarity of hidden states ≥ 0.99 (symmetric per-row int8 of both
   weights and activations keeps about 2 significant digits per product; errors average out over
   K, so cosines of small random models are ≥ 0.999 in practice).
-- float16 / bfloat16: only the weights are rounded (relative error 2^-11 / 2^-8 per element),
+- float16 / bfloat16: the weights are rounded (relative error 2^-11 / 2^-8 per element; with
+  AVX512-BF16 the bfloat16 matmuls round the activations to bfloat16 as well),
   accumulation stays float32, so the output error is bounded by
   max|ref| · c with c = 0.02 for bfloat16 and 0.005 for float16 across a few layers
   (each layer amplifies the relative error by a small factor; random weights are ~N(0, 0.02)).
