@@ -24,6 +24,7 @@ import json
 import os
 import pathlib
 import shutil
+import uuid
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -156,7 +157,8 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
     """Writes a copy of the model directory ``src`` to ``dst`` with its matmul weights stored in
     ``dtype`` ("int8", "float16", "bfloat16" or "float32"), ready to load zero-copy.
 
-    ``dst`` must not exist or be an empty directory (FileExistsError otherwise). ``progress``
+    ``dst`` must not exist or be an empty directory (FileExistsError otherwise); it appears only
+    once complete (written as a hidden sibling, then renamed). ``progress``
     shows a progress bar (tqdm, when installed). See docs/precision.md.
     """
     if dtype is None:
@@ -198,22 +200,29 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
                 out[name] = md.tensor(name, dtype=_native(stored))
         if head is not None:
             store("lm_head.weight", md.tensor(head))
-        dst_path.mkdir(parents=True, exist_ok=True)
+        # Everything is written into a hidden sibling directory that is renamed to dst at the end,
+        # so dst either does not appear or holds a complete conversion, even if the process dies.
+        dst_path.parent.mkdir(parents=True, exist_ok=True)
+        work = dst_path.parent / f".{dst_path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        work.mkdir()  # with the usual permissions (the umask's), unlike tempfile.mkdtemp
         try:
-            save_safetensors(dst_path / WEIGHTS_FILE, out, metadata={"format": "pt"}, dtypes=overrides)
+            save_safetensors(work / WEIGHTS_FILE, out, metadata={"format": "pt"}, dtypes=overrides)
             config = dict(md.config)
             config["cpuformer"] = {"dtype": dtype, "format_version": FORMAT_VERSION}
-            with open(dst_path / CONFIG_FILE, "w", encoding="utf-8") as f:
+            with open(work / CONFIG_FILE, "w", encoding="utf-8") as f:
                 json.dump(config, f, indent=2)
                 f.write("\n")
             for file in _COPIED:
                 if (md.path / file).is_file():
-                    shutil.copyfile(md.path / file, dst_path / file)
+                    shutil.copyfile(md.path / file, work / file)
             for sub in _COPIED_DIRS:
                 if (md.path / sub).is_dir():
-                    shutil.copytree(md.path / sub, dst_path / sub)
+                    shutil.copytree(md.path / sub, work / sub)
+            if dst_path.is_dir():
+                dst_path.rmdir()  # empty (checked above); fails if something was put there since
+            os.replace(work, dst_path)
         except BaseException:
-            shutil.rmtree(dst_path, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
             raise
     finally:
         md.close()

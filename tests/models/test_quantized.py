@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -342,6 +343,38 @@ def test_convert_and_converted_directory_errors(bert_dir, tmp_path):
     (bad_config / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="config.json: the 'cpuformer' entry must be"):
         cf.load(bad_config)
+
+
+def test_convert_appears_complete_or_not_at_all(bert_dir, tmp_path, monkeypatch):
+    # convert writes into a hidden sibling and renames it: dst never holds a partial conversion,
+    # and a failure leaves nothing behind.
+    convert_module = sys.modules["cpuformer.convert"]  # cpuformer.convert is the function
+
+    dst = tmp_path / "out"
+    seen = []
+    real_save = convert_module.save_safetensors
+
+    def save_and_look(path, *args, **kwargs):
+        seen.append((dst.exists(), pathlib.Path(path).parent.name))
+        return real_save(path, *args, **kwargs)
+
+    monkeypatch.setattr(convert_module, "save_safetensors", save_and_look)
+    cf.convert(bert_dir, dst, "float16", progress=False)
+    assert seen[0][0] is False and seen[0][1].startswith(".out.partial-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert cf.load(dst).dtype == "float16"
+
+    def disk_full(path, *args, **kwargs):
+        real_save(path, *args, **kwargs)  # a partial write, then the failure
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(convert_module, "save_safetensors", disk_full)
+    (tmp_path / "empty").mkdir()
+    for target in ("failed", "empty"):
+        with pytest.raises(OSError, match="No space left on device"):
+            cf.convert(bert_dir, tmp_path / target, "int8", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "out"]
+    assert not any((tmp_path / "empty").iterdir())
 
 
 # ---- resident memory ----------------------------------------------------------------------------
