@@ -58,6 +58,7 @@ def test_info_text():
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("cpuformer ")
     assert f"isa:         {cf.cpu_info()['isa']}" in out.stdout
+    assert f"bfloat16 {cf.cpu_info()['matmul']['bfloat16']}" in out.stdout
 
 
 def test_info_json():

@@ -24,6 +24,28 @@ def test_cpu_info_fields():
     assert info["num_threads"] >= 1
     if info["best_isa"] == "avx512":
         assert {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(info["features"])
+    assert list(info["matmul"]) == ["float32", "float16", "bfloat16", "int8"]
+
+
+MATMUL_CASES = [  # (CPUFORMER_ISA, CPUFORMER_DISABLE_FEATURES, features needed, expected int8 / bfloat16)
+    ("scalar", "", set(), "scalar", "scalar"),
+    ("avx2", "avx_vnni", {"avx2"}, "avx2 vpmaddubsw", "avx2 widen + fma"),
+    ("avx2", "", {"avx2", "avx_vnni"}, "avx_vnni vpdpbusd", "avx2 widen + fma"),
+    ("avx512", "avx512_vnni,avx512_bf16", {"avx512bw"}, "avx512bw vpmaddubsw", "avx512 widen + fma"),
+    ("avx512", "", {"avx512_vnni", "avx512_bf16"}, "avx512_vnni vpdpbusd", "avx512_bf16 vdpbf16ps"),
+]
+
+
+@pytest.mark.parametrize("isa,disabled,needs,int8,bf16", MATMUL_CASES)
+def test_cpu_info_names_the_matmul_kernels(isa, disabled, needs, int8, bf16):
+    if isa not in supported_levels() or not needs <= set(cf.cpu_info()["features"]):
+        pytest.skip(f"the CPU lacks {isa} or {sorted(needs)}")
+    env = dict(os.environ, CPUFORMER_ISA=isa, CPUFORMER_DISABLE_FEATURES=disabled)
+    out = subprocess.run([sys.executable, "-c", "import json, cpuformer; print(json.dumps(cpuformer.cpu_info()['matmul']))"],
+                         env=env, capture_output=True, text=True, check=True)
+    matmul = json.loads(out.stdout)
+    assert (matmul["int8"], matmul["bfloat16"]) == (int8, bf16)
+    assert matmul["float32"] == ("scalar" if isa == "scalar" else f"{isa} fma")
 
 
 def test_env_forces_level():

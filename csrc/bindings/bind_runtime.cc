@@ -1,6 +1,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "kernels/gemm/gemm.h"
 #include "runtime/compute_slots.h"
 #include "runtime/cpu_features.h"
 #include "runtime/threading.h"
@@ -22,8 +23,14 @@ void register_runtime(py::module_& m) {
                                                               : "scalar";
     info["features"] = cpu_features().names();
     info["num_threads"] = default_num_threads();
+    py::dict matmul;
+    matmul["float32"] = gemm_kernel_name(WeightType::kFloat32);
+    matmul["float16"] = gemm_kernel_name(WeightType::kFloat16);
+    matmul["bfloat16"] = gemm_kernel_name(WeightType::kBFloat16);
+    matmul["int8"] = gemm_kernel_name(WeightType::kInt8);
+    info["matmul"] = matmul;
     return info;
-  }, "ISA level in use, CPU features and the default thread count.");
+  }, "ISA level in use, CPU features, the default thread count and the matmul kernel per weight dtype.");
   m.def("set_num_threads", [](int n) {
     if (n < 0) throw py::value_error("num_threads must be >= 1 (or 0 for the automatic default), got " + std::to_string(n));
     set_default_num_threads(n);

@@ -129,6 +129,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"isa:         {info['isa']} (best this CPU supports: {info['best_isa']})")
     print(f"features:    {' '.join(info['features']) or '(none beyond SSE2)'}")
     print(f"num_threads: {info['num_threads']}")
+    print("matmul:      " + ", ".join(f"{dtype} {kernel}" for dtype, kernel in info["matmul"].items()))
     return 0
 
 

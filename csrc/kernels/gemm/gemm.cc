@@ -37,6 +37,24 @@ const HalfGemmKernels& half_gemm_kernels() {
   return table;
 }
 
+const char* gemm_kernel_name(WeightType type) {
+  const Isa isa = active_isa();
+  const CpuFeatures& f = cpu_features();
+  if (isa == Isa::kScalar) return "scalar";
+  const bool wide = isa == Isa::kAvx512;
+  switch (type) {
+    case WeightType::kFloat32: return wide ? "avx512 fma" : "avx2 fma";
+    case WeightType::kInt8:
+      if (wide) return f.avx512vnni ? "avx512_vnni vpdpbusd" : "avx512bw vpmaddubsw";
+      return f.avx_vnni ? "avx_vnni vpdpbusd" : "avx2 vpmaddubsw";
+    case WeightType::kFloat16: return wide ? "avx512 f16c widen + fma" : "avx2 f16c widen + fma";
+    case WeightType::kBFloat16:
+      if (wide) return f.avx512bf16 ? "avx512_bf16 vdpbf16ps" : "avx512 widen + fma";
+      return "avx2 widen + fma";
+  }
+  return "unknown";
+}
+
 float* gemm_thread_scratch(std::size_t count) {
   thread_local AlignedBuffer<float> buffer;
   if (buffer.size() < count) buffer.resize(count);

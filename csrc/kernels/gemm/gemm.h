@@ -83,6 +83,9 @@ struct HalfGemmKernels {
 const GemmKernels& gemm_kernels();
 const Int8GemmKernels& int8_gemm_kernels();
 const HalfGemmKernels& half_gemm_kernels();
+// What the selected kernels multiply weights of `type` with, e.g. "avx512_vnni vpdpbusd" (shown
+// by cpu_info() and `cpuformer info`).
+const char* gemm_kernel_name(WeightType type);
 
 // Load-time conversions (generic code, identical at every ISA level; `cpuformer convert` uses them
 // too, so a converted directory holds exactly what quantize-at-load would compute).
