@@ -13,10 +13,10 @@
 // One k pair of a panel is kNR 32-bit lanes, each (W[j][2g], W[j][2g+1]): the operand layout of
 // vdpbf16ps, so the kernel broadcasts a pair of A values and loads W without any shuffle.
 //
-// Driver: A is converted to bfloat16 rows first ([m][Kp]); then each work item (a W panel × a block
-// of rows) runs register tiles of kMR rows × kNR features over the whole K, and the epilogue
-// (bias, activation, residual) is applied to each finished tile row. With m ≤ kRowBlock (decode)
-// every thread streams its own contiguous run of panels exactly once.
+// Driver (gemm_rowwise_inl.h, shared with the int8 GEMM): A is converted to bfloat16 rows first
+// ([m][Kp]); then each work item (a W panel × a block of rows) runs register tiles of kMR rows × kNR
+// features over the whole K, and the epilogue (bias, activation, residual) is applied to each
+// finished tile row. With few rows (decode) every thread streams its own run of panels once.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -34,11 +34,10 @@ namespace {
 
 constexpr long kMR = 6;
 constexpr long kNR = 64;
-// Rows of a block (a work item together with one panel): the converted A block stays in L1/L2 while
-// the panel streams through.
-constexpr long kRowBlock = 8 * kMR;
 // Below this many multiply-adds per thread a second thread costs more than it saves.
 constexpr long kMinMacsPerThread = 1L << 17;
+
+#include "kernels/gemm/gemm_rowwise_inl.h"
 
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
 inline long min_of(long a, long b) { return a < b ? a : b; }
@@ -178,50 +177,22 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
     return;
   }
   const long n = w.n, k = w.k;
-  const long np = ceil_div(n, kNR) * kNR, kp = ceil_div(k, 2) * 2;
+  const long kp = ceil_div(k, 2) * 2;
   const uint16_t* panels = reinterpret_cast<const uint16_t*>(w.data.data());
-  const long panel_count = np / kNR;
-  const long blocks = ceil_div(m, kRowBlock);
-  const long items = panel_count * blocks;
-
   // bfloat16 A ([m][kp]), allocated here: no exception may leave the parallel region.
   uint16_t* ab = reinterpret_cast<uint16_t*>(gemm_thread_scratch((static_cast<std::size_t>(m) * kp + 1) / 2));
-
-  long nt = current_num_threads();
-  const long macs = m * n * k;
-  if (nt > macs / kMinMacsPerThread) nt = macs / kMinMacsPerThread;
-  if (nt > items) nt = items;
-  if (nt < 1) nt = 1;
-
-#pragma omp parallel num_threads(static_cast<int>(nt)) if (nt > 1)
-  {
-#pragma omp for schedule(static)
-    for (long i = 0; i < m; ++i) convert_row(a + i * lda, k, kp, ab + i * kp);
-    // (implicit barrier: every row is converted before any tile reads it)
-    const long team = omp_get_num_threads(), t = omp_get_thread_num();
-    // Contiguous item ranges, panel-major: each thread streams its own panels, each once per row
-    // block.
-    const long base = items / team, extra = items % team;
-    const long begin = t * base + (t < extra ? t : extra);
-    const long end = begin + base + (t < extra ? 1 : 0);
-    alignas(64) float acc[kMR * kNR];
-    for (long item = begin; item < end; ++item) {
-      const long p = item / blocks, b = item % blocks;
-      const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
-      const uint16_t* wp = panels + j0 * kp;
-      const long i_end = min_of(m, (b + 1) * kRowBlock);
-      for (long i0 = b * kRowBlock; i0 < i_end; i0 += kMR) {
-        const long rows = min_of(kMR, i_end - i0);
-        tile_kernel(rows, ab + i0 * kp, kp, wp, kp, acc);
+  rowwise_gemm(
+      m, n, k, kMinMacsPerThread, [&](long i) { convert_row(a + i * lda, k, kp, ab + i * kp); },
+      [&](long i0, long rows, long j0, long ncols) {
+        alignas(64) float acc[kMR * kNR];
+        tile_kernel(rows, ab + i0 * kp, kp, panels + j0 * kp, kp, acc);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
           finish_row(acc + r * kNR, epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,
                      epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0,
                      ncols);
         }
-      }
-    }
-  }
+      });
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+// Work split of the GEMMs that convert every row of A once per call and then run register tiles
+// over the whole K: the int8 GEMM (rows quantized, gemm_int8_inl.h) and the bfloat16 GEMM on
+// vdpbf16ps (rows rounded to bfloat16, gemm_half_avx512bf16.cc).
+//
+// Include this file INSIDE the ISA namespace (in an anonymous namespace) of a per-ISA translation
+// unit, after <omp.h> and "runtime/threading.h"; like gemm_driver_inl.h it includes nothing and has
+// no include guard on purpose. The including file defines kMR and kNR (register tile: kMR rows ×
+// kNR output features) before the #include.
+
+// Rows of a block (a work item together with one W panel): the converted A block stays in L1/L2
+// while the panel streams through.
+constexpr long kRowBlock = 8 * kMR;
+
+// convert_row(i) converts row i of A; every row is converted before any tile runs.
+// tile(i0, rows, j0, ncols) computes and stores c[i0, i0 + rows) × [j0, j0 + ncols) with
+// rows ≤ kMR and ncols ≤ kNR (j0 a multiple of kNR).
+// Threads: at most current_num_threads(), one per min_macs_per_thread multiply-adds. The work items
+// (panel × row block) are dealt in contiguous ranges, panel-major: each thread streams its own
+// panels, each once per row block (for m ≤ kRowBlock exactly once: the GEMV case). Nothing here
+// allocates or throws: the callers allocate their scratch before calling.
+template <class ConvertRow, class Tile>
+void rowwise_gemm(long m, long n, long k, long min_macs_per_thread, const ConvertRow& convert_row, const Tile& tile) {
+  const long panel_count = (n + kNR - 1) / kNR;
+  const long blocks = (m + kRowBlock - 1) / kRowBlock;
+  const long items = panel_count * blocks;
+  long nt = current_num_threads();
+  const long macs = m * n * k;
+  if (nt > macs / min_macs_per_thread) nt = macs / min_macs_per_thread;
+  if (nt > items) nt = items;
+  if (nt < 1) nt = 1;
+
+#pragma omp parallel num_threads(static_cast<int>(nt)) if (nt > 1)
+  {
+#pragma omp for schedule(static)
+    for (long i = 0; i < m; ++i) convert_row(i);
+    // (implicit barrier: every row is converted before any tile reads it)
+    const long team = omp_get_num_threads(), t = omp_get_thread_num();
+    const long base = items / team, extra = items % team;
+    const long begin = t * base + (t < extra ? t : extra);
+    const long end = begin + base + (t < extra ? 1 : 0);
+    for (long item = begin; item < end; ++item) {
+      const long p = item / blocks, b = item % blocks;
+      const long j0 = p * kNR, ncols = n - j0 < kNR ? n - j0 : kNR;
+      const long i_end = m < (b + 1) * kRowBlock ? m : (b + 1) * kRowBlock;
+      for (long i0 = b * kRowBlock; i0 < i_end; i0 += kMR) tile(i0, i_end - i0 < kMR ? i_end - i0 : kMR, j0, ncols);
+    }
+  }
+}
