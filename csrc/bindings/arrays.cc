@@ -30,6 +30,18 @@ FloatArray as_float32(py::handle obj, const char* name) {
   return FloatArray::ensure(arr);  // copies only when not C-contiguous
 }
 
+IdArray as_ids(py::handle obj, const char* name) {
+  if (!py::isinstance<py::array>(obj)) {
+    throw py::type_error(std::string(name) + " must be a numpy.ndarray of int64, got " + type_name(obj));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(obj);
+  if (!a.dtype().is(py::dtype::of<int64_t>())) {
+    throw py::type_error(std::string(name) + " must have dtype int64, got " + std::string(py::str(a.dtype())));
+  }
+  require_ndim(a, 2, name, "[batch, seq_len]");
+  return IdArray::ensure(a);
+}
+
 void require_ndim(const py::array& a, py::ssize_t ndim, const char* name, const char* expected) {
   if (a.ndim() != ndim) {
     throw py::value_error(std::string(name) + " must have " + std::to_string(ndim) + " dimensions " + expected +

@@ -13,6 +13,7 @@ namespace bindings {
 
 namespace py = pybind11;
 using FloatArray = py::array_t<float, py::array::c_style>;
+using IdArray = py::array_t<int64_t, py::array::c_style>;
 
 // "list", "numpy.float32", ...: the type of obj as a user would write it.
 std::string type_name(py::handle obj);
@@ -23,6 +24,10 @@ std::string shape_string(const py::array& a);
 // A C-contiguous float32 view of `obj`. Raises TypeError naming `name` unless obj is a NumPy
 // array of dtype float32; non-contiguous arrays are copied (documented behaviour).
 FloatArray as_float32(py::handle obj, const char* name);
+
+// Token ids: a 2-D int64 [batch, seq_len] array (made C-contiguous); anything else is rejected
+// (the Python layer converts lists). TypeError / ValueError naming `name`.
+IdArray as_ids(py::handle obj, const char* name);
 
 // Raises ValueError "<name> must have <ndim> dimensions <expected>, got shape [..]".
 void require_ndim(const py::array& a, py::ssize_t ndim, const char* name, const char* expected);

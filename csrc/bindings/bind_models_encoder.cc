@@ -20,8 +20,6 @@ namespace cpuformer {
 namespace bindings {
 namespace {
 
-using IdArray = py::array_t<int64_t, py::array::c_style>;
-
 std::string at_index(long r, long seq_len) {
   return "[" + std::to_string(r / seq_len) + ", " + std::to_string(r % seq_len) + "]";
 }
@@ -33,23 +31,9 @@ Activation parse_encoder_activation(const std::string& s) {
   throw py::value_error("activation must be 'gelu', 'gelu_tanh' or 'relu', got '" + s + "'");
 }
 
-// A 2-D int64 C-contiguous [B, T] array; anything else is rejected (the Python layer converts).
-IdArray as_ids(const py::handle& obj, const char* name) {
-  if (!py::isinstance<py::array>(obj)) {
-    throw py::type_error(std::string(name) + " must be a numpy.ndarray of int64, got " +
-                         std::string(py::str(py::type::of(obj).attr("__name__"))));
-  }
-  py::array a = py::reinterpret_borrow<py::array>(obj);
-  if (!a.dtype().is(py::dtype::of<int64_t>())) {
-    throw py::type_error(std::string(name) + " must have dtype int64, got " + std::string(py::str(a.dtype())));
-  }
-  require_ndim(a, 2, name, "[batch, seq_len]");
-  return IdArray::ensure(a);
-}
-
-class PyEncoderModel {
+class PyEncoderModel : private ModelTensors {
  public:
-  PyEncoderModel(const py::dict& config, const py::dict& embeddings) {
+  PyEncoderModel(const py::dict& config, const py::dict& embeddings) : ModelTensors("encoder") {
     EncoderConfig c;
     c.vocab_size = config["vocab_size"].cast<long>();
     c.hidden_size = config["hidden_size"].cast<long>();
@@ -223,36 +207,10 @@ class PyEncoderModel {
   bool has_pooler() const { return model_->has_pooler(); }
 
  private:
-  // The float32 C-contiguous array tensors[key] of shape `shape`; `keep` holds a reference for the
-  // model's lifetime (tables the model reads by pointer), otherwise the data is copied/packed
-  // before the constructor returns and the dict's reference suffices.
-  const float* get(const py::dict& tensors, const std::string& key, std::vector<long> shape, bool keep = false) {
-    if (!tensors.contains(key)) throw py::value_error("missing encoder tensor '" + key + "'");
-    py::object obj = tensors[py::str(key)];
-    if (!py::isinstance<py::array>(obj)) throw py::type_error("encoder tensor '" + key + "' must be a numpy.ndarray");
-    py::array a = py::reinterpret_borrow<py::array>(obj);
-    if (!a.dtype().is(py::dtype::of<float>())) {
-      throw py::type_error("encoder tensor '" + key + "' must have dtype float32, got " + std::string(py::str(a.dtype())));
-    }
-    bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
-    for (size_t d = 0; ok && d < shape.size(); ++d) ok = a.shape(d) == shape[d];
-    if (!ok) {
-      std::string want = "[";
-      for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
-      throw py::value_error("encoder tensor '" + key + "' must have shape " + want + "], got " + shape_string(a));
-    }
-    if (!(a.flags() & py::array::c_style)) {
-      throw py::value_error("encoder tensor '" + key + "' must be C-contiguous");
-    }
-    if (keep) kept_.append(a);
-    return static_cast<const float*>(a.data());
-  }
-
   WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
-    return matmul_weight(tensors, key, n, k, model_->config().weight_type, "encoder");
+    return matmul(tensors, key, n, k, model_->config().weight_type);
   }
 
-  py::list kept_;  // declared before model_: destroyed after it
   std::unique_ptr<EncoderModel> model_;
 };
 

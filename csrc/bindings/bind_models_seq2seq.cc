@@ -24,31 +24,9 @@ namespace cpuformer {
 namespace bindings {
 namespace {
 
-using IdArray = py::array_t<int64_t, py::array::c_style>;
-
-IdArray as_ids(const py::handle& obj, const char* name) {
-  if (!py::isinstance<py::array>(obj)) {
-    throw py::type_error(std::string(name) + " must be a numpy.ndarray of int64, got " + type_name(obj));
-  }
-  py::array a = py::reinterpret_borrow<py::array>(obj);
-  if (!a.dtype().is(py::dtype::of<int64_t>())) {
-    throw py::type_error(std::string(name) + " must have dtype int64, got " + std::string(py::str(a.dtype())));
-  }
-  require_ndim(a, 2, name, "[batch, seq_len]");
-  return IdArray::ensure(a);
-}
-
-Activation parse_activation(const std::string& s) {
-  if (s == "gelu_tanh") return Activation::kGeluTanh;
-  if (s == "gelu") return Activation::kGeluErf;
-  if (s == "relu") return Activation::kRelu;
-  if (s == "silu") return Activation::kSilu;
-  throw py::value_error("activation must be 'gelu_tanh', 'gelu', 'relu' or 'silu', got '" + s + "'");
-}
-
-class PySeq2SeqModel {
+class PySeq2SeqModel : private ModelTensors {
  public:
-  PySeq2SeqModel(const py::dict& config, const py::dict& embeddings) {
+  PySeq2SeqModel(const py::dict& config, const py::dict& embeddings) : ModelTensors("seq2seq") {
     Seq2SeqConfig c;
     c.vocab_size = config["vocab_size"].cast<long>();
     c.d_model = config["d_model"].cast<long>();
@@ -360,37 +338,10 @@ class PySeq2SeqModel {
     }
   }
 
-  const float* optional(const py::dict& tensors, const std::string& key, std::vector<long> shape) {
-    if (!tensors.contains(key) || tensors[py::str(key)].is_none()) return nullptr;
-    return get(tensors, key, std::move(shape));
-  }
-
-  const float* get(const py::dict& tensors, const std::string& key, std::vector<long> shape, bool keep = false) {
-    if (!tensors.contains(key)) throw py::value_error("missing seq2seq tensor '" + key + "'");
-    py::object obj = tensors[py::str(key)];
-    if (!py::isinstance<py::array>(obj)) throw py::type_error("seq2seq tensor '" + key + "' must be a numpy.ndarray");
-    py::array a = py::reinterpret_borrow<py::array>(obj);
-    if (!a.dtype().is(py::dtype::of<float>())) {
-      throw py::type_error("seq2seq tensor '" + key + "' must have dtype float32, got " +
-                           std::string(py::str(a.dtype())));
-    }
-    bool ok = a.ndim() == static_cast<py::ssize_t>(shape.size());
-    for (size_t d = 0; ok && d < shape.size(); ++d) ok = a.shape(d) == shape[d];
-    if (!ok) {
-      std::string want = "[";
-      for (size_t d = 0; d < shape.size(); ++d) want += (d ? ", " : "") + std::to_string(shape[d]);
-      throw py::value_error("seq2seq tensor '" + key + "' must have shape " + want + "], got " + shape_string(a));
-    }
-    if (!(a.flags() & py::array::c_style)) throw py::value_error("seq2seq tensor '" + key + "' must be C-contiguous");
-    if (keep) kept_.append(a);
-    return static_cast<const float*>(a.data());
-  }
-
   WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
-    return matmul_weight(tensors, key, n, k, model_->config().weight_type, "seq2seq");
+    return matmul(tensors, key, n, k, model_->config().weight_type);
   }
 
-  py::list kept_;  // declared before model_: destroyed after it
   std::unique_ptr<Seq2SeqModel> model_;
   long encoder_added_ = 0, decoder_added_ = 0;
 };

@@ -1,4 +1,5 @@
-// The dtype string of a model config ("float32" | "float16" | "bfloat16" | "int8") as a WeightType.
+// What the model bindings share: the dtype of a model config as a WeightType, the activation
+// names, and the checked float32 / matmul weight tensors of a model's tensor dicts.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
 #include "models/linear.h"
 
@@ -84,6 +86,57 @@ inline WeightRef matmul_weight(const pybind11::dict& tensors, const std::string&
   throw py::type_error(name + " must have dtype float32, int8 (with a scale) or uint16, got " +
                        std::string(py::str(a.dtype())));
 }
+
+// config["activation"] of a decoder or seq2seq model.
+inline Activation parse_activation(const std::string& s) {
+  if (s == "gelu_tanh") return Activation::kGeluTanh;
+  if (s == "gelu") return Activation::kGeluErf;
+  if (s == "relu") return Activation::kRelu;
+  if (s == "silu") return Activation::kSilu;
+  throw pybind11::value_error("activation must be 'gelu_tanh', 'gelu', 'relu' or 'silu', got '" + s + "'");
+}
+
+// The float32 tensors of a model's dicts, named "<what> tensor '<key>'" in errors (what =
+// "encoder", "decoder", "seq2seq"). A model binding derives from it privately: the arrays it
+// keeps then outlive the C++ model, which is a member of the derived class.
+class ModelTensors {
+ protected:
+  explicit ModelTensors(std::string what) : what_(std::move(what)) {}
+
+  // The float32 C-contiguous array tensors[key] of shape `shape`; `keep` holds a reference for the
+  // model's lifetime (tables the model reads by pointer), otherwise the data is copied/packed
+  // before the constructor returns and the dict's reference suffices.
+  const float* get(const pybind11::dict& tensors, const std::string& key, const std::vector<long>& shape,
+                   bool keep = false) {
+    namespace py = pybind11;
+    if (!tensors.contains(key)) throw py::value_error("missing " + what_ + " tensor '" + key + "'");
+    const std::string name = what_ + " tensor '" + key + "'";
+    py::object obj = tensors[py::str(key)];
+    if (!py::isinstance<py::array>(obj)) throw py::type_error(name + " must be a numpy.ndarray");
+    if (!py::reinterpret_borrow<py::array>(obj).dtype().is(py::dtype::of<float>())) {
+      throw py::type_error(name + " must have dtype float32, got " +
+                           std::string(py::str(py::reinterpret_borrow<py::array>(obj).dtype())));
+    }
+    py::array a = checked_array(obj, name, shape);
+    if (keep) kept_.append(a);
+    return static_cast<const float*>(a.data());
+  }
+
+  // As get, or null when the key is missing or None.
+  const float* optional(const pybind11::dict& tensors, const std::string& key, const std::vector<long>& shape) {
+    if (!tensors.contains(key) || tensors[pybind11::str(key)].is_none()) return nullptr;
+    return get(tensors, key, shape);
+  }
+
+  // A projection weight [n, k] of a model whose weights are `type` (matmul_weight).
+  WeightRef matmul(const pybind11::dict& tensors, const std::string& key, long n, long k, WeightType type) const {
+    return matmul_weight(tensors, key, n, k, type, what_);
+  }
+
+ private:
+  std::string what_;
+  pybind11::list kept_;
+};
 
 }  // namespace bindings
 }  // namespace cpuformer
