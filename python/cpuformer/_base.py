@@ -1,4 +1,5 @@
-"""What every model class shares: ``repr()``, the parameter count, ``closed`` and ``with`` support.
+"""What every model class shares: opening a model directory, ``repr()``, the parameter count,
+``closed`` and ``with`` support.
 
 Each model class (Encoder, Generator, Seq2Seq) keeps its C++ graph in ``self._model`` (None once
 ``close()`` has run), its opened directory in ``self._model_dir`` and its ``num_threads`` (0: the
@@ -7,10 +8,14 @@ process default), and describes its shape in ``_shape_text()``; this mixin adds 
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+import os
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
+
+from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
+from ._model_dir import ModelDir
 
 #: Token ids: a NumPy integer array or (nested) lists of ints.
 TokenIds = npt.ArrayLike
@@ -49,6 +54,32 @@ class ModelBase:
     dtype: str
     architecture: str
     _num_parameters: Optional[int] = None
+
+    def _open(self, path: Union[str, "os.PathLike[str]", ModelDir], dtype: Optional[str], num_threads: Optional[int],
+              kind: str, build: Callable[[ModelDir, str], None]) -> ModelDir:
+        """The constructors' common part: checks dtype and num_threads, opens the directory (or
+        takes an opened ModelDir), resolves the dtype against a converted directory's, checks the
+        model kind and calls ``build(model_dir, family)``; closes the directory if anything fails.
+        Sets num_threads, dtype, _stored_dtype, architecture and _model_dir."""
+        check_dtype(dtype)
+        if num_threads is None:
+            num_threads = 0
+        elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
+            raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
+        self.num_threads = int(num_threads)
+        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
+        try:
+            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
+            found, family, name = classify(model_dir.config)
+            if found != kind:
+                raise wrong_model_class(found, name)
+            self.architecture = name
+            build(model_dir, family)
+        except BaseException:
+            model_dir.close()
+            raise
+        self._model_dir = model_dir
+        return model_dir
 
     def _shape_text(self) -> str:  # overridden: "layers=12, hidden=768, heads=12"
         return ""

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _core
 from ._base import ModelBase, TokenIds
-from ._load import ENCODER_FAMILIES, check_dtype, classify, resolve_dtype, wrong_model_class
+from ._load import ENCODER_FAMILIES
 from ._model_dir import ModelDir, config_float, config_int
 from .convert import put_weight, release_weight
 
@@ -106,30 +106,14 @@ class Encoder(ModelBase):
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None):
-        check_dtype(dtype)
-        if num_threads is None:
-            num_threads = 0
-        elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
-            raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
-        self.num_threads = int(num_threads)
-        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
-        try:
-            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
-            kind, family, name = classify(model_dir.config)
-            if kind != "encoder":
-                raise wrong_model_class(kind, name)
-            self._build(model_dir, family)
-        except BaseException:
-            model_dir.close()
-            raise
-        self._model_dir = model_dir  # the embedding tables are views of its maps
-        self.architecture = name
-        self.family = family
         self._tokenizer = None
+        # The directory stays open while the model lives: the embedding tables are views of its maps.
+        self._open(path, dtype, num_threads, "encoder", self._build)
 
     # ---- loading ---------------------------------------------------------------------------
 
     def _build(self, md: ModelDir, family: str) -> None:
+        self.family = family
         cfg = _encoder_config(family, md.config)
         cfg["dtype"] = self.dtype
         self.config = cfg

@@ -22,7 +22,6 @@ import numpy as np
 
 from . import _core
 from ._base import Generated, ModelBase, Prompts, TokenIds
-from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir, config_float, config_int
 from .convert import put_weight, release_weight
 
@@ -152,31 +151,14 @@ class Generator(ModelBase):
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None):
-        check_dtype(dtype)
-        if num_threads is None:
-            num_threads = 0
-        elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
-            raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
-        self.num_threads = int(num_threads)
-        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
-        try:
-            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
-            kind, _, name = classify(model_dir.config)
-            if kind != "decoder":
-                raise wrong_model_class(kind, name)
-            self.family = _family(model_dir.config.get("model_type"), name)
-            self._build(model_dir)
-        except BaseException:
-            model_dir.close()
-            raise
-        self._model_dir = model_dir
-        self.architecture = name
         self._tokenizer = None
+        model_dir = self._open(path, dtype, num_threads, "decoder", self._build)
         self._defaults(model_dir)
 
     # ---- loading ---------------------------------------------------------------------------
 
-    def _build(self, md: ModelDir) -> None:
+    def _build(self, md: ModelDir, _: str) -> None:
+        self.family = _family(md.config.get("model_type"), self.architecture)
         cfg = _decoder_config(self.family, md.config)
         self.config = cfg
         H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
