@@ -49,9 +49,26 @@ float quantize_row(const float* x, long k, long kp, uint8_t* out) {
   return amax / 127.0f;
 }
 
-void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
-                Activation act, const float* residual, float* c, long ncols) {
-  alignas(32) float row[kNR];
+using avx2::gelu_erf_ps;
+using avx2::gelu_tanh_ps;
+using avx2::silu_ps;
+
+// The activation is applied in registers with the lane-wise functions of vector_math_avx2.h, the
+// ones kActivationKernels.apply runs on, so the result is the same bit for bit.
+template <Activation kAct>
+inline __m256 i8_activate(__m256 v) {
+  switch (kAct) {
+    case Activation::kRelu: return _mm256_max_ps(_mm256_setzero_ps(), v);  // NaN stays NaN (as apply)
+    case Activation::kGeluErf: return gelu_erf_ps(v);
+    case Activation::kGeluTanh: return gelu_tanh_ps(v);
+    case Activation::kSilu: return silu_ps(v);
+    default: return v;
+  }
+}
+
+template <Activation kAct>
+void finish_row_act(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                    const float* residual, float* c, long ncols) {
   const __m256 vsa = _mm256_set1_ps(sa);
   for (long j = 0; j < ncols; j += 8) {
     const __m256i mask = i8_mask8(ncols - j);
@@ -61,20 +78,21 @@ void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* 
     __m256 v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s));
     __asm__("" : "+x"(v));  // keeps the compiler from fusing the multiply and the add (bit-exact)
     if (bias != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(bias + j, mask));
-    if (act != Activation::kNone) {
-      _mm256_store_ps(row + j, v);
-    } else {
-      if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + j, mask));
-      _mm256_maskstore_ps(c + j, mask, v);
-    }
+    v = i8_activate<kAct>(v);
+    if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + j, mask));
+    _mm256_maskstore_ps(c + j, mask, v);
   }
-  if (act != Activation::kNone) {
-    kActivationKernels.apply(act, row, row, ncols);
-    for (long j = 0; j < ncols; j += 8) {
-      const __m256i mask = i8_mask8(ncols - j);
-      __m256 v = _mm256_load_ps(row + j);
-      if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + j, mask));
-      _mm256_maskstore_ps(c + j, mask, v);
-    }
+}
+
+void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                Activation act, const float* residual, float* c, long ncols) {
+  switch (act) {
+    case Activation::kRelu: return finish_row_act<Activation::kRelu>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kGeluErf:
+      return finish_row_act<Activation::kGeluErf>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kGeluTanh:
+      return finish_row_act<Activation::kGeluTanh>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kSilu: return finish_row_act<Activation::kSilu>(acc, comp, sa, scales, bias, residual, c, ncols);
+    default: return finish_row_act<Activation::kNone>(acc, comp, sa, scales, bias, residual, c, ncols);
   }
 }

@@ -11,6 +11,7 @@
 
 #include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/vector_math/vector_math_avx512.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {

@@ -36,9 +36,26 @@ float quantize_row(const float* x, long k, long kp, uint8_t* out) {
   return amax / 127.0f;
 }
 
-void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
-                Activation act, const float* residual, float* c, long ncols) {
-  alignas(64) float row[kNR];
+using avx512::gelu_erf_ps;
+using avx512::gelu_tanh_ps;
+using avx512::silu_ps;
+
+// The activation is applied in registers with the lane-wise functions of vector_math_avx512.h,
+// the ones kActivationKernels.apply runs on, so the result is the same bit for bit.
+template <Activation kAct>
+inline __m512 i8_activate(__m512 v) {
+  switch (kAct) {
+    case Activation::kRelu: return _mm512_max_ps(_mm512_setzero_ps(), v);  // NaN stays NaN (as apply)
+    case Activation::kGeluErf: return gelu_erf_ps(v);
+    case Activation::kGeluTanh: return gelu_tanh_ps(v);
+    case Activation::kSilu: return silu_ps(v);
+    default: return v;
+  }
+}
+
+template <Activation kAct>
+void finish_row_act(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                    const float* residual, float* c, long ncols) {
   const __m512 vsa = _mm512_set1_ps(sa);
   for (long j = 0; j < ncols; j += 16) {
     const __mmask16 mask = i8_mask16(ncols - j);
@@ -48,20 +65,21 @@ void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* 
     __m512 v = _mm512_mul_ps(scale, _mm512_cvtepi32_ps(s));
     __asm__("" : "+v"(v));  // keeps the compiler from fusing the multiply and the add (bit-exact)
     if (bias != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, bias + j));
-    if (act != Activation::kNone) {
-      _mm512_store_ps(row + j, v);
-    } else {
-      if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
-      _mm512_mask_storeu_ps(c + j, mask, v);
-    }
+    v = i8_activate<kAct>(v);
+    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
+    _mm512_mask_storeu_ps(c + j, mask, v);
   }
-  if (act != Activation::kNone) {
-    kActivationKernels.apply(act, row, row, ncols);
-    for (long j = 0; j < ncols; j += 16) {
-      const __mmask16 mask = i8_mask16(ncols - j);
-      __m512 v = _mm512_load_ps(row + j);
-      if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
-      _mm512_mask_storeu_ps(c + j, mask, v);
-    }
+}
+
+void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                Activation act, const float* residual, float* c, long ncols) {
+  switch (act) {
+    case Activation::kRelu: return finish_row_act<Activation::kRelu>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kGeluErf:
+      return finish_row_act<Activation::kGeluErf>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kGeluTanh:
+      return finish_row_act<Activation::kGeluTanh>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kSilu: return finish_row_act<Activation::kSilu>(acc, comp, sa, scales, bias, residual, c, ncols);
+    default: return finish_row_act<Activation::kNone>(acc, comp, sa, scales, bias, residual, c, ncols);
   }
 }

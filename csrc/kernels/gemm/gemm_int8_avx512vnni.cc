@@ -9,6 +9,7 @@
 
 #include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/vector_math/vector_math_avx512.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -19,7 +20,6 @@ namespace {
 constexpr long kMR = 6;
 constexpr long kNR = 64;
 constexpr bool kUnsignedA = true;
-using avx512::kActivationKernels;
 
 #include "kernels/gemm/gemm_int8_inl.h"
 #include "kernels/gemm/gemm_int8_avx512_inl.h"

@@ -10,6 +10,7 @@
 
 #include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/vector_math/vector_math_avx2.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -20,7 +21,6 @@ namespace {
 constexpr long kMR = 6;
 constexpr long kNR = 16;
 constexpr bool kUnsignedA = true;
-using avx2::kActivationKernels;
 
 #include "kernels/gemm/gemm_int8_inl.h"
 #include "kernels/gemm/gemm_int8_avx2_inl.h"
