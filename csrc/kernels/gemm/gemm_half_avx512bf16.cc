@@ -92,65 +92,25 @@ inline __m512bh as_bh(__m512i v) {
   return r;
 }
 
-// out[r·kNR + j] = Σ_p a[r·lda + p]·wp[p, j] in float32 for r < rows ≤ kMR, all kNR columns; U
-// independent accumulator sets over consecutive k pairs, so few rows (decode) do not wait on the
-// latency of vdpbf16ps.
-template <int R, int U>
-__attribute__((always_inline)) inline void tile_rows(const uint16_t* a, long lda, const uint16_t* wp, long kp,
-                                                     float* out) {
-  __m512 acc[U][R][4];
-  for (int u = 0; u < U; ++u)
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < 4; ++v) acc[u][r][v] = _mm512_setzero_ps();
-  constexpr long kPair = 2 * kNR;  // uint16 elements of one k pair of a panel
-  long p = 0;
-  for (; p + 2 * U <= kp; p += 2 * U) {
-    for (int u = 0; u < U; ++u) {
-      const uint16_t* wu = wp + u * kPair;
-      const __m512bh w0 = as_bh(_mm512_load_si512(wu)), w1 = as_bh(_mm512_load_si512(wu + 32));
-      const __m512bh w2 = as_bh(_mm512_load_si512(wu + 64)), w3 = as_bh(_mm512_load_si512(wu + 96));
-      for (int r = 0; r < R; ++r) {
-        int32_t a2;
-        std::memcpy(&a2, a + r * lda + p + 2 * u, 4);
-        const __m512bh av = as_bh(_mm512_set1_epi32(a2));
-        acc[u][r][0] = _mm512_dpbf16_ps(acc[u][r][0], av, w0);
-        acc[u][r][1] = _mm512_dpbf16_ps(acc[u][r][1], av, w1);
-        acc[u][r][2] = _mm512_dpbf16_ps(acc[u][r][2], av, w2);
-        acc[u][r][3] = _mm512_dpbf16_ps(acc[u][r][3], av, w3);
-      }
-    }
-    wp += U * kPair;
-  }
-  for (; p < kp; p += 2) {
-    const __m512bh w0 = as_bh(_mm512_load_si512(wp)), w1 = as_bh(_mm512_load_si512(wp + 32));
-    const __m512bh w2 = as_bh(_mm512_load_si512(wp + 64)), w3 = as_bh(_mm512_load_si512(wp + 96));
-    wp += kPair;
-    for (int r = 0; r < R; ++r) {
-      int32_t a2;
-      std::memcpy(&a2, a + r * lda + p, 4);
-      const __m512bh av = as_bh(_mm512_set1_epi32(a2));
-      acc[0][r][0] = _mm512_dpbf16_ps(acc[0][r][0], av, w0);
-      acc[0][r][1] = _mm512_dpbf16_ps(acc[0][r][1], av, w1);
-      acc[0][r][2] = _mm512_dpbf16_ps(acc[0][r][2], av, w2);
-      acc[0][r][3] = _mm512_dpbf16_ps(acc[0][r][3], av, w3);
-    }
-  }
-  for (int u = 1; u < U; ++u)
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < 4; ++v) acc[0][r][v] = _mm512_add_ps(acc[0][r][v], acc[u][r][v]);
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < 4; ++v) _mm512_store_ps(out + r * kNR + 16 * v, acc[0][r][v]);
-}
+// The vdpbf16ps policy of the shared register tile: bfloat16 A pairs against bfloat16 W pairs,
+// float32 sums.
+struct Bf16Dot {
+  using A = uint16_t;
+  using Out = float;
+  using Acc = __m512;
+  static constexpr long kGroup = 2;
+  static Acc zero() { return _mm512_setzero_ps(); }
+  static Acc dot(Acc acc, __m512i a, __m512i w) { return _mm512_dpbf16_ps(acc, as_bh(a), as_bh(w)); }
+  static Acc add(Acc x, Acc y) { return _mm512_add_ps(x, y); }
+  static Acc load(const float* p) { return _mm512_load_ps(p); }
+  static void store(float* p, Acc v) { _mm512_store_ps(p, v); }
+};
 
+#include "kernels/gemm/gemm_dot_tile_inl.h"
+
+// out[r·kNR + j] = Σ_p a[r·lda + p]·wp[p, j] in float32 for r < rows ≤ kMR, all kNR columns.
 void tile_kernel(long rows, const uint16_t* a, long lda, const uint16_t* wp, long kp, float* out) {
-  switch (rows) {
-    case 6: tile_rows<6, 1>(a, lda, wp, kp, out); break;
-    case 5: tile_rows<5, 1>(a, lda, wp, kp, out); break;
-    case 4: tile_rows<4, 1>(a, lda, wp, kp, out); break;
-    case 3: tile_rows<3, 2>(a, lda, wp, kp, out); break;
-    case 2: tile_rows<2, 2>(a, lda, wp, kp, out); break;
-    default: tile_rows<1, 4>(a, lda, wp, kp, out); break;
-  }
+  dot_tile<Bf16Dot>(rows, a, lda, wp, kp, out);
 }
 
 // c[j] = act(acc[j] + bias[j]) + residual[j] for j < ncols (bias, residual may be null; residual

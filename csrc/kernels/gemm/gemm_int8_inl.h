@@ -2,8 +2,9 @@
 //
 // Include this file INSIDE the ISA namespace (in an anonymous namespace) of a per-ISA translation
 // unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstring>, "kernels/gemm/gemm.h" and
-// "runtime/threading.h". It is compiled once per ISA under that ISA's flags; it includes nothing
-// and has no include guard on purpose (like gemm_driver_inl.h).
+// "runtime/threading.h". It is compiled once per ISA under that ISA's flags; it has no include
+// guard on purpose (like gemm_driver_inl.h) and includes only gemm_rowwise_inl.h, the work split
+// it shares with the vdpbf16ps GEMM.
 //
 // The including file defines before the #include:
 //   constexpr long kMR, kNR;     register tile: kMR rows of A × kNR output features
@@ -35,7 +36,6 @@ void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* 
                 Activation act, const float* residual, float* c, long ncols);
 
 inline long i8_ceil_div(long a, long b) { return (a + b - 1) / b; }
-inline long i8_min(long a, long b) { return a < b ? a : b; }
 
 std::size_t packed_bytes(long n, long k) {
   const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, 4) * 4;
@@ -67,11 +67,10 @@ void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_
   }
 }
 
-// Rows of a block (a work item together with one panel): the quantized A block stays in L1/L2
-// while the panel streams through.
-constexpr long kRowBlock = 8 * kMR;
 // Below this many multiply-adds per thread a second thread costs more than it saves.
 constexpr long kInt8MinMacsPerThread = 1L << 19;
+
+#include "kernels/gemm/gemm_rowwise_inl.h"
 
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
@@ -79,9 +78,6 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const float* scales = reinterpret_cast<const float*>(w.data.data());
   const int32_t* comp = reinterpret_cast<const int32_t*>(w.data.data() + np * sizeof(float));
   const int8_t* panels = reinterpret_cast<const int8_t*>(w.data.data() + np * (sizeof(float) + sizeof(int32_t)));
-  const long panel_count = np / kNR;
-  const long blocks = i8_ceil_div(m, kRowBlock);
-  const long items = panel_count * blocks;
 
   // Quantized A ([m][kp] bytes, 64-byte aligned rows start) and sa [m], allocated here: no
   // exception may leave the parallel region.
@@ -90,39 +86,16 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   uint8_t* qa = reinterpret_cast<uint8_t*>(scratch);
   float* sa = scratch + qa_floats;
 
-  long nt = current_num_threads();
-  const long macs = m * n * k;
-  if (nt > macs / kInt8MinMacsPerThread) nt = macs / kInt8MinMacsPerThread;
-  if (nt > items) nt = items;
-  if (nt < 1) nt = 1;
-
-#pragma omp parallel num_threads(static_cast<int>(nt)) if (nt > 1)
-  {
-#pragma omp for schedule(static)
-    for (long i = 0; i < m; ++i) sa[i] = quantize_row(a + i * lda, k, kp, qa + i * kp);
-    // (implicit barrier: every row is quantized before any tile reads it)
-    const long team = omp_get_num_threads(), t = omp_get_thread_num();
-    // Contiguous item ranges, panel-major: each thread streams its own panels, each once per row
-    // block (for m ≤ kRowBlock: exactly once, the GEMV case).
-    const long base = items / team, extra = items % team;
-    const long begin = t * base + (t < extra ? t : extra);
-    const long end = begin + base + (t < extra ? 1 : 0);
-    alignas(64) int32_t acc[kMR * kNR];
-    for (long item = begin; item < end; ++item) {
-      const long p = item / blocks, b = item % blocks;
-      const long j0 = p * kNR, ncols = i8_min(kNR, n - j0);
-      const int8_t* wp = panels + j0 * kp;
-      const long i_end = i8_min(m, (b + 1) * kRowBlock);
-      for (long i0 = b * kRowBlock; i0 < i_end; i0 += kMR) {
-        const long rows = i8_min(kMR, i_end - i0);
-        tile_kernel(rows, qa + i0 * kp, kp, wp, kp, acc);
+  rowwise_gemm(
+      m, n, k, kInt8MinMacsPerThread, [&](long i) { sa[i] = quantize_row(a + i * lda, k, kp, qa + i * kp); },
+      [&](long i0, long rows, long j0, long ncols) {
+        alignas(64) int32_t acc[kMR * kNR];
+        tile_kernel(rows, qa + i0 * kp, kp, panels + j0 * kp, kp, acc);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
           finish_row(acc + r * kNR, kUnsignedA ? comp + j0 : nullptr, sa[i], scales + j0,
                      epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,
                      epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0, ncols);
         }
-      }
-    }
-  }
+      });
 }
