@@ -1,6 +1,9 @@
-"""Float64 references shared by the GEMM tests (test_gemm_int8.py, test_gemm_half.py)."""
+"""Float64 references and helpers shared by the GEMM tests (test_gemm_int8.py, test_gemm_half.py)."""
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 
@@ -23,3 +26,19 @@ def activate(z, activation):
 
 def randn(rng, *shape):
     return rng.standard_normal(shape, dtype=np.float32)
+
+
+def rerun_with_features_hidden(test_file, features, deselect):
+    """Runs test_file's tests (but the ones matching `deselect`) in a child process with the CPU
+    features hidden (CPUFORMER_DISABLE_FEATURES), asserts they pass, and returns the child's
+    cpu_info() as printed text."""
+    env = dict(os.environ, CPUFORMER_DISABLE_FEATURES=features)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file, "-k", f"not {deselect}"],
+        env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "passed" in out.stdout and "failed" not in out.stdout
+    probe = subprocess.run([sys.executable, "-c", "import cpuformer as cf; print(cf.cpu_info())"],
+                           env=env, capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    return probe.stdout

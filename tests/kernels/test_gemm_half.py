@@ -15,9 +15,6 @@ test_without_bf16_dot_product reruns this file with the extension hidden, for th
 tests/test_runtime.py reruns this file (all of tests/kernels) at every lower ISA level.
 """
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -25,7 +22,7 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-from ._reference import activate, randn
+from ._reference import activate, randn, rerun_with_features_hidden
 
 
 DTYPES = ["float16", "bfloat16"]
@@ -204,12 +201,5 @@ def test_bfloat16_activation_rounding():
 @pytest.mark.skipif(not bf16_dot_product(), reason="vdpbf16ps is used only at avx512 with AVX512-BF16")
 def test_without_bf16_dot_product():
     # The same tests with AVX512-BF16 hidden: the avx512 widening kernel runs for bfloat16.
-    env = dict(os.environ, CPUFORMER_DISABLE_FEATURES="avx512_bf16")
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not without_bf16"],
-        env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "passed" in out.stdout and "failed" not in out.stdout
-    probe = subprocess.run([sys.executable, "-c", "import cpuformer as cf; print(cf.cpu_info())"],
-                           env=env, capture_output=True, text=True)
-    assert "avx512_bf16" not in probe.stdout and "'isa': 'avx512'" in probe.stdout
+    info = rerun_with_features_hidden(__file__, "avx512_bf16", "without_bf16")
+    assert "avx512_bf16" not in info and "'isa': 'avx512'" in info

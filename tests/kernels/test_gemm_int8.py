@@ -12,9 +12,6 @@ tests/test_runtime.py reruns this file at every lower ISA level; test_without_do
 reruns it with AVX512-VNNI and AVX-VNNI hidden, so the fallback kernel of each level runs too.
 """
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,7 +19,7 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-from ._reference import activate, randn
+from ._reference import activate, randn, rerun_with_features_hidden
 
 
 
@@ -177,12 +174,6 @@ def test_threads_agree(rng):
 
 def test_without_dot_product_extensions():
     # The same tests with AVX512-VNNI and AVX-VNNI hidden: the level's fallback kernel runs.
-    env = dict(os.environ, CPUFORMER_DISABLE_FEATURES="avx512_vnni,avx_vnni")
-    out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", "not without_dot_product"],
-        env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "passed" in out.stdout and "failed" not in out.stdout
-    probe = subprocess.run([sys.executable, "-c", "import cpuformer as cf; print(cf.cpu_info()['features'])"],
-                           env=env, capture_output=True, text=True)
-    assert "vnni" not in probe.stdout and "avx2" in probe.stdout or cf.cpu_info()["isa"] == "scalar"
+    info = rerun_with_features_hidden(__file__, "avx512_vnni,avx_vnni", "without_dot_product")
+    features = info[info.index("'features'"):]
+    assert "vnni" not in features and "avx2" in features or cf.cpu_info()["isa"] == "scalar"
