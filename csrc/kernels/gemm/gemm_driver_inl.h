@@ -282,8 +282,10 @@ void gemm_shared_rows(const GemmCall& g, int nt, float* a_buffers) {
   const long phases = ceil_div(g.m, mc) * g.slices;
   // The phase ends when its last item does: with few panels per thread the items are cut finer,
   // each panel's rows into groups, so the threads arrive at the barrier close together. A thread
-  // takes its items in order, so consecutive groups of a panel still share its W slice.
-  constexpr long kItemsPerThread = 16;
+  // takes its items in order, so consecutive groups of a panel still share its W slice. 16-bit
+  // weights are widened once per item, so for them a group costs a widening of the whole slice:
+  // they are cut only as far as it takes to give every thread two items.
+  constexpr long kItemsPerThread = sizeof(WElem) == sizeof(float) ? 16 : 2;
   const long groups = min_of(mc / kMR, max_of(1, ceil_div(kItemsPerThread * nt, g.panels)));
   auto phase_at = [&](long ph) {
     const long i0 = ph / g.slices * mc;
