@@ -83,16 +83,3 @@ void finish_row_act(const int32_t* acc, const int32_t* comp, float sa, const flo
     _mm256_maskstore_ps(c + j, mask, v);
   }
 }
-
-void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
-                Activation act, const float* residual, float* c, long ncols) {
-  switch (act) {
-    case Activation::kRelu: return finish_row_act<Activation::kRelu>(acc, comp, sa, scales, bias, residual, c, ncols);
-    case Activation::kGeluErf:
-      return finish_row_act<Activation::kGeluErf>(acc, comp, sa, scales, bias, residual, c, ncols);
-    case Activation::kGeluTanh:
-      return finish_row_act<Activation::kGeluTanh>(acc, comp, sa, scales, bias, residual, c, ncols);
-    case Activation::kSilu: return finish_row_act<Activation::kSilu>(acc, comp, sa, scales, bias, residual, c, ncols);
-    default: return finish_row_act<Activation::kNone>(acc, comp, sa, scales, bias, residual, c, ncols);
-  }
-}

@@ -11,7 +11,7 @@
 //   constexpr bool kUnsignedA;   A rows are stored as u8 = qa + 128 (vpdpbusd) and the packed
 //                                compensation 128·Σ_k q[j][k] is subtracted from every sum;
 //                                otherwise A rows are stored as s8 qa
-// and, after it, the three functions declared below.
+// and, after it, quantize_row, tile_kernel and finish_row_act declared below.
 //
 // Packed W (bytes): scales [Np] float, comp [Np] int32 (128·Σ_k q[j][k], wrapping), then
 // Np / kNR panels, panel p holding q[p·kNR + j][4g + t] at [(g·kNR + j)·4 + t] for the Kp / 4
@@ -29,11 +29,27 @@ float quantize_row(const float* x, long k, long kp, uint8_t* out);
 // tile_kernel: out[r·kNR + j] = Σ_p a[r·lda + p] ⊙ wp[p, j] (wrapping int32; before the
 //   compensation) for r < rows ≤ kMR, all kNR columns; wp a packed panel, kp a multiple of 4.
 void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out);
-// finish_row: c[j] = act(sa·scales[j]·float(acc[j] − comp[j]) + bias[j]) + residual[j], j < ncols
-//   (comp, bias, residual may be null; residual may alias c). The float operations are those of
-//   the scalar reference, in its order, unfused.
-void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
-                Activation act, const float* residual, float* c, long ncols);
+// finish_row_act<act>: c[j] = act(sa·scales[j]·float(acc[j] − comp[j]) + bias[j]) + residual[j],
+//   j < ncols (comp, bias, residual may be null; residual may alias c). The float operations are
+//   those of the scalar reference, in its order, unfused; the activation is the level's lane-wise
+//   function, the one its activation kernel runs.
+template <Activation kAct>
+void finish_row_act(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                    const float* residual, float* c, long ncols);
+
+// The epilogue of one finished tile row, with the activation chosen once per row.
+inline void finish_row(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
+                       Activation act, const float* residual, float* c, long ncols) {
+  switch (act) {
+    case Activation::kRelu: return finish_row_act<Activation::kRelu>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kGeluErf:
+      return finish_row_act<Activation::kGeluErf>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kGeluTanh:
+      return finish_row_act<Activation::kGeluTanh>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kSilu: return finish_row_act<Activation::kSilu>(acc, comp, sa, scales, bias, residual, c, ncols);
+    default: return finish_row_act<Activation::kNone>(acc, comp, sa, scales, bias, residual, c, ncols);
+  }
+}
 
 inline long i8_ceil_div(long a, long b) { return (a + b - 1) / b; }
 
