@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 
+import cpuformer as cf
+
 _erf = np.vectorize(math.erf)
 
 
@@ -42,3 +44,17 @@ def rerun_with_features_hidden(test_file, features, deselect):
                            env=env, capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr[-2000:]
     return probe.stdout
+
+
+def assert_threads_agree(lin, x):
+    """lin(x) on one thread and on two gives the same bits: threads split output columns (or
+    rows), never one dot product."""
+    before = cf.get_num_threads()
+    try:
+        cf.set_num_threads(1)
+        y1 = lin(x)
+        cf.set_num_threads(2)
+        y2 = lin(x)
+    finally:
+        cf.set_num_threads(before)
+    np.testing.assert_array_equal(y1, y2)

@@ -22,7 +22,7 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-from ._reference import activate, randn, rerun_with_features_hidden
+from ._reference import activate, assert_threads_agree, randn, rerun_with_features_hidden
 
 
 DTYPES = ["float16", "bfloat16"]
@@ -146,15 +146,7 @@ def test_threads_agree(rng, dtype, m):
     # Threads split the output columns (or rows), never one dot product: the same sums every time.
     x, w, b = randn(rng, m, 300), randn(rng, 200, 300), randn(rng, 200)
     lin = ops.Linear(w, b, "relu", dtype=dtype)
-    before = cf.get_num_threads()
-    try:
-        cf.set_num_threads(1)
-        y1 = lin(x)
-        cf.set_num_threads(2)
-        y2 = lin(x)
-    finally:
-        cf.set_num_threads(before)
-    np.testing.assert_array_equal(y1, y2)
+    assert_threads_agree(lin, x)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

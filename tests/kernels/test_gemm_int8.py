@@ -19,7 +19,7 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-from ._reference import activate, randn, rerun_with_features_hidden
+from ._reference import activate, assert_threads_agree, randn, rerun_with_features_hidden
 
 
 
@@ -161,15 +161,7 @@ def test_strided_input(rng):
 def test_threads_agree(rng):
     x, w, b = randn(rng, 100, 300), randn(rng, 200, 300), randn(rng, 200)
     lin = ops.Linear(w, b, "relu", dtype="int8")
-    before = cf.get_num_threads()
-    try:
-        cf.set_num_threads(1)
-        y1 = lin(x)
-        cf.set_num_threads(2)
-        y2 = lin(x)
-    finally:
-        cf.set_num_threads(before)
-    np.testing.assert_array_equal(y1, y2)
+    assert_threads_agree(lin, x)
 
 
 def test_without_dot_product_extensions():

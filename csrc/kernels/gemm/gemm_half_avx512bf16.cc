@@ -40,7 +40,6 @@ constexpr long kMinMacsPerThread = 1L << 17;
 #include "kernels/gemm/gemm_rowwise_inl.h"
 
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
-inline long min_of(long a, long b) { return a < b ? a : b; }
 inline __mmask16 mask16(long left) {
   if (left >= 16) return 0xFFFF;
   if (left <= 0) return 0;
