@@ -4,11 +4,16 @@
 
 Linear: GFLOP/s of ``ops.Linear`` (weights packed once, outside the timed loop, as a model holds
 them) against ``torch.matmul(x, w.t())`` and NumPy ``x @ w.T`` on transformer shapes: large M
-(prefill / encoder) and M = 1, 4 (decode), plus the fraction of the machine's fp32 FMA peak
-(cores × 64 FLOP/cycle for AVX-512 × clock).
+(prefill / encoder) and M = 1, 4 (decode), plus the fraction of the compute peak.
 Linear by weight dtype: GOP/s of ``ops.Linear(w, dtype=...)`` for float32, int8, float16 and
 bfloat16 weights on BERT-base shapes (M = 1024) and decode GEMV shapes (M = 1), with each dtype's
-speed relative to float32 (an int8 multiply-add counts as 2 operations, like a float one).
+speed relative to float32 (an int8 multiply-add counts as 2 operations, like a float one) and
+relative to that dtype's compute peak.
+Compute peak: ``ops.peak_gops(dtype)``, measured at the start of the run on the same threads: the
+rate of the instruction the matmul kernel multiplies with (FMA, vpdpbusd, vdpbf16ps, ...) with its
+operands in registers, which no GEMM can exceed. It replaces a peak computed from a clock and a
+vector width, which cpuinfo's nominal clock and CPUs that run 512-bit instructions on 256-bit
+units (Zen 4) make wrong.
 Attention: milliseconds of ``ops.attention`` against ``torch.nn.functional.scaled_dot_product_attention``.
 
 Every implementation runs in the same process on the same inputs. The samples of the
@@ -67,7 +72,7 @@ LINEAR_DECODE_KN = [(768, 2304), (768, 3072), (2048, 5632)]
 LINEAR_DTYPE_SHAPES = [(1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768),
                       (1, 768, 2304), (1, 768, 3072), (1, 2048, 5632)]
 WEIGHT_DTYPES = ["float32", "int8", "float16", "bfloat16"]
-FALLBACK_GHZ = 2.3
+SHORT = {"float32": "f32", "int8": "i8", "float16": "f16", "bfloat16": "bf16"}
 
 
 # ---- machine ----------------------------------------------------------------------------------
@@ -92,21 +97,19 @@ def cpu_model_and_mhz() -> tuple:
 def machine_info(threads: int) -> Dict[str, object]:
     model, mhz = cpu_model_and_mhz()
     info = cf.cpu_info()
-    ghz = mhz / 1000.0 if mhz else FALLBACK_GHZ
-    flops_per_cycle = 64 if info["isa"] == "avx512" else 32 if info["isa"] == "avx2" else 2
+    peaks = {dt: ops.peak_gops(dt, seconds=0.6) for dt in WEIGHT_DTYPES}
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "cpu_model": model,
         "cpu_mhz": mhz,
-        "clock_ghz_for_peak": ghz,
-        "clock_source": "/proc/cpuinfo cpu MHz" if mhz else f"assumed {FALLBACK_GHZ} GHz",
         "logical_cpus": os.cpu_count(),
         "threads": threads,
         "isa": info["isa"],
         "best_isa": info["best_isa"],
         "features": info["features"],
-        "fp32_peak_gflops": threads * flops_per_cycle * ghz,
-        "peak_formula": f"{threads} cores x {flops_per_cycle} FLOP/cycle x {ghz:.2f} GHz",
+        "matmul": info["matmul"],
+        "peak_gops": peaks,
+        "peak_source": "ops.peak_gops: the matmul instruction with operands in registers, measured",
         "python": platform.python_version(),
         "numpy": np.__version__,
         "torch": torch.__version__ if torch is not None else None,
@@ -187,7 +190,7 @@ def format_linear_row(r: Dict[str, object]) -> str:
             f"{r['ratio_vs_best_peer']:>7.2f}x {100 * r['fraction_of_peak']:>7.1f}% {r['weight_gbytes_per_s']:>7.1f}")
 
 
-def bench_linear_dtypes(shapes, rounds: int, min_time: float) -> List[Dict[str, object]]:
+def bench_linear_dtypes(shapes, rounds: int, min_time: float, peaks: Dict[str, float]) -> List[Dict[str, object]]:
     rng = np.random.default_rng(2)
     rows = []
     for m, k, n in shapes:
@@ -200,7 +203,8 @@ def bench_linear_dtypes(shapes, rounds: int, min_time: float) -> List[Dict[str, 
         ops_count = 2.0 * m * k * n
         gops = {dt: ops_count / s / 1e9 for dt, s in seconds.items()}
         row: Dict[str, object] = {"M": m, "K": k, "N": n, "seconds": seconds, "gops": gops,
-                                  "ratio_vs_float32": {dt: gops[dt] / gops["float32"] for dt in WEIGHT_DTYPES}}
+                                  "ratio_vs_float32": {dt: gops[dt] / gops["float32"] for dt in WEIGHT_DTYPES},
+                                  "fraction_of_peak": {dt: gops[dt] / peaks[dt] for dt in WEIGHT_DTYPES}}
         rows.append(row)
         print(format_dtype_row(row), flush=True)
     return rows
@@ -209,13 +213,15 @@ def bench_linear_dtypes(shapes, rounds: int, min_time: float) -> List[Dict[str, 
 def dtype_header() -> str:
     cols = " ".join(f"{dt:>9}" for dt in WEIGHT_DTYPES)
     ratios = " ".join(f"{dt + '/f32':>13}" for dt in WEIGHT_DTYPES[1:])
-    return f"{'M':>5} {'K':>5} {'N':>5} {cols} {ratios}"
+    of_peak = " ".join(f"{SHORT[dt] + ' peak':>9}" for dt in WEIGHT_DTYPES)
+    return f"{'M':>5} {'K':>5} {'N':>5} {cols} {ratios} {of_peak}"
 
 
 def format_dtype_row(r: Dict[str, object]) -> str:
     cols = " ".join(f"{r['gops'][dt]:>9.1f}" for dt in WEIGHT_DTYPES)
     ratios = " ".join(f"{r['ratio_vs_float32'][dt]:>12.2f}x" for dt in WEIGHT_DTYPES[1:])
-    return f"{r['M']:>5} {r['K']:>5} {r['N']:>5} {cols} {ratios}"
+    of_peak = " ".join(f"{100 * r['fraction_of_peak'][dt]:>8.1f}%" for dt in WEIGHT_DTYPES)
+    return f"{r['M']:>5} {r['K']:>5} {r['N']:>5} {cols} {ratios} {of_peak}"
 
 
 # ---- attention --------------------------------------------------------------------------------
@@ -299,7 +305,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     info = machine_info(args.threads)
     print(f"cpuformer {info['cpuformer']} isa={info['isa']} threads={args.threads} | {info['cpu_model']} | "
           f"numpy {info['numpy']} | torch {info['torch'] or 'absent'}")
-    print(f"fp32 peak {info['fp32_peak_gflops']:.0f} GFLOP/s = {info['peak_formula']} ({info['clock_source']})")
+    print("compute peak (ops.peak_gops, measured), GOP/s: " + ", ".join(
+        f"{dt} {info['peak_gops'][dt]:.0f} ({info['matmul'][dt]})" for dt in WEIGHT_DTYPES))
     print(f"medians of {rounds} samples in alternating passes, each >= {min_time * 1e3:.0f} ms of calls\n")
 
     linear_rows: List[Dict[str, object]] = []
@@ -307,13 +314,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("Linear, GFLOP/s (higher is better); 'vs best' = cpuformer / faster peer")
         print(linear_header())
         shapes = list(LINEAR_LARGE) + [(m, k, n) for m in (1, 4) for k, n in LINEAR_DECODE_KN]
-        linear_rows = bench_linear(shapes, rounds, min_time, info["fp32_peak_gflops"])
+        linear_rows = bench_linear(shapes, rounds, min_time, info["peak_gops"]["float32"])
 
     dtype_rows: List[Dict[str, object]] = []
     if not args.skip_dtypes:
-        print("\nLinear by weight dtype (cpuformer, with bias), GOP/s (higher is better); ratios to float32")
+        print("\nLinear by weight dtype (cpuformer, with bias), GOP/s (higher is better); ratios to float32; "
+              "fraction of each dtype's compute peak")
         print(dtype_header())
-        dtype_rows = bench_linear_dtypes(LINEAR_DTYPE_SHAPES, rounds, min_time)
+        dtype_rows = bench_linear_dtypes(LINEAR_DTYPE_SHAPES, rounds, min_time, info["peak_gops"])
 
     attention_rows: List[Dict[str, object]] = []
     if not args.skip_attention:

@@ -393,6 +393,10 @@ def test_bench_kernels_writes_table_and_json(tmp_path):
     assert "linear M=1024 K=768 N=768" in out.stdout and "attention B=8" in out.stdout
     rows = json.loads(path.read_text())
     assert all(r["cpuformer"] > 0 and r["numpy"] > 0 for r in rows)
+    # "of peak" divides every row by the same measured float32 peak.
+    peaks = [r["cpuformer"] / r["of_peak"] for r in rows]
+    assert max(peaks) == pytest.approx(min(peaks), rel=1e-9)
+    assert "of peak" in out.stdout
 
 
 def test_bench_errors():

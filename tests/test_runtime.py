@@ -1,4 +1,5 @@
 import json
+import math
 import os
 import subprocess
 import sys
@@ -41,11 +42,14 @@ def test_cpu_info_names_the_matmul_kernels(isa, disabled, needs, int8, bf16):
     if isa not in supported_levels() or not needs <= set(cf.cpu_info()["features"]):
         pytest.skip(f"the CPU lacks {isa} or {sorted(needs)}")
     env = dict(os.environ, CPUFORMER_ISA=isa, CPUFORMER_DISABLE_FEATURES=disabled)
-    out = subprocess.run([sys.executable, "-c", "import json, cpuformer; print(json.dumps(cpuformer.cpu_info()['matmul']))"],
-                         env=env, capture_output=True, text=True, check=True)
-    matmul = json.loads(out.stdout)
+    # Also runs the peak probe of each kernel (ops.peak_gops): every probe exists and returns a rate.
+    code = ("import json, cpuformer; print(json.dumps([cpuformer.cpu_info()['matmul'], "
+            "{d: cpuformer.ops.peak_gops(d, 0.02) for d in cpuformer.cpu_info()['matmul']}]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    matmul, peaks = json.loads(out.stdout)
     assert (matmul["int8"], matmul["bfloat16"]) == (int8, bf16)
     assert matmul["float32"] == ("scalar" if isa == "scalar" else f"{isa} fma")
+    assert all(math.isfinite(g) and g > 0 for g in peaks.values()), peaks
 
 
 def test_env_forces_level():

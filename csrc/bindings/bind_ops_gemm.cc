@@ -10,6 +10,7 @@
 
 #include "bindings/arrays.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_peak.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
@@ -149,6 +150,18 @@ class Linear {
   PackedWeights packed_;
 };
 
+// Operations per second (a multiply-add is 2) of the matmul instruction for weights `dtype`, on
+// the current thread count: the compute peak of gemm_peak.h.
+double peak_gops(const std::string& dtype, double seconds) {
+  const WeightType type = parse_dtype(dtype);
+  if (!std::isfinite(seconds) || seconds <= 0.0 || seconds > 60.0) {
+    throw py::value_error("seconds must be in (0, 60], got " + py::str(py::float_(seconds)).cast<std::string>());
+  }
+  py::gil_scoped_release release;
+  ComputeSlots slots(current_num_threads());
+  return 2.0 * gemm_peak_macs(type, seconds) * 1e-9;
+}
+
 }  // namespace
 
 void register_ops_gemm(py::module_& m) {
@@ -160,6 +173,7 @@ void register_ops_gemm(py::module_& m) {
       .def_property_readonly("in_features", &Linear::k)
       .def_property_readonly("dtype", &Linear::dtype);
   m.def("quantize_int8", &quantize_int8, py::arg("w"));
+  m.def("peak_gops", &peak_gops, py::arg("dtype") = "float32", py::arg("seconds") = 0.3);
   m.def("float32_to_float16_bits", [](const py::object& x) { return to_16bit(x, true); }, py::arg("x"));
   m.def("float32_to_bfloat16_bits", [](const py::object& x) { return to_16bit(x, false); }, py::arg("x"));
 }

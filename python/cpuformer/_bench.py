@@ -9,7 +9,8 @@ later runs and the peers load the very same weights. PyTorch (transformers) and 
 the same workloads when they are installed. Timings are medians of several rounds after a warm-up.
 
 The kernel benchmark times ``ops.Linear`` (weights packed once, as a model holds them) against
-NumPy's BLAS and ``ops.attention`` against a NumPy two-GEMM softmax attention.
+NumPy's BLAS and ``ops.attention`` against a NumPy two-GEMM softmax attention, and states each of
+our rates as a fraction of the float32 compute peak (``ops.peak_gops``, measured first).
 """
 
 from __future__ import annotations
@@ -447,6 +448,7 @@ def run_kernel_bench(quick: bool = True, show_progress: bool = False) -> List[Di
     rng = np.random.default_rng(0)
     repeats = 3 if quick else 7
     rows: List[Dict[str, object]] = []
+    peak = ops.peak_gops("float32", seconds=0.1 if quick else 0.3)
     linear_shapes = [(1024, 768, 768), (1024, 768, 3072), (1, 768, 3072), (4, 2048, 5632)]
     if not quick:
         linear_shapes += [(1024, 3072, 768), (512, 2048, 5632), (1, 2048, 5632), (4, 768, 2304)]
@@ -459,22 +461,24 @@ def run_kernel_bench(quick: bool = True, show_progress: bool = False) -> List[Di
         ours = median_seconds(lambda: lin(x), repeats)
         peer = median_seconds(lambda: x @ wt, repeats)
         rows.append({"op": f"linear M={m} K={k} N={n}", "cpuformer": flops / ours / 1e9,
-                     "numpy": flops / peer / 1e9, "unit": "GFLOP/s"})
+                     "numpy": flops / peer / 1e9, "unit": "GFLOP/s", "of_peak": flops / ours / 1e9 / peak})
     for b, h, t, d in [(8, 12, 128, 64)] + ([] if quick else [(1, 12, 512, 64)]):
         q, k_, v = (rng.standard_normal((b, h, t, d), dtype=np.float32) for _ in range(3))
         flops = 4.0 * b * h * t * t * d
         ours = median_seconds(lambda: ops.attention(q, k_, v), repeats)
         peer = median_seconds(lambda: _numpy_attention(q, k_, v), repeats)
         rows.append({"op": f"attention B={b} H={h} T={t} D={d}", "cpuformer": flops / ours / 1e9,
-                     "numpy": flops / peer / 1e9, "unit": "GFLOP/s"})
+                     "numpy": flops / peer / 1e9, "unit": "GFLOP/s", "of_peak": flops / ours / 1e9 / peak})
     return rows
 
 
 def format_table(rows: List[Dict[str, object]]) -> str:
     info = cpu_info()
     lines = [f"cpuformer kernels — isa {info['isa']}, {info['num_threads']} threads (higher is better)",
-             f"{'op':<34} {'cpuformer':>10} {'numpy':>10} {'ratio':>7}  unit"]
+             f"{'op':<34} {'cpuformer':>10} {'numpy':>10} {'ratio':>7} {'of peak':>8}  unit"]
     for r in rows:
         ratio = float(r["cpuformer"]) / float(r["numpy"])
-        lines.append(f"{r['op']:<34} {r['cpuformer']:>10.1f} {r['numpy']:>10.1f} {ratio:>6.2f}x  {r['unit']}")
+        lines.append(f"{r['op']:<34} {r['cpuformer']:>10.1f} {r['numpy']:>10.1f} {ratio:>6.2f}x "
+                     f"{100 * float(r['of_peak']):>7.1f}%  {r['unit']}")
+    lines.append("of peak: cpuformer's rate / the float32 compute peak measured by ops.peak_gops")
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["Linear", "linear", "quantize_int8", "to_float16_bits", "to_bfloat16_bits", "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
+__all__ = ["Linear", "linear", "peak_gops", "quantize_int8", "to_float16_bits", "to_bfloat16_bits", "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
 
 
 class Linear:
@@ -52,6 +52,20 @@ def linear(x: np.ndarray, w: np.ndarray, bias: Optional[np.ndarray] = None, acti
            dtype: str = "float32") -> np.ndarray:
     """One-shot ``Linear(w, bias, activation, dtype)(x)``: packs ``w`` on every call (models hold a Linear)."""
     return _core.Linear(w, bias, activation, dtype)(x)
+
+
+def peak_gops(dtype: str = "float32", seconds: float = 0.3) -> float:
+    """The compute peak of the matmul kernel for weights of ``dtype``, in GOP/s (a multiply-add
+    counts as 2 operations), on ``cpuformer.get_num_threads()`` threads: the rate at which the
+    instruction the kernel multiplies with (``cpu_info()["matmul"][dtype]``: FMA, ``vpdpbusd``,
+    ``vdpbf16ps`` or the ``vpmaddubsw`` sequence) runs with every operand in a register. No GEMM of
+    that dtype can exceed it; the benchmarks state GEMM speed as a fraction of it.
+
+    Measured, not computed: it runs the instruction for about ``seconds`` (in (0, 60]) and returns
+    the best of three passes. A per-core width times the clock is unreliable (cpuinfo reports a
+    nominal clock; Zen 4 runs 512-bit instructions on 256-bit units). On a shared or throttled
+    machine the result moves like any timing."""
+    return _core.peak_gops(dtype, seconds)
 
 
 def quantize_int8(w: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

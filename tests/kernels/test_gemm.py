@@ -265,3 +265,30 @@ def test_error_residual():
         lin(x, residual=np.zeros(8, np.float32))
     with pytest.raises(TypeError, match="residual must have dtype float32, got float64"):
         lin(x, residual=np.zeros((2, 4)))
+
+
+# ---- compute peak (ops.peak_gops) -------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "float16", "bfloat16"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_peak_gops_measures_every_dtype(dtype, threads):
+    before = cf.get_num_threads()
+    try:
+        cf.set_num_threads(threads)
+        gops = ops.peak_gops(dtype, seconds=0.02)
+    finally:
+        cf.set_num_threads(before)
+    assert isinstance(gops, float) and math.isfinite(gops) and gops > 0
+
+
+@pytest.mark.parametrize("dtype,seconds,message", [
+    ("int4", 0.1, "dtype must be 'float32', 'float16', 'bfloat16' or 'int8', got 'int4'"),
+    ("float32", 0.0, "seconds must be in \\(0, 60\\], got 0.0"),
+    ("float32", -1.0, "seconds must be in \\(0, 60\\], got -1.0"),
+    ("float32", 61.0, "seconds must be in \\(0, 60\\], got 61.0"),
+    ("float32", float("nan"), "seconds must be in \\(0, 60\\], got nan"),
+    ("float32", float("inf"), "seconds must be in \\(0, 60\\], got inf"),
+])
+def test_peak_gops_errors(dtype, seconds, message):
+    with pytest.raises(ValueError, match=message):
+        ops.peak_gops(dtype, seconds)

@@ -37,20 +37,36 @@ const HalfGemmKernels& half_gemm_kernels() {
   return table;
 }
 
-const char* gemm_kernel_name(WeightType type) {
+MatmulInstruction matmul_instruction(WeightType type) {
   const Isa isa = active_isa();
   const CpuFeatures& f = cpu_features();
-  if (isa == Isa::kScalar) return "scalar";
+  if (isa == Isa::kScalar) return MatmulInstruction::kScalar;
   const bool wide = isa == Isa::kAvx512;
   switch (type) {
-    case WeightType::kFloat32: return wide ? "avx512 fma" : "avx2 fma";
     case WeightType::kInt8:
-      if (wide) return f.avx512vnni ? "avx512_vnni vpdpbusd" : "avx512bw vpmaddubsw";
-      return f.avx_vnni ? "avx_vnni vpdpbusd" : "avx2 vpmaddubsw";
-    case WeightType::kFloat16: return wide ? "avx512 f16c widen + fma" : "avx2 f16c widen + fma";
+      if (wide) return f.avx512vnni ? MatmulInstruction::kDpbusd512 : MatmulInstruction::kMaddubs512;
+      return f.avx_vnni ? MatmulInstruction::kDpbusd256 : MatmulInstruction::kMaddubs256;
     case WeightType::kBFloat16:
-      if (wide) return f.avx512bf16 ? "avx512_bf16 vdpbf16ps" : "avx512 widen + fma";
-      return "avx2 widen + fma";
+      if (wide && f.avx512bf16) return MatmulInstruction::kDpbf16x512;
+      break;
+    case WeightType::kFloat32:
+    case WeightType::kFloat16:
+      break;
+  }
+  return wide ? MatmulInstruction::kFma512 : MatmulInstruction::kFma256;
+}
+
+const char* gemm_kernel_name(WeightType type) {
+  const bool f32 = type == WeightType::kFloat32, f16 = type == WeightType::kFloat16;
+  switch (matmul_instruction(type)) {
+    case MatmulInstruction::kScalar: return "scalar";
+    case MatmulInstruction::kFma256: return f32 ? "avx2 fma" : f16 ? "avx2 f16c widen + fma" : "avx2 widen + fma";
+    case MatmulInstruction::kFma512: return f32 ? "avx512 fma" : f16 ? "avx512 f16c widen + fma" : "avx512 widen + fma";
+    case MatmulInstruction::kMaddubs256: return "avx2 vpmaddubsw";
+    case MatmulInstruction::kMaddubs512: return "avx512bw vpmaddubsw";
+    case MatmulInstruction::kDpbusd256: return "avx_vnni vpdpbusd";
+    case MatmulInstruction::kDpbusd512: return "avx512_vnni vpdpbusd";
+    case MatmulInstruction::kDpbf16x512: return "avx512_bf16 vdpbf16ps";
   }
   return "unknown";
 }

@@ -83,8 +83,12 @@ struct HalfGemmKernels {
 const GemmKernels& gemm_kernels();
 const Int8GemmKernels& int8_gemm_kernels();
 const HalfGemmKernels& half_gemm_kernels();
-// What the selected kernels multiply weights of `type` with, e.g. "avx512_vnni vpdpbusd" (shown
-// by cpu_info() and `cpuformer info`).
+// The instruction sequence the selected kernels multiply weights of `type` with: plain C++ at the
+// scalar level, FMA (float32, and the widening 16-bit kernels), the vpmaddubsw/vpmaddwd sequence
+// or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide.
+enum class MatmulInstruction { kScalar, kFma256, kFma512, kMaddubs256, kMaddubs512, kDpbusd256, kDpbusd512, kDpbf16x512 };
+MatmulInstruction matmul_instruction(WeightType type);
+// Its name, e.g. "avx512_vnni vpdpbusd" (shown by cpu_info() and `cpuformer info`).
 const char* gemm_kernel_name(WeightType type);
 
 // Load-time conversions (generic code, identical at every ISA level; `cpuformer convert` uses them

@@ -1,0 +1,101 @@
+// Measures the compute peak of the matmul kernels (gemm_peak.h): picks the probe of the
+// instruction the selected kernel uses (matmul_instruction) and times it on the current threads.
+#include "kernels/gemm/gemm_peak.h"
+
+#include <emmintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+
+#include "runtime/threading.h"
+
+namespace cpuformer {
+namespace scalar {
+namespace {
+#include "kernels/gemm/gemm_peak_inl.h"
+constexpr int kChains = 8;
+volatile float float_sink;
+volatile int32_t int_sink;
+
+// The scalar level's kernels are plain C++ for baseline x86-64, which the compiler may vectorize
+// with SSE2 at best: float multiply and add on 4 lanes; int8 products widened to int16, vpmaddwd
+// on 8 pairs and an add.
+int64_t peak_float(long steps) {
+  __m128 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm_set1_ps(static_cast<float>(i));
+  peak_chains<kChains>(steps, acc, [](__m128 c, __m128 a, __m128 b) { return _mm_add_ps(_mm_mul_ps(a, b), c); },
+                       _mm_set1_ps(0.999f), _mm_set1_ps(1e-3f));
+  __m128 sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm_add_ps(sum, acc[i]);
+  float_sink = _mm_cvtss_f32(sum);
+  return static_cast<int64_t>(steps) * kChains * 4;
+}
+
+int64_t peak_int(long steps) {
+  __m128i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm_set1_epi32(i);
+  peak_chains<kChains>(steps, acc, [](__m128i c, __m128i a, __m128i w) { return _mm_add_epi32(c, _mm_madd_epi16(a, w)); },
+                       _mm_set1_epi16(3), _mm_set1_epi16(-5));
+  __m128i sum = acc[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm_add_epi32(sum, acc[i]);
+  int_sink = _mm_cvtsi128_si32(sum);
+  return static_cast<int64_t>(steps) * kChains * 8;
+}
+}  // namespace
+}  // namespace scalar
+
+namespace {
+
+PeakProbe peak_probe(WeightType type) {
+  switch (matmul_instruction(type)) {
+    case MatmulInstruction::kScalar: return type == WeightType::kInt8 ? scalar::peak_int : scalar::peak_float;
+    case MatmulInstruction::kFma256: return avx2::peak_fma;
+    case MatmulInstruction::kFma512: return avx512::peak_fma;
+    case MatmulInstruction::kMaddubs256: return avx2::peak_maddubs;
+    case MatmulInstruction::kMaddubs512: return avx512::peak_maddubs;
+    case MatmulInstruction::kDpbusd256: return avxvnni::peak_dpbusd;
+    case MatmulInstruction::kDpbusd512: return avx512vnni::peak_dpbusd;
+    case MatmulInstruction::kDpbf16x512: return avx512bf16::peak_dpbf16;
+  }
+  throw std::logic_error("no peak probe for this matmul instruction");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+double gemm_peak_macs(WeightType type, double seconds) {
+  if (!(seconds > 0.0) || !std::isfinite(seconds)) throw std::invalid_argument("seconds must be positive and finite");
+  const PeakProbe probe = peak_probe(type);
+  // Calibrate on this thread: grow the step count until one call lasts >= 2 ms.
+  long steps = 256;
+  double once = 0.0;
+  for (;;) {
+    const auto start = std::chrono::steady_clock::now();
+    probe(steps);
+    once = seconds_since(start);
+    if (once >= 2e-3 || steps >= (1L << 40)) break;
+    steps *= 4;
+  }
+  constexpr int kPasses = 3;
+  const double per_pass = seconds / kPasses;
+  steps = std::max(1L, static_cast<long>(static_cast<double>(steps) * per_pass / once));
+  const int nt = current_num_threads();
+  double best = 0.0;
+  for (int pass = 0; pass < kPasses; ++pass) {
+    int64_t macs = 0;
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(nt) reduction(+ : macs)
+    macs += probe(steps);
+    const double elapsed = seconds_since(start);
+    if (elapsed > 0.0) best = std::max(best, static_cast<double>(macs) / elapsed);
+  }
+  return best;
+}
+
+}  // namespace cpuformer

@@ -1,0 +1,31 @@
+// Compute peak of the matmul kernels: the multiply-adds per second that the instruction sequence
+// a kernel's inner loop issues per vector of weights reaches when every operand is in a register
+// (no loads, no epilogue, independent accumulators). No GEMM of that weight type can run faster on
+// the same threads, so benchmarks state their GEMM rates as a fraction of it (bench_ops.py,
+// `cpuformer bench`). It is measured rather than computed from a clock and a per-core width because
+// neither is reliable: cpuinfo reports a nominal clock, and a CPU may run 512-bit instructions on
+// 256-bit units (Zen 4), halving the width-based figure.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/gemm/gemm.h"
+
+namespace cpuformer {
+
+// Multiply-adds per second of the instruction that matmul_instruction(type) names, on
+// current_num_threads() threads, measured for about `seconds` (> 0): the best of three timed
+// passes after a calibration. Blocks the calling thread for that long.
+double gemm_peak_macs(WeightType type, double seconds);
+
+// Per-level probes: run `steps` iterations of a fixed set of independent accumulator chains and
+// return the multiply-adds done. Each is compiled with its level's flags; call one only when the
+// CPU has that level.
+using PeakProbe = int64_t (*)(long steps);
+namespace avx2 { int64_t peak_fma(long steps); int64_t peak_maddubs(long steps); }
+namespace avx512 { int64_t peak_fma(long steps); int64_t peak_maddubs(long steps); }
+namespace avx512vnni { int64_t peak_dpbusd(long steps); }
+namespace avxvnni { int64_t peak_dpbusd(long steps); }
+namespace avx512bf16 { int64_t peak_dpbf16(long steps); }
+
+}  // namespace cpuformer
