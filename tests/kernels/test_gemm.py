@@ -70,6 +70,8 @@ SHAPES += [
     (65, 600, 300), (127, 513, 100), (256, 300, 200),  # several K slices and panels
     (700, 64, 40), (1000, 33, 17),  # several row blocks, each thread its own rows
     (700, 40, 800), (130, 40, 1000),  # wide N: the team shares each row block
+    (12, 700, 300), (64, 257, 130), (41, 4097, 130),  # 9-64 rows: the GEMV kernel in row chunks
+    (48, 100, 20), (66, 300, 100),  # too few panels, and one row past: blocked instead
 ]
 
 
@@ -95,7 +97,8 @@ def test_activations(rng, activation, m, k, n, with_bias):
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "silu"])
-@pytest.mark.parametrize("m,k,n", [(1, 17, 33), (7, 600, 65), (17, 33, 7), (65, 257, 100), (400, 600, 50)])
+@pytest.mark.parametrize("m,k,n", [(1, 17, 33), (7, 600, 65), (17, 33, 7), (40, 300, 100), (65, 257, 100),
+                                   (400, 600, 50)])
 def test_residual_accumulates_in_place(rng, activation, m, k, n):
     # The binding copies the residual into the output and the GEMM accumulates onto it in place,
     # including when K is cut into several slices (k > 256) and the activation needs the full sum.

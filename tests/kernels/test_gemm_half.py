@@ -83,7 +83,8 @@ def check(x, w, dtype, bias=None, activation=None, residual=None):
     return y
 
 
-# M walks through the tile and GEMV sizes (GEMV up to 6 or 8 rows, tiles of 6 or 14 rows), N
+# M walks through the tile and GEMV sizes (the GEMV kernel takes 6 or 8 rows at once and up to 64
+# rows in chunks when N has 4 panels or more; tiles of 6 or 14 rows otherwise), N
 # through the panel tails (16 or 32 columns), K through the slices (256) and their tails.
 SHAPES = [
     (1, 1, 1), (1, 5, 3), (2, 7, 17), (3, 768, 130), (4, 33, 64), (5, 4, 65), (6, 100, 63),
