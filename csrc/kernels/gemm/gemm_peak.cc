@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "runtime/threading.h"
@@ -16,40 +17,27 @@ namespace cpuformer {
 namespace scalar {
 namespace {
 #include "kernels/gemm/gemm_peak_inl.h"
-constexpr int kChains = 8;
-volatile float float_sink;
-volatile int32_t int_sink;
 
 // The scalar level's kernels are plain C++ for baseline x86-64, which the compiler may vectorize
-// with SSE2 at best: float multiply and add on 4 lanes; int8 products widened to int16, vpmaddwd
+// with SSE2 at best: float multiply and add on 4 lanes; int8 products widened to int16, pmaddwd
 // on 8 pairs and an add.
 int64_t peak_float(long steps) {
-  __m128 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm_set1_ps(static_cast<float>(i));
-  peak_chains<kChains>(steps, acc, [](__m128 c, __m128 a, __m128 b) { return _mm_add_ps(_mm_mul_ps(a, b), c); },
-                       _mm_set1_ps(0.999f), _mm_set1_ps(1e-3f));
-  __m128 sum = acc[0];
-  for (int i = 1; i < kChains; ++i) sum = _mm_add_ps(sum, acc[i]);
-  float_sink = _mm_cvtss_f32(sum);
-  return static_cast<int64_t>(steps) * kChains * 4;
+  return peak_probe<8, 4>(
+      steps, _mm_setzero_ps(), [](__m128 c, __m128 a, __m128 b) { return _mm_add_ps(_mm_mul_ps(a, b), c); },
+      _mm_set1_ps(0.999f), _mm_set1_ps(1e-3f));
 }
 
 int64_t peak_int(long steps) {
-  __m128i acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm_set1_epi32(i);
-  peak_chains<kChains>(steps, acc, [](__m128i c, __m128i a, __m128i w) { return _mm_add_epi32(c, _mm_madd_epi16(a, w)); },
-                       _mm_set1_epi16(3), _mm_set1_epi16(-5));
-  __m128i sum = acc[0];
-  for (int i = 1; i < kChains; ++i) sum = _mm_add_epi32(sum, acc[i]);
-  int_sink = _mm_cvtsi128_si32(sum);
-  return static_cast<int64_t>(steps) * kChains * 8;
+  return peak_probe<8, 8>(
+      steps, _mm_setzero_si128(), [](__m128i c, __m128i a, __m128i w) { return _mm_add_epi32(c, _mm_madd_epi16(a, w)); },
+      _mm_set1_epi16(3), _mm_set1_epi16(-5));
 }
 }  // namespace
 }  // namespace scalar
 
 namespace {
 
-PeakProbe peak_probe(WeightType type) {
+PeakProbe probe_for(WeightType type) {
   switch (matmul_instruction(type)) {
     case MatmulInstruction::kScalar: return type == WeightType::kInt8 ? scalar::peak_int : scalar::peak_float;
     case MatmulInstruction::kFma256: return avx2::peak_fma;
@@ -71,7 +59,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 double gemm_peak_macs(WeightType type, double seconds) {
   if (!(seconds > 0.0) || !std::isfinite(seconds)) throw std::invalid_argument("seconds must be positive and finite");
-  const PeakProbe probe = peak_probe(type);
+  const PeakProbe probe = probe_for(type);
   // Calibrate on this thread: grow the step count until one call lasts >= 2 ms.
   long steps = 256;
   double once = 0.0;

@@ -5,6 +5,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/gemm/gemm_peak.h"
 
@@ -12,43 +13,22 @@ namespace cpuformer {
 namespace avx2 {
 namespace {
 #include "kernels/gemm/gemm_peak_inl.h"
-constexpr int kChains = 10;
-volatile int32_t sink;
-
-int32_t lane_sum(__m256i v) {
-  alignas(32) int32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
-  int32_t s = 0;
-  for (int32_t x : lanes) s += x;
-  return s;
-}
 }  // namespace
 
 int64_t peak_fma(long steps) {
-  __m256 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  peak_chains<kChains>(steps, acc, [](__m256 c, __m256 a, __m256 b) { return _mm256_fmadd_ps(a, b, c); },
-                       _mm256_set1_ps(0.999f), _mm256_set1_ps(1e-3f));
-  __m256 sum = acc[0];
-  for (int i = 1; i < kChains; ++i) sum = _mm256_add_ps(sum, acc[i]);
-  sink = lane_sum(_mm256_cvttps_epi32(sum));
-  return static_cast<int64_t>(steps) * kChains * 8;
+  return peak_probe<10, 8>(
+      steps, _mm256_set1_ps(1.0f), [](__m256 c, __m256 a, __m256 b) { return _mm256_fmadd_ps(a, b, c); },
+      _mm256_set1_ps(0.999f), _mm256_set1_ps(1e-3f));
 }
 
 int64_t peak_maddubs(long steps) {
-  __m256i acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_epi32(i);
-  peak_chains<kChains>(
-      steps, acc,
+  return peak_probe<10, 32>(
+      steps, _mm256_setzero_si256(),
       [](__m256i c, __m256i magnitude, __m256i a, __m256i w, __m256i ones) {
         const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(w, a));
         return _mm256_add_epi32(c, _mm256_madd_epi16(pairs, ones));
       },
       _mm256_set1_epi8(3), _mm256_set1_epi8(-3), _mm256_set1_epi8(5), _mm256_set1_epi16(1));
-  __m256i sum = acc[0];
-  for (int i = 1; i < kChains; ++i) sum = _mm256_add_epi32(sum, acc[i]);
-  sink = lane_sum(sum);
-  return static_cast<int64_t>(steps) * kChains * 32;
 }
 
 }  // namespace avx2

@@ -11,8 +11,6 @@ namespace cpuformer {
 namespace avx512bf16 {
 namespace {
 #include "kernels/gemm/gemm_peak_inl.h"
-constexpr int kChains = 12;
-volatile int32_t sink;
 
 __m512bh as_bh(__m512i v) {
   __m512bh r;
@@ -22,15 +20,10 @@ __m512bh as_bh(__m512i v) {
 }  // namespace
 
 int64_t peak_dpbf16(long steps) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
   // 0x3F80 is bfloat16 1.0, 0x3A83 about 1e-3.
-  peak_chains<kChains>(steps, acc, [](__m512 c, __m512bh a, __m512bh w) { return _mm512_dpbf16_ps(c, a, w); },
-                       as_bh(_mm512_set1_epi16(0x3F80)), as_bh(_mm512_set1_epi16(0x3A83)));
-  __m512 sum = acc[0];
-  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  sink = static_cast<int32_t>(_mm512_reduce_add_ps(sum));
-  return static_cast<int64_t>(steps) * kChains * 32;
+  return peak_probe<12, 32>(
+      steps, _mm512_setzero_ps(), [](__m512 c, __m512bh a, __m512bh w) { return _mm512_dpbf16_ps(c, a, w); },
+      as_bh(_mm512_set1_epi16(0x3F80)), as_bh(_mm512_set1_epi16(0x3A83)));
 }
 
 }  // namespace avx512bf16
