@@ -67,11 +67,12 @@ SHAPES += [
     (1, 4097, 33), (3, 4097, 17), (9, 4097, 7), (17, 4097, 3),  # many K slices, GEMV and tile paths
     (8, 300, 1000), (1, 257, 513),  # GEMV over many panels, split across threads
     (14, 256, 32), (15, 257, 33), (28, 512, 64),  # exact tiles and one past them
-    (65, 600, 300), (127, 513, 100), (256, 300, 200),  # several K slices and panels
+    (65, 600, 300), (127, 513, 100), (256, 300, 200),  # float32: up to 256 rows on the GEMV kernel
+    (257, 600, 300), (300, 513, 100),  # blocked: several K slices and panels
     (700, 64, 40), (1000, 33, 17),  # several row blocks, each thread its own rows
     (700, 40, 800), (130, 40, 1000),  # wide N: the team shares each row block
-    (12, 700, 300), (64, 257, 130), (41, 4097, 130),  # 9-64 rows: the GEMV kernel in row chunks
-    (48, 100, 20), (66, 300, 100),  # too few panels, and one row past: blocked instead
+    (12, 700, 300), (64, 257, 130), (41, 4097, 130),  # 9+ rows: the GEMV kernel in row chunks
+    (48, 100, 20),  # too few panels: blocked instead
 ]
 
 

@@ -16,9 +16,10 @@
 //   constexpr long kPrivateRowsMaxCBytes;  up to this size of a block's C rows (kMCMax × N floats)
 //                                each thread takes its own rows (see gemm_f32)
 //   constexpr long kGemvMaxRows; rows the GEMV kernel takes at once (≤ what it supports)
-//   constexpr long kGemvChunkedMaxRows;  m ≤ this takes the GEMV path too (in chunks of ≤
-//                                kGemvMaxRows rows) when N has at least kGemvChunkedMinPanels panels
-//                                (the GEMV path shares out panels only, so narrow N goes blocked)
+//   constexpr long kGemvChunkedMaxRowsF32, kGemvChunkedMaxRows16;  m ≤ this (for float32 / 16-bit
+//                                W) takes the GEMV path too, in chunks of ≤ kGemvMaxRows rows, when N
+//                                has at least kGemvChunkedMinPanels panels (the GEMV path shares out
+//                                panels only, so narrow N goes blocked)
 //   using WElem = ...;           element type of packed W: float, or uint16_t for float16 / bfloat16
 //                                weights (PackedWeights::type says which)
 // and, after it, the kernels declared below.
@@ -66,6 +67,8 @@ void tile_kernel(long rows, const float* ap, const float* wp, long kc, float* c,
 void gemv_kernel(long rows, const float* a, long lda, const WElem* wp, long k, WeightType type, float* c, long ldc,
                  long ncols, const TileEpilogue& ep);
 const float* widen_slice(const WElem* src, long kc, WeightType type);
+
+constexpr long kGemvChunkedMaxRows = sizeof(WElem) == sizeof(float) ? kGemvChunkedMaxRowsF32 : kGemvChunkedMaxRows16;
 
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
 inline long min_of(long a, long b) { return a < b ? a : b; }
@@ -174,7 +177,7 @@ inline TileEpilogue epilogue_at(const GemmEpilogue& e, long j0) {
 // kGemvChunkedMinPanels panels) in near-equal chunks, the later ones reading the panel again from
 // L2. Against the blocked GEMM this needs no A packing, no K slices and no barriers, which at such
 // m cost more than the kernel's unpacked A reads (measured: 14-16 rows of BERT-base shapes ran
-// 1.4x faster this way).
+// 1.4x faster this way; the limits are in gemm_<isa>_blocking_inl.h).
 void gemv(const float* a, long m, long lda, const WElem* wp, long n, long k, WeightType type, float* c, long ldc,
           const GemmEpilogue& epilogue) {
   const long panels = ceil_div(n, kNR);
