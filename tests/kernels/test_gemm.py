@@ -274,7 +274,7 @@ def test_error_residual():
 # ---- compute peak (ops.peak_gops) -------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", ["float32", "int8", "float16", "bfloat16"])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads", [1, 2, 8])  # 8: more threads than this machine's CPUs
 def test_peak_gops_measures_every_dtype(dtype, threads):
     before = cf.get_num_threads()
     try:

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -71,9 +72,11 @@ double gemm_peak_macs(WeightType type, double seconds) {
     steps *= 4;
   }
   constexpr int kPasses = 3;
-  const double per_pass = seconds / kPasses;
-  steps = std::max(1L, static_cast<long>(static_cast<double>(steps) * per_pass / once));
   const int nt = current_num_threads();
+  // More threads than CPUs share them: each then gets CPUs/threads of the single-thread rate.
+  const double share = std::min(1.0, static_cast<double>(compute_capacity()) / nt);
+  const double per_pass = seconds / kPasses;
+  steps = std::max(1L, static_cast<long>(static_cast<double>(steps) * per_pass / once * share));
   double best = 0.0;
   for (int pass = 0; pass < kPasses; ++pass) {
     int64_t macs = 0;
