@@ -176,8 +176,8 @@ inline TileEpilogue epilogue_at(const GemmEpilogue& e, long j0) {
 // kGemvMaxRows rows go through the kernel at once; more (m ≤ kGemvChunkedMaxRows, N of at least
 // kGemvChunkedMinPanels panels) in near-equal chunks, the later ones reading the panel again from
 // L2. Against the blocked GEMM this needs no A packing, no K slices and no barriers, which at such
-// m cost more than the kernel's unpacked A reads (measured: 14-16 rows of BERT-base shapes ran
-// 1.4x faster this way; the limits are in gemm_<isa>_blocking_inl.h).
+// m cost more than the kernel's unpacked A reads (the limits and their measurements are in
+// gemm_<isa>_blocking_inl.h).
 void gemv(const float* a, long m, long lda, const WElem* wp, long n, long k, WeightType type, float* c, long ldc,
           const GemmEpilogue& epilogue) {
   const long panels = ceil_div(n, kNR);

@@ -14,8 +14,9 @@
 namespace cpuformer {
 
 // Multiply-adds per second of the instruction that matmul_instruction(type) names, on
-// current_num_threads() threads, measured for about `seconds` (> 0; also with more threads than
-// CPUs): the best of three timed passes after a calibration. Blocks the calling thread for that long.
+// current_num_threads() threads, measured for about `seconds` (> 0 and finite: the caller checks),
+// also with more threads than CPUs: the best of three timed passes after a calibration. Blocks the
+// calling thread for that long.
 double gemm_peak_macs(WeightType type, double seconds);
 
 // Per-level probes: run `steps` iterations of a fixed set of independent accumulator chains and
