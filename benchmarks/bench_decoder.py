@@ -21,6 +21,8 @@ asserts a time.
 
 --dtypes (default: all four) also runs cpuformer with int8 / float16 / bfloat16 weights (rows
 cpuformer_<dtype>) and, with int8, CTranslate2 with compute_type=int8 (row ctranslate2_int8).
+CTranslate2 runs at the instruction set it picks itself (AVX2 on AMD CPUs, even with AVX-512);
+--ct2-isa AVX512 forces AVX-512 (CT2_FORCE_CPU_ISA). The JSON records the setting (machine.ct2_isa).
 """
 
 from __future__ import annotations
@@ -62,6 +64,25 @@ def machine_info(threads: int) -> dict:
     return {"cpu": model, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "isa": info["isa"], "features": info["features"], "threads": threads,
             "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version()}
+
+
+CT2_ISAS = ("default", "AVX2", "AVX512")
+
+
+def add_ct2_isa_option(parser) -> None:
+    parser.add_argument("--ct2-isa", choices=CT2_ISAS, default="default",
+                        help="instruction set of CTranslate2: its own choice (default; it picks AVX2 on AMD CPUs "
+                             "even with AVX-512) or forced with CT2_FORCE_CPU_ISA")
+
+
+def apply_ct2_isa(isa: str, machine: dict) -> None:
+    """Forces CTranslate2's instruction set (CT2_FORCE_CPU_ISA, read once when ctranslate2 starts,
+    so before its import) and records the setting in the machine description."""
+    if isa != "default":
+        if "ctranslate2" in sys.modules:
+            raise RuntimeError("--ct2-isa must be applied before ctranslate2 is imported")
+        os.environ["CT2_FORCE_CPU_ISA"] = isa
+    machine["ct2_isa"] = os.environ.get("CT2_FORCE_CPU_ISA") or "default"
 
 
 def timed(fn, repeats: int) -> dict:
@@ -336,6 +357,7 @@ def main(argv=None) -> int:
                         help="cpuformer weight dtypes (comma-separated); int8 adds CTranslate2 int8")
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    add_ct2_isa_option(parser)
     parser.add_argument("--no-decode-vs-length", action="store_true",
                         help="skip the decode time per token against context length")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/decoder_<date>.json)")
@@ -343,7 +365,9 @@ def main(argv=None) -> int:
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     skip = ({"ct2"} if args.no_ct2 else set()) | ({"torch"} if args.no_torch else set())
     machine = machine_info(args.threads)
-    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
+    apply_ct2_isa(args.ct2_isa, machine)
+    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}  "
+          f"ct2_isa={machine['ct2_isa']}")
     results: dict = {}
     work = tempfile.mkdtemp(prefix="cpuformer_bench_dec_")
     try:

@@ -10,11 +10,14 @@ Prints a table and writes benchmarks/results/encoder_<date>.json (machine, setti
 Never asserts a time. ``--quick`` runs fewer repetitions.
 
     python benchmarks/bench_encoder.py [--quick] [--threads 2] [--no-ct2] [--no-minilm]
+                                       [--ct2-isa default|AVX2|AVX512]
                                        [--dtypes float32,int8,float16,bfloat16]
 
 With --dtypes beyond float32 (the default runs all four), cpuformer also runs with int8 / float16 /
 bfloat16 weights (rows cpuformer_<dtype>, with the minimum per-token cosine to float32), and
 CTranslate2 with compute_type=int8 (row ctranslate2_int8) when int8 is asked for.
+CTranslate2 runs at the instruction set it picks itself (AVX2 on AMD CPUs, even with AVX-512);
+--ct2-isa AVX512 forces AVX-512 (CT2_FORCE_CPU_ISA). The JSON records the setting (machine.ct2_isa).
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 import cpuformer as cf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_decoder import add_ct2_isa_option, apply_ct2_isa  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -241,6 +247,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
+    add_ct2_isa_option(parser)
     parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM embedding workload")
     parser.add_argument("--dtypes", default="float32,int8,float16,bfloat16",
                         help="cpuformer weight dtypes to run (comma-separated); int8 adds CTranslate2 int8")
@@ -252,7 +259,9 @@ def main(argv=None) -> int:
     rows: list = []
     machine = machine_info(args.threads)
     machine["cpuformer_commit"] = _git_commit()
-    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
+    apply_ct2_isa(args.ct2_isa, machine)
+    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}  "
+          f"ct2_isa={machine['ct2_isa']}")
     bert_workloads(args, results, rows)
     if not args.no_minilm:
         minilm_workload(args, results, rows)

@@ -19,8 +19,10 @@ Attention: milliseconds of ``ops.attention`` against ``torch.nn.functional.scale
 Every implementation runs in the same process on the same inputs. The samples of the
 implementations alternate in a few passes (so that load from other processes hits all of them
 alike), with a short pause before each block so that one library's idle spinning threads do not
-slow the next; each sample repeats the call for at least 0.1 s (0.02 s with --quick); the table
-shows medians after a warm-up. Runs without PyTorch (its column is then skipped). Writes
+slow the next, then 0.05 s of untimed calls (after an idle pause the first tens of milliseconds
+run slow: waking the OpenMP workers and the virtual CPUs; a single warm-up call left --quick's M = 1
+rows ~4x low); each sample repeats the call for at least 0.1 s (0.02 s with --quick); the table
+shows medians. Runs without PyTorch (its column is then skipped). Writes
 benchmarks/results/ops_<date>.json with the machine description. Never asserts a time.
 """
 
@@ -120,13 +122,15 @@ def machine_info(threads: int) -> Dict[str, object]:
 # ---- timing -----------------------------------------------------------------------------------
 
 def measure(fns: Dict[str, Callable[[], object]], rounds: int, min_time: float, passes: int = 3,
-            settle: float = 0.15) -> Dict[str, float]:
+            settle: float = 0.15, warm: float = 0.05) -> Dict[str, float]:
     """Median seconds per call of each function.
 
     The samples are taken in `passes` passes over the implementations (rounds/passes samples each
     per pass), so that slow phases of the machine hit every implementation. Before each block the
     process sleeps `settle` seconds: an idle BLAS pool keeps spinning on the cores for a while after
-    its last call (OpenBLAS ~0.1 s) and would otherwise steal them from the next implementation."""
+    its last call (OpenBLAS ~0.1 s) and would otherwise steal them from the next implementation.
+    After the pause the function runs untimed for `warm` seconds: the first calls after an idle
+    pause are slow (sleeping OpenMP workers and virtual CPUs wake up)."""
     calls = {}
     for name, fn in fns.items():  # warm-up, and calls per sample so one sample lasts >= min_time
         fn()
@@ -140,7 +144,9 @@ def measure(fns: Dict[str, Callable[[], object]], rounds: int, min_time: float, 
         per_pass = rounds // passes + (1 if p < rounds % passes else 0)
         for name, fn in fns.items():
             time.sleep(settle)
-            fn()
+            warm_until = time.perf_counter() + warm
+            while time.perf_counter() < warm_until:
+                fn()
             for _ in range(per_pass):
                 start = time.perf_counter()
                 for _ in range(calls[name]):

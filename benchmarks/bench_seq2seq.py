@@ -13,6 +13,9 @@ benchmarks/results/seq2seq_<date>.json. Never asserts a time.
 
     python benchmarks/bench_seq2seq.py [--quick] [--threads 2] [--dtypes float32,int8] [--no-ct2] [--no-torch]
                                        [--only marian|t5-small]
+
+CTranslate2 runs at the instruction set it picks itself (AVX2 on AMD CPUs, even with AVX-512);
+--ct2-isa AVX512 forces AVX-512 (CT2_FORCE_CPU_ISA). The JSON records the setting (machine.ct2_isa).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import numpy as np  # noqa: E402
 import cpuformer as cf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_decoder import machine_info, timed  # noqa: E402
+from bench_decoder import add_ct2_isa_option, apply_ct2_isa, machine_info, timed  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SOURCES, SOURCE_LEN, TARGET_LEN = 16, 24, 32
@@ -155,6 +158,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="one timed run per case")
     parser.add_argument("--no-ct2", action="store_true")
     parser.add_argument("--no-torch", action="store_true")
+    add_ct2_isa_option(parser)
     parser.add_argument("--only", choices=sorted(MODELS), default=None)
     parser.add_argument("--dtypes", default="float32,int8,float16,bfloat16",
                         help="cpuformer weight dtypes, comma-separated (int8 also runs CTranslate2 int8)")
@@ -167,7 +171,9 @@ def main(argv=None) -> int:
     if "float32" not in args.dtypes:
         args.dtypes.insert(0, "float32")  # the ratios are taken against float32 rows
     machine = machine_info(args.threads)
-    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}")
+    apply_ct2_isa(args.ct2_isa, machine)
+    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}  "
+          f"ct2_isa={machine['ct2_isa']}")
     print(f"workload: {SOURCES} sources x {SOURCE_LEN} tokens -> {TARGET_LEN} target tokens; target tokens/s")
     results: dict = {}
     work = tempfile.mkdtemp(prefix="cpuformer_bench_s2s_")
