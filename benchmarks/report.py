@@ -140,7 +140,9 @@ def markdown(files: List[Tuple[str, Dict[str, Any]]], plots: List[str]) -> str:
         threads = machine.get("threads", machine.get("num_threads", "?"))
         lines += [f"## {name}", "",
                   f"{cpu}, {cores} cores, {threads} threads, isa {machine.get('isa', '?')}, "
-                  f"{machine.get('date', 'date not recorded')}" + (" (quick run)" if data.get("quick") else ""), ""]
+                  f"{machine.get('date', 'date not recorded')}" + (" (quick run)" if data.get("quick") else "")
+                  + ("" if "ct2_isa" not in machine else ", CTranslate2 at its own isa choice" if machine["ct2_isa"] == "default"
+                     else f", CTranslate2 isa forced to {machine['ct2_isa']}"), ""]
         if data.get("note"):
             lines += [f"Note: {data['note']}", ""]
         if name.startswith("ops"):
