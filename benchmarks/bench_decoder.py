@@ -85,6 +85,25 @@ def apply_ct2_isa(isa: str, machine: dict) -> None:
     machine["ct2_isa"] = os.environ.get("CT2_FORCE_CPU_ISA") or "default"
 
 
+def ratio_note(engine: str, entry: dict, key: str) -> str:
+    """The comparison printed after a result row, like against like: a float32 peer against
+    cpuformer float32, CTranslate2 int8 against cpuformer int8; a cpuformer dtype row states its
+    speed-up over cpuformer float32. key: the rate's name in the entries ("tok_per_s", ...)."""
+    rate = entry[engine][key]
+    if engine == "cpuformer" or "cpuformer" not in entry or not rate:
+        return ""
+    if engine.startswith("cpuformer_"):
+        return f"   {rate / entry['cpuformer'][key]:5.2f}x cpuformer float32"
+    ours = "cpuformer_int8" if engine == "ctranslate2_int8" else "cpuformer"
+    return f"   {ours} is {entry[ours][key] / rate:5.2f}x" if ours in entry else ""
+
+
+def int8_vs_ct2_int8(entry: dict, key: str) -> str:
+    """cpuformer int8 over CTranslate2 int8 for the quantized tables, "-" when either is missing."""
+    pair = [entry.get(k, {}).get(key) for k in ("cpuformer_int8", "ctranslate2_int8")]
+    return f"{pair[0] / pair[1]:.2f}x" if all(pair) else "-"
+
+
 def timed(fn, repeats: int) -> dict:
     """Median / min / max seconds of fn() over `repeats` runs after one warm-up run."""
     fn()
@@ -340,12 +359,11 @@ def decode_vs_length(args, engines: Engines, vocab: int, lengths: list, new: int
 
 
 def _print_entry(name: str, entry: dict) -> None:
-    ours = entry.get("cpuformer", {}).get("tok_per_s")
     for engine, e in entry.items():
         if not isinstance(e, dict) or "tok_per_s" not in e:
             continue
-        ratio = "" if engine == "cpuformer" or not ours else f"   cpuformer is {ours / e['tok_per_s']:5.2f}x"
-        print(f"  {name:<24} {engine:<18} {e['tok_per_s']:9.2f} tok/s{ratio}", flush=True)
+        print(f"  {name:<24} {engine:<18} {e['tok_per_s']:9.2f} tok/s{ratio_note(engine, entry, 'tok_per_s')}",
+              flush=True)
 
 
 def main(argv=None) -> int:
@@ -429,12 +447,15 @@ def main(argv=None) -> int:
 
     extra = [f"cpuformer_{d}" for d in args.dtypes if d != "float32"] + (["ctranslate2_int8"] if "int8" in args.dtypes else [])
     if extra:
-        print("\nquantized weights, tokens/s\n| workload | " + " | ".join(extra) + " |\n|---|" + "---|" * len(extra))
+        both = "int8" in args.dtypes and "ctranslate2_int8" in extra
+        columns = extra + (["int8 vs CT2 int8"] if both else [])
+        print("\nquantized weights, tokens/s\n| workload | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
         for model in ("gpt2", "llama_1b"):
             for name, entry in results.get(model, {}).items():
                 if isinstance(entry, dict) and "cpuformer" in entry:
-                    print(f"| {model} {name} | " + " | ".join(
-                        f"{entry[k]['tok_per_s']:.2f}" if k in entry else "-" for k in extra) + " |")
+                    cells = [f"{entry[k]['tok_per_s']:.2f}" if k in entry else "-" for k in extra]
+                    print(f"| {model} {name} | " + " | ".join(cells + ([int8_vs_ct2_int8(entry, "tok_per_s")] if both else []))
+                          + " |")
 
     path = args.output or os.path.join(RESULTS, f"decoder_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import cpuformer as cf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_decoder import add_ct2_isa_option, apply_ct2_isa  # noqa: E402
+from bench_decoder import add_ct2_isa_option, apply_ct2_isa, int8_vs_ct2_int8, ratio_note  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -236,15 +236,7 @@ def _print_entry(name: str, entry: dict) -> None:
     engines = [k for k in entry if isinstance(entry[k], dict)]
     for engine in engines:
         rate = entry[engine]["seq_per_s"]
-        # Like against like: float32 peers against cpuformer float32, CTranslate2 int8 against
-        # cpuformer int8; a cpuformer dtype row states its speed-up over cpuformer float32.
-        if engine == "cpuformer":
-            ratio = ""
-        elif engine.startswith("cpuformer_"):
-            ratio = f"   {rate / entry['cpuformer']['seq_per_s']:5.2f}x cpuformer float32"
-        else:
-            ours = "cpuformer_int8" if engine == "ctranslate2_int8" else "cpuformer"
-            ratio = (f"   {ours} is {entry[ours]['seq_per_s'] / rate:5.2f}x" if ours in entry else "")
+        ratio = ratio_note(engine, entry, "seq_per_s")
         print(f"  {name:<20} {engine:<22} {rate:10.1f} seq/s  (min {entry[engine]['min']:.1f}, "
               f"max {entry[engine]['max']:.1f}){ratio}", flush=True)
 
@@ -304,10 +296,7 @@ def main(argv=None) -> int:
         print("|---|" + "---|" * len(columns))
         for name, entry in rows:
             cells = [f"{entry[k]['seq_per_s']:.1f}" if k in entry else "-" for k in extra]
-            if both:
-                pair = [entry.get(k, {}).get("seq_per_s") for k in ("cpuformer_int8", "ctranslate2_int8")]
-                cells.append(f"{pair[0] / pair[1]:.2f}x" if all(pair) else "-")
-            print(f"| {name} | " + " | ".join(cells) + " |")
+            print(f"| {name} | " + " | ".join(cells + ([int8_vs_ct2_int8(entry, "seq_per_s")] if both else [])) + " |")
     print(f"\nwrote {path}")
     return 0
 
