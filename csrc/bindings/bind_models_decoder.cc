@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "bindings/interrupt.h"
 #include "models/decoder.h"
 #include "models/generation.h"
+#include "models/kv_cache.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
@@ -241,9 +243,67 @@ class PyDecoderModel : private ModelTensors {
   std::unique_ptr<DecoderModel> model_;
 };
 
+
+// Testing hook: a KvCache holding k and v ([layers, rows, kv_heads, length, head_dim] float32,
+// C-contiguous, in a cache one slot longer than length so that the unused tail is exercised),
+// reordered by source ([rows] int64: row r becomes old row source[r]) on num_threads threads, read
+// back as (k, v). Beam search reorders the cache this way after every step.
+py::tuple kv_cache_reorder(const py::array& k_in, const py::array& v_in, const py::array& source_in, int num_threads) {
+  using Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+  const Array k = Array::ensure(k_in), v = Array::ensure(v_in);
+  if (!k || !v || k.ndim() != 5 || v.ndim() != 5) throw py::type_error("k and v must be 5-D float32 arrays");
+  for (int d = 0; d < 5; ++d) {
+    if (k.shape(d) != v.shape(d)) throw py::value_error("k and v must have the same shape");
+    if (k.shape(d) == 0) throw py::value_error("k and v must not have an empty dimension");
+  }
+  const auto source = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(source_in);
+  const long layers = k.shape(0), rows = k.shape(1), heads = k.shape(2), length = k.shape(3), dim = k.shape(4);
+  if (!source || source.ndim() != 1 || source.shape(0) != rows) throw py::value_error("source must hold one index per row");
+  std::vector<long> src(rows);
+  for (long r = 0; r < rows; ++r) {
+    src[r] = static_cast<long>(source.at(r));
+    if (src[r] < 0 || src[r] >= rows) throw py::value_error("source indices must be in [0, rows)");
+  }
+  if (num_threads < 1) throw py::value_error("num_threads must be >= 1");
+  KvCache cache;
+  cache.reset(layers, rows, heads, length + 1, dim);
+  cache.set_length(length);
+  // fn(cache slot of (layer, row, head), offset of the same [length, dim] block in the arrays)
+  auto each_slot = [&](bool values, auto&& fn) {
+    for (long l = 0; l < layers; ++l) {
+      float* base = values ? cache.v(l) : cache.k(l);
+      for (long r = 0; r < rows; ++r) {
+        for (long h = 0; h < heads; ++h) {
+          fn(base + r * cache.stride_row() + h * cache.stride_head(), ((l * rows + r) * heads + h) * length * dim);
+        }
+      }
+    }
+  };
+  const std::size_t block = sizeof(float) * static_cast<std::size_t>(length * dim);
+  for (bool values : {false, true}) {
+    const float* from = (values ? v : k).data();
+    each_slot(values, [&](float* slot, long offset) {
+      std::memcpy(slot, from + offset, block);
+      for (long x = length * dim; x < cache.stride_head(); ++x) slot[x] = -1.0f;  // the unused slot
+    });
+  }
+  {
+    py::gil_scoped_release release;
+    ScopedNumThreads threads(num_threads);
+    cache.reorder(src.data());
+  }
+  py::array_t<float> k_out({layers, rows, heads, length, dim}), v_out({layers, rows, heads, length, dim});
+  for (bool values : {false, true}) {
+    float* to = (values ? v_out : k_out).mutable_data();
+    each_slot(values, [&](float* slot, long offset) { std::memcpy(to + offset, slot, block); });
+  }
+  return py::make_tuple(k_out, v_out);
+}
+
 }  // namespace
 
 void register_models_decoder(py::module_& m) {
+  m.def("_kv_cache_reorder", &kv_cache_reorder, py::arg("k"), py::arg("v"), py::arg("source"), py::arg("num_threads"));
   py::class_<PyDecoderModel>(m, "DecoderModel")
       .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("embeddings"))
       .def("add_layer", &PyDecoderModel::add_layer, py::arg("tensors"))

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "runtime/threading.h"
+
 namespace cpuformer {
 
 void KvCache::reset(long layers, long rows, long kv_heads, long max_len, long head_dim) {
@@ -20,36 +22,72 @@ void KvCache::reset(long layers, long rows, long kv_heads, long max_len, long he
 }
 
 void KvCache::reorder(const long* source) {
-  // Only rows whose source differs are rewritten, and only the sources they read are snapshotted
-  // (the first length() slots of each head): beams that kept their own history cost nothing.
-  std::vector<long> needed(rows_, -1);  // old row -> its slot in the snapshot, or -1
-  long snapshots = 0;
+  // The copy plan, the same for every layer's K and V: row r takes old row source[r] only once no
+  // row still to be written reads r. Rows whose source differs form chains (copied from the reader
+  // end, so every row is read before it is overwritten, no snapshot) and cycles (one row of the
+  // cycle parked in a spare buffer first). Each changed row is read once and written once; rows
+  // that keep their own history cost nothing.
+  struct Copy {
+    long dst, src;  // kParked: the spare buffer
+  };
+  constexpr long kParked = -1;
+  std::vector<long> readers(rows_, 0);
   for (long r = 0; r < rows_; ++r) {
-    if (source[r] != r && needed[source[r]] < 0) needed[source[r]] = snapshots++;
+    if (source[r] != r) ++readers[source[r]];
   }
-  if (snapshots == 0) return;
-  const long per_row = stride_row();
+  std::vector<Copy> plan;
+  std::vector<char> written(rows_, 0);
+  std::vector<long> ready;
+  for (long r = 0; r < rows_; ++r) {
+    if (source[r] != r && readers[r] == 0) ready.push_back(r);
+  }
+  while (!ready.empty()) {
+    const long r = ready.back();
+    ready.pop_back();
+    plan.push_back({r, source[r]});
+    written[r] = 1;
+    const long s = source[r];
+    if (--readers[s] == 0 && source[s] != s && !written[s]) ready.push_back(s);
+  }
+  // What is left are cycles (each left row has one left reader and a left source): park the
+  // first row, walk the cycle along the sources, and give the last row the parked one.
+  bool parks = false;
+  for (long r = 0; r < rows_; ++r) {
+    if (source[r] == r || written[r]) continue;
+    parks = true;
+    plan.push_back({kParked, r});
+    long cur = r;
+    while (source[cur] != r) {
+      plan.push_back({cur, source[cur]});
+      written[cur] = 1;
+      cur = source[cur];
+    }
+    plan.push_back({cur, kParked});
+    written[cur] = 1;
+  }
+  if (plan.empty()) return;
+
+  const long per_row = stride_row(), head = stride_head();
   const long used = length_ * head_dim_;  // floats per head in use
-  const std::size_t slab = static_cast<std::size_t>(snapshots) * kv_heads_ * used;
-  if (scratch_.size() < slab) scratch_.resize(slab);
-  for (long layer = 0; layer < layers_; ++layer) {
-    for (float* base : {k(layer), v(layer)}) {
-      for (long r = 0; r < rows_; ++r) {
-        if (needed[r] < 0) continue;
+  const long row_floats = kv_heads_ * used;
+  const long buffers = 2 * layers_;
+  if (parks && scratch_.size() < static_cast<std::size_t>(buffers * row_floats)) scratch_.resize(buffers * row_floats);
+  // Each layer's K and V is a separate buffer with its own spare row: threads take whole buffers.
+  const long bytes = static_cast<long>(plan.size()) * row_floats * static_cast<long>(sizeof(float)) * buffers;
+  const long min_buffers_per_thread = bytes < (1L << 18) ? buffers : 1;
+  parallel_ranges(buffers, min_buffers_per_thread, [&](long begin, long end) {
+    for (long item = begin; item < end; ++item) {
+      float* base = (item % 2 == 0) ? k(item / 2) : v(item / 2);
+      float* parked = parks ? scratch_.data() + item * row_floats : nullptr;
+      for (const Copy& c : plan) {
         for (long h = 0; h < kv_heads_; ++h) {
-          std::memcpy(scratch_.data() + (needed[r] * kv_heads_ + h) * used, base + r * per_row + h * stride_head(),
-                      used * sizeof(float));
-        }
-      }
-      for (long r = 0; r < rows_; ++r) {
-        if (source[r] == r) continue;
-        for (long h = 0; h < kv_heads_; ++h) {
-          std::memcpy(base + r * per_row + h * stride_head(),
-                      scratch_.data() + (needed[source[r]] * kv_heads_ + h) * used, used * sizeof(float));
+          float* to = c.dst == kParked ? parked + h * used : base + c.dst * per_row + h * head;
+          const float* from = c.src == kParked ? parked + h * used : base + c.src * per_row + h * head;
+          std::memcpy(to, from, static_cast<std::size_t>(used) * sizeof(float));
         }
       }
     }
-  }
+  });
   std::vector<float> mask(mask_.data(), mask_.data() + rows_ * max_len_);
   for (long r = 0; r < rows_; ++r) {
     if (source[r] == r) continue;
