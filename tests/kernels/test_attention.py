@@ -108,6 +108,25 @@ def test_thread_counts(rng, threads):
         cf.set_num_threads(before)
 
 
+@pytest.mark.parametrize("shape", [(64, 8, 8, 1, 16, 64), (16, 8, 8, 4, 24, 64), (37, 3, 3, 1, 5, 17),
+                                   (9, 4, 2, 1, 3, 128)], ids=lambda s: "x".join(map(str, s)))
+def test_many_small_items_in_chunks(rng, shape):
+    # Beam-search / batched decode steps: hundreds of one-row tiles over short caches, which the
+    # threads take in chunks. Every thread count gives the reference, and the same bits.
+    q, k, v = make_qkv(rng, *shape)
+    before = cf.get_num_threads()
+    outs = []
+    try:
+        for threads in (1, 2, 3):
+            cf.set_num_threads(threads)
+            outs.append(ops.attention(q, k, v))
+    finally:
+        cf.set_num_threads(before)
+    assert_close(outs[0], reference(q, k, v))
+    for out in outs[1:]:
+        np.testing.assert_array_equal(out, outs[0])
+
+
 def test_causal_prefill_against_decode(rng):
     # Causal aligned to the end: the last Tq rows of a Tk-long causal prefill.
     q, k, v = make_qkv(rng, 1, 4, 2, 40, 40, 64)

@@ -37,6 +37,7 @@ using namespace attention_simd;
 constexpr int kMinWideRows = kLanes / 2;
 constexpr long kMinSplitKeys = 256;  // a key split shorter than this costs more to merge than it saves
 constexpr long kMinParallelWork = 1L << 15;  // B·H·Tq·Tk·D below which one thread is faster (hot pool)
+constexpr long kMinChunkWork = 1L << 16;     // multiply-adds per chunk of work items taken at once
 
 static_assert(kKeyBlock % kLanes == 0 && kKeyBlock % kScoreKeys == 0, "key block must hold whole vectors");
 static_assert(kPvVecs >= 1 && kPvVecs <= 4, "pv_rows dispatches 1..4 vectors");
@@ -535,11 +536,18 @@ void attention_tiled(const AttentionArgs& a) {
   float* scratch = attention_scratch(nt * per_thread + (splits > 1 ? items * record_block : 0));
   float* records = scratch + nt * per_thread;
 
+  // Items are dealt one at a time (balance: causal tiles differ in cost), except small ones
+  // (beam-search and batched decode steps: one query row over a short cache), which go in chunks
+  // of about kMinChunkWork multiply-adds: one at a time, the shared counter's cache line moved
+  // between the cores for every item, as costly as such an item itself. The results do not depend
+  // on the schedule (every item is computed by one thread, the same way).
+  const long item_work = min_l(kLanes, a.q_len * group) * max_l(1, a.kv_len / splits) * a.head_dim;
+  const long chunk = max_l(1, min_l(items / (4L * nt), kMinChunkWork / item_work));
 #pragma omp parallel num_threads(nt) if (nt > 1)
   {
     const Workspace w = workspace_at(scratch + omp_get_thread_num() * per_thread, d_pad);
     Tile tile;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, chunk)
     for (long item = 0; item < items; ++item) {
       const long unit = item / splits, split = item % splits;
       build_tile(a, unit, tiles_per_head, &tile);
