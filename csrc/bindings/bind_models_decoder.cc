@@ -243,7 +243,6 @@ class PyDecoderModel : private ModelTensors {
   std::unique_ptr<DecoderModel> model_;
 };
 
-
 // Testing hook: a KvCache holding k and v ([layers, rows, kv_heads, length, head_dim] float32,
 // C-contiguous, in a cache one slot longer than length so that the unused tail is exercised),
 // reordered by source ([rows] int64: row r becomes old row source[r]) on num_threads threads, read

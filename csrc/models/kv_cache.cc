@@ -47,7 +47,7 @@ void KvCache::reorder(const long* source) {
     plan.push_back({r, source[r]});
     written[r] = 1;
     const long s = source[r];
-    if (--readers[s] == 0 && source[s] != s && !written[s]) ready.push_back(s);
+    if (--readers[s] == 0 && source[s] != s) ready.push_back(s);  // s's last reader: s may go now
   }
   // What is left are cycles (each left row has one left reader and a left source): park the
   // first row, walk the cycle along the sources, and give the last row the parked one.

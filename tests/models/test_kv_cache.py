@@ -75,5 +75,7 @@ def test_reorder_hook_rejects_bad_arguments():
         reorder(k, v[:, :2].copy(), [0, 1, 2], 1)
     with pytest.raises(TypeError, match="k and v must be 5-D float32 arrays"):
         reorder(k[0], v[0], [0, 1, 2], 1)
+    with pytest.raises(ValueError, match="k and v must not have an empty dimension"):
+        reorder(k[:, :, :, :0].copy(), v[:, :, :, :0].copy(), [0, 1, 2], 1)
     with pytest.raises(ValueError, match="num_threads must be >= 1"):
         reorder(k, v, [0, 1, 2], 0)
