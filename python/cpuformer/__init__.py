@@ -61,8 +61,11 @@ def cpu_info() -> dict:
 
 def set_num_threads(n: int) -> None:
     """Default thread count for ``cpuformer.ops`` (models take their own ``num_threads``).
-    0 restores the automatic default (OMP_NUM_THREADS, else the CPUs this process may use)."""
-    _core.set_num_threads(int(n))
+    0 restores the automatic default (OMP_NUM_THREADS, else the CPUs this process may use); at most
+    1024 (ValueError otherwise)."""
+    from ._arguments import MAX_NUM_THREADS, check_integer
+
+    _core.set_num_threads(check_integer("num_threads", n, 0, MAX_NUM_THREADS, " (0: the automatic default)"))
 
 
 def get_num_threads() -> int:

@@ -14,6 +14,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
+from ._arguments import check_num_threads
 from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
 from ._model_dir import ModelDir
 
@@ -60,13 +61,10 @@ class ModelBase:
         """The constructors' common part: checks dtype and num_threads, opens the directory (or
         takes an opened ModelDir), resolves the dtype against a converted directory's, checks the
         model kind and calls ``build(model_dir, family)``; closes the directory if anything fails.
+        num_threads: None (0 here: the process default) or 1..MAX_NUM_THREADS (_arguments.py).
         Sets num_threads, dtype, _stored_dtype, architecture and _model_dir."""
         check_dtype(dtype)
-        if num_threads is None:
-            num_threads = 0
-        elif isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
-            raise ValueError(f"num_threads must be an integer >= 1 or None, got {num_threads!r}")
-        self.num_threads = int(num_threads)
+        self.num_threads = check_num_threads(num_threads)
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
             self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)

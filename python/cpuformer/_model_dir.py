@@ -583,47 +583,63 @@ def _range_text(minimum: Optional[float], maximum: Optional[float]) -> str:
     return (" " + " and ".join(parts)) if parts else ""
 
 
-def _lookup(config: Mapping[str, Any], key: str, default: Any, source: str) -> Tuple[bool, Any]:
-    """(found, value); a null value counts as absent, as in Hugging Face configs."""
+def _lookup(config: Mapping[str, Any], key: str, default: Any, source: str,
+            aliases: Sequence[str] = ()) -> Tuple[bool, Any, str]:
+    """(found, value, the key it was found under); a null value counts as absent, as in Hugging
+    Face configs. ``aliases``: other names of the same setting (transformers' attribute_map, such
+    as DistilBERT's hidden_size for dim); a config that gives several of them with different
+    values is refused, because which one transformers uses depends on the order of the keys."""
     if not isinstance(config, Mapping):
         raise ValueError(f"{source}: must be a JSON object, got {type(config).__name__}")
-    value = config.get(key)
+    found_key, value = key, config.get(key)
+    for alias in aliases:
+        other = config.get(alias)
+        if other is None:
+            continue
+        if value is None:
+            found_key, value = alias, other
+        elif other != value or isinstance(other, bool) != isinstance(value, bool):
+            raise ValueError(f"{source}: {found_key!r} ({_describe(value)}) and {alias!r} ({_describe(other)}) "
+                             "name the same setting but differ; keep one of them")
     if value is None:
         if default is _REQUIRED:
             raise ValueError(f"{source}: {key!r} is missing")
-        return False, default
-    return True, value
+        return False, default, key
+    return True, value, found_key
 
 
 def config_int(config: Mapping[str, Any], key: str, *, default: Any = _REQUIRED, minimum: Optional[int] = 1,
-               maximum: Optional[int] = 1 << 31, source: str = "config.json") -> int:
-    """``config[key]`` as an int in [minimum, maximum] (either bound may be None).
+               maximum: Optional[int] = 1 << 31, source: str = "config.json", aliases: Sequence[str] = (),
+               note: str = "") -> int:
+    """``config[key]`` (or one of its ``aliases``) as an int in [minimum, maximum] (either bound
+    may be None).
 
     A missing or null key returns ``default`` (unchecked), or raises ValueError
     "config.json: 'hidden_size' is missing" when there is none. Integral floats such as 768.0 are
-    accepted; other values raise e.g. "config.json: 'hidden_size' must be an integer >= 1, got -3".
+    accepted; other values raise e.g. "config.json: 'hidden_size' must be an integer >= 1, got -3"
+    (``note`` is appended to the range: why the bound is what it is).
     """
-    found, value = _lookup(config, key, default, source)
+    found, value, key = _lookup(config, key, default, source, aliases)
     if not found:
         return value
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not _is_int(value) or (minimum is not None and value < minimum):
-        raise ValueError(f"{source}: {key!r} must be an integer{_range_text(minimum, None)}, "
+        raise ValueError(f"{source}: {key!r} must be an integer{_range_text(minimum, None)}{note}, "
                          f"got {_describe(value)}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{source}: {key!r} must be an integer{_range_text(minimum, maximum)}, "
+        raise ValueError(f"{source}: {key!r} must be an integer{_range_text(minimum, maximum)}{note}, "
                          f"got {_describe(value)}")
     return value
 
 
 def config_float(config: Mapping[str, Any], key: str, *, default: Any = _REQUIRED,
                  minimum: Optional[float] = None, maximum: Optional[float] = None,
-                 source: str = "config.json") -> float:
-    """``config[key]`` as a finite float in [minimum, maximum] (None = unbounded); integers are
-    accepted. Missing or null: ``default`` or ValueError "... is missing"; otherwise e.g.
-    "config.json: 'layer_norm_eps' must be a finite number >= 0, got -1"."""
-    found, value = _lookup(config, key, default, source)
+                 source: str = "config.json", aliases: Sequence[str] = ()) -> float:
+    """``config[key]`` (or one of its ``aliases``) as a finite float in [minimum, maximum] (None =
+    unbounded); integers are accepted. Missing or null: ``default`` or ValueError "... is
+    missing"; otherwise e.g. "config.json: 'layer_norm_eps' must be a finite number >= 0, got -1"."""
+    found, value, key = _lookup(config, key, default, source, aliases)
     if not found:
         return value
     valid = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -632,6 +648,42 @@ def config_float(config: Mapping[str, Any], key: str, *, default: Any = _REQUIRE
         raise ValueError(f"{source}: {key!r} must be a finite number{_range_text(minimum, maximum)}, "
                          f"got {_describe(value)}")
     return float(value)
+
+
+_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+
+
+def config_token_ids(config: Mapping[str, Any], key: str, *, vocab_size: Optional[int] = None,
+                     source: str = "config.json", single: bool = False) -> Optional[List[int]]:
+    """``config[key]``, a token id or a list of token ids (as transformers allows for
+    eos_token_id), as a list; None when the key is missing or null. ``single``: only one id (a list
+    is refused).
+
+    Every id must be a JSON integer — not a float such as 2.0 (transformers refuses those too), a
+    bool, a string, a nested list or an object — in [0, vocab_size) when ``vocab_size`` is given,
+    else within int64 (the C++ field; such ids are range-checked where they are used). Otherwise
+    ValueError naming the file and the key, e.g. "generation_config.json: 'eos_token_id' must be a
+    token id or a list of token ids (integers in [0, 99)), got 'abc'".
+    """
+    found, value, _ = _lookup(config, key, None, source)
+    if not found:
+        return None
+    values = value if isinstance(value, list) and not single else [value]
+    valid = all(_is_int(v) and (0 <= v < vocab_size if vocab_size is not None else _INT64_MIN <= v <= _INT64_MAX)
+                for v in values)
+    if not valid:
+        what = "a token id" if single else "a token id or a list of token ids"
+        where = f"in [0, {vocab_size})" if vocab_size is not None else "within int64"
+        raise ValueError(f"{source}: {key!r} must be {what} ({'an integer' if single else 'integers'} {where}), "
+                         f"got {_describe(value)}")
+    return list(values)
+
+
+def config_token_id(config: Mapping[str, Any], key: str, *, vocab_size: Optional[int] = None,
+                    source: str = "config.json") -> Optional[int]:
+    """``config[key]`` as one token id (see config_token_ids), or None when missing or null."""
+    ids = config_token_ids(config, key, vocab_size=vocab_size, source=source, single=True)
+    return None if ids is None else ids[0]
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,16 +9,17 @@ object keeps the ModelDir open for as long as it lives.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _core
+from ._arguments import integer_array, token_id_range_error
 from ._base import ModelBase, TokenIds
 from ._load import ENCODER_FAMILIES
 from ._model_dir import ModelDir, config_float, config_int
+from ._tokenizer import load_tokenizer, read_length_limit
 from .convert import put_weight, release_weight
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -30,10 +31,12 @@ PathLike = Union[str, os.PathLike]
 def _encoder_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
     """The graph's config from a Hugging Face config.json (defaults are the HF config classes')."""
     if family == "distilbert":
-        hidden = config_int(config, "dim", default=768)
+        # (aliases: transformers' DistilBertConfig.attribute_map)
+        hidden = config_int(config, "dim", default=768, aliases=("hidden_size",))
         act_key, act = "activation", config.get("activation", "gelu")
-        out = dict(hidden_size=hidden, num_layers=config_int(config, "n_layers", default=6),
-                   num_heads=config_int(config, "n_heads", default=12),
+        out = dict(hidden_size=hidden, num_layers=config_int(config, "n_layers", default=6,
+                                                             aliases=("num_hidden_layers",)),
+                   num_heads=config_int(config, "n_heads", default=12, aliases=("num_attention_heads",)),
                    intermediate_size=config_int(config, "hidden_dim", default=4 * hidden),
                    type_vocab_size=0, layer_norm_eps=1e-12, position_ids="arange",
                    pad_token_id=config_int(config, "pad_token_id", default=0, minimum=0))
@@ -131,6 +134,14 @@ class Encoder(ModelBase):
             "norm.weight": tensor("embeddings.LayerNorm.weight", (H,)),
             "norm.bias": tensor("embeddings.LayerNorm.bias", (H,)),
         }
+        token_types = prefix + "embeddings.token_type_embeddings.weight"
+        if token_types in md:
+            # A table the config does not describe would be ignored (type_vocab_size 0) or read
+            # with the wrong row count: name both sides.
+            shape = list(md.tensor_info(token_types)[1])
+            if family != "distilbert" and shape != [cfg["type_vocab_size"], H]:
+                raise ValueError(f"config.json: 'type_vocab_size' is {cfg['type_vocab_size']}, but the checkpoint's "
+                                 f"{token_types} has shape {shape} (type_vocab_size × hidden_size {H})")
         if cfg["type_vocab_size"] > 0:
             embeddings["token_type_embeddings"] = tensor("embeddings.token_type_embeddings.weight",
                                                          (cfg["type_vocab_size"], H))
@@ -201,7 +212,8 @@ class Encoder(ModelBase):
         ones. token_type_ids: [B, T] in [0, type_vocab_size), default zeros.
         """
         model = self._live()
-        ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id)
+        ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id,
+                                           self.config["vocab_size"])
         return model.forward(ids, mask, types, bool(return_pooler), self.num_threads)
 
     def pooler_output(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
@@ -217,9 +229,7 @@ class Encoder(ModelBase):
             if path is None:
                 raise ValueError(f"embed() was given strings, but {self._model_dir.path} has no tokenizer.json; "
                                  "pass lists of token ids instead")
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(os.fspath(path))
+            tokenizer = load_tokenizer(path)
             tokenizer.no_padding()  # batches are padded here, after sorting by length
             tokenizer.enable_truncation(self.max_tokens)
             self._tokenizer = tokenizer
@@ -231,15 +241,9 @@ class Encoder(ModelBase):
         model_max_length and sentence-transformers' max_seq_length when those are present."""
         limit = self.max_seq_len
         for file, key in (("tokenizer_config.json", "model_max_length"), ("sentence_bert_config.json", "max_seq_length")):
-            path = os.path.join(self._model_dir.path, file)
-            if os.path.isfile(path):
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        value = json.load(f).get(key)
-                except (OSError, ValueError) as error:
-                    raise ValueError(f"{path}: cannot read ({error})") from None
-                if isinstance(value, int) and not isinstance(value, bool) and 0 < value < limit:
-                    limit = value
+            value = read_length_limit(self._model_dir.path, file, key)
+            if value is not None and value < limit:
+                limit = value
         return limit
 
     def embed(self, inputs: Union[Sequence[str], Sequence[Sequence[int]]], pooling: str = "mean",
@@ -268,7 +272,7 @@ class Encoder(ModelBase):
         elif any(isinstance(x, str) for x in inputs):
             raise TypeError("embed() inputs must be all strings or all token-id lists, not a mix")
         else:
-            sequences = [_id_list(x, i) for i, x in enumerate(inputs)]
+            sequences = [_id_list(x, i, self.config["vocab_size"]) for i, x in enumerate(inputs)]
         H = self.hidden_size
         result = np.empty((len(sequences), H), dtype=np.float32)
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
@@ -295,13 +299,13 @@ class Encoder(ModelBase):
 
 # ---- input preparation -------------------------------------------------------------------------
 
-def _id_list(x, index: int) -> List[int]:
+def _id_list(x, index: int, vocab_size: int) -> List[int]:
     if isinstance(x, np.ndarray):
         if x.ndim != 1:
             raise ValueError(f"inputs[{index}] must be a 1-D sequence of token ids, got shape {list(x.shape)}")
         if x.dtype.kind not in "iu":
             raise TypeError(f"inputs[{index}] must hold integer token ids, got dtype {x.dtype}")
-        return x.tolist()
+        x = x.tolist()
     if not isinstance(x, (list, tuple)):
         raise TypeError(f"inputs[{index}] must be a string or a list of token ids, got {type(x).__name__}")
     for v in x:
@@ -309,6 +313,9 @@ def _id_list(x, index: int) -> List[int]:
             raise TypeError(f"inputs[{index}] must hold integer token ids, got {type(v).__name__} {v!r}")
     if not x:
         raise ValueError(f"inputs[{index}] is an empty token list")
+    for v in x:  # here, so that no id beyond int64 reaches the int64 batch array
+        if not 0 <= v < vocab_size:
+            raise token_id_range_error(f"inputs[{index}]", int(v), vocab_size)
     return list(x)
 
 
@@ -322,20 +329,13 @@ def _pad(sequences: List[List[int]], pad: int) -> Tuple[np.ndarray, np.ndarray]:
     return ids, mask
 
 
-def _as_int_array(value, name: str, allow_bool: bool = False) -> np.ndarray:
-    array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    if array.dtype == object:
-        raise ValueError(f"{name} must be a rectangular [batch, seq_len] array of integers")
-    if array.dtype.kind == "b" and allow_bool:
-        array = array.astype(np.int64)
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {array.dtype}")
+def _as_int_array(value, name: str, allow_bool: bool = False, vocab_size: Optional[int] = None) -> np.ndarray:
+    """int64 [batch, seq_len]; vocab_size words a value beyond int64 as an out-of-range token id."""
+    array = integer_array(value, name, vocab_size=vocab_size, allow_bool=allow_bool)
     if array.ndim != 2:
         raise ValueError(f"{name} must have 2 dimensions [batch, seq_len], got shape {list(array.shape)}"
                          + ("; wrap a single sequence in a list" if array.ndim == 1 else ""))
-    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} has values beyond int64")
-    return np.ascontiguousarray(array, dtype=np.int64)
+    return array
 
 
 def _is_ragged(value) -> bool:
@@ -358,21 +358,21 @@ def _pad_like(value, lengths: List[int], T: int, name: str, fill: int) -> np.nda
     return np.stack(rows)
 
 
-def _prepare_inputs(input_ids, attention_mask, token_type_ids, pad: int):
+def _prepare_inputs(input_ids, attention_mask, token_type_ids, pad: int, vocab_size: int):
     if isinstance(input_ids, (list, tuple)) and len(input_ids) == 0:
         raise ValueError("input_ids must hold at least one sequence, got an empty batch")
     if _is_ragged(input_ids):
         lengths = [len(row) for row in input_ids]
         if min(lengths) == 0:
             raise ValueError("input_ids holds an empty sequence; every sequence needs at least one token")
-        rows = [_as_int_array([list(row)], "input_ids")[0] for row in input_ids]
+        rows = [_as_int_array([list(row)], "input_ids", vocab_size=vocab_size)[0] for row in input_ids]
         ids, built_mask = _pad([r.tolist() for r in rows], pad)
         T = ids.shape[1]
         mask = built_mask if attention_mask is None else \
             _pad_like(attention_mask, lengths, T, "attention_mask", 0) * built_mask
         types = None if token_type_ids is None else _pad_like(token_type_ids, lengths, T, "token_type_ids", 0)
         return ids, mask, types
-    ids = _as_int_array(input_ids, "input_ids")
+    ids = _as_int_array(input_ids, "input_ids", vocab_size=vocab_size)
     mask = None if attention_mask is None else _as_mask(attention_mask)
     types = None if token_type_ids is None else _as_int_array(token_type_ids, "token_type_ids")
     return ids, mask, types

@@ -21,8 +21,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
+from ._arguments import check_integer, integer_array, token_id_range_error
 from ._base import Generated, ModelBase, Prompts, TokenIds
-from ._model_dir import ModelDir, config_float, config_int
+from ._model_dir import ModelDir, config_float, config_int, config_token_ids
+from ._tokenizer import load_tokenizer
 from .convert import put_weight, release_weight
 
 PathLike = Union[str, os.PathLike]
@@ -79,7 +81,8 @@ def rope_inv_freq(config: Dict[str, Any], head_dim: int) -> np.ndarray:
 
 def _decoder_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
     if family == "gpt2":
-        hidden = config_int(config, "n_embd", default=768)
+        # (aliases: transformers' GPT2Config.attribute_map)
+        hidden = config_int(config, "n_embd", default=768, aliases=("hidden_size",))
         act = config.get("activation_function", "gelu_new")
         if act not in _GPT2_ACTIVATIONS:
             raise ValueError(f"config.json: activation_function {act!r} is not supported; use one of "
@@ -89,15 +92,17 @@ def _decoder_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
                 raise NotImplementedError(f"config.json: {flag}=true is not supported")
         if config.get("scale_attn_weights") is False:
             raise NotImplementedError("config.json: scale_attn_weights=false is not supported")
-        heads = config_int(config, "n_head", default=12)
+        heads = config_int(config, "n_head", default=12, aliases=("num_attention_heads",))
         if hidden % heads:
             raise ValueError(f"config.json: n_embd {hidden} is not a multiple of n_head {heads}")
         n_inner = config.get("n_inner")
         out = dict(vocab_size=config_int(config, "vocab_size", default=50257), hidden_size=hidden,
-                   num_layers=config_int(config, "n_layer", default=12), num_heads=heads, num_kv_heads=heads,
+                   num_layers=config_int(config, "n_layer", default=12, aliases=("num_hidden_layers",)),
+                   num_heads=heads, num_kv_heads=heads,
                    head_dim=hidden // heads,
                    intermediate_size=4 * hidden if n_inner is None else config_int(config, "n_inner"),
-                   max_positions=config_int(config, "n_positions", default=1024), rms_norm=False,
+                   max_positions=config_int(config, "n_positions", default=1024,
+                                            aliases=("max_position_embeddings",)), rms_norm=False,
                    norm_eps=config_float(config, "layer_norm_epsilon", default=1e-5, minimum=0.0),
                    learned_positions=True, swiglu=False, activation=_GPT2_ACTIVATIONS[act], sliding_window=0,
                    qk_norm=False, tie_word_embeddings=config.get("tie_word_embeddings", True) is not False)
@@ -129,13 +134,12 @@ def _decoder_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
                 qk_norm=family == "qwen3", tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
 
 
-def _token_list(value: Any) -> List[int]:
-    """An int or a list of ints (eos_token_id in configs), as a list."""
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    return [int(value)]
+def generation_setting(md: ModelDir, key: str) -> Tuple[Dict[str, Any], str]:
+    """(the file's settings, its name) that supply the generation default ``key``:
+    generation_config.json when it sets the key (to a non-null value), else config.json."""
+    if md.generation_config.get(key) is not None:
+        return md.generation_config, "generation_config.json"
+    return md.config, "config.json"
 
 
 class Generator(ModelBase):
@@ -255,12 +259,13 @@ class Generator(ModelBase):
         self._model = model
 
     def _defaults(self, md: ModelDir) -> None:
-        gen, cfg = md.generation_config, md.config
-        eos = gen.get("eos_token_id", cfg.get("eos_token_id"))
-        self._eos_source = "generation_config.json" if gen.get("eos_token_id") is not None else "config.json"
-        self.eos_token_ids = _token_list(eos)
-        pad = gen.get("pad_token_id", cfg.get("pad_token_id"))
-        pad_list = _token_list(pad)
+        # Type and int64 range are checked here (naming file and key); eos ids against the
+        # vocabulary when generate() uses them (a call can pass its own eos_token_id), and a pad
+        # id outside [0, vocab_size) means no pad token, as the C++ loop treats it.
+        settings, self._eos_source = generation_setting(md, "eos_token_id")
+        self.eos_token_ids = config_token_ids(settings, "eos_token_id", source=self._eos_source) or []
+        settings, source = generation_setting(md, "pad_token_id")
+        pad_list = config_token_ids(settings, "pad_token_id", source=source) or []
         self.pad_token_id = pad_list[0] if pad_list else (self.eos_token_ids[0] if self.eos_token_ids else 0)
 
     @property
@@ -288,7 +293,7 @@ class Generator(ModelBase):
         Hugging Face's generate() (cumsum(mask) - 1), so a left-padded row gives the logits it
         gives alone; rows at padded positions carry no meaning."""
         model = self._live()
-        ids = _as_2d(input_ids, "input_ids")
+        ids = _as_2d(input_ids, "input_ids", vocab_size=self.vocab_size)
         mask = None if attention_mask is None else _as_2d(attention_mask, "attention_mask", allow_bool=True)
         return model.logits(ids, mask, self.num_threads)
 
@@ -300,9 +305,7 @@ class Generator(ModelBase):
             if path is None:
                 raise ValueError(f"the prompt is a string, but {self._model_dir.path} has no tokenizer.json; "
                                  "pass token ids instead")
-            from tokenizers import Tokenizer
-
-            self._tokenizer = Tokenizer.from_file(os.fspath(path))
+            self._tokenizer = load_tokenizer(path)
         return self._tokenizer
 
     def _prompts(self, prompts) -> Tuple[List[List[int]], str]:
@@ -316,7 +319,7 @@ class Generator(ModelBase):
                 prompts = [prompts]
             elif prompts.ndim != 2:
                 raise ValueError(f"{self._INPUT}s must be 1-D or 2-D, got shape {list(prompts.shape)}")
-            return [_ids(p, i, self._INPUT) for i, p in enumerate(prompts)], "ids"
+            return [_ids(p, i, self._INPUT, self.vocab_size) for i, p in enumerate(prompts)], "ids"
         if not isinstance(prompts, (list, tuple)):
             raise TypeError(f"{self._INPUT}s must be a string, a list of strings or token-id lists, got "
                             f"{type(prompts).__name__}")
@@ -325,8 +328,8 @@ class Generator(ModelBase):
         if all(isinstance(p, str) for p in prompts):
             return [self._encode(p, i) for i, p in enumerate(prompts)], "strs"
         if not any(isinstance(p, (list, tuple, np.ndarray, str)) for p in prompts):
-            return [_ids(prompts, 0, self._INPUT)], "ids"  # one prompt (a flat list; _ids names any non-integer)
-        return [_ids(p, i, self._INPUT) for i, p in enumerate(prompts)], "ids"
+            return [_ids(prompts, 0, self._INPUT, self.vocab_size)], "ids"  # one prompt (a flat list)
+        return [_ids(p, i, self._INPUT, self.vocab_size) for i, p in enumerate(prompts)], "ids"
 
     def _encode(self, text: str, index: int) -> List[int]:
         ids = self._get_tokenizer().encode(text).ids
@@ -339,26 +342,21 @@ class Generator(ModelBase):
 
     def _options(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty,
                  num_beams, length_penalty, early_stopping, eos_token_id, seed, return_log_probs) -> Dict[str, Any]:
-        def integer(name, value, minimum):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-            return int(value)
-
         def number(name, value):
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
                     not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
             return float(value)
 
-        max_new_tokens = integer("max_new_tokens", max_new_tokens, 0)
-        min_new_tokens = integer("min_new_tokens", min_new_tokens, 0)
+        # Integers are checked against the int64 fields they feed (_arguments.py).
+        max_new_tokens = check_integer("max_new_tokens", max_new_tokens, 0)
+        min_new_tokens = check_integer("min_new_tokens", min_new_tokens, 0)
         temperature = number("temperature", temperature)
         top_p = number("top_p", top_p)
         repetition_penalty = number("repetition_penalty", repetition_penalty)
         length_penalty = number("length_penalty", length_penalty)
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
-        num_beams = integer("num_beams", num_beams, 1)
+        top_k = check_integer("top_k", top_k, 0, note=" (0 disables it)")
+        num_beams = check_integer("num_beams", num_beams, 1)
         if do_sample and temperature <= 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
         if not 0 < top_p <= 1:
@@ -390,7 +388,7 @@ class Generator(ModelBase):
         elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
             raise ValueError(f"seed must be an integer in [0, 2**64) or None, got {seed!r}")
         return dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, do_sample=bool(do_sample),
-                    temperature=temperature if do_sample else 1.0, top_k=int(top_k) if do_sample else 0,
+                    temperature=temperature if do_sample else 1.0, top_k=top_k if do_sample else 0,
                     top_p=top_p if do_sample else 1.0, repetition_penalty=repetition_penalty, num_beams=num_beams,
                     length_penalty=length_penalty,
                     early_stopping={False: 0, True: 1, "never": 2}[early_stopping], eos_token_ids=eos,
@@ -504,7 +502,9 @@ class _StreamCancelled(Exception):
     """Raised inside stream()'s token callback to stop an abandoned generation."""
 
 
-def _ids(value, index: int, noun: str = "prompt") -> List[int]:
+def _ids(value, index: int, noun: str, vocab_size: int) -> List[int]:
+    """Prompt (or source) ``index`` as a list of token ids in [0, vocab_size): checked here, so that
+    no id beyond int64 reaches the C++ conversion."""
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
             raise ValueError(f"{noun} {index} must be a 1-D sequence of token ids, got shape {list(value.shape)}")
@@ -518,25 +518,22 @@ def _ids(value, index: int, noun: str = "prompt") -> List[int]:
             raise TypeError(f"{noun} {index} must hold integer token ids, got {type(v).__name__} {v!r}")
     if len(value) == 0:
         raise ValueError(f"{noun} {index} is empty; every {noun} needs at least one token")
-    return [int(v) for v in value]
+    ids = [int(v) for v in value]
+    for v in ids:
+        if not 0 <= v < vocab_size:
+            raise token_id_range_error(f"{noun} token ids", v, vocab_size)
+    return ids
 
 
-def _as_2d(value, name: str, allow_bool: bool = False) -> np.ndarray:
-    try:
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-    except (ValueError, TypeError, OverflowError):  # ragged nested lists, ints beyond int64, ...
-        raise ValueError(f"{name} must be a rectangular [batch, seq_len] array of integers") from None
-    if array.dtype == object:
-        raise ValueError(f"{name} must be a rectangular [batch, seq_len] array of integers")
-    if array.dtype.kind == "b" and allow_bool:
-        array = array.astype(np.int64)
-    if array.dtype.kind not in "iu":
-        raise TypeError(f"{name} must hold integers, got dtype {array.dtype}")
+def _as_2d(value, name: str, allow_bool: bool = False, vocab_size: Optional[int] = None) -> np.ndarray:
+    """int64 [batch, seq_len] (a 1-D sequence becomes one row); vocab_size words a value beyond
+    int64 as an out-of-range token id (the range itself is checked in C++)."""
+    array = integer_array(value, name, vocab_size=vocab_size, allow_bool=allow_bool)
     if array.ndim == 1:
         array = array[None, :]
     if array.ndim != 2:
         raise ValueError(f"{name} must have 2 dimensions [batch, seq_len], got shape {list(array.shape)}")
-    return np.ascontiguousarray(array, dtype=np.int64)
+    return array
 
 
 __all__ = ["Generator", "rope_inv_freq"]

@@ -22,10 +22,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _core
+from ._arguments import check_integer
 from ._base import Generated, ModelBase, Prompts, TokenIds
-from ._model_dir import ModelDir, config_float, config_int
+from ._model_dir import ModelDir, _describe, _is_int, config_float, config_int, config_token_ids
 from .convert import put_weight, release_weight
-from .generator import Generator, _as_2d, _token_list
+from .generator import Generator, _as_2d, generation_setting
 
 PathLike = Union[str, os.PathLike]
 
@@ -72,12 +73,35 @@ def _feed_forward(config: Dict[str, Any]) -> Tuple[str, bool]:
     return _ACTIVATIONS[act], gated
 
 
+def _relative_attention(config: Dict[str, Any]) -> Tuple[int, int]:
+    """T5's (relative_attention_num_buckets, relative_attention_max_distance), checked so that the
+    bucket formula (transformers' T5Attention._relative_position_bucket, csrc/models/relative_position.cc)
+    stays inside the bias table.
+
+    Distances below max_exact get their own bucket; larger ones get
+    max_exact + log(distance / max_exact) / log(max_distance / max_exact) * (buckets - max_exact),
+    where buckets and max_exact = buckets // 2 are halved for the encoder's bidirectional attention
+    (num_buckets // 2 and num_buckets // 4) and not for the decoder's causal one (num_buckets and
+    num_buckets // 2). max_exact = 0 divides by zero (a NaN bucket); max_distance <= max_exact
+    makes the denominator zero or negative, so buckets become NaN or negative (reads before the
+    table). Hence num_buckets >= 4 and max_distance > num_buckets // 2.
+    """
+    num_buckets = config_int(config, "relative_attention_num_buckets", default=32, minimum=4,
+                             note=" (the encoder's bidirectional buckets need num_buckets // 4 >= 1)")
+    max_distance = config_int(config, "relative_attention_max_distance", default=128, minimum=num_buckets // 2 + 1,
+                              note=f" (more than relative_attention_num_buckets // 2 = {num_buckets // 2}, the "
+                                   "decoder's exactly bucketed distances)")
+    return num_buckets, max_distance
+
+
 def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
     if family in ("t5", "mt5"):
-        d = config_int(config, "d_model", default=512)
-        heads = config_int(config, "num_heads", default=8)
+        # (aliases: transformers' T5Config.attribute_map)
+        d = config_int(config, "d_model", default=512, aliases=("hidden_size",))
+        heads = config_int(config, "num_heads", default=8, aliases=("num_attention_heads",))
         act, gated = _feed_forward(config)
-        num_layers = config_int(config, "num_layers", default=6)
+        num_layers = config_int(config, "num_layers", default=6, aliases=("num_hidden_layers",))
+        num_buckets, max_distance = _relative_attention(config)
         dec_layers = config.get("num_decoder_layers")
         tied = config.get("tie_word_embeddings", True) is not False
         # transformers 5 records the d_model^-0.5 output scaling of tied (v1.0) heads as
@@ -85,16 +109,16 @@ def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
         scaled = family == "t5" and config.get("scale_decoder_outputs", tied) is not False
         return dict(vocab_size=config_int(config, "vocab_size", default=32128), d_model=d, encoder_layers=num_layers,
                     decoder_layers=num_layers if dec_layers is None else config_int(config, "num_decoder_layers"),
-                    heads=heads, head_dim=config_int(config, "d_kv", default=64),
+                    heads=heads, head_dim=config_int(config, "d_kv", default=64, aliases=("head_dim",)),
                     ffn_dim=config_int(config, "d_ff", default=2048), max_positions=0, position_offset=0,
                     position_table=False, relative_attention=True,
-                    num_buckets=config_int(config, "relative_attention_num_buckets", default=32),
-                    max_distance=config_int(config, "relative_attention_max_distance", default=128),
+                    num_buckets=num_buckets, max_distance=max_distance,
                     rms_norm=True, norm_eps=config_float(config, "layer_norm_epsilon", default=1e-6, minimum=0.0),
                     pre_norm=True, embedding_norm=False, final_norm=True, embed_scale=1.0, attention_scale=1.0,
                     activation=act, gated_ffn=gated, head_scale=d ** -0.5 if scaled else 1.0, tied=tied)
-    d = config_int(config, "d_model", default=1024)
-    heads = config_int(config, "encoder_attention_heads", default=16)
+    # (aliases: transformers' Marian/Bart/MBartConfig.attribute_map)
+    d = config_int(config, "d_model", default=1024, aliases=("hidden_size",))
+    heads = config_int(config, "encoder_attention_heads", default=16, aliases=("num_attention_heads",))
     if config_int(config, "decoder_attention_heads", default=heads) != heads:
         raise NotImplementedError("config.json: encoder_attention_heads != decoder_attention_heads is not supported")
     ffn = config_int(config, "encoder_ffn_dim", default=4096)
@@ -111,7 +135,7 @@ def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
                                   "target vocabularies) is not supported")
     scale = math.sqrt(d) if config.get("scale_embedding", family == "marian") else 1.0
     return dict(vocab_size=config_int(config, "vocab_size"), d_model=d,
-                encoder_layers=config_int(config, "encoder_layers", default=12),
+                encoder_layers=config_int(config, "encoder_layers", default=12, aliases=("num_hidden_layers",)),
                 decoder_layers=config_int(config, "decoder_layers", default=12), heads=heads, head_dim=d // heads,
                 ffn_dim=ffn, max_positions=config_int(config, "max_position_embeddings", default=1024),
                 position_offset=0 if family == "marian" else 2, position_table=True, relative_attention=False,
@@ -119,6 +143,21 @@ def _graph_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
                 embedding_norm=family != "marian", final_norm=family == "mbart", embed_scale=scale,
                 attention_scale=(d // heads) ** -0.5, activation=_ACTIVATIONS[act], gated_ffn=False, head_scale=1.0,
                 tied=config.get("tie_word_embeddings", True) is not False)
+
+
+def _bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> List[int]:
+    """bad_words_ids ([[id], [id], ...], single-token sequences only) as the ids to suppress."""
+    bad = settings.get("bad_words_ids")
+    if bad is None:
+        return []
+    if not isinstance(bad, list) or not all(isinstance(b, list) and b and all(_is_int(i) and 0 <= i < vocab_size
+                                                                            for i in b) for b in bad):
+        raise ValueError(f"{source}: 'bad_words_ids' must be a list of non-empty lists of token ids (integers in "
+                         f"[0, {vocab_size})), got {_describe(bad)}")
+    if any(len(b) != 1 for b in bad):
+        raise NotImplementedError(f"{source}: bad_words_ids with multi-token sequences are not supported, got "
+                                  f"{_describe(bad)}")
+    return [b[0] for b in bad]
 
 
 class Seq2Seq(ModelBase):
@@ -259,31 +298,44 @@ class Seq2Seq(ModelBase):
         self._model = model
 
     def _defaults(self, md: ModelDir) -> None:
-        gen, cfg = md.generation_config, md.config
+        """Generation defaults from generation_config.json, else config.json. Every id is checked
+        here (type and range, naming file and key), so a value that would fail every generate()
+        or reach the C++ loop unconverted fails at load; only eos ids are checked against the
+        vocabulary at generate() time, because a call may pass its own eos_token_id."""
+        V = self.vocab_size
 
-        def setting(key):
-            return gen[key] if key in gen else cfg.get(key)
+        def token_ids(key: str, in_vocabulary: bool = True) -> Tuple[Optional[List[int]], str]:
+            settings, source = generation_setting(md, key)
+            return config_token_ids(settings, key, vocab_size=V if in_vocabulary else None, source=source), source
 
-        self.eos_token_ids = _token_list(setting("eos_token_id"))
-        pad_list = _token_list(setting("pad_token_id"))
-        self.pad_token_id = pad_list[0] if pad_list else (self.eos_token_ids[0] if self.eos_token_ids else 0)
+        eos, self._eos_source = token_ids("eos_token_id", in_vocabulary=False)
+        self.eos_token_ids = eos or []
+        pad, _ = token_ids("pad_token_id", in_vocabulary=False)  # outside [0, V): no pad token
+        self.pad_token_id = pad[0] if pad else (self.eos_token_ids[0] if self.eos_token_ids else 0)
         # transformers: decoder_start_token_id, else bos_token_id; T5 checkpoints start from pad.
-        start = _token_list(setting("decoder_start_token_id")) or _token_list(setting("bos_token_id"))
+        start, source = token_ids("decoder_start_token_id")
+        key = "decoder_start_token_id"
+        if not start:
+            (start, source), key = token_ids("bos_token_id"), "bos_token_id"
         if not start and self.family in ("t5", "mt5"):
             start = [self.pad_token_id]
         if not start:
             raise ValueError(f"{md.path}: the config has neither decoder_start_token_id nor bos_token_id; "
                              "encoder-decoder generation needs one")
+        if len(set(start)) > 1:  # transformers' per-row start tokens
+            raise NotImplementedError(f"{source}: {key!r} lists different start tokens {start}; one start "
+                                      "token for every row is supported")
         self.decoder_start_token_id = start[0]
-        bos = setting("forced_bos_token_id")
-        eos = setting("forced_eos_token_id")
-        self.forced_bos_token_id = -1 if bos is None else int(bos)
-        self.forced_eos_token_id = -1 if eos is None else int(_token_list(eos)[0])
-        bad = setting("bad_words_ids") or []
-        if any(not isinstance(b, list) or len(b) != 1 for b in bad):
-            raise NotImplementedError(f"{md.path}: bad_words_ids with multi-token sequences are not supported, got "
-                                      f"{bad!r}")
-        self.suppress_token_ids = [int(b[0]) for b in bad]
+        settings, source = generation_setting(md, "forced_bos_token_id")
+        bos = config_token_ids(settings, "forced_bos_token_id", vocab_size=V, source=source, single=True)
+        self.forced_bos_token_id = -1 if bos is None else bos[0]
+        forced_eos, source = token_ids("forced_eos_token_id")
+        if forced_eos is not None and len(forced_eos) != 1:
+            # An empty list would force no token at all (transformers then masks every logit).
+            error = ValueError if not forced_eos else NotImplementedError
+            raise error(f"{source}: 'forced_eos_token_id' must be one token id (or a list of one), got {forced_eos}")
+        self.forced_eos_token_id = -1 if forced_eos is None else forced_eos[0]
+        self.suppress_token_ids = _bad_words(*generation_setting(md, "bad_words_ids"), V)
 
     @property
     def vocab_size(self) -> int:
@@ -309,7 +361,7 @@ class Seq2Seq(ModelBase):
     def encode(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """Encoder output float32 [B, T, d_model]; padded positions (mask 0) are masked as keys."""
         model = self._live()
-        ids = _as_2d(input_ids, "input_ids")
+        ids = _as_2d(input_ids, "input_ids", vocab_size=self.vocab_size)
         mask = None if attention_mask is None else _as_2d(attention_mask, "attention_mask", allow_bool=True)
         return model.encode(ids, mask, self.num_threads)
 
@@ -317,9 +369,9 @@ class Seq2Seq(ModelBase):
                attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """Decoder logits float32 [B, Td, V] for the given decoder inputs (teacher forcing)."""
         model = self._live()
-        ids = _as_2d(input_ids, "input_ids")
+        ids = _as_2d(input_ids, "input_ids", vocab_size=self.vocab_size)
         mask = None if attention_mask is None else _as_2d(attention_mask, "attention_mask", allow_bool=True)
-        tgt = _as_2d(decoder_input_ids, "decoder_input_ids")
+        tgt = _as_2d(decoder_input_ids, "decoder_input_ids", vocab_size=self.vocab_size)
         if tgt.shape[0] != ids.shape[0]:
             raise ValueError(f"decoder_input_ids must have shape [batch, target_len] with batch {ids.shape[0]} "
                              f"(the batch of input_ids), got {list(tgt.shape)}")
@@ -329,10 +381,8 @@ class Seq2Seq(ModelBase):
 
     def _options(self, num_return_sequences, no_repeat_ngram_size, **kwargs) -> Dict[str, Any]:
         options = self._generator_options(**kwargs)
-        for name, value in (("num_return_sequences", num_return_sequences),
-                            ("no_repeat_ngram_size", no_repeat_ngram_size)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        num_return_sequences = check_integer("num_return_sequences", num_return_sequences, 0)
+        no_repeat_ngram_size = check_integer("no_repeat_ngram_size", no_repeat_ngram_size, 0)
         if not 1 <= num_return_sequences <= options["num_beams"]:
             raise ValueError(f"num_return_sequences ({num_return_sequences}) must be between 1 and num_beams "
                              f"({options['num_beams']})")
