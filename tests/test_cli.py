@@ -26,12 +26,13 @@ TINY = {
 TEXTS = ["t5 t6 t7", "t9 t10", "t11 t12 t13 t14 t15"]
 
 
-def run_cli(*args, stdin=None, env=None, text=True):
+def run_cli(*args, stdin=None, env=None, text=True, **options):
+    """``python -m cpuformer ARGS`` in a subprocess; ``options`` go to subprocess.run."""
     environment = dict(os.environ)
     environment["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + environment.get("PYTHONPATH", "")
     environment.update(env or {})
     return subprocess.run([sys.executable, "-m", "cpuformer", *map(str, args)], capture_output=True, text=text,
-                          input=stdin, timeout=600, env=environment)
+                          input=stdin, timeout=600, env=environment, **options)
 
 
 def assert_user_error(out, command, *fragments):

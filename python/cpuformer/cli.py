@@ -60,6 +60,8 @@ def _texts(args: argparse.Namespace) -> List[str]:
         return list(args.texts)
     try:
         if args.file == "-":
+            if sys.stdin is None:  # started with stdin closed (`<&-`)
+                raise UserError("--file -: standard input is closed")
             lines = sys.stdin.read().splitlines()
         else:
             with open(args.file, encoding="utf-8") as f:
@@ -68,8 +70,8 @@ def _texts(args: argparse.Namespace) -> List[str]:
         raise UserError(f"--file {args.file} does not exist") from None
     except IsADirectoryError:
         raise UserError(f"--file {args.file} is a directory") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"--file {args.file}: cannot read ({error})") from None
+    except (OSError, ValueError) as error:  # ValueError: undecodable bytes, a closed stream
+        raise UserError(f"--file {args.file}: cannot read ({_one_line(error)})") from None
     lines = [line for line in lines if line.strip()]
     if not lines:
         raise UserError(f"--file {args.file} has no non-empty lines")
@@ -238,7 +240,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise UserError(f"{args.src} is not a directory (give a Hugging Face model directory)")
     if not os.path.isfile(os.path.join(args.src, "config.json")):
         raise UserError(f"{args.src} is not a model directory: it has no config.json")
-    if os.path.abspath(args.src) == os.path.abspath(args.dst):
+    if os.path.realpath(args.src) == os.path.realpath(args.dst):
         raise UserError("DST must differ from SRC")
     if os.path.exists(args.dst) and not os.path.isdir(args.dst):
         raise UserError(f"{args.dst} exists and is not a directory")
@@ -421,7 +423,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             pass
         return 0
     except (UserError, ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
-            IsADirectoryError, PermissionError, NotImplementedError) as error:
+            IsADirectoryError, PermissionError, NotImplementedError, OverflowError) as error:
+        # The library reports every bad argument, file or config value as one of these (a value
+        # beyond a C++ field's range as ValueError, checked before it reaches pybind11).
         print(f"cpuformer {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
     except OSError as error:  # not the user's mistake (disk full, I/O error): still one line, exit code 1

@@ -20,12 +20,16 @@ generation files are copied. Loading a converted directory with ``dtype=None`` u
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
+import signal
+import threading
 import uuid
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -157,16 +161,24 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
     """Writes a copy of the model directory ``src`` to ``dst`` with its matmul weights stored in
     ``dtype`` ("int8", "float16", "bfloat16" or "float32"), ready to load zero-copy.
 
-    ``dst`` must not exist or be an empty directory (FileExistsError otherwise); it appears only
-    once complete (written as a hidden sibling, then renamed). ``progress``
-    shows a progress bar (tqdm, when installed). See docs/precision.md.
+    ``dst`` must not exist or be an empty directory (FileExistsError otherwise); a symbolic link is
+    followed (the conversion goes where it points). ``dst`` appears only once complete (written as
+    a hidden sibling ``.<name>.partial-<pid>-<random>``, then renamed); the sibling is removed on any
+    error, KeyboardInterrupt or SIGTERM, and one left by a killed process is removed by the next
+    conversion into the same directory. ``progress`` shows a progress bar (tqdm, when installed).
+    See docs/precision.md.
     """
     if dtype is None:
         raise ValueError(f"dtype must be one of {', '.join(repr(d) for d in DTYPES)}, got None")
     check_dtype(dtype)
-    dst_path = pathlib.Path(os.fspath(dst))
+    # Resolved before any work: the final rename must replace the directory a link points to (a
+    # rename onto the link itself fails), and the hidden sibling must be on that directory's
+    # file system.
+    dst_path = pathlib.Path(os.path.realpath(os.fspath(dst)))
     if dst_path.exists() and (not dst_path.is_dir() or any(dst_path.iterdir())):
-        raise FileExistsError(f"{dst_path} already exists and is not an empty directory")
+        raise FileExistsError(f"{dst} already exists and is not an empty directory")
+    if pathlib.Path(os.path.realpath(os.fspath(src))) == dst_path:
+        raise ValueError(f"the destination {dst} is the source directory")
     md = ModelDir(src)
     try:
         kind, _, architecture = classify(md.config)
@@ -203,29 +215,98 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
         # Everything is written into a hidden sibling directory that is renamed to dst at the end,
         # so dst either does not appear or holds a complete conversion, even if the process dies.
         dst_path.parent.mkdir(parents=True, exist_ok=True)
-        work = dst_path.parent / f".{dst_path.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        work.mkdir()  # with the usual permissions (the umask's), unlike tempfile.mkdtemp
-        try:
-            save_safetensors(work / WEIGHTS_FILE, out, metadata={"format": "pt"}, dtypes=overrides)
-            config = dict(md.config)
-            config["cpuformer"] = {"dtype": dtype, "format_version": FORMAT_VERSION}
-            with open(work / CONFIG_FILE, "w", encoding="utf-8") as f:
-                json.dump(config, f, indent=2)
-                f.write("\n")
-            for file in _COPIED:
-                if (md.path / file).is_file():
-                    shutil.copyfile(md.path / file, work / file)
-            for sub in _COPIED_DIRS:
-                if (md.path / sub).is_dir():
-                    shutil.copytree(md.path / sub, work / sub)
-            if dst_path.is_dir():
-                dst_path.rmdir()  # empty (checked above); fails if something was put there since
-            os.replace(work, dst_path)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
+        remove_stale_partials(dst_path.parent)
+        work = dst_path.parent / f".{dst_path.name}{_PARTIAL}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with _sigterm_raises():
+            work.mkdir()  # with the usual permissions (the umask's), unlike tempfile.mkdtemp
+            try:
+                save_safetensors(work / WEIGHTS_FILE, out, metadata={"format": "pt"}, dtypes=overrides)
+                config = dict(md.config)
+                config["cpuformer"] = {"dtype": dtype, "format_version": FORMAT_VERSION}
+                with open(work / CONFIG_FILE, "w", encoding="utf-8") as f:
+                    json.dump(config, f, indent=2)
+                    f.write("\n")
+                for file in _COPIED:
+                    if (md.path / file).is_file():
+                        shutil.copyfile(md.path / file, work / file)
+                for sub in _COPIED_DIRS:
+                    if (md.path / sub).is_dir():
+                        shutil.copytree(md.path / sub, work / sub)
+                if dst_path.is_dir():
+                    dst_path.rmdir()  # empty (checked above); fails if something was put there since
+                os.replace(work, dst_path)
+            except BaseException:  # errors, KeyboardInterrupt, SIGTERM (see _sigterm_raises)
+                shutil.rmtree(work, ignore_errors=True)
+                raise
     finally:
         md.close()
+
+
+# The hidden directory a conversion writes into: .<dst name>.partial-<pid>-<8 hex digits>.
+_PARTIAL = ".partial-"
+_PARTIAL_NAME = re.compile(r"^\..*\.partial-(\d+)-[0-9a-f]{8}$")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OverflowError:  # not a pid at all
+        return False
+    return True
+
+
+def remove_stale_partials(parent: pathlib.Path) -> List[pathlib.Path]:
+    """Removes the hidden ``.<name>.partial-<pid>-<random>`` directories in ``parent`` whose
+    process is no longer alive on this machine: what a conversion killed during its write (SIGKILL,
+    power loss) leaves behind. Directories of live processes (a conversion running now) are left
+    alone. Returns the removed paths."""
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _PARTIAL_NAME.match(entry.name)
+        if match is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(match.group(1))
+        if pid != os.getpid() and not _process_alive(pid):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(pathlib.Path(entry.path))
+    return removed
+
+
+class _SigtermRaised(SystemExit):
+    """SIGTERM turned into an exception, so that cleanup code runs before the process exits."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs on the main thread, SIGTERM raises SystemExit(143) (the exit status of a
+    process killed by SIGTERM) instead of ending the process at once, so the block's cleanup runs.
+    Only replaces the default action: a handler the program installed (or SIG_IGN) stays in charge.
+    The previous handler is restored afterwards. Elsewhere (other threads, no SIGTERM) a no-op."""
+    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM")
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise _SigtermRaised(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except (ValueError, OSError):  # e.g. an embedded interpreter without signal support
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _native(stored: str) -> Any:
