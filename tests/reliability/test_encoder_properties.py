@@ -72,11 +72,11 @@ def hostile_call(calls, enc, ids, case, vocab, max_len):
         bad[0, 0] = vocab + bad[0, 0]
         expect(ValueError, "is out of range; token ids must be in [0, 61)", bad)
     elif case == "beyond_int64":
-        expect(ValueError, "input_ids has values beyond int64", ids.astype(np.uint64) + np.uint64(2**63))
+        expect(ValueError, "is out of range; token ids must be in [0, 61)", ids.astype(np.uint64) + np.uint64(2**63))
     elif case == "huge_python_int":
         rows = ids.tolist()
         rows[0][0] = 2**70
-        expect(ValueError, "input_ids must be a rectangular [batch, seq_len] array of integers", rows)
+        expect(ValueError, f"input_ids: token id {2**70} is out of range; token ids must be in [0, 61)", rows)
     elif case == "float_ids":
         expect(TypeError, "input_ids must hold integers, got dtype float", ids.astype(np.float32))
     elif case == "bool_ids":
