@@ -166,7 +166,7 @@ class PyDecoderModel : private ModelTensors {
     o.max_new_tokens = options["max_new_tokens"].cast<long>();
     o.min_new_tokens = options["min_new_tokens"].cast<long>();
     o.do_sample = options["do_sample"].cast<bool>();
-    o.temperature = options["temperature"].cast<float>();
+    o.temperature = options["temperature"].cast<double>();
     o.top_k = options["top_k"].cast<long>();
     o.top_p = options["top_p"].cast<float>();
     o.repetition_penalty = options["repetition_penalty"].cast<float>();

@@ -346,7 +346,7 @@ class Generator(ModelBase):
 
         def number(name, value):
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
-                    not math.isfinite(value):
+                    not _fits_float(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
             return float(value)
 
@@ -540,3 +540,11 @@ def _as_2d(value, name: str, allow_bool: bool = False) -> np.ndarray:
 
 
 __all__ = ["Generator", "rope_inv_freq"]
+
+
+def _fits_float(value) -> bool:
+    """True for a finite number that converts to a finite float (an int beyond ~1.8e308 does not)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
