@@ -16,6 +16,7 @@
 
 #include "bindings/arrays.h"
 #include "bindings/weight_type.h"
+#include "bindings/gil.h"
 #include "bindings/interrupt.h"
 #include "models/decoder.h"
 #include "models/generation.h"
@@ -193,15 +194,12 @@ class PyDecoderModel : private ModelTensors {
     }
     TokenCallback on_token;
     if (!callback.is_none()) {
-      on_token = [&callback](long index, int64_t token) {
-        py::gil_scoped_acquire acquire;
-        callback(index, token);
-      };
+      on_token = [&callback](long index, int64_t token) { call_python(callback, index, token); };
     }
     GenerationResult result;
     const bool watch_sigint = on_python_main_thread();
     try {
-      py::gil_scoped_release release;
+      GilReleased release;  // first: parks instead of retaking the GIL at interpreter exit (bindings/gil.h)
       SigintWatch watch(watch_sigint);  // Ctrl-C stops the loop between steps
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
