@@ -16,6 +16,7 @@
 
 #include "bindings/arrays.h"
 #include "bindings/weight_type.h"
+#include "bindings/gil.h"
 #include "bindings/interrupt.h"
 #include "models/decoder.h"
 #include "models/generation.h"
@@ -166,7 +167,7 @@ class PyDecoderModel : private ModelTensors {
     o.max_new_tokens = options["max_new_tokens"].cast<long>();
     o.min_new_tokens = options["min_new_tokens"].cast<long>();
     o.do_sample = options["do_sample"].cast<bool>();
-    o.temperature = options["temperature"].cast<float>();
+    o.temperature = options["temperature"].cast<double>();
     o.top_k = options["top_k"].cast<long>();
     o.top_p = options["top_p"].cast<float>();
     o.repetition_penalty = options["repetition_penalty"].cast<float>();
@@ -193,15 +194,12 @@ class PyDecoderModel : private ModelTensors {
     }
     TokenCallback on_token;
     if (!callback.is_none()) {
-      on_token = [&callback](long index, int64_t token) {
-        py::gil_scoped_acquire acquire;
-        callback(index, token);
-      };
+      on_token = [&callback](long index, int64_t token) { call_python(callback, index, token); };
     }
     GenerationResult result;
     const bool watch_sigint = on_python_main_thread();
     try {
-      py::gil_scoped_release release;
+      GilReleased release;  // first: parks instead of retaking the GIL at interpreter exit (bindings/gil.h)
       SigintWatch watch(watch_sigint);  // Ctrl-C stops the loop between steps
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads

@@ -88,11 +88,18 @@ void log_softmax(const float* x, float* y, long n) {
   for (long i = 0; i < n; ++i) y[i] = static_cast<float>(static_cast<double>(x[i]) - lse);
 }
 
-// Temperature, top-k and top-p warpers in transformers' order and semantics, in place.
+// Temperature, top-k and top-p warpers with transformers' semantics, in place.
+//
+// Dividing by the temperature is done last and as (score - max) / temperature in double, written
+// back as float32: the most likely token maps to 0 and every other to a finite negative number or
+// -inf, for any finite temperature > 0. The plain score / temperature overflows float32 below
+// ~1e-38 (inf - inf = NaN in the softmax) and rounds distinct scores into ties near 1e38; this way
+// a tiny temperature samples the argmax (uniformly among exact ties) and a huge one samples
+// uniformly from the tokens top-k / top-p keep. Top-k and top-p decide on the untempered scores:
+// dividing by a positive temperature keeps their order, so the same tokens survive as in
+// transformers' order (temperature, then top-k, then top-p) computed exactly, and top-p weighs
+// them with the tempered probabilities exp((score - max) / temperature) in double.
 void warp(const GenerationOptions& o, float* scores, long V, std::vector<float>& tmp) {
-  if (o.temperature != 1.0f) {
-    for (long i = 0; i < V; ++i) scores[i] /= o.temperature;
-  }
   if (o.top_k > 0 && o.top_k < V) {
     tmp.assign(scores, scores + V);
     std::nth_element(tmp.begin(), tmp.begin() + (o.top_k - 1), tmp.end(), std::greater<float>());
@@ -101,22 +108,28 @@ void warp(const GenerationOptions& o, float* scores, long V, std::vector<float>&
       if (scores[i] < kth) scores[i] = kNegInf;
     }
   }
+  double m = -std::numeric_limits<double>::infinity();
+  for (long i = 0; i < V; ++i) m = std::max(m, static_cast<double>(scores[i]));
+  if (!std::isfinite(m)) return;  // nothing allowed (all -inf) or non-finite logits: sample() decides
+  const double temperature = o.temperature;
   if (o.top_p < 1.0f) {
     // Ascending order; drop the tokens whose cumulative probability (from the least likely up) is
     // ≤ 1 - top_p, always keeping the most likely one.
     std::vector<long> order(V);
     std::iota(order.begin(), order.end(), 0L);
     std::stable_sort(order.begin(), order.end(), [&](long a, long b) { return scores[a] < scores[b]; });
-    double m = scores[order[V - 1]];
     double total = 0.0;
-    for (long i = 0; i < V; ++i) total += std::exp(static_cast<double>(scores[i]) - m);
+    for (long i = 0; i < V; ++i) total += std::exp((static_cast<double>(scores[i]) - m) / temperature);
     double cumulative = 0.0;
     const double limit = 1.0 - static_cast<double>(o.top_p);
     for (long j = 0; j < V - 1; ++j) {
-      cumulative += std::exp(static_cast<double>(scores[order[j]]) - m) / total;
+      cumulative += std::exp((static_cast<double>(scores[order[j]]) - m) / temperature) / total;
       if (cumulative > limit) break;
       scores[order[j]] = kNegInf;
     }
+  }
+  if (temperature != 1.0) {
+    for (long i = 0; i < V; ++i) scores[i] = static_cast<float>((static_cast<double>(scores[i]) - m) / temperature);
   }
 }
 

@@ -35,7 +35,7 @@ struct GenerationOptions {
   long max_new_tokens = 20;
   long min_new_tokens = 0;
   bool do_sample = false;
-  float temperature = 1.0f;
+  double temperature = 1.0;  // any finite value > 0 (sampling only); see warp() in generation.cc
   long top_k = 0;         // 0: off
   float top_p = 1.0f;     // 1: off
   float repetition_penalty = 1.0f;

@@ -8,6 +8,7 @@ and exit code 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -191,8 +192,10 @@ def _generation_kwargs(args: argparse.Namespace) -> dict:
 def _cmd_generate(args: argparse.Namespace) -> int:
     kwargs = _generation_kwargs(args)
     prompt = _parse_ids(args.prompt) if args.ids else args.prompt
+    out = sys.stdout
+    if out is None:  # started with file descriptor 1 closed (`>&-`)
+        raise OSError(errno.EBADF, "stdout is closed; nothing can be written")
     with _open_model(args.model_dir, "decoder", "generate", args.dtype, args.threads) as gen:
-        out = sys.stdout
         if args.echo:
             out.write(" ".join(map(str, prompt)) + " " if args.ids else args.prompt)
             out.flush()

@@ -12,9 +12,11 @@ processing, sampling and beam bookkeeping); Python is only called per token to s
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import queue
+import sys
 import threading
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -344,7 +346,7 @@ class Generator(ModelBase):
                  num_beams, length_penalty, early_stopping, eos_token_id, seed, return_log_probs) -> Dict[str, Any]:
         def number(name, value):
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
-                    not math.isfinite(value):
+                    not _fits_float(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
             return float(value)
 
@@ -426,7 +428,9 @@ class Generator(ModelBase):
     def stream(self, prompt: Prompts, **kwargs: Any) -> Iterator[Union[int, str]]:
         """Yields the new tokens of one prompt as they are produced (greedy or sampling; beam search
         yields the best sequence at the end). Given a string (and tokenizer.json), yields text
-        pieces instead. Takes generate()'s keyword arguments except return_log_probs."""
+        pieces instead, each once it is final (one token behind), joining to generate()'s text.
+        Takes generate()'s keyword arguments except return_log_probs. Closing or dropping the
+        iterator stops the generation."""
         model = self._live()
         if "return_log_probs" in kwargs:
             raise TypeError("stream() does not return log-probabilities; use generate(return_log_probs=True)")
@@ -444,53 +448,37 @@ class Generator(ModelBase):
         return self._stream(model, ids, options, kind == "str")
 
     def _stream(self, model, ids, options, text: bool) -> Iterator[Union[int, str]]:
-        tokens: "queue.Queue[Any]" = queue.Queue()
-        done = object()
-        failure: List[BaseException] = []
-        cancelled = threading.Event()
-
-        def on_token(_index: int, token: int) -> None:
-            if cancelled.is_set():
-                raise _StreamCancelled()  # unwinds the native loop; the worker then ends
-            tokens.put(token)
-
-        def run() -> None:
-            try:
-                model.generate(ids, options, on_token, self.num_threads)
-            except _StreamCancelled:
-                pass
-            except BaseException as error:  # handed to the consuming thread
-                failure.append(error)
-            finally:
-                tokens.put(done)
-
-        worker = threading.Thread(target=run, daemon=True)
-        worker.start()
-        produced: List[int] = []
-        emitted = ""
+        worker = _StreamWorker(model, ids, options, self.num_threads)
         try:
-            while True:
-                token = tokens.get()
-                if token is done:
-                    break
-                if not text:
+            if not text:
+                for token in worker.tokens():
                     yield token
-                    continue
+                return
+            # A piece is yielded once it is final: text the decodes of the first n-1 and the first
+            # n tokens agree on (a decoder may rewrite the end of its text when a token follows),
+            # without a trailing U+FFFD (a byte-level token may end inside a UTF-8 sequence that the
+            # next token completes). The rest is flushed from the decode of the whole sequence, so
+            # the pieces join to generate()'s text.
+            produced: List[int] = []
+            emitted = previous = ""
+            for token in worker.tokens():
                 produced.append(token)
                 decoded = self._decode(produced)
-                if decoded.endswith("\ufffd"):
-                    continue  # an incomplete UTF-8 sequence: wait for the next token
-                if decoded.startswith(emitted) and len(decoded) > len(emitted):
-                    yield decoded[len(emitted):]
-                    emitted = decoded
+                final = _common_prefix(previous, decoded).rstrip("\ufffd")
+                previous = decoded
+                if len(final) > len(emitted) and final.startswith(emitted):
+                    yield final[len(emitted):]
+                    emitted = final
+            text_of_all = self._decode(produced)
+            rest = text_of_all[len(_common_prefix(emitted, text_of_all)):]
+            if rest:
+                yield rest
         finally:
-            # Reached on normal exhaustion, on close() of an abandoned iterator and on an exception
-            # in the consumer (KeyboardInterrupt while waiting for a token): the worker stops at its
-            # next token, so no generation keeps running (and holding compute slots) behind our back.
-            cancelled.set()
-            worker.join()
-        if failure:
-            raise failure[0]
+            # Reached on exhaustion, on close() or garbage collection of an abandoned iterator and
+            # on an exception in the consumer (KeyboardInterrupt while waiting for a token): the
+            # worker stops at its next token, so no generation keeps running (and holding compute
+            # slots) behind our back.
+            worker.stop()
 
     def _shape_text(self) -> str:
         c = self.config
@@ -500,6 +488,101 @@ class Generator(ModelBase):
 
 class _StreamCancelled(Exception):
     """Raised inside stream()'s token callback to stop an abandoned generation."""
+
+
+class _StreamWorker:
+    """The thread that runs one stream()'s generation and hands its tokens to the consumer.
+
+    The generation runs in native code with the GIL released and calls back into Python once per
+    token. A daemon thread (so a half-consumed stream does not make the interpreter wait for the
+    whole generation at exit), stopped by stop(): the next token callback raises, the native loop
+    unwinds and the thread ends. Live workers are also stopped by an atexit hook, which runs while
+    the interpreter is still whole; left running into finalization, the thread would be killed
+    inside native code when its callback asks for the GIL (std::terminate, SIGABRT).
+    """
+
+    def __init__(self, model, ids, options, num_threads) -> None:
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._failure: List[BaseException] = []
+        self._cancelled = threading.Event()
+        self._at_exit = False
+
+        def on_token(_index: int, token: int) -> None:
+            if self._cancelled.is_set():
+                raise _StreamCancelled()  # unwinds the native loop; the thread then ends
+            self._queue.put(token)
+
+        def run() -> None:
+            try:
+                model.generate(ids, options, on_token, num_threads)
+            except _StreamCancelled:
+                pass
+            except BaseException as error:  # handed to the consuming thread
+                self._failure.append(error)
+            finally:
+                self._queue.put(_STREAM_DONE)
+
+        self._thread = threading.Thread(target=run, name="cpuformer-stream", daemon=True)
+        self._current_thread = threading.current_thread
+        self._is_finalizing = sys.is_finalizing
+        self._live = _LIVE_STREAMS
+        self._live.add(self)
+        self._thread.start()
+
+    def tokens(self) -> Iterator[int]:
+        while True:
+            token = self._queue.get()
+            if token is _STREAM_DONE:
+                break
+            yield token
+        if self._failure:
+            raise self._failure[0]
+        if self._at_exit:
+            raise RuntimeError("stream() was stopped because the interpreter is exiting")
+
+    def stop(self, at_exit: bool = False) -> None:
+        self._at_exit = self._at_exit or at_exit
+        self._cancelled.set()
+        # While the interpreter finalizes (a stream collected at the very end, when module globals
+        # may already be cleared: hence the bound functions), the thread cannot run Python any more:
+        # the native side parks it at its next token (bindings/gil.h), so a join would wait forever.
+        if self._thread is not self._current_thread() and not self._is_finalizing():
+            self._thread.join()
+        self._live.discard(self)
+
+
+_STREAM_DONE = object()
+_LIVE_STREAMS: "set[_StreamWorker]" = set()
+
+
+@atexit.register
+def _stop_live_streams() -> None:
+    for worker in list(_LIVE_STREAMS):
+        worker.stop(at_exit=True)
+
+
+def _fits_float(value) -> bool:
+    """True for a finite number that converts to a finite float (an int beyond ~1.8e308 does not)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _common_prefix(a: str, b: str) -> str:
+    """The longest common prefix of a and b (usually one extends the other: checked first)."""
+    if b.startswith(a):
+        return a
+    if a.startswith(b):
+        return b
+    low, high = 0, min(len(a), len(b))  # a[:low] == b[:low] and a[:high + 1] != b[:high + 1]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return a[:low]
 
 
 def _ids(value, index: int, noun: str, vocab_size: int) -> List[int]:
