@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/sized_output.h"
 #include "bindings/weight_type.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
@@ -139,7 +140,8 @@ class PyDecoderModel : private ModelTensors {
         }
       }
     }
-    py::array_t<float> out({B, T, c.vocab_size});
+    const std::string request = "input_ids of shape " + shape_string(ids);
+    py::array_t<float> out = sized_output({B, T, c.vocab_size}, request, "the logits");
     const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
     const int64_t* ip = ids.data();
     float* op = out.mutable_data();
@@ -147,7 +149,7 @@ class PyDecoderModel : private ModelTensors {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      model_->logits(ip, mp, B, T, op);
+      with_size_context([&] { return request; }, [&] { model_->logits(ip, mp, B, T, op); });
     }
     return out;
   }
@@ -187,7 +189,7 @@ class PyDecoderModel : private ModelTensors {
     if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
     long longest = 0;
     for (const auto& p : prompts) longest = std::max(longest, static_cast<long>(p.size()));
-    if (longest + o.max_new_tokens > c.max_positions) {
+    if (o.max_new_tokens > c.max_positions - longest) {  // (longest + max_new_tokens could overflow)
       throw py::value_error("prompt length " + std::to_string(longest) + " + max_new_tokens " +
                             std::to_string(o.max_new_tokens) + " exceeds the model's maximum of " +
                             std::to_string(c.max_positions) + " tokens (max_position_embeddings)");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/sized_output.h"
 #include "bindings/weight_type.h"
 #include "models/encoder.h"
 #include "runtime/compute_slots.h"
@@ -184,7 +185,8 @@ class PyEncoderModel : private ModelTensors {
     }
     if (num_threads < 0) throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
 
-    py::array_t<float> out({B, T, c.hidden_size});
+    const std::string request = "input_ids of shape " + shape_string(ids);
+    py::array_t<float> out = sized_output({B, T, c.hidden_size}, request, "the hidden states");
     py::array_t<float> pooled;
     if (return_pooler) pooled = py::array_t<float>({B, c.hidden_size});
     // (A default-constructed array_t is an empty array, not null: test the arguments instead.)
@@ -196,7 +198,7 @@ class PyEncoderModel : private ModelTensors {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      model_->forward(id, mp, tp, B, T, op, pp);
+      with_size_context([&] { return request; }, [&] { model_->forward(id, mp, tp, B, T, op, pp); });
     }
     if (return_pooler) return py::make_tuple(out, pooled);
     return std::move(out);

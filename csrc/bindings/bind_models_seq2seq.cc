@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/sized_output.h"
 #include "bindings/weight_type.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
@@ -161,7 +162,8 @@ class PySeq2SeqModel : private ModelTensors {
     IdArray mask;
     const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
     check_source(ids, attention_mask, mask);
-    py::array_t<float> out({B, T, model_->config().d_model});
+    const std::string request = "input_ids of shape " + shape_string(ids);
+    py::array_t<float> out = sized_output({B, T, model_->config().d_model}, request, "the encoder output");
     const int64_t* ip = ids.data();
     const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
     float* op = out.mutable_data();
@@ -169,7 +171,7 @@ class PySeq2SeqModel : private ModelTensors {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      model_->encode(ip, mp, B, T, op);
+      with_size_context([&] { return request; }, [&] { model_->encode(ip, mp, B, T, op); });
     }
     return out;
   }
@@ -193,7 +195,9 @@ class PySeq2SeqModel : private ModelTensors {
                             std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
     }
     check_ids(tgt.data(), B * Tt, "decoder_input_ids");
-    py::array_t<float> out({B, Tt, c.vocab_size});
+    const std::string request = "input_ids of shape " + shape_string(ids) + " with decoder_input_ids of shape " +
+                                shape_string(tgt);
+    py::array_t<float> out = sized_output({B, Tt, c.vocab_size}, request, "the logits");
     const int64_t* ip = ids.data();
     const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
     const int64_t* tp = tgt.data();
@@ -202,7 +206,7 @@ class PySeq2SeqModel : private ModelTensors {
       py::gil_scoped_release release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      model_->logits(ip, mp, B, T, tp, Tt, op);
+      with_size_context([&] { return request; }, [&] { model_->logits(ip, mp, B, T, tp, Tt, op); });
     }
     return out;
   }
@@ -255,7 +259,7 @@ class PySeq2SeqModel : private ModelTensors {
       throw py::value_error("num_return_sequences (" + std::to_string(o.num_return_sequences) +
                             ") must be between 1 and num_beams (" + std::to_string(o.num_beams) + ")");
     }
-    if (c.max_positions > 0 && 1 + o.max_new_tokens > c.max_positions) {
+    if (c.max_positions > 0 && o.max_new_tokens > c.max_positions - 1) {  // (1 + max_new_tokens could overflow)
       throw py::value_error("1 decoder start token + max_new_tokens " + std::to_string(o.max_new_tokens) +
                             " exceeds the model's maximum of " + std::to_string(c.max_positions) +
                             " target tokens (max_position_embeddings)");

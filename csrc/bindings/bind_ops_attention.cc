@@ -26,8 +26,23 @@ FloatArray additive_from_bool(const py::array& mask) {
   return out;
 }
 
+// The kernel compares key positions as int32 lanes (kernels/attention/attention.h, "Limits").
+void require_attention_keys(long keys, const char* name) {
+  if (keys > kAttentionMaxKeys) {
+    throw py::value_error(std::string(name) + " has " + std::to_string(keys) + " keys (Tk); attention supports at most " +
+                          std::to_string(kAttentionMaxKeys) + " (2^31 - 1)");
+  }
+}
+
 py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj, bool causal,
                                 const py::object& mask_obj, const py::object& scale_obj) {
+  // Before as_float32, which would copy a broadcast (zero-stride) view of that many keys.
+  for (const py::object* kv : {&k_obj, &v_obj}) {
+    if (py::isinstance<py::array>(*kv)) {
+      const py::array a = py::reinterpret_borrow<py::array>(*kv);
+      if (a.ndim() == 4) require_attention_keys(static_cast<long>(a.shape(2)), kv == &k_obj ? "k" : "v");
+    }
+  }
   FloatArray q = as_float32(q_obj, "q"), k = as_float32(k_obj, "k"), v = as_float32(v_obj, "v");
   require_ndim(q, 4, "q", "[B, H, Tq, D]");
   require_ndim(k, 4, "k", "[B, Hkv, Tk, D]");
@@ -153,6 +168,7 @@ void attention_views(const py::object& q_obj, const py::object& k_obj, const py:
     throw py::value_error("shapes must be q, out [B, H, Tq, D]; k, v [B, Hkv, Tk, D] with Hkv dividing H; "
                           "mask [B, H, Tq, Tk]");
   }
+  require_attention_keys(Tk, "k");
   if (!out.array.writeable()) throw py::value_error("out must be writeable");
   AttentionArgs a;
   a.batch = B; a.heads = H; a.kv_heads = Hkv; a.q_len = Tq; a.kv_len = Tk; a.head_dim = D;

@@ -11,6 +11,7 @@
 #include "bindings/arrays.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_peak.h"
+#include "runtime/checked_size.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
@@ -77,6 +78,11 @@ class Linear {
     require_nonempty(w, "w");
     n_ = w.shape(0);
     k_ = w.shape(1);
+    if (type == WeightType::kInt8 && k_ > kInt8GemmMaxK) {
+      throw py::value_error("w has K = " + std::to_string(k_) + " input features; dtype 'int8' supports at most " +
+                            std::to_string(kInt8GemmMaxK) +
+                            " (2^17: the int8 GEMM sums K products in int32); use float32, float16 or bfloat16");
+    }
     if (!bias.is_none()) {
       FloatArray b = as_float32(bias, "bias");
       if (b.ndim() != 1 || b.shape(0) != n_) {
@@ -105,8 +111,10 @@ class Linear {
     require_nonempty(x, "x");
     std::vector<py::ssize_t> out_shape(x.shape(), x.shape() + x.ndim());
     out_shape.back() = n_;
-    py::array_t<float> out(out_shape);
     const long m = static_cast<long>(x.size() / k_);
+    with_size_context([&] { return "x of shape " + shape_string(x); },
+                      [&] { return checked_bytes({m, n_}, sizeof(float), "the output"); });
+    py::array_t<float> out(out_shape);
     const float* xp = x.data();
     float* op = out.mutable_data();
     GemmEpilogue epilogue;

@@ -1,6 +1,8 @@
 // The cpuformer._core extension module. Each area registers itself from its own file; no math here.
 #include <pybind11/pybind11.h>
 
+#include "runtime/checked_size.h"
+
 namespace py = pybind11;
 
 namespace cpuformer {
@@ -17,6 +19,16 @@ void register_models_seq2seq(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "cpuformer native core: kernels, runtime and models";
+  // A size that overflows or cannot be allocated (runtime/checked_size.h) is the caller's request
+  // being too large: ValueError, with the message naming the argument. Registered once here for
+  // every binding (std::length_error would also map to ValueError; this makes it explicit).
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const cpuformer::SizeError& size_error) {
+      PyErr_SetString(PyExc_ValueError, size_error.what());
+    }
+  });
   cpuformer::bindings::register_runtime(m);
   cpuformer::bindings::register_ops_gemm(m);
   cpuformer::bindings::register_ops_attention(m);

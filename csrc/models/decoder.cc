@@ -8,6 +8,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/norm/norm.h"
 #include "models/rope.h"
+#include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -62,6 +63,14 @@ DecoderModel::DecoderModel(const DecoderConfig& config, const float* word_embedd
   if (c.learned_positions && position_embeddings == nullptr) {
     throw std::invalid_argument("learned positions need a position table");
   }
+  // The widths forward() multiplies by the token count, checked once here.
+  const long qw = checked_multiply(c.num_heads, c.head_dim, "num_attention_heads × head_dim");
+  const long kvw = checked_multiply(c.num_kv_heads, c.head_dim, "num_key_value_heads × head_dim");
+  checked_add(qw, checked_multiply(2, kvw, "the key and value width"), "the fused q, k, v width");
+  checked_multiply(2, c.intermediate_size, "the fused gate and up width (2 × intermediate_size)");
+  require_in_features(c.weight_type, {{"hidden_size", c.hidden_size},
+                                      {"num_attention_heads × head_dim", qw},
+                                      {"intermediate_size", c.intermediate_size}});
   layers_.reserve(c.num_layers);
 }
 
@@ -103,15 +112,15 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   const long H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, heads = c.num_heads,
              kv_heads = c.num_kv_heads;
   const long qw = heads * D, kvw = kv_heads * D, row = qw + 2 * kvw;
-  const long N = rows * t_new;
+  const long N = checked_multiply(rows, t_new, "the tokens of a forward pass (rows × new positions)");
   const long start = cache.length();
   if (start + t_new > cache.max_len()) throw std::logic_error("the KV cache is full");
   const long mlp_width = c.swiglu ? 2 * I : I;
-  float* h = ws.h.reserve(N * H);
-  float* x = ws.x.reserve(N * H);
-  float* qkv = ws.qkv.reserve(N * row);
-  float* context = ws.context.reserve(N * qw);
-  float* mlp = ws.mlp.reserve(N * mlp_width);
+  float* h = ws.h.reserve({N, H});
+  float* x = ws.x.reserve({N, H});
+  float* qkv = ws.qkv.reserve({N, row});
+  float* context = ws.context.reserve({N, qw});
+  float* mlp = ws.mlp.reserve({N, mlp_width});
 
   parallel_ranges(N, 16, [&](long n0, long n1) {
     for (long n = n0; n < n1; ++n) {
@@ -127,7 +136,7 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   });
   float* cos_sin = nullptr;
   if (!c.learned_positions) {
-    cos_sin = ws.rope.reserve(N * D);
+    cos_sin = ws.rope.reserve({N, D});
     const long half = D / 2;
     parallel_ranges(N, 16, [&](long n0, long n1) {
       for (long n = n0; n < n1; ++n) rope_angles(c.rope_inv_freq.data(), half, positions[n], cos_sin + n * D);
@@ -227,22 +236,27 @@ void DecoderModel::logits(const int64_t* ids, const int64_t* mask, long batch, l
   cache.reset(config_.num_layers, batch, config_.num_kv_heads, seq_len, config_.head_dim);
   float* key_mask = cache.key_mask();
   for (long i = 0; i < batch * seq_len; ++i) key_mask[i] = (mask == nullptr || mask[i] != 0) ? 0.0f : kNegInf;
-  std::vector<long> positions(batch * seq_len);
+  std::vector<long> positions(checked_count({batch, seq_len}, "the positions"));
   positions_from_mask(mask, batch, seq_len, positions.data(), nullptr);
   forward(cache, ws, ids, positions.data(), batch, seq_len, true, out);
 }
 
+void DecoderSession::reserve(long rows, long T, long max_new) {
+  const DecoderConfig& c = model_.config_;
+  cache_.reset(c.num_layers, rows, c.num_kv_heads, checked_add(T, max_new, "prompt length + max_new_tokens"),
+               c.head_dim);
+}
+
 void DecoderSession::prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long /*copies*/, long max_new,
                              float* logits) {
-  const DecoderConfig& c = model_.config_;
   if (!model_.complete()) throw std::logic_error("the decoder is missing layers or its head");
-  cache_.reset(c.num_layers, rows, c.num_kv_heads, T + max_new, c.head_dim);
+  reserve(rows, T, max_new);  // (allocates nothing when reserve() ran with these sizes)
   float* key_mask = cache_.key_mask();
   const long max_len = cache_.max_len();
   for (long r = 0; r < rows; ++r) {
     for (long t = 0; t < T; ++t) key_mask[r * max_len + t] = mask[r * T + t] != 0 ? 0.0f : kNegInf;
   }
-  positions_.resize(rows * T);
+  positions_.resize(checked_count({rows, T}, "the positions"));
   next_position_.resize(rows);
   positions_from_mask(mask, rows, T, positions_.data(), next_position_.data());
   model_.forward(cache_, ws_, ids, positions_.data(), rows, T, false, logits);

@@ -108,6 +108,7 @@ class DecoderSession : public StepModel {
  public:
   explicit DecoderSession(const DecoderModel& model) : model_(model) {}
   long vocab_size() const override { return model_.config_.vocab_size; }
+  void reserve(long rows, long T, long max_new) override;
   void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
                float* logits) override;
   void step(const int64_t* tokens, float* logits) override;

@@ -6,6 +6,7 @@
 
 #include "kernels/norm/norm.h"
 #include "models/attention_block.h"
+#include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -35,6 +36,8 @@ EncoderModel::EncoderModel(const EncoderConfig& config, const EmbeddingTensors& 
   if (H <= 0 || config.intermediate_size <= 0 || config.num_heads <= 0 || H % config.num_heads != 0) {
     throw std::invalid_argument("hidden_size must be a positive multiple of num_attention_heads");
   }
+  checked_multiply(3, H, "the fused q, k, v width (3 × hidden_size)");
+  require_in_features(config.weight_type, {{"hidden_size", H}, {"intermediate_size", config.intermediate_size}});
   embedding_norm_ = copy_norm(e.norm_weight, e.norm_bias, H, config.layer_norm_eps);
   layers_.reserve(config.num_layers);
 }
@@ -106,16 +109,16 @@ void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_ma
 void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
                        long batch, long seq_len, float* out, float* pooled, Workspace& ws) const {
   const long H = config_.hidden_size, I = config_.intermediate_size, heads = config_.num_heads;
-  const long rows = batch * seq_len;
+  const long rows = checked_multiply(batch, seq_len, "the tokens of a batch (batch × seq_len)");
   float* h = out;  // the hidden state lives in the output array from the start
-  float* qkv = ws.qkv.reserve(rows * 3 * H);               // [B, T, 3, heads, D]
-  float* context = ws.context.reserve(rows * H);           // [B, T, heads, D]
-  float* sum = ws.sum.reserve(rows * H);                   // [B·T, H] pre-norm sums
-  float* intermediate = ws.intermediate.reserve(rows * I); // [B·T, I]
+  float* qkv = ws.qkv.reserve({rows, 3, H});              // [B, T, 3, heads, D]
+  float* context = ws.context.reserve({rows, H});           // [B, T, heads, D]
+  float* sum = ws.sum.reserve({rows, H});                   // [B·T, H] pre-norm sums
+  float* intermediate = ws.intermediate.reserve({rows, I}); // [B·T, I]
 
   const float* key_mask = nullptr;  // additive [B, T]
   if (attention_mask) {
-    float* m = ws.key_mask.reserve(rows);
+    float* m = ws.key_mask.reserve({rows});
     const float neg_inf = -std::numeric_limits<float>::infinity();
     bool any_masked = false;
     for (long r = 0; r < rows; ++r) {

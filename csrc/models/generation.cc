@@ -6,9 +6,11 @@
 #include <numeric>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <unordered_set>
 
 #include "kernels/vector_math/vector_math.h"
+#include "runtime/checked_size.h"
 #include "runtime/interrupt.h"
 #include "runtime/threading.h"
 
@@ -156,9 +158,10 @@ long pad_prompts(const std::vector<std::vector<int64_t>>& prompts, long copies, 
                  std::vector<int64_t>& ids, std::vector<int64_t>& mask) {
   long T = 0;
   for (const auto& p : prompts) T = std::max(T, static_cast<long>(p.size()));
-  const long rows = static_cast<long>(prompts.size()) * copies;
-  ids.assign(rows * T, pad);
-  mask.assign(rows * T, 0);
+  const long rows = static_cast<long>(prompts.size()) * copies;  // copies > 1: checked by the caller (Request::rows)
+  const std::size_t count = checked_count({rows, T}, "the padded inputs");
+  ids.assign(count, pad);
+  mask.assign(count, 0);
   for (long r = 0; r < rows; ++r) {
     const auto& p = prompts[r / copies];
     const long offset = T - static_cast<long>(p.size());
@@ -169,6 +172,37 @@ long pad_prompts(const std::vector<std::vector<int64_t>>& prompts, long copies, 
   }
   return T;
 }
+
+// What a run asks for, to name the arguments when a size it implies is refused (SizeError).
+struct Request {
+  const std::vector<std::vector<int64_t>>& prompts;
+  const GenerationOptions& options;
+
+  long rows() const {
+    return checked_multiply(static_cast<long>(prompts.size()), options.num_beams, "the beams (inputs × num_beams)");
+  }
+  long longest() const {
+    long n = 0;
+    for (const auto& p : prompts) n = std::max(n, static_cast<long>(p.size()));
+    return n;
+  }
+  std::string inputs() const {
+    return std::to_string(prompts.size()) + (prompts.size() == 1 ? " input" : " inputs") + " of up to " +
+           std::to_string(longest()) + " tokens";
+  }
+  // Buffers with one row per beam: blame the batch and num_beams.
+  std::string batch() const {
+    return "num_beams " + std::to_string(options.num_beams) + " × " + std::to_string(prompts.size()) +
+           (prompts.size() == 1 ? " input" : " inputs");
+  }
+  // The model's state for the whole run (KV cache): blame the length first.
+  std::string length() const {
+    return "max_new_tokens " + std::to_string(options.max_new_tokens) + " (with num_beams " +
+           std::to_string(options.num_beams) + " and " + inputs() + ")";
+  }
+  // The prefill's work on the inputs (an encoder pass over long sources): blame the inputs.
+  std::string prefill() const { return inputs() + " (with num_beams " + std::to_string(options.num_beams) + ")"; }
+};
 
 // The logits processors in transformers' order (repetition penalty, no-repeat n-grams, bad
 // words, min new tokens, forced BOS/EOS), on raw logits (greedy, sampling) or log-probabilities
@@ -186,16 +220,18 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
                                   const std::vector<std::vector<int64_t>>& histories, const GenerationOptions& o,
                                   const TokenCallback& on_token) {
   const long B = static_cast<long>(prompts.size()), V = model.vocab_size();
+  const Request request{prompts, o};
   std::vector<int64_t> ids, mask;
   const long T = pad_prompts(prompts, 1, o.pad_token_id, ids, mask);
-  std::vector<float> logits(static_cast<size_t>(B) * V), tmp, lp(o.return_log_probs ? V : 0);
+  std::vector<float> logits(static_cast<size_t>(B) * V), tmp, lp(o.return_log_probs ? V : 0);  // checked by row_buffers
   GenerationResult result;
   result.tokens.resize(B);
   if (o.return_log_probs) result.log_probs.resize(B);
   std::vector<char> finished(B, 0);
   std::vector<int64_t> next(B, o.pad_token_id), seq;
   std::mt19937_64 rng(o.seed);
-  model.prefill(ids.data(), mask.data(), B, T, 1, o.max_new_tokens, logits.data());
+  with_size_context([&] { return request.prefill(); },
+                    [&] { model.prefill(ids.data(), mask.data(), B, T, 1, o.max_new_tokens, logits.data()); });
   for (long step = 0; step < o.max_new_tokens; ++step) {
     throw_if_interrupted();  // Ctrl-C between steps (runtime/interrupt.h)
     if (step > 0) model.step(next.data(), logits.data());
@@ -288,15 +324,38 @@ struct Candidate {
   float log_prob;
 };
 
+// Candidates beam search keeps per prompt and step: 2·beams (more with several EOS ids), at most
+// every token of every beam.
+long beam_candidates(const GenerationOptions& o, long V) {
+  const long stops = checked_add(1, static_cast<long>(o.eos_token_ids.size()), "the stop tokens");
+  return std::min(checked_multiply(std::max<long>(2, stops), o.num_beams, "the beam candidates"),
+                  checked_multiply(o.num_beams, V, "the beam candidates"));
+}
+
+// Checks the sizes of the loop's buffers with one row per beam (without allocating them) and
+// returns the row count, prompts × num_beams.
+long row_buffers(const Request& request, long V) {
+  const GenerationOptions& o = request.options;
+  const long rows = request.rows();
+  checked_bytes({rows, V}, sizeof(float), "the logits");
+  checked_bytes({rows, request.longest()}, 2 * sizeof(int64_t), "the padded inputs and their mask");
+  if (o.num_beams > 1) {
+    checked_bytes({rows, std::min(beam_candidates(o, V), V)}, sizeof(ScoredIndex), "the beam candidates");
+    checked_bytes({rows, 2}, sizeof(Hypothesis), "the beam hypotheses");
+  }
+  return rows;
+}
+
 // transformers' vectorised _beam_search (top 2·beams continuations per prompt, finished
 // hypotheses kept in a num_beams-sized pool, the early-stopping heuristic), one prompt at a time
 // for the bookkeeping and all prompts' beams at once through the model.
 GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
                              const std::vector<std::vector<int64_t>>& histories, const GenerationOptions& o,
                              const TokenCallback& on_token) {
-  const long B = static_cast<long>(prompts.size()), nb = o.num_beams, V = model.vocab_size(), rows = B * nb;
-  const long keep = std::min(std::max<long>(2, 1 + static_cast<long>(o.eos_token_ids.size())) * nb, nb * V);
-  const long per_row = std::min(keep, V);  // candidates kept per beam row
+  const long B = static_cast<long>(prompts.size()), nb = o.num_beams, V = model.vocab_size();
+  const Request request{prompts, o};
+  const long rows = B * nb;  // checked, with every buffer below, by generate() (row_buffers)
+  const long keep = beam_candidates(o, V), per_row = std::min(keep, V);  // candidates kept per beam row
   std::vector<int64_t> ids, mask;
   const long T = pad_prompts(prompts, nb, o.pad_token_id, ids, mask);
   std::vector<float> logits(static_cast<size_t>(rows) * V);
@@ -313,7 +372,8 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
   auto length_factor = [&](long length) {
     return static_cast<float>(std::pow(static_cast<double>(length), static_cast<double>(o.length_penalty)));
   };
-  model.prefill(ids.data(), mask.data(), rows, T, nb, o.max_new_tokens, logits.data());
+  with_size_context([&] { return request.prefill(); },
+                    [&] { model.prefill(ids.data(), mask.data(), rows, T, nb, o.max_new_tokens, logits.data()); });
   for (long generated = 0;; ++generated) {
     throw_if_interrupted();
     if (generated > 0) model.step(next.data(), logits.data());
@@ -441,6 +501,13 @@ GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_
     return empty;
   }
   const std::vector<std::vector<int64_t>>& h = histories ? *histories : prompts;
+  // Sizes first, allocations after: the per-row buffers (checked, blaming the batch and num_beams),
+  // then the model's state for the whole length (allocated, blaming max_new_tokens), then the rest.
+  const Request request{prompts, options};
+  const long rows = with_size_context([&] { return request.batch(); },
+                                      [&] { return row_buffers(request, model.vocab_size()); });
+  with_size_context([&] { return request.length(); },
+                    [&] { model.reserve(rows, request.longest(), options.max_new_tokens); });
   if (options.num_beams > 1) return beam_search(model, prompts, h, options, on_token);
   return greedy_or_sample(model, prompts, h, options, on_token);
 }

@@ -25,6 +25,10 @@ class StepModel {
   // (an encoder pass, cross-attention keys) once per group.
   virtual void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
                        float* logits) = 0;
+  // Optional, before prefill with the same rows, T and max_new: allocates the state the run will
+  // need (the KV cache), so a run too large to fit fails (SizeError) before the loop allocates
+  // its own per-row buffers.
+  virtual void reserve(long /*rows*/, long /*T*/, long /*max_new*/) {}
   // Appends one token per row (tokens [rows]); logits [rows, V] as above.
   virtual void step(const int64_t* tokens, float* logits) = 0;
   // Beam bookkeeping: afterwards row r holds the state row source[r] held before (rows entries).

@@ -1,24 +1,36 @@
 #include "models/kv_cache.h"
 
 #include <cstring>
+#include <string>
 
+#include "kernels/attention/attention.h"
+#include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
 
 void KvCache::reset(long layers, long rows, long kv_heads, long max_len, long head_dim) {
+  // Every size is checked before anything changes: a refused request leaves the cache as it was.
+  if (max_len > kAttentionMaxKeys) {
+    throw SizeError("the KV cache length of " + std::to_string(max_len) + " positions exceeds the " +
+                    std::to_string(kAttentionMaxKeys) + " keys (2^31 - 1) the attention kernel supports");
+  }
+  // k and v: [layers][rows][kv_heads][max_len][head_dim] each, checked together.
+  const std::size_t count =
+      checked_bytes({2, layers, rows, kv_heads, max_len, head_dim}, sizeof(float), "the KV cache (keys and values)") /
+      sizeof(float) / 2;
+  const std::size_t mask_count = checked_bytes({rows, max_len}, sizeof(float), "the KV cache's key mask") / sizeof(float);
   layers_ = layers;
   rows_ = rows;
   kv_heads_ = kv_heads;
   max_len_ = max_len;
   head_dim_ = head_dim;
   length_ = 0;
-  const std::size_t count = static_cast<std::size_t>(layers) * rows * kv_heads * max_len * head_dim;
   if (k_.size() < count) {
     k_.resize(count);
     v_.resize(count);
   }
-  if (mask_.size() < static_cast<std::size_t>(rows * max_len)) mask_.resize(rows * max_len);
+  if (mask_.size() < mask_count) mask_.resize(mask_count);
 }
 
 void KvCache::reorder(const long* source) {
@@ -88,10 +100,13 @@ void KvCache::reorder(const long* source) {
       }
     }
   });
-  std::vector<float> mask(mask_.data(), mask_.data() + rows_ * max_len_);
+  // Only the first length() mask slots are defined (later ones are written as tokens arrive), so
+  // only they move: a long max_len (a large max_new_tokens) costs nothing here.
+  std::vector<float> mask(static_cast<std::size_t>(rows_) * length_);
+  for (long r = 0; r < rows_; ++r) std::memcpy(mask.data() + r * length_, mask_.data() + r * max_len_, length_ * sizeof(float));
   for (long r = 0; r < rows_; ++r) {
     if (source[r] == r) continue;
-    std::memcpy(mask_.data() + r * max_len_, mask.data() + source[r] * max_len_, max_len_ * sizeof(float));
+    std::memcpy(mask_.data() + r * max_len_, mask.data() + source[r] * length_, length_ * sizeof(float));
   }
 }
 

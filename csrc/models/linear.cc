@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace cpuformer {
@@ -23,6 +24,18 @@ std::vector<T> join_rows(const std::vector<LinearPart>& parts, long n, long k) {
 
 }  // namespace
 
+void require_in_features(WeightType type, std::initializer_list<InFeatures> widths) {
+  if (type != WeightType::kInt8) return;
+  for (const InFeatures& w : widths) {
+    if (w.value > kInt8GemmMaxK) {
+      throw std::invalid_argument(std::string(w.name) + " " + std::to_string(w.value) +
+                                  " is too large for int8 weights: the int8 GEMM sums at most " +
+                                  std::to_string(kInt8GemmMaxK) +
+                                  " (2^17) products per output in int32; use dtype float32, float16 or bfloat16");
+    }
+  }
+}
+
 Linear::Linear(const std::vector<LinearPart>& parts, long k, WeightType type) {
   long n = 0;
   bool any_bias = false;
@@ -31,6 +44,7 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k, WeightType type) {
     any_bias = any_bias || p.bias != nullptr;
   }
   if (n <= 0 || k <= 0) throw std::invalid_argument("Linear needs a non-empty weight");
+  require_in_features(type, {{"the input features (K) of a weight", k}});
   const WeightType stored = parts[0].weight.stored;
   for (const LinearPart& p : parts) {
     if (!p.weight) throw std::invalid_argument("Linear: a weight part is missing");
@@ -78,6 +92,7 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k, WeightType type) {
 
 Linear::Linear(PackedWeights packed, const float* bias) : packed_(std::move(packed)) {
   if (packed_.n <= 0 || packed_.k <= 0) throw std::invalid_argument("Linear needs a non-empty weight");
+  require_in_features(packed_.type, {{"the input features (K) of a weight", packed_.k}});
   if (bias) bias_.assign(bias, bias + packed_.n);
 }
 

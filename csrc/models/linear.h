@@ -7,6 +7,7 @@
 // source is rounded or quantized (per output row, see quantize_weights_s8) while it is packed.
 #pragma once
 
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/activation/activation.h"
@@ -63,6 +64,17 @@ class Linear {
   PackedWeights packed_;
   std::vector<float> bias_;  // [n] or empty
 };
+
+// A projection's input width (K) under the name the model's config gives it.
+struct InFeatures {
+  const char* name;  // e.g. "intermediate_size"
+  long value;
+};
+
+// Checked once when a model is built, so a config the kernels cannot serve is refused at load:
+// with int8 weights every K must be ≤ kInt8GemmMaxK (the int8 GEMM's int32 sums would wrap beyond
+// it). std::invalid_argument naming the config key and the limit otherwise.
+void require_in_features(WeightType type, std::initializer_list<InFeatures> widths);
 
 // A [n] vector pair of a LayerNorm, copied at load. bias may be empty (RMSNorm-style models).
 struct NormWeights {

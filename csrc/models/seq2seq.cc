@@ -8,6 +8,7 @@
 #include "kernels/attention/attention.h"
 #include "kernels/norm/norm.h"
 #include "models/relative_position.h"
+#include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
@@ -53,6 +54,11 @@ Seq2SeqModel::Seq2SeqModel(const Seq2SeqConfig& config, const Seq2SeqEmbeddingTe
     throw std::invalid_argument("position tables missing");
   }
   const long d = c.d_model;
+  // The widths the graphs multiply by the token count, checked once here.
+  const long inner = checked_multiply(c.heads, c.head_dim, "heads × head_dim");
+  checked_multiply(3, inner, "the fused q, k, v width (3 × heads × head_dim)");
+  checked_multiply(2, c.ffn_dim, "the fused gate and up width (2 × ffn_dim)");
+  require_in_features(c.weight_type, {{"d_model", d}, {"heads × head_dim", inner}, {"ffn_dim", c.ffn_dim}});
   if (c.relative_attention) {
     encoder_relative_bias_.assign(e.encoder_relative_bias, e.encoder_relative_bias + c.num_buckets * c.heads);
     decoder_relative_bias_.assign(e.decoder_relative_bias, e.decoder_relative_bias + c.num_buckets * c.heads);
@@ -159,7 +165,7 @@ void Seq2SeqModel::residual_out(const Linear& out, const NormWeights& w, const f
   if (config_.pre_norm) {
     out.apply(inner, rows, out.in_features(), h, d, Activation::kNone, h, d);
   } else {
-    float* sum = ws.sum.reserve(rows * d);
+    float* sum = ws.sum.reserve({rows, d});
     out.apply(inner, rows, out.in_features(), sum, d, Activation::kNone, h, d);
     norm(w, sum, h, rows);
   }
@@ -168,9 +174,9 @@ void Seq2SeqModel::residual_out(const Linear& out, const NormWeights& w, const f
 void Seq2SeqModel::ffn_block(const Layer& layer, float* h, long rows, Workspace& ws) const {
   const Seq2SeqConfig& c = config_;
   const long d = c.d_model, F = c.ffn_dim;
-  const float* x = block_input(layer.ffn_norm, h, ws.x.reserve(rows * d), rows);
+  const float* x = block_input(layer.ffn_norm, h, ws.x.reserve({rows, d}), rows);
   if (c.gated_ffn) {
-    float* f = ws.ffn.reserve(rows * 2 * F);  // [rows, gate | up]
+    float* f = ws.ffn.reserve({rows, 2, F});  // [rows, gate | up]
     layer.up.apply(x, rows, d, f, 2 * F);
     const ActivationKernels& ak = activation_kernels();
     parallel_ranges(rows, 4, [&](long n0, long n1) {
@@ -186,11 +192,11 @@ void Seq2SeqModel::ffn_block(const Layer& layer, float* h, long rows, Workspace&
       }
     });
     // The gated products sit in the first F columns of each 2F-wide row: a strided GEMM input.
-    float* sum = c.pre_norm ? h : ws.sum.reserve(rows * d);
+    float* sum = c.pre_norm ? h : ws.sum.reserve({rows, d});
     layer.down.apply(f, rows, 2 * F, sum, d, Activation::kNone, h, d);
     if (!c.pre_norm) norm(layer.ffn_norm, sum, h, rows);
   } else {
-    float* f = ws.ffn.reserve(rows * F);
+    float* f = ws.ffn.reserve({rows, F});
     layer.up.apply(x, rows, d, f, F, c.activation);
     residual_out(layer.down, layer.ffn_norm, f, h, rows, ws);
   }
@@ -199,11 +205,12 @@ void Seq2SeqModel::ffn_block(const Layer& layer, float* h, long rows, Workspace&
 void Seq2SeqModel::run_encoder(const int64_t* src, const int64_t* src_mask, long batch, long src_len, float* h,
                                Workspace& ws) const {
   const Seq2SeqConfig& c = config_;
-  const long d = c.d_model, inner = inner_dim(), N = batch * src_len, T = src_len;
+  const long d = c.d_model, inner = inner_dim(), T = src_len;
+  const long N = checked_multiply(batch, src_len, "the source tokens (batch × source length)");
   embed(src, encoder_positions_, encoder_embedding_norm_, batch, src_len, 0, h);
   const float* key_mask = nullptr;  // [B, T]
   if (src_mask) {
-    float* m = ws.key_mask.reserve(N);
+    float* m = ws.key_mask.reserve({N});
     bool any = false;
     for (long i = 0; i < N; ++i) {
       m[i] = src_mask[i] ? 0.0f : kNegInf;
@@ -214,8 +221,8 @@ void Seq2SeqModel::run_encoder(const int64_t* src, const int64_t* src_mask, long
   // T5: bias [B or 1, heads, T, T] = relative bias (+ the row's key mask).
   float* bias = nullptr;
   if (c.relative_attention) {
-    const long per = c.heads * T * T;
-    bias = ws.bias.reserve((key_mask ? batch + 1 : 1) * per);
+    const long per = static_cast<long>(checked_count({c.heads, T, T}, "the relative position bias"));
+    bias = ws.bias.reserve({key_mask ? batch + 1 : 1, per});
     relative_position_bias(encoder_relative_bias_.data(), c.heads, c.num_buckets, c.max_distance, true, 0, T, T,
                            bias);
     if (key_mask) {
@@ -228,9 +235,9 @@ void Seq2SeqModel::run_encoder(const int64_t* src, const int64_t* src_mask, long
       bias += per;
     }
   }
-  float* qkv = ws.qkv.reserve(N * 3 * inner);
-  float* context = ws.context.reserve(N * inner);
-  float* x = ws.x.reserve(N * d);
+  float* qkv = ws.qkv.reserve({N, 3, inner});
+  float* context = ws.context.reserve({N, inner});
+  float* x = ws.x.reserve({N, d});
   AttentionArgs a = attention_args(c, batch, T, T);
   a.q = qkv;
   a.k = qkv + inner;
@@ -266,7 +273,8 @@ void Seq2SeqModel::prepare_cross(const float* encoded, const int64_t* src_mask, 
   const long inner = inner_dim(), N = sources * src_len, L = config_.decoder_layers;
   cross.sources = sources;
   cross.src_len = src_len;
-  cross.kv.resize(static_cast<size_t>(L) * N * 2 * inner);
+  cross.kv.resize(checked_bytes({L, N, 2, inner}, sizeof(float), "the cross-attention keys and values") /
+                  sizeof(float));
   for (long l = 0; l < L; ++l) {
     decoder_layers_[l].cross_kv.apply(encoded, N, config_.d_model, cross.kv.data() + l * N * 2 * inner, 2 * inner);
   }
@@ -284,14 +292,15 @@ void Seq2SeqModel::prepare_cross(const float* encoded, const int64_t* src_mask, 
 void Seq2SeqModel::run_decoder(KvCache& cache, const CrossState& cross, long copies, const int64_t* ids, long rows,
                                long t_new, bool all_positions, float* logits, Workspace& ws) const {
   const Seq2SeqConfig& c = config_;
-  const long d = c.d_model, inner = inner_dim(), D = c.head_dim, N = rows * t_new;
+  const long d = c.d_model, inner = inner_dim(), D = c.head_dim;
+  const long N = checked_multiply(rows, t_new, "the target tokens (rows × new positions)");
   const long start = cache.length(), kv_len = start + t_new, Ts = cross.src_len;
   if (kv_len > cache.max_len()) throw std::logic_error("the KV cache is full");
-  float* h = ws.h.reserve(N * d);
-  float* x = ws.x.reserve(N * d);
-  float* qkv = ws.qkv.reserve(N * 3 * inner);
-  float* q = ws.q.reserve(N * inner);
-  float* context = ws.context.reserve(N * inner);
+  float* h = ws.h.reserve({N, d});
+  float* x = ws.x.reserve({N, d});
+  float* qkv = ws.qkv.reserve({N, 3, inner});
+  float* q = ws.q.reserve({N, inner});
+  float* context = ws.context.reserve({N, inner});
   embed(ids, decoder_positions_, decoder_embedding_norm_, rows, t_new, start, h);
 
   AttentionArgs self = attention_args(c, rows, t_new, kv_len);
@@ -308,7 +317,7 @@ void Seq2SeqModel::run_decoder(KvCache& cache, const CrossState& cross, long cop
   self.causal_offset = start;
   if (c.relative_attention) {
     // [1, heads, t_new, kv_len]: every row shares the decoder positions.
-    float* bias = ws.bias.reserve(c.heads * t_new * kv_len);
+    float* bias = ws.bias.reserve({c.heads, t_new, kv_len});
     relative_position_bias(decoder_relative_bias_.data(), c.heads, c.num_buckets, c.max_distance, false, start,
                            t_new, kv_len, bias);
     self.mask = bias;
@@ -394,13 +403,20 @@ void Seq2SeqModel::logits(const int64_t* src, const int64_t* src_mask, long batc
                           long tgt_len, float* out) const {
   if (!complete()) throw std::logic_error("the seq2seq model is missing layers or its head");
   Workspace ws;
-  std::vector<float> encoded(static_cast<size_t>(batch) * src_len * config_.d_model);
+  std::vector<float> encoded(checked_bytes({batch, src_len, config_.d_model}, sizeof(float), "the encoder output") /
+                             sizeof(float));
   run_encoder(src, src_mask, batch, src_len, encoded.data(), ws);
   CrossState cross;
   prepare_cross(encoded.data(), src_mask, batch, src_len, cross);
   KvCache cache;
   cache.reset(config_.decoder_layers, batch, config_.heads, tgt_len, config_.head_dim);
   run_decoder(cache, cross, 1, tgt, batch, tgt_len, true, out, ws);
+}
+
+void Seq2SeqSession::reserve(long rows, long /*T*/, long max_new) {
+  const Seq2SeqConfig& c = model_.config_;
+  cache_.reset(c.decoder_layers, rows, c.heads, checked_add(1, max_new, "1 decoder start token + max_new_tokens"),
+               c.head_dim);
 }
 
 void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
@@ -411,6 +427,7 @@ void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows,
   if (copies < 1 || rows % copies != 0) throw std::logic_error("rows must come in groups of copies");
   copies_ = copies;
   const long sources = rows / copies;
+  reserve(rows, T, max_new);  // before the encoder pass (allocates nothing when reserve() ran already)
   // The loop left-pads; the encoder wants each source from position 0 (right-padded).
   long Ts = 0;
   for (long s = 0; s < sources; ++s) {
@@ -429,10 +446,10 @@ void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows,
       ++j;
     }
   }
-  std::vector<float> encoded(static_cast<size_t>(sources) * Ts * c.d_model);
+  std::vector<float> encoded(checked_bytes({sources, Ts, c.d_model}, sizeof(float), "the encoder output") /
+                             sizeof(float));
   m.run_encoder(src.data(), src_mask.data(), sources, Ts, encoded.data(), ws_);
   m.prepare_cross(encoded.data(), src_mask.data(), sources, Ts, cross_);
-  cache_.reset(c.decoder_layers, rows, c.heads, 1 + max_new, c.head_dim);
   if (copies_ == 1) {
     std::vector<int64_t> start(rows, start_token_);
     m.run_decoder(cache_, cross_, 1, start.data(), rows, 1, false, logits, ws_);
@@ -443,7 +460,8 @@ void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows,
   KvCache first;
   first.reset(c.decoder_layers, sources, c.heads, 1, c.head_dim);
   const long V = c.vocab_size, D = c.head_dim;
-  std::vector<float> first_logits(static_cast<size_t>(sources) * V);
+  std::vector<float> first_logits(checked_bytes({sources, V}, sizeof(float), "the logits") /
+                                  sizeof(float));
   std::vector<int64_t> start(sources, start_token_);
   m.run_decoder(first, cross_, 1, start.data(), sources, 1, false, first_logits.data(), ws_);
   for (long l = 0; l < c.decoder_layers; ++l) {

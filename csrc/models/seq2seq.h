@@ -174,6 +174,7 @@ class Seq2SeqSession : public StepModel {
       : model_(model), start_token_(decoder_start_token_id) {}
   long vocab_size() const override { return model_.config_.vocab_size; }
   // ids/mask: the sources, left-padded by the loop; re-packed right-padded for the encoder.
+  void reserve(long rows, long T, long max_new) override;
   void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
                float* logits) override;
   void step(const int64_t* tokens, float* logits) override;

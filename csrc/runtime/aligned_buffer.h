@@ -20,6 +20,8 @@
 #include <new>
 #include <utility>
 
+#include "runtime/checked_size.h"
+
 namespace cpuformer {
 
 template <typename T>
@@ -52,12 +54,14 @@ class AlignedBuffer {
   AlignedBuffer(const AlignedBuffer&) = delete;
   AlignedBuffer& operator=(const AlignedBuffer&) = delete;
 
-  // Discards the contents. Throws std::bad_alloc when memory runs out.
+  // Discards the contents. Throws SizeError when count · sizeof(T) overflows or exceeds what the
+  // process can allocate (runtime/checked_size.h), std::bad_alloc when memory runs out.
   void resize(std::size_t count) {
     if (count == size_) return;
+    const std::size_t needed = checked_buffer_bytes(count, sizeof(T), "a buffer");  // a refused size keeps the old buffer
     release();
     if (count == 0) return;
-    const std::size_t bytes = ((count * sizeof(T) + kAlignment - 1) / kAlignment) * kAlignment;
+    const std::size_t bytes = ((needed + kAlignment - 1) / kAlignment) * kAlignment;
     if (bytes >= kHugeThreshold && kMapThreshold != ~std::size_t{0}) {
       // Over-map by one huge page, keep the part that starts at a 2 MiB boundary, unmap the rest.
       // Only whole huge pages are advised: a partly used one would be resident in full.

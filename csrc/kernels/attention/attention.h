@@ -13,13 +13,17 @@
 //         i·mask_stride_q + j·mask_stride_k; stride 0 broadcasts (a key-padding mask is
 //         [B, 1, 1, Tk]: strides (Tk, 0, 0, 1)). -inf removes a key.
 // A query row that sees no key at all gets zeros.
-// Limits: kv_len < 2^31. Alignment: none required (row starts may be anywhere).
+// Limits: kv_len ≤ kAttentionMaxKeys = 2^31 - 1 (key positions are compared as int32 lanes);
+// callers check it (the bindings for ops.attention, KvCache::reset for the models).
+// Alignment: none required (row starts may be anywhere).
 // Aliasing: out must not alias q, k, v or mask. Threads: current_num_threads().
 #pragma once
 
 #include <cstddef>
 
 namespace cpuformer {
+
+constexpr long kAttentionMaxKeys = 2147483647L;  // 2^31 - 1
 
 struct AttentionArgs {
   long batch = 0, heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;

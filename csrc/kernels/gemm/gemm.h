@@ -53,9 +53,12 @@ struct GemmKernels {
 //   amax = max_k |a[i][k]|, sa[i] = amax / 127, qa[i][k] = round_half_even(a[i][k] · (127 / amax))
 //   (qa = 0 and sa = 0 for an all-zero row), then
 //   c[i][j] = act(sa[i]·scale[j]·Σ_k qa[i][k]·q[j][k] + bias[j]) + residual[i][j]
-// with the integer sum exact in int32 at every ISA level (K ≤ 2^17 keeps it in range). The
+// with the integer sum exact in int32 at every ISA level (K ≤ kInt8GemmMaxK = 2^17 keeps it in range:
+// 2^17·127·127 < 2^31; callers check it: ops.Linear's binding, models' Linear). The
 // product 127/amax and the rounding are done in float32 exactly as written, so every level
 // produces the same qa and the same integer sums.
+constexpr long kInt8GemmMaxK = 1L << 17;
+
 struct Int8GemmKernels {
   std::size_t (*packed_bytes)(long n, long k);
   // q [n, k] (row stride ldq) int8 in [-127, 127]; scales [n]. Both are copied into `out`.
