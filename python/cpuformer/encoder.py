@@ -284,7 +284,9 @@ class Encoder(ModelBase):
                 pooled = hidden[:, 0, :]
             else:
                 weights = mask.astype(np.float32)[:, :, None]
-                pooled = (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+                # padded rows are selected out, not multiplied by 0: 0 · NaN would reach the mean
+                kept = np.where(weights > 0, hidden, np.float32(0.0))
+                pooled = kept.sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
             result[chunk] = pooled
         if normalize:
             norms = np.linalg.norm(result, axis=1, keepdims=True)

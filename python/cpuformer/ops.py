@@ -89,7 +89,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
     """Fused attention. q [B, H, Tq, D]; k, v [B, Hkv, Tk, D] with Hkv dividing H (grouped-query).
     ``causal`` aligns the triangle to the end (query i sees keys j <= i + Tk - Tq).
     ``mask``: additive float32 or boolean (True = attend), broadcastable to [B, 1|H, Tq, Tk].
-    ``scale`` defaults to 1/sqrt(D). A query that sees no key returns zeros."""
+    ``scale`` defaults to 1/sqrt(D). A query that sees no key returns zeros. A key a query does not
+    see (causal, or a -inf / False mask value) never affects it, even if its k or v hold NaN or inf."""
     return _core.attention(q, k, v, bool(causal), mask, scale)
 
 

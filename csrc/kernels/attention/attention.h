@@ -12,7 +12,9 @@
 //   mask: additive float mask, element (b, h, i, j) at b·mask_stride_b + h·mask_stride_h +
 //         i·mask_stride_q + j·mask_stride_k; stride 0 broadcasts (a key-padding mask is
 //         [B, 1, 1, Tk]: strides (Tk, 0, 0, 1)). -inf removes a key.
-// A query row that sees no key at all gets zeros.
+// A key outside a row's causal/window range or removed by the mask does not affect that row, even
+// when its k or v hold NaN or ±inf; for the keys a row sees, NaN and ±inf follow the float rules
+// (docs/reliability.md, "Non-finite values"). A query row that sees no key at all gets zeros.
 // Limits: kv_len ≤ kAttentionMaxKeys = 2^31 - 1 (key positions are compared as int32 lanes);
 // callers check it (the bindings for ops.attention, KvCache::reset for the models).
 // Alignment: none required (row starts may be anywhere).

@@ -1,4 +1,6 @@
 // AVX2 + FMA attention: the tiled kernel of attention_tiled_inl.h on 8-lane vectors.
+#include <cstdint>
+
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_simd_avx2.h"
 #include "runtime/threading.h"

@@ -1,4 +1,6 @@
 // AVX-512 attention: the tiled kernel of attention_tiled_inl.h on 16-lane vectors.
+#include <cstdint>
+
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_simd_avx512.h"
 #include "runtime/threading.h"

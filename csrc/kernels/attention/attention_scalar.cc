@@ -1,8 +1,10 @@
 // Portable reference attention: one query row at a time, online softmax over the keys
 // (running max m, running denominator l, unnormalised accumulator acc):
-//   for each visible key j: s = scale·q·k_j + mask; m' = max(m, s);
-//   acc = acc·e^(m−m') + e^(s−m')·v_j; l = l·e^(m−m') + e^(s−m'); m = m'
-//   out = acc / l
+//   for each key j the row sees: s = scale·q·k_j + mask; m' = max(m, s); μ = m' (0 while m' = -inf)
+//   acc = acc·e^(m−μ) + e^(s−μ)·v_j; l = l·e^(m−μ) + e^(s−μ); m = m'
+//   out = acc / l (zeros when l = 0)
+// Keys outside the causal/window range or with a -inf mask value are skipped, so their k and v
+// never reach the row (docs/reliability.md, "Non-finite values"); a NaN score makes the row NaN.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -39,14 +41,16 @@ void attention(const AttentionArgs& a) {
       float m = neg_inf, l = 0.0f;
       for (long d = 0; d < a.head_dim; ++d) acc[d] = 0.0f;
       for (long j = begin; j < end; ++j) {
+        const float mask = mask_row ? mask_row[j * a.mask_stride_k] : 0.0f;
+        if (mask == neg_inf) continue;  // removed: nothing of key j may reach this row
         const float* kj = kb + j * a.k_stride_t;
         float s = 0.0f;
         for (long d = 0; d < a.head_dim; ++d) s += q[d] * kj[d];
-        s = s * a.scale + (mask_row ? mask_row[j * a.mask_stride_k] : 0.0f);
-        if (s == neg_inf) continue;
-        const float m_new = s > m ? s : m;
-        const float correction = std::exp(m - m_new);  // 0 on the first visible key
-        const float p = std::exp(s - m_new);
+        s = s * a.scale + mask;
+        const float m_new = s > m ? s : m;  // a NaN s leaves m; its p below is NaN
+        const float m_use = m_new == neg_inf ? 0.0f : m_new;  // keeps s - m_use = -inf, not NaN
+        const float correction = std::exp(m - m_use);  // 0 on the first key with a finite score
+        const float p = std::exp(s - m_use);
         const float* vj = vb + j * a.v_stride_t;
         for (long d = 0; d < a.head_dim; ++d) acc[d] = acc[d] * correction + p * vj[d];
         l = l * correction + p;

@@ -49,12 +49,13 @@ inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 inline Vec vfmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }  // a·b + c
 // 2^x for x ≤ 0 (scores are kept in base 2: q is pre-scaled by log2(e)), exactly 0 below -126
-// and for -inf. x = n + r with |r| ≤ 1/2; 2^r = e^(r·ln2) by its degree-6 Taylor polynomial
-// (relative error < 2e-7), then scaled by 2^n built from the exponent bits.
+// and for -inf, NaN for NaN (a NaN score must reach the row's output, as in the scalar level).
+// x = n + r with |r| ≤ 1/2; 2^r = e^(r·ln2) by its degree-6 Taylor polynomial (relative error
+// < 2e-7), then scaled by 2^n built from the exponent bits.
 inline Vec vexp2(Vec x) {
   const Vec lo = _mm256_set1_ps(-126.0f);
-  const Vec underflow = _mm256_cmp_ps(x, lo, _CMP_NGE_UQ);
-  const Vec xc = _mm256_max_ps(x, lo);
+  const Vec underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);  // false for NaN
+  const Vec xc = _mm256_max_ps(lo, x);                     // maxps returns its second operand, x, for NaN
   const Vec n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const Vec r = _mm256_sub_ps(xc, n);
   Vec p = _mm256_set1_ps(1.5403530393381606e-4f);  // ln2^6 / 720
@@ -80,7 +81,7 @@ inline Vec vfinite_or_zero(Vec m) { return _mm256_blendv_ps(m, vzero(), _mm256_c
 // and a finite mask stays finite (HF's finfo(float32).min masking keeps its meaning).
 inline Vec vmask_to_base2(Vec mask, Vec log2e) {
   const Vec removed = _mm256_cmp_ps(mask, vneg_inf(), _CMP_EQ_OQ);
-  const Vec scaled = _mm256_max_ps(_mm256_mul_ps(mask, log2e), _mm256_set1_ps(-3.40282347e38f));
+  const Vec scaled = _mm256_max_ps(_mm256_set1_ps(-3.40282347e38f), _mm256_mul_ps(mask, log2e));  // NaN stays NaN
   return _mm256_blendv_ps(scaled, vneg_inf(), removed);
 }
 
@@ -89,11 +90,24 @@ inline IVec iload(const int* p) { return _mm256_loadu_si256(reinterpret_cast<con
 inline IVec iota_plus(int base) {
   return _mm256_add_epi32(_mm256_set1_epi32(base), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-// -inf in every lane whose key index lies outside [first, last].
-inline Vec vmask_outside(Vec s, IVec key, IVec first, IVec last) {
-  const __m256i outside = _mm256_or_si256(_mm256_cmpgt_epi32(first, key), _mm256_cmpgt_epi32(key, last));
-  return _mm256_blendv_ps(s, vneg_inf(), _mm256_castsi256_ps(outside));
+
+// Lane masks: which lanes (query rows or keys) a key is removed from, all ones per lane.
+using LaneMask = __m256;
+inline LaneMask lanes_none() { return _mm256_setzero_ps(); }
+inline LaneMask lanes_all() { return _mm256_castsi256_ps(_mm256_set1_epi32(-1)); }
+inline LaneMask lanes_or(LaneMask a, LaneMask b) { return _mm256_or_ps(a, b); }
+// Lanes whose key index lies outside [first, last].
+inline LaneMask lanes_outside(IVec key, IVec first, IVec last) {
+  return _mm256_castsi256_ps(_mm256_or_si256(_mm256_cmpgt_epi32(first, key), _mm256_cmpgt_epi32(key, last)));
 }
+inline LaneMask lanes_neg_inf(Vec x) { return _mm256_cmp_ps(x, vneg_inf(), _CMP_EQ_OQ); }
+// -inf in the removed lanes whatever s holds there (a NaN or +inf score of a removed key must
+// not become NaN by adding the mask's -inf).
+inline Vec vremove(Vec s, LaneMask removed) { return _mm256_blendv_ps(s, vneg_inf(), removed); }
+// Bit t set for lane t in the mask.
+inline unsigned lane_bits(LaneMask m) { return static_cast<unsigned>(_mm256_movemask_ps(m)); }
+// -inf in every lane whose key index lies outside [first, last].
+inline Vec vmask_outside(Vec s, IVec key, IVec first, IVec last) { return vremove(s, lanes_outside(key, first, last)); }
 // In-place transpose of a kLanes × kLanes block held in r[0..7].
 inline void transpose(Vec* r) {
   Vec t[8], u[8];

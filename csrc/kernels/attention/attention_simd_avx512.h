@@ -49,12 +49,13 @@ inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline Vec vfmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a·b + c
 // 2^x for x ≤ 0 (scores are kept in base 2: q is pre-scaled by log2(e)), exactly 0 below -126
-// and for -inf. x = n + r with |r| ≤ 1/2; 2^r = e^(r·ln2) by its degree-6 Taylor polynomial
-// (relative error < 2e-7), then scaled by 2^n.
+// and for -inf, NaN for NaN (a NaN score must reach the row's output, as in the scalar level).
+// x = n + r with |r| ≤ 1/2; 2^r = e^(r·ln2) by its degree-6 Taylor polynomial (relative error
+// < 2e-7), then scaled by 2^n.
 inline Vec vexp2(Vec x) {
   const Vec lo = _mm512_set1_ps(-126.0f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  const Vec xc = _mm512_max_ps(x, lo);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);  // true for NaN
+  const Vec xc = _mm512_max_ps(lo, x);  // vmaxps returns its second operand, x, for NaN
   const Vec n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const Vec r = _mm512_sub_ps(xc, n);
   Vec p = _mm512_set1_ps(1.5403530393381606e-4f);  // ln2^6 / 720
@@ -80,7 +81,7 @@ inline Vec vfinite_or_zero(Vec m) {
 // and a finite mask stays finite (HF's finfo(float32).min masking keeps its meaning).
 inline Vec vmask_to_base2(Vec mask, Vec log2e) {
   const __mmask16 removed = _mm512_cmp_ps_mask(mask, vneg_inf(), _CMP_EQ_OQ);
-  const Vec scaled = _mm512_max_ps(_mm512_mul_ps(mask, log2e), _mm512_set1_ps(-3.40282347e38f));
+  const Vec scaled = _mm512_max_ps(_mm512_set1_ps(-3.40282347e38f), _mm512_mul_ps(mask, log2e));  // NaN stays NaN
   return _mm512_mask_blend_ps(removed, scaled, vneg_inf());
 }
 
@@ -90,12 +91,25 @@ inline IVec iota_plus(int base) {
   return _mm512_add_epi32(_mm512_set1_epi32(base),
                           _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
 }
-// -inf in every lane whose key index lies outside [first, last].
-inline Vec vmask_outside(Vec s, IVec key, IVec first, IVec last) {
-  const __mmask16 outside = _mm512_cmp_epi32_mask(key, first, _MM_CMPINT_LT) |
-                            _mm512_cmp_epi32_mask(key, last, _MM_CMPINT_GT);
-  return _mm512_mask_blend_ps(outside, s, vneg_inf());
+
+// Lane masks: which lanes (query rows or keys) a key is removed from.
+using LaneMask = __mmask16;
+inline LaneMask lanes_none() { return 0; }
+inline LaneMask lanes_all() { return static_cast<LaneMask>(0xFFFF); }
+inline LaneMask lanes_or(LaneMask a, LaneMask b) { return static_cast<LaneMask>(a | b); }
+// Lanes whose key index lies outside [first, last].
+inline LaneMask lanes_outside(IVec key, IVec first, IVec last) {
+  return static_cast<LaneMask>(_mm512_cmp_epi32_mask(key, first, _MM_CMPINT_LT) |
+                               _mm512_cmp_epi32_mask(key, last, _MM_CMPINT_GT));
 }
+inline LaneMask lanes_neg_inf(Vec x) { return _mm512_cmp_ps_mask(x, vneg_inf(), _CMP_EQ_OQ); }
+// -inf in the removed lanes whatever s holds there (a NaN or +inf score of a removed key must
+// not become NaN by adding the mask's -inf).
+inline Vec vremove(Vec s, LaneMask removed) { return _mm512_mask_blend_ps(removed, s, vneg_inf()); }
+// Bit t set for lane t in the mask.
+inline unsigned lane_bits(LaneMask m) { return static_cast<unsigned>(m); }
+// -inf in every lane whose key index lies outside [first, last].
+inline Vec vmask_outside(Vec s, IVec key, IVec first, IVec last) { return vremove(s, lanes_outside(key, first, last)); }
 // In-place transpose of a kLanes × kLanes block held in r[0..15]: pairs of 32-bit, then 64-bit
 // elements are interleaved within 128-bit lanes, then 128-bit lanes are exchanged twice.
 inline void transpose(Vec* r) {

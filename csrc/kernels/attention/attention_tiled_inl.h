@@ -24,6 +24,17 @@
 // add P·V with a register-tiled kPvRows × kPvVecs microkernel. Key blocks outside every row's
 // causal/window range are never visited; blocks inside every row's range skip the per-key range
 // test; the additive mask is read only for visited keys.
+//
+// Removed keys. A key outside a row's causal/window range or with a -inf mask value is removed
+// from that row and must not affect it, whatever its k and v hold (docs/reliability.md,
+// "Non-finite values"). Its score is set to -inf by selection (never by adding -inf, which a NaN
+// or +inf score would turn into NaN), so its probability is exactly 0. The P·V microkernel still
+// multiplies that 0 by the key's value row where the key is visible to other rows of the tile:
+// exact for finite values, but 0 · NaN and 0 · inf are NaN. NaN is sticky in the accumulator, so
+// a tile whose accumulator ends non-finite after removing some key is computed again with the
+// exact microkernel, which skips the removed (row, key) pairs and otherwise does the same
+// operations in the same order: rows that cannot see a non-finite value get the bits they would
+// get without it, at no cost while the values are finite.
 #ifndef CPUFORMER_ATTENTION_ISA
 #error "define CPUFORMER_ATTENTION_ISA (avx2 or avx512) before including attention_tiled_inl.h"
 #endif
@@ -42,6 +53,7 @@ constexpr long kMinChunkWork = 1L << 16;     // multiply-adds per chunk of work 
 static_assert(kKeyBlock % kLanes == 0 && kKeyBlock % kScoreKeys == 0, "key block must hold whole vectors");
 static_assert(kPvVecs >= 1 && kPvVecs <= 4, "pv_rows dispatches 1..4 vectors");
 static_assert(kPvRows >= 1 && kPvRows <= 6, "pv_accumulate dispatches 1..6 rows");
+static_assert(kKeyBlock <= 64, "a key block's removed keys are one 64-bit word per row");
 
 inline long min_l(long a, long b) { return a < b ? a : b; }
 inline long max_l(long a, long b) { return a > b ? a : b; }
@@ -148,12 +160,13 @@ void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t)
 }
 
 // ---- P·V: acc[r][:] = acc[r][:] · corr[r] + Σ_j P(r, j) · v_j[:], P(r, j) at p[r·p_row + j·p_key]
+// kExact: the terms of removed keys (bit j of removed[r]) are skipped instead of added as 0 · v_j.
 
 // Small tiles (a decode row) accumulate even and odd keys separately: RR·NV chains alone would
 // leave the FMA units waiting on their 4-cycle latency.
-template <int RR, int NV>
+template <int RR, int NV, bool kExact>
 inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, long n,
-                    const float* v, long v_stride, TailMask last) {
+                    const float* v, long v_stride, TailMask last, const uint64_t* removed) {
   constexpr int kSets = RR * NV < 8 ? 2 : 1;
   Vec c[kSets][RR][NV];
   for (int r = 0; r < RR; ++r) {
@@ -171,6 +184,7 @@ inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_
       x[NV - 1] = in_register(vload_tail(v + (NV - 1) * kLanes, last));
       const float* pj = p + (j + set) * p_key;
       for (int r = 0; r < RR; ++r) {
+        if (kExact && (removed[r] >> (j + set) & 1)) continue;
         const Vec pr = vset1(pj[r * p_row]);
         for (int u = 0; u < NV; ++u) c[set][r][u] = vfmadd(pr, x[u], c[set][r][u]);
       }
@@ -182,6 +196,7 @@ inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_
     x[NV - 1] = vload_tail(v + (NV - 1) * kLanes, last);
     const float* pj = p + j * p_key;
     for (int r = 0; r < RR; ++r) {
+      if (kExact && (removed[r] >> j & 1)) continue;
       const Vec pr = vset1(pj[r * p_row]);
       for (int u = 0; u < NV; ++u) c[0][r][u] = vfmadd(pr, x[u], c[0][r][u]);
     }
@@ -195,36 +210,44 @@ inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_
 }
 
 // acc rows are padded to a whole number of vectors, so only V needs masked loads.
-template <int RR>
+template <int RR, bool kExact>
 void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, long n,
-             const float* v, long v_stride, long dim) {
+             const float* v, long v_stride, long dim, const uint64_t* removed) {
   constexpr long kChunk = kPvVecs * kLanes;
   long d = 0;
   for (; d + kChunk <= dim; d += kChunk)
-    pv_tile<RR, kPvVecs>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, full_mask());
+    pv_tile<RR, kPvVecs, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, full_mask(), removed);
   const long rest = dim - d;
   if (rest == 0) return;
   const long vecs = (rest + kLanes - 1) / kLanes;
   const TailMask last = tail_mask(rest - (vecs - 1) * kLanes);
   switch (vecs) {
-    case 1: pv_tile<RR, 1>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last); break;
-    case 2: pv_tile<RR, 2>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last); break;
-    default: pv_tile<RR, 3>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last); break;
+    case 1: pv_tile<RR, 1, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
+    case 2: pv_tile<RR, 2, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
+    default: pv_tile<RR, 3, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
   }
 }
 
+// removed [rows]: bit j of removed[r] set when key j of the block is removed from row r (read
+// only when kExact).
+template <bool kExact>
 void pv_accumulate(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, int rows,
-                   long n, const float* v, long v_stride, long dim) {
+                   long n, const float* v, long v_stride, long dim, const uint64_t* removed) {
   for (int r = 0; r < rows; r += kPvRows) {
     float* a = acc + r * ld_acc;
     const float* pr = p + r * p_row;
+    const uint64_t* rm = removed + r;
     switch (rows - r < kPvRows ? rows - r : kPvRows) {
-      case 1: pv_rows<1>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
-      case 2: pv_rows<2>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
-      case 3: pv_rows<3>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
-      case 4: pv_rows<(kPvRows > 4 ? 4 : kPvRows)>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
-      case 5: pv_rows<(kPvRows > 5 ? 5 : kPvRows)>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
-      default: pv_rows<kPvRows>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim); break;
+      case 1: pv_rows<1, kExact>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim, rm); break;
+      case 2: pv_rows<2, kExact>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim, rm); break;
+      case 3: pv_rows<3, kExact>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim, rm); break;
+      case 4:
+        pv_rows<(kPvRows > 4 ? 4 : kPvRows), kExact>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim, rm);
+        break;
+      case 5:
+        pv_rows<(kPvRows > 5 ? 5 : kPvRows), kExact>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim, rm);
+        break;
+      default: pv_rows<kPvRows, kExact>(a, ld_acc, pr, p_row, p_key, corr + r, n, v, v_stride, dim, rm); break;
     }
   }
 }
@@ -261,7 +284,11 @@ inline void wide_scores(const float* qt, long dim, const float* k, long k_stride
 
 enum class MaskMode { kNone, kShared, kGather, kPerLane };
 
-void run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
+// Both engines: the tile's unnormalised rows over keys [key_begin, key_end) into w.acc, w.m, w.l.
+// Returns whether some visited key was removed from some row, i.e. whether a non-finite value row
+// of such a key may have reached the accumulator through 0 · v (kExact: never).
+template <bool kExact>
+bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
   const long dim = a.head_dim, d_pad = round_up(dim, kLanes);
   const int rows = t.rows;
   // Qᵀ, kLanes × kLanes blocks at a time; lanes of missing rows stay 0.
@@ -309,6 +336,9 @@ void run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
 
   const long k_stride = a.k_stride_t, v_stride = a.v_stride_t, mask_stride = a.mask_stride_k;
   const Vec log2e = vset1(kLog2e);
+  const unsigned row_lanes = (1u << rows) - 1u;  // rows ≤ kLanes ≤ 16
+  uint64_t removed[kLanes] = {};  // kExact: per row, bit j = key j0 + j of the block is removed
+  bool removed_any = false;
   Vec m = vneg_inf(), l = vzero();
   for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
     const long n = min_l(kKeyBlock, key_end - j0);
@@ -318,27 +348,47 @@ void run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
       wide_scores(w.q, dim, kb + j * k_stride, k_stride, min_l(kScoreKeys, n - j), w.p + j * kLanes, &block_max);
 
     const bool partial = j0 < all_first || j0 + n - 1 > all_last;
+    if (kExact)
+      for (int r = 0; r < rows; ++r) removed[r] = 0;
     if (partial || mode != MaskMode::kNone) block_max = vneg_inf();
+    LaneMask removed_lanes = lanes_none();  // rows from which some key of the block is removed
     for (long j = 0; (partial || mode != MaskMode::kNone) && j < n; ++j) {
       const long key = j0 + j;
       Vec s = vload(w.p + j * kLanes);
-      if (partial) s = vmask_outside(s, iset1(static_cast<int>(key)), first, last);
+      LaneMask out = partial ? lanes_outside(iset1(static_cast<int>(key)), first, last) : lanes_none();
       switch (mode) {
         case MaskMode::kNone: break;
-        case MaskMode::kShared: s = vadd(s, vset1(mask_to_base2(mask_base[key * mask_stride]))); break;
-        case MaskMode::kGather:
-          s = vadd(s, vmask_to_base2(vgather(mask_base + key * mask_stride, mask_index), log2e));
-          break;
-        case MaskMode::kPerLane: {
-          alignas(64) float values[kLanes] = {};
-          for (int r = 0; r < rows; ++r) values[r] = a.mask[t.mask_offset[r] + key * mask_stride];
-          s = vadd(s, vmask_to_base2(vload(values), log2e));
+        case MaskMode::kShared: {
+          const float value = mask_base[key * mask_stride];
+          if (value == -__builtin_inff()) out = lanes_all();
+          else s = vadd(s, vset1(mask_to_base2(value)));
           break;
         }
+        case MaskMode::kGather: {
+          const Vec values = vmask_to_base2(vgather(mask_base + key * mask_stride, mask_index), log2e);
+          out = lanes_or(out, lanes_neg_inf(values));
+          s = vadd(s, values);
+          break;
+        }
+        case MaskMode::kPerLane: {
+          alignas(64) float raw[kLanes] = {};
+          for (int r = 0; r < rows; ++r) raw[r] = a.mask[t.mask_offset[r] + key * mask_stride];
+          const Vec values = vmask_to_base2(vload(raw), log2e);
+          out = lanes_or(out, lanes_neg_inf(values));
+          s = vadd(s, values);
+          break;
+        }
+      }
+      s = vremove(s, out);
+      removed_lanes = lanes_or(removed_lanes, out);
+      if (kExact) {
+        const unsigned bits = lane_bits(out);
+        for (int r = 0; r < rows; ++r) removed[r] |= static_cast<uint64_t>(bits >> r & 1u) << j;
       }
       vstore(w.p + j * kLanes, s);
       block_max = vmax(block_max, s);
     }
+    removed_any = removed_any || (lane_bits(removed_lanes) & row_lanes) != 0;
 
     const Vec m_new = vmax(m, block_max);
     const Vec m_use = vfinite_or_zero(m_new);
@@ -352,10 +402,11 @@ void run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
     l = vfmadd(l, corr, sum);
     m = m_new;
     vstore(w.corr, corr);
-    pv_accumulate(w.acc, d_pad, w.p, 1, kLanes, w.corr, rows, n, t.v + j0 * v_stride, v_stride, dim);
+    pv_accumulate<kExact>(w.acc, d_pad, w.p, 1, kLanes, w.corr, rows, n, t.v + j0 * v_stride, v_stride, dim, removed);
   }
   vstore(w.m, m);
   vstore(w.l, l);
+  return removed_any;
 }
 
 // ---- narrow engine: keys in lanes
@@ -394,7 +445,8 @@ inline Vec mask_values(const float* mask, long stride, long nk) {
   return vload(values);
 }
 
-void run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
+template <bool kExact>
+bool run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
   const long dim = a.head_dim, d_pad = round_up(dim, kLanes);
   const int rows = t.rows;
   const float q_scale = a.scale * kLog2e;
@@ -410,14 +462,19 @@ void run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
 
   const long k_stride = a.k_stride_t, v_stride = a.v_stride_t, mask_stride = a.mask_stride_k;
   const Vec log2e = vset1(kLog2e);
+  uint64_t removed[kLanes] = {};  // kExact: per row, bit j = key j0 + j of the block is removed
+  bool removed_any = false;
   for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
     const long n = min_l(kKeyBlock, key_end - j0);
     for (int r = 0; r < rows; ++r) {
       float* pr = w.p + r * kKeyBlock;
       const long first = max_l(t.first[r], j0), last = min_l(t.last[r], j0 + n - 1);
+      if (kExact) removed[r] = 0;
       if (last < first) {  // this row sees none of the block's keys
         for (long j = 0; j < n; ++j) pr[j] = 0.0f;
         w.corr[r] = 1.0f;
+        if (kExact) removed[r] = ~uint64_t{0};
+        removed_any = true;
         continue;
       }
       const float* mask_row = a.mask ? a.mask + t.mask_offset[r] : nullptr;
@@ -428,9 +485,20 @@ void run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
         const float* kj = t.k + key0 * k_stride;
         Vec s = nk == kLanes ? narrow_scores<true>(w.q + r * d_pad, dim, kj, k_stride, nk)
                              : narrow_scores<false>(w.q + r * d_pad, dim, kj, k_stride, nk);
-        if (key0 < first || key0 + kLanes - 1 > last)
-          s = vmask_outside(s, iota_plus(static_cast<int>(key0)), first_v, last_v);
-        if (mask_row) s = vadd(s, vmask_to_base2(mask_values(mask_row + key0 * mask_stride, mask_stride, nk), log2e));
+        const bool partial = key0 < first || key0 + kLanes - 1 > last;
+        if (partial || mask_row) {
+          // Lanes past nk repeat a key and fall outside [first, last]; they are no key of P·V.
+          LaneMask out = partial ? lanes_outside(iota_plus(static_cast<int>(key0)), first_v, last_v) : lanes_none();
+          if (mask_row) {
+            const Vec values = vmask_to_base2(mask_values(mask_row + key0 * mask_stride, mask_stride, nk), log2e);
+            out = lanes_or(out, lanes_neg_inf(values));
+            s = vadd(s, values);
+          }
+          s = vremove(s, out);
+          const uint64_t bits = lane_bits(out);
+          removed_any |= (bits & ((uint64_t{1} << nk) - 1)) != 0;
+          if (kExact) removed[r] |= bits << j;
+        }
         vstore(pr + j, s);
         block_max = vmax(block_max, s);
       }
@@ -449,8 +517,28 @@ void run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
       w.m[r] = m_new;
       w.corr[r] = corr;
     }
-    pv_accumulate(w.acc, d_pad, w.p, kKeyBlock, 1, w.corr, rows, n, t.v + j0 * v_stride, v_stride, a.head_dim);
+    pv_accumulate<kExact>(w.acc, d_pad, w.p, kKeyBlock, 1, w.corr, rows, n, t.v + j0 * v_stride, v_stride,
+                          a.head_dim, removed);
   }
+  return removed_any;
+}
+
+// Whether every accumulated value of the tile's rows is finite (x · 0 is NaN for NaN and ±inf).
+bool accumulators_finite(const Tile& t, const Workspace& w, long d_pad) {
+  Vec probe = vzero();
+  for (long x = 0; x < t.rows * d_pad; x += kLanes) probe = vadd(probe, vmul(vload(w.acc + x), vzero()));
+  const float sum = hsum(probe);
+  return sum == sum;
+}
+
+// Runs the tile's key range [key_begin, key_end) with the fast microkernel, and again with the
+// exact one when a removed key may have brought 0 · NaN or 0 · inf into the accumulator.
+void run_tile(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w, long d_pad) {
+  const bool wide = t.rows >= kMinWideRows;
+  const bool removed_any = wide ? run_wide<false>(a, t, key_begin, key_end, w) : run_narrow<false>(a, t, key_begin, key_end, w);
+  if (!removed_any || accumulators_finite(t, w, d_pad)) return;
+  if (wide) run_wide<true>(a, t, key_begin, key_end, w);
+  else run_narrow<true>(a, t, key_begin, key_end, w);
 }
 
 // ---- results
@@ -480,17 +568,20 @@ void write_partial(const Tile& t, const Workspace& w, long d_pad, float* records
   }
 }
 
-// out = Σ_s 2^(m_s − M) acc_s / Σ_s 2^(m_s − M) l_s with M = max_s m_s; zeros if no split saw a key.
+// out = Σ_s 2^(m_s − M) acc_s / Σ_s 2^(m_s − M) l_s with M = max_s m_s; zeros if no split saw a
+// key (every m_s = -inf). A NaN m_s (the split saw a NaN score) makes the row NaN through 2^(m_s − M).
 void merge_partials(const Tile& t, float* records, long splits, long dim, long d_pad) {
   const long size = record_floats(d_pad);
   for (int r = 0; r < t.rows; ++r) {
     float* out = t.out[r];
     float m_max = -__builtin_inff();
+    bool seen = false;
     for (long s = 0; s < splits; ++s) {
       const float m = records[(s * kLanes + r) * size];
       m_max = m > m_max ? m : m_max;
+      seen = seen || m != -__builtin_inff();
     }
-    if (m_max == -__builtin_inff()) {
+    if (!seen) {
       for (long d = 0; d < dim; ++d) out[d] = 0.0f;
       continue;
     }
@@ -561,8 +652,7 @@ void attention_tiled(const AttentionArgs& a) {
         for (int r = 0; r < tile.rows; ++r)
           for (long d = 0; d < a.head_dim; d += 64 / sizeof(float)) __builtin_prefetch(tile.out[r] + d, 1);
       }
-      if (tile.rows >= kMinWideRows) run_wide(a, tile, begin, end, w);
-      else run_narrow(a, tile, begin, end, w);
+      run_tile(a, tile, begin, end, w, d_pad);
       if (splits == 1) write_rows(tile, w, a.head_dim, d_pad);
       else write_partial(tile, w, d_pad, records + item * record_block);
     }

@@ -51,7 +51,8 @@ struct GemmKernels {
 // int8 (WeightType::kInt8): W[n][k] ≈ q[n][k]·scale[n], q in [-127, 127] (symmetric, per output
 // channel; see quantize_weights_s8). Each row of A is quantized on the fly, symmetric per row:
 //   amax = max_k |a[i][k]|, sa[i] = amax / 127, qa[i][k] = round_half_even(a[i][k] · (127 / amax))
-//   (qa = 0 and sa = 0 for an all-zero row), then
+//   (qa = 0 and sa = 0 for an all-zero row; qa = 0 and sa = NaN for a row holding a NaN or ±inf,
+//   which int8 cannot represent: every output of that row is NaN), then
 //   c[i][j] = act(sa[i]·scale[j]·Σ_k qa[i][k]·q[j][k] + bias[j]) + residual[i][j]
 // with the integer sum exact in int32 at every ISA level (K ≤ kInt8GemmMaxK = 2^17 keeps it in range:
 // 2^17·127·127 < 2^31; callers check it: ops.Linear's binding, models' Linear). The

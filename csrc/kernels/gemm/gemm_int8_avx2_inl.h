@@ -13,18 +13,32 @@ inline int8_t i8_round(float v) {  // v = x · inv, |v| ≤ 127 (or NaN)
 }
 
 // The same float operations as the scalar reference: amax by max (order-free), inv = 127 / amax,
-// x · inv rounded to nearest even (MXCSR default) by vcvtps2dq.
+// x · inv rounded to nearest even (MXCSR default) by vcvtps2dq. The max is taken over the bits of
+// |x| as int32: they order like the values for finite |x|, and above every finite value lie +inf
+// (0x7F800000) and then the NaNs, so one max finds amax and whether the row is finite.
 float quantize_row(const float* x, long k, long kp, uint8_t* out) {
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-  __m256 vmax = _mm256_setzero_ps();
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  __m256i vmax = _mm256_setzero_si256();
   long p = 0;
-  for (; p + 8 <= k; p += 8) vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + p), abs_mask), vmax);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  float amax = 0.0f;
-  for (int i = 0; i < 8; ++i) amax = std::fmax(amax, lanes[i]);
-  for (; p < k; ++p) amax = std::fmax(amax, std::fabs(x[p]));
+  for (; p + 8 <= k; p += 8)
+    vmax = _mm256_max_epi32(vmax, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + p)), abs_mask));
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), vmax);
+  int32_t amax_bits = 0;
+  for (int i = 0; i < 8; ++i) amax_bits = lanes[i] > amax_bits ? lanes[i] : amax_bits;
+  for (; p < k; ++p) {
+    int32_t bits;
+    std::memcpy(&bits, x + p, sizeof(bits));
+    bits &= 0x7FFFFFFF;
+    amax_bits = bits > amax_bits ? bits : amax_bits;
+  }
   const uint8_t zero = kUnsignedA ? 128 : 0;
+  if (amax_bits >= 0x7F800000) {  // a NaN or ±inf: qa = 0 and sa = NaN, as the scalar reference
+    std::memset(out, zero, static_cast<std::size_t>(kp));
+    return __builtin_nanf("");
+  }
+  float amax;
+  std::memcpy(&amax, &amax_bits, sizeof(amax));
   if (!(amax > 0.0f)) {
     std::memset(out, zero, static_cast<std::size_t>(kp));
     return 0.0f;

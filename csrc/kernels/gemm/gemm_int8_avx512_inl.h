@@ -10,16 +10,24 @@ inline __mmask16 i8_mask16(long left) {
 }
 
 // The same float operations as the scalar reference: amax by max (order-free), inv = 127 / amax,
-// x · inv rounded to nearest even (MXCSR default) by vcvtps2dq.
+// x · inv rounded to nearest even (MXCSR default) by vcvtps2dq. The max is taken over the bits of
+// |x| as int32: they order like the values for finite |x|, and above every finite value lie +inf
+// (0x7F800000) and then the NaNs, so one max finds amax and whether the row is finite.
 float quantize_row(const float* x, long k, long kp, uint8_t* out) {
-  __m512 vmax = _mm512_setzero_ps();
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
+  __m512i vmax = _mm512_setzero_si512();
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
   for (long p = 0; p < k; p += 16) {
-    const __m512 v = _mm512_and_ps(_mm512_maskz_loadu_ps(i8_mask16(k - p), x + p), abs_mask);
-    vmax = _mm512_max_ps(v, vmax);  // a NaN in v gives vmax (second operand), as fmax ignores NaN
+    const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(i8_mask16(k - p), x + p), abs_mask);
+    vmax = _mm512_max_epi32(vmax, v);
   }
-  const float amax = _mm512_reduce_max_ps(vmax);
+  const int32_t amax_bits = _mm512_reduce_max_epi32(vmax);
   const uint8_t zero = kUnsignedA ? 128 : 0;
+  if (amax_bits >= 0x7F800000) {  // a NaN or ±inf: qa = 0 and sa = NaN, as the scalar reference
+    std::memset(out, zero, static_cast<std::size_t>(kp));
+    return __builtin_nanf("");
+  }
+  float amax;
+  std::memcpy(&amax, &amax_bits, sizeof(amax));
   if (!(amax > 0.0f)) {
     std::memset(out, zero, static_cast<std::size_t>(kp));
     return 0.0f;

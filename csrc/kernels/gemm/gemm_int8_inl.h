@@ -24,7 +24,8 @@
 
 // Provided by the including file.
 // quantize_row: out[0, kp) = the row's quantized values (contract in gemm.h) in this level's A
-//   format, k ≤ p < kp padded with the value of qa = 0; returns sa (0 for an all-zero row).
+//   format, k ≤ p < kp padded with the value of qa = 0; returns sa (0 for an all-zero row, NaN
+//   with qa = 0 for a row holding a NaN or ±inf).
 float quantize_row(const float* x, long k, long kp, uint8_t* out);
 // tile_kernel: out[r·kNR + j] = Σ_p a[r·lda + p] ⊙ wp[p, j] (wrapping int32; before the
 //   compensation) for r < rows ≤ kMR, all kNR columns; wp a packed panel, kp a multiple of 4.

@@ -2,6 +2,7 @@
 // part (see Int8GemmKernels in gemm.h). Packed layout: scales [n] float, then q [n][k] int8.
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/gemm/gemm.h"
@@ -21,10 +22,20 @@ void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_
   for (long j = 0; j < n; ++j) std::memcpy(dst + j * k, q + j * ldq, static_cast<std::size_t>(k));
 }
 
-// qa = round_half_even(x · (127 / amax)); returns sa = amax / 127 (0 for a zero row).
+// qa = round_half_even(x · (127 / amax)); returns sa = amax / 127 (0 for a zero row; NaN, with
+// qa = 0, for a row holding a NaN or ±inf, so that every output of the row is NaN).
 float quantize_row(const float* x, long k, int8_t* qa) {
   float amax = 0.0f;
-  for (long p = 0; p < k; ++p) amax = std::fmax(amax, std::fabs(x[p]));
+  bool finite = true;
+  for (long p = 0; p < k; ++p) {
+    const float magnitude = std::fabs(x[p]);
+    finite = finite && magnitude <= std::numeric_limits<float>::max();  // false for NaN and inf
+    amax = std::fmax(amax, magnitude);
+  }
+  if (!finite) {
+    std::memset(qa, 0, static_cast<std::size_t>(k));
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   if (!(amax > 0.0f)) {
     std::memset(qa, 0, static_cast<std::size_t>(k));
     return 0.0f;
