@@ -3,7 +3,8 @@
 
 Each scenario runs in a subprocess (the "parent" below) that loads models, uses them or not, and
 forks; every forked child has a deadline after which the parent kills it and reports a hang, so a
-hang fails the test instead of stalling the suite. Mechanism: docs/reliability.md, "fork()".
+hang fails the test instead of stalling the suite. Mechanism: docs/reliability.md, "fork() and files
+changing after load".
 """
 
 from __future__ import annotations
