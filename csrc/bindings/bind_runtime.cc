@@ -12,6 +12,7 @@ namespace cpuformer {
 namespace bindings {
 
 void register_runtime(py::module_& m) {
+  install_fork_handlers();  // a forked child (os.fork, multiprocessing "fork", gunicorn --preload) computes
   // Called by cpuformer/__init__.py at import: chooses the ISA level once, so a bad
   // CPUFORMER_ISA fails the import with a clear message (std::invalid_argument -> ValueError).
   m.def("_select_isa", [] { return isa_name(active_isa()); });

@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
 #include "models/linear.h"
+#include "runtime/aligned_buffer.h"
 
 namespace cpuformer {
 namespace bindings {
@@ -97,17 +99,24 @@ inline Activation parse_activation(const std::string& s) {
 }
 
 // The float32 tensors of a model's dicts, named "<what> tensor '<key>'" in errors (what =
-// "encoder", "decoder", "seq2seq"). A model binding derives from it privately: the arrays it
-// keeps then outlive the C++ model, which is a member of the derived class.
+// "encoder", "decoder", "seq2seq"). A model binding derives from it privately: the tables it
+// owns then outlive the C++ model, which is a member of the derived class.
+//
+// After load nothing the model computes with refers to the checkpoint file: projection weights
+// are packed, small vectors copied by the model, and the tables it reads by pointer (embeddings,
+// position tables) are copied here. A file truncated, overwritten or deleted while the model
+// lives can therefore neither crash it (SIGBUS on a mapped page past the new end of the file) nor
+// change its results (pages of a MAP_SHARED mapping show what is written to the file).
 class ModelTensors {
  protected:
   explicit ModelTensors(std::string what) : what_(std::move(what)) {}
 
-  // The float32 C-contiguous array tensors[key] of shape `shape`; `keep` holds a reference for the
-  // model's lifetime (tables the model reads by pointer), otherwise the data is copied/packed
-  // before the constructor returns and the dict's reference suffices.
+  // The float32 C-contiguous array tensors[key] of shape `shape`. With `copy`, the data is copied
+  // into memory the model owns for its lifetime (tables the model reads by pointer) and the copy
+  // is returned; otherwise the model copies or packs it before its constructor / add_layer returns
+  // and the dict's reference suffices.
   const float* get(const pybind11::dict& tensors, const std::string& key, const std::vector<long>& shape,
-                   bool keep = false) {
+                   bool copy = false) {
     namespace py = pybind11;
     if (!tensors.contains(key)) throw py::value_error("missing " + what_ + " tensor '" + key + "'");
     const std::string name = what_ + " tensor '" + key + "'";
@@ -118,8 +127,15 @@ class ModelTensors {
                            std::string(py::str(py::reinterpret_borrow<py::array>(obj).dtype())));
     }
     py::array a = checked_array(obj, name, shape);
-    if (keep) kept_.append(a);
-    return static_cast<const float*>(a.data());
+    const auto* data = static_cast<const float*>(a.data());
+    if (!copy || a.size() == 0) return data;  // an empty table is never read
+    AlignedBuffer<float> owned(static_cast<std::size_t>(a.size()));  // large: an anonymous mapping
+    {
+      py::gil_scoped_release release;  // reading a mapped file may wait for the disk
+      std::memcpy(owned.data(), data, static_cast<std::size_t>(a.nbytes()));
+    }
+    owned_.push_back(std::move(owned));  // moving keeps the data pointer
+    return owned_.back().data();
   }
 
   // As get, or null when the key is missing or None.
@@ -135,7 +151,7 @@ class ModelTensors {
 
  private:
   std::string what_;
-  pybind11::list kept_;
+  std::vector<AlignedBuffer<float>> owned_;  // the tables copied by get(..., copy=true)
 };
 
 }  // namespace bindings

@@ -3,14 +3,14 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 
 namespace cpuformer {
-namespace {
 
-struct State {
+struct ComputeSlotsState {
   std::mutex mutex;
   std::condition_variable changed;
   int in_use = 0;
@@ -19,10 +19,15 @@ struct State {
   uint64_t serving = 0;      // the ticket allowed to take slots next
 };
 
-State& state() {
-  static State* s = new State;  // never destroyed: calls may still finish during interpreter exit
-  return *s;
-}
+namespace {
+
+using State = ComputeSlotsState;
+
+// Never destroyed: calls may still finish during interpreter exit. Replaced (the old one leaked)
+// only in a forked child, where no other thread exists.
+std::atomic<State*> g_state{new State};
+
+State& state() { return *g_state.load(std::memory_order_acquire); }
 
 int detect_capacity() {
   cpu_set_t set;
@@ -41,9 +46,9 @@ int compute_capacity() {
   return capacity;
 }
 
-ComputeSlots::ComputeSlots(int threads) : taken_(threads > 0 ? threads : 1) {
+ComputeSlots::ComputeSlots(int threads) : state_(&state()), taken_(threads > 0 ? threads : 1) {
   const int capacity = compute_capacity();
-  State& s = state();
+  State& s = *state_;
   std::unique_lock<std::mutex> lock(s.mutex);
   const uint64_t ticket = s.next_ticket++;
   s.changed.wait(lock, [&] { return s.serving == ticket && (s.in_use == 0 || s.in_use + taken_ <= capacity); });
@@ -55,13 +60,17 @@ ComputeSlots::ComputeSlots(int threads) : taken_(threads > 0 ? threads : 1) {
 }
 
 ComputeSlots::~ComputeSlots() {
-  State& s = state();
+  // Slots taken before a fork (a fork from a token callback) belong to the parent's state.
+  if (state_ != &state()) return;
+  State& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
     s.in_use -= taken_;
   }
   s.changed.notify_all();
 }
+
+void reset_compute_slots_after_fork() { g_state.store(new State, std::memory_order_release); }
 
 int compute_slots_in_use() {
   std::lock_guard<std::mutex> lock(state().mutex);

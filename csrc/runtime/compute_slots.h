@@ -13,6 +13,8 @@
 
 namespace cpuformer {
 
+struct ComputeSlotsState;
+
 // Slots the process may use at once: the CPUs in its affinity mask (fixed at first use).
 int compute_capacity();
 
@@ -25,8 +27,14 @@ class ComputeSlots {
   ComputeSlots& operator=(const ComputeSlots&) = delete;
 
  private:
+  ComputeSlotsState* state_;  // the state the slots came from (replaced in a forked child)
   int taken_;
 };
+
+// In a child process right after fork() (single-threaded): starts from fresh state. The parent's
+// counters, mutex and condition variable may have been in use by threads that do not exist in the
+// child (a condition variable with phantom waiters can block its next notify).
+void reset_compute_slots_after_fork();
 
 // Test hooks: slots in use now, and the most in use at once since the last reset.
 int compute_slots_in_use();

@@ -11,8 +11,8 @@ namespace {
 std::atomic<long> g_sigint_count{0};  // lock-free: written from the signal handler
 static_assert(std::atomic<long>::is_always_lock_free, "the SIGINT counter must be async-signal-safe");
 
-std::mutex g_install_mutex;
-int g_watchers = 0;            // active watches (guarded by g_install_mutex)
+std::mutex* g_install_mutex = new std::mutex;  // replaced (the old one leaked) in a forked child
+int g_watchers = 0;            // active watches (guarded by *g_install_mutex)
 struct sigaction g_previous;   // the handler ours replaced (Python's, normally)
 
 thread_local long t_start = -1;  // g_sigint_count when this thread's watch began; -1 = no watch
@@ -30,7 +30,7 @@ void on_sigint(int signal, siginfo_t* info, void* context) {
 
 SigintWatch::SigintWatch(bool watch) {
   if (!watch || t_start >= 0) return;  // not asked for, or already watched (a nested call)
-  std::lock_guard<std::mutex> lock(g_install_mutex);
+  std::lock_guard<std::mutex> lock(*g_install_mutex);
   if (g_watchers == 0) {
     struct sigaction current;
     if (sigaction(SIGINT, nullptr, &current) != 0) return;
@@ -52,7 +52,7 @@ SigintWatch::SigintWatch(bool watch) {
 SigintWatch::~SigintWatch() {
   if (!active_) return;
   t_start = -1;
-  std::lock_guard<std::mutex> lock(g_install_mutex);
+  std::lock_guard<std::mutex> lock(*g_install_mutex);
   if (--g_watchers == 0) {
     struct sigaction current;
     // Restore only if ours is still installed (Python code may have set another handler since).
@@ -60,6 +60,16 @@ SigintWatch::~SigintWatch() {
         current.sa_sigaction == on_sigint) {
       sigaction(SIGINT, &g_previous, nullptr);
     }
+  }
+}
+
+void reset_sigint_watch_after_fork() {
+  g_install_mutex = new std::mutex;
+  g_watchers = t_start >= 0 ? 1 : 0;  // the forking thread's own watch, if it forked from inside a call
+  struct sigaction current;
+  if (g_watchers == 0 && sigaction(SIGINT, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) &&
+      current.sa_sigaction == on_sigint) {
+    sigaction(SIGINT, &g_previous, nullptr);
   }
 }
 

@@ -33,4 +33,9 @@ class SigintWatch {
 // load); a no-op on threads without an active watch.
 void throw_if_interrupted();
 
+// In a child process right after fork() (single-threaded): only the forking thread survives, so
+// watches of other parent threads are gone. Their count is dropped (restoring the previous SIGINT
+// handler if none remains) and the lock, which such a thread may have held, is made anew.
+void reset_sigint_watch_after_fork();
+
 }  // namespace cpuformer

@@ -12,6 +12,19 @@ int default_num_threads();   // OMP_NUM_THREADS if set, else the cores this proc
 int current_num_threads();   // the count set on this thread, else the process-wide default
 void set_default_num_threads(int n);  // n <= 0 restores the automatic default
 
+// fork() safety, installed once when the Python module loads (idempotent).
+//
+// GNU libgomp keeps one pool of worker threads per thread that opened a parallel region and has no
+// fork handler: a child forked after the forking thread had used OpenMP inherits a pool whose
+// workers do not exist, and its first parallel region waits for them forever. Before fork(), the
+// forking thread's pool is therefore shut down (omp_pause_resource_all(omp_pause_hard): its workers
+// are released and joined); the child then builds a fresh pool of its own threads on first use, and
+// the parent rebuilds its pool lazily (thread creation, microseconds). Pools of other threads need
+// nothing: those threads do not exist in the child, and a thread created there starts without a pool.
+// In the child, process-wide state that other parent threads may have held at fork time (the
+// compute slots, the SIGINT watch) is reset so that nothing waits for a thread that is gone.
+void install_fork_handlers();
+
 class ScopedNumThreads {
  public:
   explicit ScopedNumThreads(int n);

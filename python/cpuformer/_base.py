@@ -47,7 +47,7 @@ def format_count(n: int) -> str:
 class ModelBase:
     """Mixin for the model classes: ``repr()`` showing architecture, shape, dtype, parameter
     count, ISA level and threads; ``closed``; ``with cpuformer.load(path) as model: ...`` closes
-    the model (frees the packed weights and unmaps the checkpoint) when the block ends."""
+    the model (frees its packed weights and tables) when the block ends."""
 
     _model: Any
     _model_dir: Any
@@ -60,7 +60,7 @@ class ModelBase:
               kind: str, build: Callable[[ModelDir, str], None]) -> ModelDir:
         """The constructors' common part: checks dtype and num_threads, opens the directory (or
         takes an opened ModelDir), resolves the dtype against a converted directory's, checks the
-        model kind and calls ``build(model_dir, family)``; closes the directory if anything fails.
+        model kind and calls ``build(model_dir, family)``; then closes the directory's maps, loaded or not.
         num_threads: None (0 here: the process default) or 1..MAX_NUM_THREADS (_arguments.py).
         Sets num_threads, dtype, _stored_dtype, architecture and _model_dir."""
         check_dtype(dtype)
@@ -73,9 +73,12 @@ class ModelBase:
                 raise wrong_model_class(found, name)
             self.architecture = name
             build(model_dir, family)
-        except BaseException:
+        finally:
+            # Loaded (or failed): nothing the model computes with refers to the weights files any
+            # more (the C++ model packed or copied every tensor), so the maps are dropped now and
+            # a file truncated or rewritten later cannot affect the model. The headers stay
+            # readable (num_parameters).
             model_dir.close()
-            raise
         self._model_dir = model_dir
         return model_dir
 

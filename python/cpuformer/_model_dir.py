@@ -40,8 +40,11 @@ stays valid and faults the pages back in from the file if read again.
 ``close()`` drops the mappings. A mapping still referenced by an array that was handed out cannot
 be unmapped (Python refuses to close an mmap with live buffer exports); it is then unmapped when
 the last such array is freed, so a stale array can never point at unmapped memory. Like every
-mmap-based reader, the loader assumes nobody truncates the files while they are mapped (reading
-a page beyond the new end of a file raises SIGBUS).
+mmap-based reader, a ModelDir assumes nobody truncates or rewrites the files while they are
+mapped (reading a page beyond the new end of a file raises SIGBUS; a MAP_SHARED page shows what
+is written to the file). The models therefore copy or pack every tensor they use and close their
+ModelDir when loading ends; ``tensor_info``, ``names`` and the configs stay available after
+``close()`` (they were read at open).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Loading maps a checkpoint's tensor names onto one graph (``_core.EncoderModel``, C++), packs the
 projection weights one layer at a time and releases each layer's source pages right after, so
-loading peaks near one copy of the weights. The embedding tables stay zero-copy views of the
-mmapped file; the C++ model reads them by pointer and holds references to the arrays, and this
-object keeps the ModelDir open for as long as it lives.
+loading peaks near one copy of the weights. The embedding tables are copied into memory the C++
+model owns, and the weights maps are closed when loading ends: a loaded model does not depend on
+its files (docs/reliability.md, "fork() and files changing after load").
 """
 
 from __future__ import annotations

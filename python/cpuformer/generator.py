@@ -3,8 +3,9 @@
 Supported: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM (sliding window),
 Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (per-head q/k RMSNorm). Loading maps a
 checkpoint's tensor names onto one graph (``_core.DecoderModel``, C++), packs each layer's
-projections and releases the layer's source pages right after. The embedding tables stay
-zero-copy views of the mmapped file (the C++ model holds references to them).
+projections and releases the layer's source pages right after. The embedding tables are copied
+into memory the C++ model owns and the weights maps are closed when loading ends, so a loaded
+model does not depend on its files.
 
 Generation runs entirely in C++ (prefill, decode steps with an in-place KV cache, logits
 processing, sampling and beam bookkeeping); Python is only called per token to stream.
