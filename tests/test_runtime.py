@@ -87,8 +87,10 @@ def test_set_num_threads():
         assert cf.get_num_threads() >= 1
     finally:
         cf.set_num_threads(before)
-    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+    with pytest.raises(ValueError, match=r"num_threads must be an integer >= 0 \(0: the automatic default\), got -1"):
         cf.set_num_threads(-1)
+    with pytest.raises(ValueError, match=r"num_threads must be an integer >= 0 and <= 1024 .*got 1099511627776"):
+        cf.set_num_threads(2 ** 40)
 
 
 # The kernel and model tests run in this process at the best level; here they run again in a

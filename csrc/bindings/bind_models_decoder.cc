@@ -99,7 +99,7 @@ class PyDecoderModel : private ModelTensors {
     if (c.swiglu) l.gate_weight = weight(t, "gate.weight", I, H);
     l.down_weight = weight(t, "down.weight", H, I);
     l.down_bias = optional(t, "down.bias", {H});
-    py::gil_scoped_release release;
+    GilReleased release;
     model_->add_layer(l);
   }
 
@@ -109,7 +109,7 @@ class PyDecoderModel : private ModelTensors {
     const float* b = optional(t, "norm.bias", {c.hidden_size});
     WeightRef head;
     if (t.contains("lm_head") && !t["lm_head"].is_none()) head = weight(t, "lm_head", c.vocab_size, c.hidden_size);
-    py::gil_scoped_release release;
+    GilReleased release;
     model_->set_head(w, b, head);
   }
 
@@ -146,7 +146,7 @@ class PyDecoderModel : private ModelTensors {
     const int64_t* ip = ids.data();
     float* op = out.mutable_data();
     {
-      py::gil_scoped_release release;
+      GilReleased release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       with_size_context([&] { return request; }, [&] { model_->logits(ip, mp, B, T, op); });
@@ -287,7 +287,7 @@ py::tuple kv_cache_reorder(const py::array& k_in, const py::array& v_in, const p
     });
   }
   {
-    py::gil_scoped_release release;
+    GilReleased release;
     ScopedNumThreads threads(num_threads);
     cache.reorder(src.data());
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/gil.h"
 #include "bindings/sized_output.h"
 #include "bindings/weight_type.h"
 #include "models/encoder.h"
@@ -104,7 +105,7 @@ class PyEncoderModel : private ModelTensors {
     l.output_bias = get(tensors, "output.bias", {H});
     l.output_norm_weight = get(tensors, "output_norm.weight", {H});
     l.output_norm_bias = get(tensors, "output_norm.bias", {H});
-    py::gil_scoped_release release;  // packing is the slow part of loading
+    GilReleased release;  // packing is the slow part of loading
     model_->add_layer(l);
   }
 
@@ -117,7 +118,7 @@ class PyEncoderModel : private ModelTensors {
     d["weight_scale"] = weight_scale;
     const WeightRef w = this->weight(d, "weight", H, H);
     const float* b = get(d, "bias", {H});
-    py::gil_scoped_release release;
+    GilReleased release;
     model_->set_pooler(w, b);
   }
 
@@ -195,7 +196,7 @@ class PyEncoderModel : private ModelTensors {
     float* op = out.mutable_data();
     float* pp = return_pooler ? pooled.mutable_data() : nullptr;
     {
-      py::gil_scoped_release release;
+      GilReleased release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       with_size_context([&] { return request; }, [&] { model_->forward(id, mp, tp, B, T, op, pp); });

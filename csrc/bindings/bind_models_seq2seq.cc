@@ -115,7 +115,7 @@ class PySeq2SeqModel : private ModelTensors {
     l.down_bias = optional(t, "down.bias", {d});
     l.ffn_norm_weight = get(t, "ffn_norm.weight", {d});
     l.ffn_norm_bias = optional(t, "ffn_norm.bias", {d});
-    py::gil_scoped_release release;
+    GilReleased release;
     if (decoder) {
       model_->add_decoder_layer(l);
     } else {
@@ -152,7 +152,7 @@ class PySeq2SeqModel : private ModelTensors {
     }
     if (t.contains("lm_head") && !t["lm_head"].is_none()) h.lm_head = weight(t, "lm_head", c.vocab_size, c.d_model);
     h.final_logits_bias = optional(t, "final_logits_bias", {c.vocab_size});
-    py::gil_scoped_release release;
+    GilReleased release;
     model_->set_head(h);
   }
 
@@ -168,7 +168,7 @@ class PySeq2SeqModel : private ModelTensors {
     const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
     float* op = out.mutable_data();
     {
-      py::gil_scoped_release release;
+      GilReleased release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       with_size_context([&] { return request; }, [&] { model_->encode(ip, mp, B, T, op); });
@@ -203,7 +203,7 @@ class PySeq2SeqModel : private ModelTensors {
     const int64_t* tp = tgt.data();
     float* op = out.mutable_data();
     {
-      py::gil_scoped_release release;
+      GilReleased release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       with_size_context([&] { return request; }, [&] { model_->logits(ip, mp, B, T, tp, Tt, op); });

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "bindings/arrays.h"
+#include "bindings/gil.h"
 #include "kernels/attention/attention.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
@@ -113,7 +114,7 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
   a.out = out.mutable_data();
   a.out_stride_b = H * Tq * D; a.out_stride_h = Tq * D; a.out_stride_t = D;
   {
-    py::gil_scoped_release release;
+    GilReleased release;
     ComputeSlots slots(current_num_threads());
     attention(a);
   }
@@ -189,7 +190,7 @@ void attention_views(const py::object& q_obj, const py::object& k_obj, const py:
     a.mask_stride_b = mask.stride[0]; a.mask_stride_h = mask.stride[1];
     a.mask_stride_q = mask.stride[2]; a.mask_stride_k = mask.stride[3];
   }
-  py::gil_scoped_release release;
+  GilReleased release;
   attention(a);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/gil.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_peak.h"
 #include "runtime/checked_size.h"
@@ -52,7 +53,7 @@ py::tuple quantize_int8(const py::object& weight) {
   int8_t* qp = q.mutable_data();
   float* sp = scales.mutable_data();
   {
-    py::gil_scoped_release release;
+    GilReleased release;
     quantize_weights_s8(wp, n, k, k, qp, sp);
   }
   return py::make_tuple(q, scales);
@@ -96,7 +97,7 @@ class Linear {
         if (!std::isfinite(wp[i])) throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) + "; int8 needs finite weights");
       }
     }
-    py::gil_scoped_release release;
+    GilReleased release;
     packed_ = pack_weights(wp, type, n_, k_, k_);
   }
 
@@ -132,7 +133,7 @@ class Linear {
       epilogue.ldr = n_;
     }
     {
-      py::gil_scoped_release release;
+      GilReleased release;
       ComputeSlots slots(current_num_threads());
       gemm(xp, m, k_, packed_, op, n_, epilogue);
     }
@@ -165,7 +166,7 @@ double peak_gops(const std::string& dtype, double seconds) {
   if (!std::isfinite(seconds) || seconds <= 0.0 || seconds > 60.0) {
     throw py::value_error("seconds must be in (0, 60], got " + py::str(py::float_(seconds)).cast<std::string>());
   }
-  py::gil_scoped_release release;
+  GilReleased release;
   ComputeSlots slots(current_num_threads());
   return 2.0 * gemm_peak_macs(type, seconds) * 1e-9;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "bindings/arrays.h"
+#include "bindings/gil.h"
 #include "kernels/activation/activation.h"
 #include "kernels/norm/norm.h"
 #include "kernels/vector_math/vector_math.h"
@@ -68,7 +69,7 @@ py::array_t<float> layer_norm_op(const py::object& x, const py::object& weight, 
   const float *xp = in.x.data(), *wp = in.weight.data();
   float* yp = y.mutable_data();
   {
-    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    GilReleased release;  // scoped: returning y converts it, which needs the GIL
     ComputeSlots slots(current_num_threads());
     layer_norm(xp, r, nullptr, wp, b, eps, yp, in.rows, in.n);
   }
@@ -83,7 +84,7 @@ py::array_t<float> rms_norm_op(const py::object& x, const py::object& weight, fl
   const float *xp = in.x.data(), *wp = in.weight.data();
   float* yp = y.mutable_data();
   {
-    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    GilReleased release;  // scoped: returning y converts it, which needs the GIL
     ComputeSlots slots(current_num_threads());
     rms_norm(xp, r, nullptr, wp, eps, yp, in.rows, in.n);
   }
@@ -97,7 +98,7 @@ py::array_t<float> activation_op(const py::object& x_obj, Activation act) {
   float* yp = y.mutable_data();
   const long n = static_cast<long>(x.size());
   {
-    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    GilReleased release;  // scoped: returning y converts it, which needs the GIL
     ComputeSlots slots(current_num_threads());
     apply_activation(act, xp, yp, n);
   }
@@ -119,7 +120,7 @@ py::array_t<float> softmax_op(const py::object& x_obj) {
   const float* xp = x.data();
   float* yp = y.mutable_data();
   {
-    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    GilReleased release;  // scoped: returning y converts it, which needs the GIL
     ComputeSlots slots(current_num_threads());
     softmax_rows(xp, yp, rows, n);
   }
@@ -135,7 +136,7 @@ py::array_t<float> silu_mul_op(const py::object& gate_obj, const py::object& up_
   float* yp = y.mutable_data();
   const long n = static_cast<long>(gate.size());
   {
-    py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+    GilReleased release;  // scoped: returning y converts it, which needs the GIL
     ComputeSlots slots(current_num_threads());
     silu_mul(g, u, yp, n);
   }
@@ -179,7 +180,7 @@ py::tuple norm_fused_op(const std::string& kind, const py::object& x_obj, const 
   const float* b = in.has_bias ? in.bias.data() : nullptr;
   const float* wp = in.weight.data();
   {
-    py::gil_scoped_release release;
+    GilReleased release;
     ComputeSlots slots(current_num_threads());
     if (kind == "layer_norm") layer_norm(xp, rp, sp, wp, b, eps, yp, in.rows, in.n);
     else rms_norm(xp, rp, sp, wp, eps, yp, in.rows, in.n);
@@ -209,7 +210,7 @@ py::array_t<float> vector_math_op(const std::string& function, const py::object&
     float* yp = y.mutable_data();
     const long n = static_cast<long>(x.size());
     {
-      py::gil_scoped_release release;  // scoped: returning y converts it, which needs the GIL
+      GilReleased release;  // scoped: returning y converts it, which needs the GIL
       ComputeSlots slots(current_num_threads());
       vector_math_kernels().apply(entry.f, xp, yp, n);
     }
@@ -229,7 +230,7 @@ py::tuple row_reductions_op(const py::object& x_obj, float shift, float offset, 
   double sum;
   long index;
   {
-    py::gil_scoped_release release;
+    GilReleased release;
     max_value = vm.max_value(xp, n);
     sum = vm.sum_exp(xp, n, shift);
     index = vm.find_greater(xp, n, offset, threshold);

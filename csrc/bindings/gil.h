@@ -2,16 +2,20 @@
 // aborting the process when the interpreter exits meanwhile.
 //
 // Once finalization has started, Python (3.11-3.13) ends any other thread that asks for the GIL
-// with pthread_exit, which unwinds the thread's C++ stack. py::gil_scoped_release takes the GIL
-// back in its destructor; pthread_exit from there unwinds through a noexcept frame and
-// std::terminate aborts the whole process ("terminate called without an active exception"). So a
-// daemon thread whose generation ends, or whose token callback fires, while the interpreter exits
-// must not ask for the GIL: the callback throws InterpreterExiting instead, which unwinds the
-// native loop, and GilReleased then parks the thread for the rest of the process's short life
-// (as Python 3.14 itself does with such threads). Nothing is left half-done that the exiting
-// process could observe.
+// with pthread_exit, which unwinds the thread's C++ stack (a "forced unwind"). The thread may be
+// asking already, queued for the GIL, when finalization starts. py::gil_scoped_release takes the
+// GIL back in its destructor, a noexcept frame: the forced unwind cannot pass it and
+// std::terminate aborts the whole process ("terminate called without an active exception").
+// Letting the unwind through would be no better: the frames below would drop Python references
+// without the GIL. So a thread that would be ended this way is parked instead, for the rest of the
+// process's short life (as Python 3.14 itself does with such threads): GilReleased and
+// call_python check for finalization before asking for the GIL and catch the forced unwind if it
+// started while they waited. A token callback that cannot call Python throws InterpreterExiting,
+// which unwinds the native loop first. Nothing is left half-done that the exiting process could
+// observe.
 #pragma once
 
+#include <cxxabi.h>
 #include <pybind11/pybind11.h>
 
 #include <chrono>
@@ -47,7 +51,11 @@ class GilReleased {
   GilReleased() : state_(PyEval_SaveThread()) {}
   ~GilReleased() {
     if (interpreter_finalizing()) park_thread_until_exit();
-    PyEval_RestoreThread(state_);
+    try {
+      PyEval_RestoreThread(state_);
+    } catch (abi::__forced_unwind&) {  // finalization started while this thread waited
+      park_thread_until_exit();
+    }
   }
   GilReleased(const GilReleased&) = delete;
   GilReleased& operator=(const GilReleased&) = delete;
@@ -60,7 +68,16 @@ class GilReleased {
 template <typename... Args>
 void call_python(const pybind11::object& callable, Args&&... args) {
   if (interpreter_finalizing()) throw InterpreterExiting();
-  pybind11::gil_scoped_acquire acquire;
+  PyGILState_STATE state;
+  try {
+    state = PyGILState_Ensure();
+  } catch (abi::__forced_unwind&) {  // finalization started while this thread waited
+    park_thread_until_exit();
+  }
+  struct Release {
+    PyGILState_STATE state;
+    ~Release() { PyGILState_Release(state); }
+  } release{state};
   callable(std::forward<Args>(args)...);
 }
 

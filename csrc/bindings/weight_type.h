@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/gil.h"
 #include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
 #include "models/linear.h"
@@ -131,7 +132,7 @@ class ModelTensors {
     if (!copy || a.size() == 0) return data;  // an empty table is never read
     AlignedBuffer<float> owned(static_cast<std::size_t>(a.size()));  // large: an anonymous mapping
     {
-      py::gil_scoped_release release;  // reading a mapped file may wait for the disk
+      GilReleased release;  // reading a mapped file may wait for the disk
       std::memcpy(owned.data(), data, static_cast<std::size_t>(a.nbytes()));
     }
     owned_.push_back(std::move(owned));  // moving keeps the data pointer
