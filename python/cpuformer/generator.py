@@ -551,6 +551,17 @@ class _StreamWorker:
             self._thread.join()
         self._live.discard(self)
 
+    def orphan_after_fork(self) -> None:
+        """In a child forked while this stream ran: its worker thread exists only in the parent, so
+        the child's consumer would wait for tokens forever (and the queue's lock may have been held
+        by that thread at fork time). A fresh queue ends the stream with a clear error instead."""
+        self._queue = queue.Queue()
+        self._failure[:] = [RuntimeError("this stream() was started before os.fork(): its generation runs in the "
+                                         "parent process and cannot continue in the child; start a new stream "
+                                         "in the child")]
+        self._queue.put(_STREAM_DONE)
+        self._live.discard(self)
+
 
 _STREAM_DONE = object()
 _LIVE_STREAMS: "set[_StreamWorker]" = set()
@@ -560,6 +571,14 @@ _LIVE_STREAMS: "set[_StreamWorker]" = set()
 def _stop_live_streams() -> None:
     for worker in list(_LIVE_STREAMS):
         worker.stop(at_exit=True)
+
+
+def _orphan_live_streams() -> None:
+    for worker in list(_LIVE_STREAMS):
+        worker.orphan_after_fork()
+
+
+os.register_at_fork(after_in_child=_orphan_live_streams)
 
 
 def _fits_float(value) -> bool:

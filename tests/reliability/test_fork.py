@@ -143,6 +143,27 @@ PARENT = textwrap.dedent(r"""
         report["slots_at_fork"] = cf._core._compute_slots()["in_use"]
         report["child"] = in_fork(lambda: narrow.generate([PROMPT], max_new_tokens=6))
         tokens.close()
+    elif scenario == "stream":
+        # A stream running in the parent at fork time: the child cannot continue it (its worker
+        # thread is the parent's) and gets a clear error instead of waiting forever; a new stream
+        # in the child works, and the parent's stream goes on.
+        decoder = cf.Generator(decoder_path, num_threads=2)
+        report["parent"] = decoder.generate([PROMPT], max_new_tokens=6)[0]
+        running = decoder.stream(PROMPT, max_new_tokens=1000, min_new_tokens=1000)
+        first = next(running)
+
+        def child():
+            try:
+                next(running)
+                error = None
+            except RuntimeError as caught:
+                error = str(caught)
+            return dict(error=error, fresh=list(decoder.stream(PROMPT, max_new_tokens=6)))
+
+        report["child"] = in_fork(child)
+        report["parent_continues"] = [first, next(running)] == decoder.generate(
+            [PROMPT], max_new_tokens=2, min_new_tokens=2)[0]
+        running.close()
     print(json.dumps(report))
 """)
 
@@ -215,3 +236,11 @@ def test_fork_while_another_thread_computes(models):
     report, child = run_parent(models, "busy")
     assert report["slots_at_fork"] > 0
     assert child == report["parent"]
+
+
+def test_stream_running_at_fork(models):
+    report, child = run_parent(models, "stream")
+    assert child["error"] is not None and "started before os.fork()" in child["error"], child
+    assert "start a new stream in the child" in child["error"]
+    assert child["fresh"] == report["parent"]
+    assert report["parent_continues"]
