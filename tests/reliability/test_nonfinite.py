@@ -20,6 +20,7 @@ CPU supports.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -313,6 +314,41 @@ def test_encoder_nan_padding_does_not_reach_tokens(nan_pad_berts, dtype):
         np.testing.assert_array_equal(got[real], want[real])
         sequences = [[5, 7, 9], [4, 6, 8, 10, 12, 14, 16]]
         np.testing.assert_array_equal(poisoned.embed(sequences), clean.embed(sequences))
+
+
+@pytest.fixture(scope="module")
+def nonfinite_weight_berts(nan_pad_berts, tmp_path_factory):
+    """The clean BERT with one weight of layer 0's intermediate projection set to NaN, and to inf
+    (NumPy only: the child process at another level reuses the parent's directories)."""
+    from safetensors.numpy import load_file, save_file
+
+    directories = {}
+    for name, value in (("nan", np.nan), ("inf", np.inf)):
+        directory = os.path.join(os.path.dirname(nan_pad_berts[0]), f"bert_{name}_weight")
+        if not os.path.isdir(directory):
+            shutil.copytree(nan_pad_berts[0], directory)
+            path = os.path.join(directory, "model.safetensors")
+            tensors = load_file(path)
+            key = next(n for n in tensors if n.endswith("layer.0.intermediate.dense.weight"))
+            tensors[key][3, 5] = value
+            save_file(tensors, path, metadata={"format": "pt"})
+        directories[name] = directory
+    return directories
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_nonfinite_weight_reaches_outputs_in_every_dtype(nonfinite_weight_berts, dtype, value):
+    """A non-finite weight makes its output channel NaN/inf in float32, which the next layers spread
+    to every output. int8 cannot hold it: that channel's scale is NaN (before: a NaN weight was cast
+    to int8, which is undefined, and an inf row quantized to zeros), so the outputs are NaN too."""
+    ids = np.array([[5, 7, 9, 11, 13]], np.int64)
+    with cf.Encoder(nonfinite_weight_berts[value], dtype=dtype, num_threads=1) as encoder:
+        out = encoder(ids)
+    if value == "nan" or dtype == "int8":
+        assert np.isnan(out).all()
+    else:
+        assert not np.isfinite(out).any()
 
 
 # ---- the other ISA levels ----------------------------------------------------------------------

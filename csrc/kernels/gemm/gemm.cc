@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -81,12 +82,19 @@ void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, fl
   for (long j = 0; j < n; ++j) {
     const float* row = w + j * ldw;
     float amax = 0.0f;
-    for (long p = 0; p < k; ++p) amax = std::fmax(amax, std::fabs(row[p]));
+    bool finite = true;
+    for (long p = 0; p < k; ++p) {
+      const float a = std::fabs(row[p]);
+      finite &= a <= std::numeric_limits<float>::max();  // false for NaN and ±inf
+      amax = std::fmax(amax, a);
+    }
     int8_t* out = q + j * k;
-    if (!(amax > 0.0f) || !std::isfinite(amax)) {
-      // A zero row quantizes to zeros. Non-finite weights are rejected by the loaders before this.
+    if (!finite || !(amax > 0.0f)) {
+      // A zero row quantizes to zeros. A row with NaN or ±inf (int8 holds neither) gets zeros and a
+      // NaN scale, so every output of that channel is NaN, as float32 weights give for NaN and
+      // (through inf - inf or 0 · inf) mostly for inf; docs/reliability.md, "Non-finite values".
       std::memset(out, 0, static_cast<std::size_t>(k));
-      scales[j] = 0.0f;
+      scales[j] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
       continue;
     }
     const float inv = 127.0f / amax;

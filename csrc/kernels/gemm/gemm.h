@@ -98,7 +98,8 @@ const char* gemm_kernel_name(WeightType type);
 // Load-time conversions (generic code, identical at every ISA level; `cpuformer convert` uses them
 // too, so a converted directory holds exactly what quantize-at-load would compute).
 // q[j][:] = round_half_even(w[j][:] · (127 / max|w[j][:]|)), scales[j] = max|w[j][:]| / 127
-// (a zero row gives q = 0, scale = 0). q is [n, k] contiguous.
+// (a zero row gives q = 0, scale = 0; a row holding a NaN or ±inf gives q = 0, scale = NaN, so
+// every output of that channel is NaN). q is [n, k] contiguous.
 void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales);
 // Round to nearest even; NaN stays NaN, overflow goes to ±inf.
 uint16_t float_to_half(float x);
