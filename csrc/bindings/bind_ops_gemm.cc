@@ -48,7 +48,7 @@ py::tuple quantize_int8(const py::object& weight) {
   py::array_t<float> scales(n);
   const float* wp = w.data();
   for (py::ssize_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(wp[i])) throw py::value_error("w has a non-finite value at flat index " + std::to_string(i));
+    if (!std::isfinite(wp[i])) throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) + "; int8 needs finite weights");
   }
   int8_t* qp = q.mutable_data();
   float* sp = scales.mutable_data();

@@ -192,7 +192,10 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
         overrides: Dict[str, str] = {}
 
         def store(name: str, w: np.ndarray) -> None:
-            pieces, kinds = _converted(w, dtype)
+            try:
+                pieces, kinds = _converted(w, dtype)
+            except ValueError as error:  # a non-finite weight that int8 cannot hold: name the tensor
+                raise ValueError(f"{md.path}: tensor {name}: {error}") from None
             for suffix, array in pieces:
                 out[name + suffix] = array
                 if suffix in kinds:

@@ -351,6 +351,12 @@ def test_nonfinite_weight_reaches_outputs_in_every_dtype(nonfinite_weight_berts,
         assert not np.isfinite(out).any()
 
 
+def test_convert_to_int8_refuses_a_nonfinite_weight_naming_it(nonfinite_weight_berts, tmp_path):
+    with pytest.raises(ValueError, match=r"tensor \S*layer\.0\.intermediate\.dense\.weight: w has a non-finite "
+                                         r"value at flat index \d+; int8 needs finite weights"):
+        cf.convert(nonfinite_weight_berts["nan"], tmp_path / "int8", "int8", progress=False)
+
+
 # ---- the other ISA levels ----------------------------------------------------------------------
 
 def test_nonfinite_at_other_levels(nan_pad_berts):
