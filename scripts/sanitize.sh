@@ -99,7 +99,10 @@ if [ ${#pytest_args[@]} -eq 0 ]; then
                tests/models/test_decoder.py::test_stream_yields_the_generated_tokens
                tests/models/test_decoder.py::test_bad_input_raises_clear_errors
                tests/models/test_seq2seq.py tests/test_model_dir.py
-               tests/reliability/test_generate_properties.py tests/reliability/test_interrupt.py)
+               tests/reliability/test_generate_properties.py tests/reliability/test_interrupt.py
+               tests/reliability/test_limits.py tests/reliability/test_nonfinite.py tests/reliability/test_fork.py
+               tests/reliability/test_file_changes.py tests/reliability/test_stream_lifecycle.py
+               tests/reliability/test_sampling_limits.py)
   elif [ $quick -eq 1 ]; then
     per_level=(tests/kernels tests/models/test_encoder.py)
     best_only=(tests/reliability/test_ops_properties.py tests/reliability/test_encoder_properties.py)
