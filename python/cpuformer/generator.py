@@ -465,13 +465,13 @@ class Generator(ModelBase):
             for token in worker.tokens():
                 produced.append(token)
                 decoded = self._decode(produced)
-                final = _common_prefix(previous, decoded).rstrip("\ufffd")
+                final = os.path.commonprefix([previous, decoded]).rstrip("\ufffd")
                 previous = decoded
                 if len(final) > len(emitted) and final.startswith(emitted):
                     yield final[len(emitted):]
                     emitted = final
             text_of_all = self._decode(produced)
-            rest = text_of_all[len(_common_prefix(emitted, text_of_all)):]
+            rest = text_of_all[len(os.path.commonprefix([emitted, text_of_all])):]
             if rest:
                 yield rest
         finally:
@@ -587,22 +587,6 @@ def _fits_float(value) -> bool:
         return math.isfinite(float(value))
     except OverflowError:
         return False
-
-
-def _common_prefix(a: str, b: str) -> str:
-    """The longest common prefix of a and b (usually one extends the other: checked first)."""
-    if b.startswith(a):
-        return a
-    if a.startswith(b):
-        return b
-    low, high = 0, min(len(a), len(b))  # a[:low] == b[:low] and a[:high + 1] != b[:high + 1]
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return a[:low]
 
 
 def _ids(value, index: int, noun: str, vocab_size: int) -> List[int]:
