@@ -61,7 +61,7 @@ def test_repr_shows_architecture_dtype_parameters_isa_threads(tiny, kind, cls, s
 
 
 def test_format_count():
-    from cpuformer._base import format_count
+    from cpuformer.models._base import format_count
 
     assert [format_count(n) for n in (999, 1234, 124_439_808, 1_100_048_384)] == ["999", "1.2K", "124.4M", "1.10B"]
 

@@ -41,11 +41,9 @@ except ValueError as error:
     raise ImportError(f"cpuformer: {error}") from None
 
 from . import ops  # noqa: E402
-from ._load import load  # noqa: E402
-from .convert import convert  # noqa: E402
-from .encoder import Encoder  # noqa: E402
-from .generator import Generator  # noqa: E402
-from .seq2seq import Seq2Seq  # noqa: E402
+from .api import load  # noqa: E402
+from .models import Encoder, Generator, Seq2Seq  # noqa: E402
+from .weights import convert  # noqa: E402
 
 try:
     __version__ = _version("cpuformer")

@@ -28,6 +28,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from . import cpu_info, ops
+from .arch import find
+from .arch.checkpoint import random_checkpoint
 
 MODEL_KINDS = ("encoder", "decoder", "seq2seq")
 PEERS = ("torch", "ctranslate2")
@@ -133,65 +135,6 @@ def write_tokenizer(directory: str, kind: str, shape: Dict[str, Any]) -> None:
     tokenizer.save(os.path.join(directory, "tokenizer.json"))
 
 
-def _checkpoint(kind: str, shape: Dict[str, Any], rng: np.random.Generator) -> Dict[str, np.ndarray]:
-    def w(*dims: int) -> np.ndarray:
-        return rng.standard_normal(dims, dtype=np.float32) * np.float32(0.02)
-
-    def zeros(n: int) -> np.ndarray:
-        return np.zeros(n, np.float32)
-
-    def ones(n: int) -> np.ndarray:
-        return np.ones(n, np.float32)
-
-    t: Dict[str, np.ndarray] = {}
-    if kind == "encoder":
-        H, I, V = shape["hidden_size"], shape["intermediate_size"], shape["vocab_size"]
-        t.update({"embeddings.word_embeddings.weight": w(V, H),
-                  "embeddings.position_embeddings.weight": w(shape["max_position_embeddings"], H),
-                  "embeddings.token_type_embeddings.weight": w(2, H),
-                  "embeddings.LayerNorm.weight": ones(H), "embeddings.LayerNorm.bias": zeros(H)})
-        for layer in range(shape["num_hidden_layers"]):
-            p = f"encoder.layer.{layer}."
-            for name in ("attention.self.query", "attention.self.key", "attention.self.value",
-                         "attention.output.dense"):
-                t[p + name + ".weight"], t[p + name + ".bias"] = w(H, H), zeros(H)
-            t[p + "intermediate.dense.weight"], t[p + "intermediate.dense.bias"] = w(I, H), zeros(I)
-            t[p + "output.dense.weight"], t[p + "output.dense.bias"] = w(H, I), zeros(H)
-            for norm in ("attention.output.LayerNorm", "output.LayerNorm"):
-                t[p + norm + ".weight"], t[p + norm + ".bias"] = ones(H), zeros(H)
-        t["pooler.dense.weight"], t["pooler.dense.bias"] = w(H, H), zeros(H)
-    elif kind == "decoder":
-        H, V = shape["n_embd"], shape["vocab_size"]
-        I = 4 * H
-        p0 = "transformer."
-        t.update({p0 + "wte.weight": w(V, H), p0 + "wpe.weight": w(shape["n_positions"], H)})
-        for layer in range(shape["n_layer"]):
-            p = f"{p0}h.{layer}."
-            t.update({p + "ln_1.weight": ones(H), p + "ln_1.bias": zeros(H),
-                      p + "attn.c_attn.weight": w(H, 3 * H), p + "attn.c_attn.bias": zeros(3 * H),
-                      p + "attn.c_proj.weight": w(H, H), p + "attn.c_proj.bias": zeros(H),
-                      p + "ln_2.weight": ones(H), p + "ln_2.bias": zeros(H),
-                      p + "mlp.c_fc.weight": w(H, I), p + "mlp.c_fc.bias": zeros(I),
-                      p + "mlp.c_proj.weight": w(I, H), p + "mlp.c_proj.bias": zeros(H)})
-        t[p0 + "ln_f.weight"], t[p0 + "ln_f.bias"] = ones(H), zeros(H)
-    else:
-        d, F, V = shape["d_model"], shape["encoder_ffn_dim"], shape["vocab_size"]
-        t["model.shared.weight"] = w(V, d)
-        for stack in ("encoder", "decoder"):
-            for layer in range(shape[stack + "_layers"]):
-                p = f"model.{stack}.layers.{layer}."
-                modules = ["self_attn"] + (["encoder_attn"] if stack == "decoder" else [])
-                for module in modules:
-                    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                        t[f"{p}{module}.{proj}.weight"], t[f"{p}{module}.{proj}.bias"] = w(d, d), zeros(d)
-                    t[f"{p}{module}_layer_norm.weight"], t[f"{p}{module}_layer_norm.bias"] = ones(d), zeros(d)
-                t[p + "fc1.weight"], t[p + "fc1.bias"] = w(F, d), zeros(F)
-                t[p + "fc2.weight"], t[p + "fc2.bias"] = w(d, F), zeros(d)
-                t[p + "final_layer_norm.weight"], t[p + "final_layer_norm.bias"] = ones(d), zeros(d)
-        t["final_logits_bias"] = np.zeros((1, V), np.float32)
-    return t
-
-
 def _config(kind: str, shape: Dict[str, Any]) -> Dict[str, Any]:
     cfg = {k: v for k, v in shape.items() if k != "name"}
     specials = special_tokens(kind, shape)
@@ -221,11 +164,13 @@ def build_model(kind: str, shape: Dict[str, Any], directory: str, seed: int = 0)
     if kind not in MODEL_KINDS:
         raise ValueError(f"model kind must be one of {', '.join(MODEL_KINDS)}, got {kind!r}")
     os.makedirs(directory, exist_ok=True)
-    tensors = _checkpoint(kind, shape, np.random.default_rng(seed))
+    config = _config(kind, shape)
+    arch, _ = find(config)
+    tensors = random_checkpoint(arch, config, np.random.default_rng(seed))
     save_safetensors(os.path.join(directory, "model.safetensors"), tensors, metadata={"format": "pt"})
     del tensors
     with open(os.path.join(directory, "config.json"), "w") as f:
-        json.dump(_config(kind, shape), f, indent=1)
+        json.dump(config, f, indent=1)
     write_tokenizer(directory, kind, shape)
     return directory
 

@@ -14,9 +14,11 @@ import os
 import sys
 from typing import Any, Callable, List, Optional, Sequence
 
+from .arch import KIND_TEXT, find, titles
+from .models import CLASSES
+from .weights import DTYPES
+
 _KIND_COMMAND = {"encoder": "embed", "decoder": "generate", "seq2seq": "translate"}
-_KIND_TEXT = {"encoder": "an encoder", "decoder": "a decoder (causal LM)", "seq2seq": "an encoder-decoder (seq2seq)"}
-DTYPES = ("float32", "float16", "bfloat16", "int8")
 
 
 class UserError(Exception):
@@ -27,7 +29,6 @@ class UserError(Exception):
 
 def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None, threads: Optional[int] = None):
     """Loads the model at ``path``, checking first that it is the kind ``command`` needs."""
-    from ._load import classify
     from ._model_dir import ModelDir
 
     if not os.path.exists(path):
@@ -38,14 +39,12 @@ def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None,
         raise UserError(f"{path} is not a model directory: it has no config.json")
     model_dir = ModelDir(path)
     try:
-        kind, _, name = classify(model_dir.config)
+        arch, name = find(model_dir.config)
+        kind = arch.kind
         if kind != want:
-            raise UserError(f"{path} holds {name}, {_KIND_TEXT[kind]}; `cpuformer {command}` needs "
-                            f"{_KIND_TEXT[want]} (use `cpuformer {_KIND_COMMAND[kind]}`)")
-        from . import Encoder, Generator, Seq2Seq
-
-        cls = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq}[kind]
-        return cls(model_dir, dtype=dtype, num_threads=threads)
+            raise UserError(f"{path} holds {name}, {KIND_TEXT[kind]}; `cpuformer {command}` needs "
+                            f"{KIND_TEXT[want]} (use `cpuformer {_KIND_COMMAND[kind]}`)")
+        return CLASSES[kind](model_dir, dtype=dtype, num_threads=threads)
     except BaseException:
         model_dir.close()
         raise
@@ -349,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     embed = sub.add_parser("embed", help="sentence embeddings from an encoder (JSON or .npy)",
                            description="Sentence embeddings [N, hidden] of texts with an encoder model directory "
-                                       "(BERT, RoBERTa, XLM-RoBERTa, DistilBERT; needs tokenizer.json).")
+                                       f"({titles('encoder')}; needs tokenizer.json).")
     embed.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(embed, "texts to embed")
     embed.add_argument("--pooling", choices=("mean", "cls"), default="mean", help="token pooling (default mean)")
@@ -362,8 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     embed.set_defaults(func=_cmd_embed)
 
     gen = sub.add_parser("generate", help="generate text from a prompt, streamed as it is produced",
-                         description="Continues PROMPT with a decoder model directory (GPT-2, Llama, Mistral, "
-                                     "Qwen2, Qwen3; needs tokenizer.json unless --ids), writing tokens to stdout "
+                         description=f"Continues PROMPT with a decoder model directory ({titles('decoder')}; "
+                                     "needs tokenizer.json unless --ids), writing tokens to stdout "
                                      "as they are produced. Greedy unless sampling options are given.")
     gen.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     gen.add_argument("prompt", metavar="PROMPT", help="the prompt text")
@@ -374,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=_cmd_generate)
 
     tr = sub.add_parser("translate", help="seq2seq generation (translation, summarisation), one line per input",
-                        description="Runs an encoder-decoder model directory (Marian, BART, mBART, T5, mT5; needs "
+                        description=f"Runs an encoder-decoder model directory ({titles('seq2seq')}; needs "
                                     "tokenizer.json) on each input and prints one output line per input, in order.")
     tr.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(tr, "source texts")

@@ -75,7 +75,7 @@ def test_convert_onto_a_symlink_to_an_empty_directory(tiny, tmp_path):
 _STOPS_WHILE_WRITING = """
 import importlib, sys, time
 from cpuformer import cli
-convert = importlib.import_module("cpuformer.convert")  # the module (cpuformer.convert is the function)
+convert = importlib.import_module("cpuformer.weights")  # the module convert() lives in
 write = convert.save_safetensors
 def write_then_wait(*args, **kwargs):
     write(*args, **kwargs)

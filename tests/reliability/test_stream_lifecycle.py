@@ -108,14 +108,14 @@ CASES = {
     # finalization begins, and the iterator is collected during finalization.
     "stream_started_at_exit": """
         import atexit
-        import cpuformer.generator
+        import cpuformer.models.generator
         def start_late():
             global late
             late = gen.stream([5, 6, 7], **LONG)
             next(late)
-        atexit.unregister(cpuformer.generator._stop_live_streams)
+        atexit.unregister(cpuformer.models.generator._stop_live_streams)
         atexit.register(start_late)
-        atexit.register(cpuformer.generator._stop_live_streams)
+        atexit.register(cpuformer.models.generator._stop_live_streams)
         print("ok")
     """,
     # Daemon threads in a loop of other native calls (logits, ops) while the main thread exits: a

@@ -1,10 +1,10 @@
 """``cpuformer.Encoder``: BERT-family encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT).
 
-Loading maps a checkpoint's tensor names onto one graph (``_core.EncoderModel``, C++), packs the
-projection weights one layer at a time and releases each layer's source pages right after, so
-loading peaks near one copy of the weights. The embedding tables are copied into memory the C++
-model owns, and the weights maps are closed when loading ends: a loaded model does not depend on
-its files (docs/reliability.md, "fork() and files changing after load").
+The families are declared in ``arch/bert.py``; loading (``weights.py``, ``models/_graph.py``)
+packs the projection weights one layer at a time and releases each layer's source pages right
+after, so loading peaks near one copy of the weights. The embedding tables are copied into memory
+the C++ model owns, and the weights maps are closed when loading ends: a loaded model does not
+depend on its files (docs/reliability.md, "fork() and files changing after load").
 """
 
 from __future__ import annotations
@@ -14,80 +14,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _core
-from ._arguments import integer_array, token_id_range_error
+from .._arguments import integer_array, token_id_range_error
+from .._model_dir import ModelDir
+from .._tokenizer import load_tokenizer, read_length_limit
 from ._base import ModelBase, TokenIds
-from ._load import ENCODER_FAMILIES
-from ._model_dir import ModelDir, config_float, config_int
-from ._tokenizer import load_tokenizer, read_length_limit
-from .convert import put_weight, release_weight
 
-_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 _POOLINGS = ("mean", "cls")
 
 PathLike = Union[str, os.PathLike]
-
-
-def _encoder_config(family: str, config: Dict[str, Any]) -> Dict[str, Any]:
-    """The graph's config from a Hugging Face config.json (defaults are the HF config classes')."""
-    if family == "distilbert":
-        # (aliases: transformers' DistilBertConfig.attribute_map)
-        hidden = config_int(config, "dim", default=768, aliases=("hidden_size",))
-        act_key, act = "activation", config.get("activation", "gelu")
-        out = dict(hidden_size=hidden, num_layers=config_int(config, "n_layers", default=6,
-                                                             aliases=("num_hidden_layers",)),
-                   num_heads=config_int(config, "n_heads", default=12, aliases=("num_attention_heads",)),
-                   intermediate_size=config_int(config, "hidden_dim", default=4 * hidden),
-                   type_vocab_size=0, layer_norm_eps=1e-12, position_ids="arange",
-                   pad_token_id=config_int(config, "pad_token_id", default=0, minimum=0))
-    else:
-        position_type = config.get("position_embedding_type", "absolute")
-        if position_type not in (None, "absolute"):
-            raise NotImplementedError(f"config.json: position_embedding_type {position_type!r} is not supported; "
-                                      "only 'absolute' position embeddings are")
-        act_key, act = "hidden_act", config.get("hidden_act", "gelu")
-        roberta = family in ("roberta", "xlm-roberta")
-        out = dict(hidden_size=config_int(config, "hidden_size", default=768),
-                   num_layers=config_int(config, "num_hidden_layers", default=12),
-                   num_heads=config_int(config, "num_attention_heads", default=12),
-                   intermediate_size=config_int(config, "intermediate_size", default=3072),
-                   type_vocab_size=config_int(config, "type_vocab_size", default=2, minimum=0),
-                   layer_norm_eps=config_float(config, "layer_norm_eps", default=1e-12, minimum=0.0),
-                   position_ids="padding_cumsum" if roberta else "arange",
-                   pad_token_id=config_int(config, "pad_token_id", default=1 if roberta else 0, minimum=0))
-    if act not in _ACTIVATIONS:
-        raise ValueError(f"config.json: {act_key} {act!r} is not supported; use one of {sorted(_ACTIVATIONS)}")
-    out["activation"] = _ACTIVATIONS[act]
-    out["vocab_size"] = config_int(config, "vocab_size", default=30522)
-    out["max_positions"] = config_int(config, "max_position_embeddings", default=512)
-    if out["hidden_size"] % out["num_heads"]:
-        raise ValueError(f"config.json: hidden size {out['hidden_size']} is not a multiple of the number of "
-                         f"attention heads {out['num_heads']}")
-    if out["pad_token_id"] >= out["vocab_size"]:
-        raise ValueError(f"config.json: pad_token_id {out['pad_token_id']} must be < vocab_size {out['vocab_size']}")
-    if out["position_ids"] == "padding_cumsum" and out["max_positions"] <= out["pad_token_id"] + 1:
-        raise ValueError(f"config.json: max_position_embeddings {out['max_positions']} leaves no positions after "
-                         f"padding_idx {out['pad_token_id']}")
-    return out
-
-
-def _tensor_names(family: str, layer: int) -> Dict[str, str]:
-    """Graph key -> checkpoint name (without the task-head prefix) for one layer."""
-    if family == "distilbert":
-        p = f"transformer.layer.{layer}."
-        pairs = {"q": "attention.q_lin", "k": "attention.k_lin", "v": "attention.v_lin", "out": "attention.out_lin",
-                 "attention_norm": "sa_layer_norm", "intermediate": "ffn.lin1", "output": "ffn.lin2",
-                 "output_norm": "output_layer_norm"}
-    else:
-        p = f"encoder.layer.{layer}."
-        pairs = {"q": "attention.self.query", "k": "attention.self.key", "v": "attention.self.value",
-                 "out": "attention.output.dense", "attention_norm": "attention.output.LayerNorm",
-                 "intermediate": "intermediate.dense", "output": "output.dense", "output_norm": "output.LayerNorm"}
-    names = {}
-    for key, name in pairs.items():
-        names[key + ".weight"] = p + name + ".weight"
-        names[key + ".bias"] = p + name + ".bias"
-    return names
 
 
 class Encoder(ModelBase):
@@ -110,66 +44,7 @@ class Encoder(ModelBase):
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None):
         self._tokenizer = None
-        # The directory stays open while the model lives: the embedding tables are views of its maps.
-        self._open(path, dtype, num_threads, "encoder", self._build)
-
-    # ---- loading ---------------------------------------------------------------------------
-
-    def _build(self, md: ModelDir, family: str) -> None:
-        self.family = family
-        cfg = _encoder_config(family, md.config)
-        cfg["dtype"] = self.dtype
-        self.config = cfg
-        H, I = cfg["hidden_size"], cfg["intermediate_size"]
-        prefix = ENCODER_FAMILIES[family]
-        if prefix + "embeddings.word_embeddings.weight" not in md:
-            prefix = ""  # a bare base model (BertModel …) has no prefix
-
-        def tensor(name: str, shape: Sequence[int]) -> np.ndarray:
-            return md.tensor(prefix + name, shape=shape)
-
-        embeddings = {
-            "word_embeddings": tensor("embeddings.word_embeddings.weight", (cfg["vocab_size"], H)),
-            "position_embeddings": tensor("embeddings.position_embeddings.weight", (cfg["max_positions"], H)),
-            "norm.weight": tensor("embeddings.LayerNorm.weight", (H,)),
-            "norm.bias": tensor("embeddings.LayerNorm.bias", (H,)),
-        }
-        token_types = prefix + "embeddings.token_type_embeddings.weight"
-        if token_types in md:
-            # A table the config does not describe would be ignored (type_vocab_size 0) or read
-            # with the wrong row count: name both sides.
-            shape = list(md.tensor_info(token_types)[1])
-            if family != "distilbert" and shape != [cfg["type_vocab_size"], H]:
-                raise ValueError(f"config.json: 'type_vocab_size' is {cfg['type_vocab_size']}, but the checkpoint's "
-                                 f"{token_types} has shape {shape} (type_vocab_size × hidden_size {H})")
-        if cfg["type_vocab_size"] > 0:
-            embeddings["token_type_embeddings"] = tensor("embeddings.token_type_embeddings.weight",
-                                                         (cfg["type_vocab_size"], H))
-        model = _core.EncoderModel(cfg, embeddings)
-        shapes = {"q": (H, H), "k": (H, H), "v": (H, H), "out": (H, H), "attention_norm": (H,),
-                  "intermediate": (I, H), "output": (H, I), "output_norm": (H,)}
-        for layer in range(cfg["num_layers"]):
-            names = _tensor_names(family, layer)
-            tensors: Dict[str, Any] = {}
-            for key, name in names.items():
-                part, kind = key.rsplit(".", 1)
-                shape = shapes[part] if kind == "weight" else shapes[part][:1]
-                if kind == "weight" and not part.endswith("norm"):
-                    put_weight(md, self._stored_dtype, tensors, key, prefix + name, shape)
-                else:
-                    tensors[key] = tensor(name, shape)
-            model.add_layer(tensors)
-            del tensors
-            for name in names.values():
-                release_weight(md, prefix + name)  # packed: its pages can leave resident memory
-        pooler = prefix + "pooler.dense.weight"
-        if pooler in md:
-            p: Dict[str, Any] = {}
-            put_weight(md, self._stored_dtype, p, "weight", pooler, (H, H))
-            model.set_pooler(p["weight"], tensor("pooler.dense.bias", (H,)), p.get("weight_scale"))
-            del p
-            release_weight(md, pooler)
-        self._model = model
+        self._open(path, dtype, num_threads, "encoder")
 
     def _live(self):
         """The C++ model; ValueError once close() has run (not an AttributeError on None)."""

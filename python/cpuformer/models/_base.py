@@ -9,14 +9,17 @@ process default), and describes its shape in ``_shape_text()``; this mixin adds 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from ._arguments import check_num_threads
-from ._load import check_dtype, classify, resolve_dtype, wrong_model_class
-from ._model_dir import ModelDir
+from .. import _core
+from .._arguments import check_num_threads
+from .._model_dir import ModelDir
+from ..arch import Arch, Hparams, find, wrong_kind
+from ..weights import Checkpoint, check_dtype, resolve_dtype
+from . import _graph
 
 #: Token ids: a NumPy integer array or (nested) lists of ints.
 TokenIds = npt.ArrayLike
@@ -51,28 +54,34 @@ class ModelBase:
 
     _model: Any
     _model_dir: Any
+    _arch: Arch
+    hparams: Hparams
     num_threads: int
     dtype: str
     architecture: str
     _num_parameters: Optional[int] = None
 
     def _open(self, path: Union[str, "os.PathLike[str]", ModelDir], dtype: Optional[str], num_threads: Optional[int],
-              kind: str, build: Callable[[ModelDir, str], None]) -> ModelDir:
+              kind: str) -> ModelDir:
         """The constructors' common part: checks dtype and num_threads, opens the directory (or
-        takes an opened ModelDir), resolves the dtype against a converted directory's, checks the
-        model kind and calls ``build(model_dir, family)``; then closes the directory's maps, loaded or not.
+        takes an opened ModelDir), resolves the dtype against a converted directory's, finds the
+        architecture, checks the model kind and builds the C++ model (``self._model``); then closes
+        the directory's maps, loaded or not.
         num_threads: None (0 here: the process default) or 1..MAX_NUM_THREADS (_arguments.py).
-        Sets num_threads, dtype, _stored_dtype, architecture and _model_dir."""
+        Sets num_threads, dtype, _stored_dtype, architecture, family, config, _arch and _model_dir."""
         check_dtype(dtype)
         self.num_threads = check_num_threads(num_threads)
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
             self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
-            found, family, name = classify(model_dir.config)
-            if found != kind:
-                raise wrong_model_class(found, name)
-            self.architecture = name
-            build(model_dir, family)
+            arch, name = find(model_dir.config)
+            if arch.kind != kind:
+                raise wrong_kind(arch.kind, name)
+            self.architecture, self.family, self._arch = name, arch.family, arch
+            self.hparams = arch.hparams(model_dir.config)
+            #: The model's hyperparameters in cpuformer's names (arch.Hparams as a dict).
+            self.config = self.hparams.as_dict()
+            self._model = _graph.build(Checkpoint(model_dir, arch, self.hparams, self._stored_dtype), self.dtype)
         finally:
             # Loaded (or failed): nothing the model computes with refers to the weights files any
             # more (the C++ model packed or copied every tensor), so the maps are dropped now and
@@ -107,8 +116,6 @@ class ModelBase:
         self.close()  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
-        from . import _core
-
         name = type(self).__name__
         architecture = getattr(self, "architecture", "?")
         shape = self._shape_text()

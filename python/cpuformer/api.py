@@ -1,0 +1,36 @@
+"""``cpuformer.load``: open a Hugging Face model directory as the model class its config names."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Union
+
+from ._model_dir import ModelDir
+from .arch import find
+from .models import CLASSES, Encoder, Generator, Seq2Seq
+
+
+def load(path: Union[str, os.PathLike], dtype: Optional[str] = None,
+         num_threads: Optional[int] = None) -> Union[Encoder, Generator, Seq2Seq]:
+    """Opens the model directory ``path`` as the model class its config names.
+
+    Returns an :class:`~cpuformer.Encoder` for BERT / RoBERTa / XLM-RoBERTa / DistilBERT
+    checkpoints (base models and task-head checkpoints; the heads are ignored), a
+    :class:`~cpuformer.Generator` for GPT-2 / Llama / Mistral / Qwen2 / Qwen3 causal LMs, a
+    :class:`~cpuformer.Seq2Seq` for Marian / BART / mBART / T5 / mT5 encoder-decoders (the
+    registry in ``cpuformer.arch`` lists every architecture). Unknown architectures raise
+    ValueError listing what is supported.
+
+    dtype: weight storage of the matrix multiplications, "float32", "float16", "bfloat16" or
+    "int8" (docs/precision.md); None: float32, or the dtype a converted directory stores.
+    """
+    model_dir = ModelDir(path)
+    try:
+        arch, _ = find(model_dir.config)
+    except BaseException:
+        model_dir.close()
+        raise
+    return CLASSES[arch.kind](model_dir, dtype=dtype, num_threads=num_threads)
+
+
+__all__ = ["load"]

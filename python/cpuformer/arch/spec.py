@@ -1,0 +1,209 @@
+"""What an architecture declares: ``Arch`` (which configs it claims, their hyperparameters, where
+each canonical weight comes from) and ``Tensor`` (one checkpoint tensor and the fixed edits it
+needs). The rest of cpuformer reads these declarations; only the files of this package name Hugging
+Face classes, config keys and tensor names.
+
+Canonical hyperparameters (``Hparams``) are the fields of the one transformer configuration every
+model kind is built from. Canonical weight names are the same for every family:
+
+- per layer: ``attn.q`` ``attn.k`` ``attn.v`` ``attn.o`` (self-attention projections),
+  ``attn.q_norm`` ``attn.k_norm`` (per-head RMSNorm of queries and keys), ``cross.q`` ... ``cross.o``
+  (cross-attention), ``ffn.gate`` ``ffn.up`` ``ffn.down``, and the norms ``attn_norm``
+  ``cross_norm`` ``ffn_norm`` (before their block when ``pre_norm``, after the residual sum
+  otherwise); a ``.bias`` suffix names a bias;
+- per stack (the encoder or the decoder): ``embed.positions``, ``embed.norm`` (the norm applied
+  to the embeddings), ``final_norm``, ``relative_bias`` (T5's bucketed bias table),
+  ``rope.inv_freq`` (computed);
+- per model: ``embed.tokens``, ``embed.token_types``, ``lm_head``, ``lm_head.bias``, ``pooler``.
+
+Matrix weights are in nn.Linear layout [out_features, in_features].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+KINDS = ("encoder", "decoder", "seq2seq")
+#: What the error messages call each kind.
+KIND_TEXT = {"encoder": "an encoder", "decoder": "a decoder (causal LM)", "seq2seq": "an encoder-decoder (seq2seq)"}
+#: The model class that runs each kind.
+KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq"}
+
+#: Canonical weights that multiply activations (quantized or stored in 16 bits by the dtype policy).
+MATMUL = frozenset({"attn.q", "attn.k", "attn.v", "attn.o", "cross.q", "cross.k", "cross.v", "cross.o", "ffn.gate",
+                    "ffn.up", "ffn.down", "lm_head", "pooler"})
+#: Canonical norm weights (vectors of ones in a fresh checkpoint).
+NORMS = frozenset({"attn_norm", "cross_norm", "ffn_norm", "embed.norm", "final_norm", "attn.q_norm",
+                   "attn.k_norm"})
+
+NORM_KINDS = ("layer", "rms")
+POSITION_KINDS = ("learned", "sinusoidal", "rope", "relative")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+
+
+@dataclasses.dataclass(frozen=True)
+class Hparams:
+    """The hyperparameters of one model, in cpuformer's names (an architecture's ``hparams``
+    translates config.json into these)."""
+
+    kind: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int  # the encoder's, or the decoder's of a decoder-only model
+    num_heads: int
+    head_dim: int
+    intermediate_size: int
+    norm: str  # "layer" (LayerNorm with bias) or "rms"
+    norm_eps: float
+    pre_norm: bool
+    activation: str
+    gated_ffn: bool  # down(act(gate(x)) * up(x)) instead of down(act(up(x)))
+    positions: str  # POSITION_KINDS
+    max_positions: int  # rows of the position table (0: no limit, relative positions)
+    num_kv_heads: int = 0  # 0: num_heads
+    num_decoder_layers: int = 0  # seq2seq only
+    position_offset: int = 0  # learned tables whose first rows are reserved (BART: 2)
+    position_ids: str = "arange"  # encoders: "arange", or "padding_cumsum" (RoBERTa)
+    pad_token_id: int = 0
+    type_vocab_size: int = 0
+    embedding_norm: bool = False
+    final_norm: bool = False
+    embed_scale: float = 1.0
+    attention_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
+    sliding_window: int = 0  # 0: none
+    qk_norm: bool = False
+    num_buckets: int = 32  # relative positions
+    max_distance: int = 128
+    tie_word_embeddings: bool = True
+    head_scale: float = 1.0  # logits = head_scale * lm_head(h)
+
+    def __post_init__(self) -> None:
+        if self.num_kv_heads == 0:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        assert self.kind in KINDS and self.norm in NORM_KINDS and self.positions in POSITION_KINDS
+        assert self.activation in ACTIVATIONS, self.activation
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """Where one canonical weight comes from in a checkpoint, with the edits applied once at load
+    (or at conversion)."""
+
+    name: str  # checkpoint name, below the model's prefix (see Arch.prefixes) unless ``root``
+    transpose: bool = False  # stored [in, out] (GPT-2's Conv1D): transposed into nn.Linear layout
+    rows: Optional[Tuple[int, int]] = None  # [start, stop) row block of a fused tensor (after transposing)
+    plus_one: bool = False  # a norm weight stored as w - 1: the model uses 1 + w
+    optional: bool = False  # absent from some checkpoints (the weight is then not used)
+    root: bool = False  # named from the checkpoint's root (an LM head next to the prefixed body)
+    as_row: bool = False  # a vector stored as one row [1, n]
+    fallbacks: Tuple[str, ...] = ()  # other names that hold the same tensor, tried in order
+    rows_key: str = ""  # the config.json key that sets the row count (named when the shapes disagree)
+
+
+#: A canonical weight's source: a checkpoint tensor, or an array computed from the config.
+Source = Union[Tensor, np.ndarray]
+
+
+class Arch:
+    """One architecture family. Subclasses set the class attributes and implement ``hparams`` and
+    the three tensor maps; everything else (loading, converting, random checkpoints, error
+    messages) is generic."""
+
+    kind: str = ""
+    family: str = ""
+    title: str = ""  # the family's name in prose ("GPT-2")
+    #: config.json "architectures" values this family claims, and its "model_type" values.
+    architectures: Tuple[str, ...] = ()
+    model_types: Tuple[str, ...] = ()
+    #: Prefixes the body's tensor names may carry (task-head checkpoints: "bert."), tried in order.
+    prefixes: Tuple[str, ...] = ("",)
+    #: Regular expressions of checkpoint tensors knowingly not used (task heads, buffers, tied copies).
+    ignored: Tuple[str, ...] = ()
+    #: Seq2seq generation starts from the pad token when the config names no start token (T5).
+    start_from_pad: bool = False
+
+    def hparams(self, config: Mapping[str, Any]) -> Hparams:
+        raise NotImplementedError
+
+    def model_tensors(self, config: Mapping[str, Any], hp: Hparams) -> Dict[str, Source]:
+        """embed.tokens, embed.token_types, lm_head, lm_head.bias, pooler."""
+        raise NotImplementedError
+
+    def stack_tensors(self, config: Mapping[str, Any], hp: Hparams, stack: str) -> Dict[str, Source]:
+        """The stack's embed.positions, embed.norm, final_norm, relative_bias, rope.inv_freq."""
+        raise NotImplementedError
+
+    def layer_tensors(self, hp: Hparams, stack: str, layer: int) -> Dict[str, Tensor]:
+        raise NotImplementedError
+
+    # ---- derived -----------------------------------------------------------------------------
+
+    def stacks(self, hp: Hparams) -> Tuple[Tuple[str, int], ...]:
+        """(stack name, layer count) in load order."""
+        if self.kind == "seq2seq":
+            return (("encoder", hp.num_layers), ("decoder", hp.num_decoder_layers))
+        return ((self.kind, hp.num_layers),)
+
+    def claims(self, architecture: str) -> bool:
+        return architecture in self.architectures
+
+    def __repr__(self) -> str:
+        return f"<architecture {self.family} ({self.kind})>"
+
+
+def bias_of(name: str) -> str:
+    """The canonical weight a ``.bias`` name belongs to ("attn.q.bias" -> "attn.q")."""
+    return name[:-len(".bias")] if name.endswith(".bias") else name
+
+
+def canonical_shape(name: str, hp: Hparams) -> Tuple[int, ...]:
+    """The shape cpuformer uses for canonical weight ``name`` of a model with hyperparameters ``hp``."""
+    H, D, I = hp.hidden_size, hp.head_dim, hp.intermediate_size
+    if name.endswith(".bias") and name != "lm_head.bias":
+        return canonical_shape(bias_of(name), hp)[:1]
+    if name in NORMS:
+        return (D,) if name in ("attn.q_norm", "attn.k_norm") else (H,)
+    shapes: Dict[str, Tuple[int, ...]] = {
+        "attn.q": (hp.num_heads * D, H), "attn.k": (hp.num_kv_heads * D, H), "attn.v": (hp.num_kv_heads * D, H),
+        "attn.o": (H, hp.num_heads * D), "cross.q": (hp.num_heads * D, H), "cross.k": (hp.num_heads * D, H),
+        "cross.v": (hp.num_heads * D, H), "cross.o": (H, hp.num_heads * D), "ffn.gate": (I, H), "ffn.up": (I, H),
+        "ffn.down": (H, I), "embed.tokens": (hp.vocab_size, H), "embed.token_types": (hp.type_vocab_size, H),
+        "embed.positions": (hp.max_positions + hp.position_offset, H), "lm_head": (hp.vocab_size, H),
+        "lm_head.bias": (hp.vocab_size,), "pooler": (H, H), "relative_bias": (hp.num_buckets, hp.num_heads),
+    }
+    return shapes[name]
+
+
+def weight_and_bias(canonical: str, checkpoint: str, bias: Union[bool, str] = True,
+                    **edits: Any) -> Dict[str, Tensor]:
+    """The canonical weight and its bias from ``<checkpoint>.weight`` and ``<checkpoint>.bias``.
+    bias: True (required), False (none) or "optional"."""
+    out = {canonical: Tensor(checkpoint + ".weight", **edits)}
+    if bias:
+        bias_edits = {k: v for k, v in edits.items() if k in ("rows", "root")}
+        out[canonical + ".bias"] = Tensor(checkpoint + ".bias", optional=bias == "optional", **bias_edits)
+    return out
+
+
+def mapped(config: Mapping[str, Any], key: str, default: str, table: Mapping[str, str], what: str = "",
+           error: type = ValueError) -> str:
+    """``table[config[key]]`` (``default`` when the key is missing or null); ``error`` naming the key
+    and the accepted values otherwise."""
+    value = config.get(key)
+    if value is None:
+        value = default
+    if not isinstance(value, str) or value not in table:
+        raise error(f"config.json: {key} {value!r} is not supported{what}; use one of {sorted(table)}")
+    return table[value]
+
+
+def not_supported(condition: Any, message: str) -> None:
+    """NotImplementedError "config.json: <message>" when ``condition`` holds."""
+    if condition:
+        raise NotImplementedError(f"config.json: {message}")

@@ -1,0 +1,337 @@
+"""``cpuformer.Generator``: decoder-only causal language models and text generation.
+
+Supported: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM (sliding window),
+Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (per-head q/k RMSNorm), declared in arch/.
+Loading (``weights.py``, ``models/_graph.py``) packs each layer's projections and releases the
+layer's source pages right after. The embedding tables are copied into memory the C++ model owns
+and the weights maps are closed when loading ends, so a loaded model does not depend on its files.
+
+Generation runs entirely in C++ (prefill, decode steps with an in-place KV cache, logits
+processing, sampling and beam bookkeeping); Python is only called per token to stream.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import queue
+import sys
+import threading
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .._arguments import check_integer
+from .._model_dir import ModelDir, config_token_ids
+from ._base import Generated, ModelBase, Prompts, TokenIds
+from ._inputs import as_2d, fits_float
+from ._text import TextMixin
+
+PathLike = Union[str, os.PathLike]
+
+
+def generation_setting(md: ModelDir, key: str) -> Tuple[Dict[str, Any], str]:
+    """(the file's settings, its name) that supply the generation default ``key``:
+    generation_config.json when it sets the key (to a non-null value), else config.json."""
+    if md.generation_config.get(key) is not None:
+        return md.generation_config, "generation_config.json"
+    return md.config, "config.json"
+
+
+class Generator(TextMixin, ModelBase):
+    """A decoder-only causal LM loaded from a Hugging Face model directory.
+
+    ``Generator(path, dtype=None, num_threads=None)``. ``gen.logits(input_ids,
+    attention_mask=None)`` gives float32 [B, T, V]; ``gen.generate(prompts, ...)`` generates
+    (arguments named as in Hugging Face's generate()); ``gen.stream(prompt, ...)`` yields tokens as
+    they are produced.
+    """
+
+    _INPUT = "prompt"  # what the error messages call one input sequence
+
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None):
+        self._tokenizer = None
+        model_dir = self._open(path, dtype, num_threads, "decoder")
+        self._defaults(model_dir)
+
+    def _defaults(self, md: ModelDir) -> None:
+        # Type and int64 range are checked here (naming file and key); eos ids against the
+        # vocabulary when generate() uses them (a call can pass its own eos_token_id), and a pad
+        # id outside [0, vocab_size) means no pad token, as the C++ loop treats it.
+        settings, self._eos_source = generation_setting(md, "eos_token_id")
+        self.eos_token_ids = config_token_ids(settings, "eos_token_id", source=self._eos_source) or []
+        settings, source = generation_setting(md, "pad_token_id")
+        pad_list = config_token_ids(settings, "pad_token_id", source=source) or []
+        self.pad_token_id = pad_list[0] if pad_list else (self.eos_token_ids[0] if self.eos_token_ids else 0)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config["vocab_size"]
+
+    @property
+    def max_positions(self) -> int:
+        return self.config["max_positions"]
+
+    def close(self) -> None:
+        """Frees the model and drops the weight maps; the object cannot be used afterwards."""
+        self._model = None
+        self._model_dir.close()
+
+    def _live(self):
+        if self._model is None:
+            raise ValueError("this Generator is closed")
+        return self._model
+
+    # ---- forward ---------------------------------------------------------------------------
+
+    def logits(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """Next-token logits at every position, float32 [B, T, V]. Positions follow the mask like
+        Hugging Face's generate() (cumsum(mask) - 1), so a left-padded row gives the logits it
+        gives alone; rows at padded positions carry no meaning."""
+        model = self._live()
+        ids = as_2d(input_ids, "input_ids", vocab_size=self.vocab_size)
+        mask = None if attention_mask is None else as_2d(attention_mask, "attention_mask", allow_bool=True)
+        return model.logits(ids, mask, self.num_threads)
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def _options(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty,
+                 num_beams, length_penalty, early_stopping, eos_token_id, seed, return_log_probs) -> Dict[str, Any]:
+        def number(name, value):
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
+                    not fits_float(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+            return float(value)
+
+        # Integers are checked against the int64 fields they feed (_arguments.py).
+        max_new_tokens = check_integer("max_new_tokens", max_new_tokens, 0)
+        min_new_tokens = check_integer("min_new_tokens", min_new_tokens, 0)
+        temperature = number("temperature", temperature)
+        top_p = number("top_p", top_p)
+        repetition_penalty = number("repetition_penalty", repetition_penalty)
+        length_penalty = number("length_penalty", length_penalty)
+        top_k = check_integer("top_k", top_k, 0, note=" (0 disables it)")
+        num_beams = check_integer("num_beams", num_beams, 1)
+        if do_sample and temperature <= 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
+        if do_sample and num_beams > 1:
+            raise NotImplementedError("beam sampling (do_sample=True with num_beams > 1) is not supported")
+        if early_stopping not in (False, True, "never"):
+            raise ValueError(f"early_stopping must be False, True or 'never', got {early_stopping!r}")
+        if eos_token_id is None:
+            eos = list(self.eos_token_ids)
+            for v in eos:
+                if not 0 <= v < self.vocab_size:
+                    raise ValueError(f"the default eos_token_id {v} (from {self._eos_source}) is out of range; "
+                                     f"token ids must be in [0, {self.vocab_size}) (vocab_size); pass eos_token_id=")
+        else:
+            values = eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id]
+            eos = []
+            for v in values:
+                if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                    raise TypeError(f"eos_token_id must be an int or a list of ints, got {eos_token_id!r}")
+                if not 0 <= v < self.vocab_size:
+                    raise ValueError(f"eos_token_id {v} is out of range; token ids must be in "
+                                     f"[0, {self.vocab_size}) (vocab_size)")
+                eos.append(int(v))
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2 ** 64:
+            raise ValueError(f"seed must be an integer in [0, 2**64) or None, got {seed!r}")
+        return dict(max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, do_sample=bool(do_sample),
+                    temperature=temperature if do_sample else 1.0, top_k=top_k if do_sample else 0,
+                    top_p=top_p if do_sample else 1.0, repetition_penalty=repetition_penalty, num_beams=num_beams,
+                    length_penalty=length_penalty,
+                    early_stopping={False: 0, True: 1, "never": 2}[early_stopping], eos_token_ids=eos,
+                    pad_token_id=int(self.pad_token_id), seed=int(seed), return_log_probs=bool(return_log_probs))
+
+    def generate(self, prompts: Prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
+                 num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
+                 eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
+                 return_log_probs: bool = False) -> Generated:
+        """New tokens for each prompt (list[list[int]]; EOS included when produced).
+
+        prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
+        internally, each stops on its own EOS), a string or a list of strings (needs
+        tokenizer.json; the result is then a string or a list of strings). Greedy by default;
+        do_sample with temperature / top_k / top_p (reproducible for a given seed); num_beams > 1
+        is beam search as in transformers. eos_token_id defaults to generation_config.json, else
+        config.json. return_log_probs=True returns (tokens, log_probs), the log-probability of each
+        chosen token under the processed distribution (for beams: the step's beam score increment).
+        """
+        model = self._live()
+        ids, kind = self._prompts(prompts)
+        options = self._options(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                                repetition_penalty, num_beams, length_penalty, early_stopping, eos_token_id, seed,
+                                return_log_probs)
+        tokens, log_probs = model.generate(ids, options, None, self.num_threads)
+        if kind == "str":
+            out: Any = self._decode(tokens[0])
+        elif kind == "strs":
+            out = [self._decode(t) for t in tokens]
+        else:
+            out = tokens
+        return (out, log_probs) if return_log_probs else out
+
+    def stream(self, prompt: Prompts, **kwargs: Any) -> Iterator[Union[int, str]]:
+        """Yields the new tokens of one prompt as they are produced (greedy or sampling; beam search
+        yields the best sequence at the end). Given a string (and tokenizer.json), yields text
+        pieces instead, each once it is final (one token behind), joining to generate()'s text.
+        Takes generate()'s keyword arguments except return_log_probs. Closing or dropping the
+        iterator stops the generation."""
+        model = self._live()
+        if "return_log_probs" in kwargs:
+            raise TypeError("stream() does not return log-probabilities; use generate(return_log_probs=True)")
+        ids, kind = self._prompts(prompt)
+        if len(ids) != 1:
+            raise ValueError(f"stream() takes one prompt, got {len(ids)}")
+        defaults = dict(max_new_tokens=20, min_new_tokens=0, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
+                        repetition_penalty=1.0, num_beams=1, length_penalty=1.0, early_stopping=False,
+                        eos_token_id=None, seed=None)
+        unknown = set(kwargs) - set(defaults)
+        if unknown:
+            raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
+        defaults.update(kwargs)
+        options = self._options(return_log_probs=False, **defaults)
+        return self._stream(model, ids, options, kind == "str")
+
+    def _stream(self, model, ids, options, text: bool) -> Iterator[Union[int, str]]:
+        worker = _StreamWorker(model, ids, options, self.num_threads)
+        try:
+            if not text:
+                for token in worker.tokens():
+                    yield token
+                return
+            # A piece is yielded once it is final: text the decodes of the first n-1 and the first
+            # n tokens agree on (a decoder may rewrite the end of its text when a token follows),
+            # without a trailing U+FFFD (a byte-level token may end inside a UTF-8 sequence that the
+            # next token completes). The rest is flushed from the decode of the whole sequence, so
+            # the pieces join to generate()'s text.
+            produced: List[int] = []
+            emitted = previous = ""
+            for token in worker.tokens():
+                produced.append(token)
+                decoded = self._decode(produced)
+                final = os.path.commonprefix([previous, decoded]).rstrip("\ufffd")
+                previous = decoded
+                if len(final) > len(emitted) and final.startswith(emitted):
+                    yield final[len(emitted):]
+                    emitted = final
+            text_of_all = self._decode(produced)
+            rest = text_of_all[len(os.path.commonprefix([emitted, text_of_all])):]
+            if rest:
+                yield rest
+        finally:
+            # Reached on exhaustion, on close() or garbage collection of an abandoned iterator and
+            # on an exception in the consumer (KeyboardInterrupt while waiting for a token): the
+            # worker stops at its next token, so no generation keeps running (and holding compute
+            # slots) behind our back.
+            worker.stop()
+
+    def _shape_text(self) -> str:
+        c = self.config
+        return (f"layers={c['num_layers']}, hidden={c['hidden_size']}, "
+                f"heads={c['num_heads']}/{c['num_kv_heads']}")
+
+
+class _StreamCancelled(Exception):
+    """Raised inside stream()'s token callback to stop an abandoned generation."""
+
+
+class _StreamWorker:
+    """The thread that runs one stream()'s generation and hands its tokens to the consumer.
+
+    The generation runs in native code with the GIL released and calls back into Python once per
+    token. A daemon thread (so a half-consumed stream does not make the interpreter wait for the
+    whole generation at exit), stopped by stop(): the next token callback raises, the native loop
+    unwinds and the thread ends. Live workers are also stopped by an atexit hook, which runs while
+    the interpreter is still whole; left running into finalization, the thread would be killed
+    inside native code when its callback asks for the GIL (std::terminate, SIGABRT).
+    """
+
+    def __init__(self, model, ids, options, num_threads) -> None:
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._failure: List[BaseException] = []
+        self._cancelled = threading.Event()
+        self._at_exit = False
+
+        def on_token(_index: int, token: int) -> None:
+            if self._cancelled.is_set():
+                raise _StreamCancelled()  # unwinds the native loop; the thread then ends
+            self._queue.put(token)
+
+        def run() -> None:
+            try:
+                model.generate(ids, options, on_token, num_threads)
+            except _StreamCancelled:
+                pass
+            except BaseException as error:  # handed to the consuming thread
+                self._failure.append(error)
+            finally:
+                self._queue.put(_STREAM_DONE)
+
+        self._thread = threading.Thread(target=run, name="cpuformer-stream", daemon=True)
+        self._current_thread = threading.current_thread
+        self._is_finalizing = sys.is_finalizing
+        self._live = _LIVE_STREAMS
+        self._live.add(self)
+        self._thread.start()
+
+    def tokens(self) -> Iterator[int]:
+        while True:
+            token = self._queue.get()
+            if token is _STREAM_DONE:
+                break
+            yield token
+        if self._failure:
+            raise self._failure[0]
+        if self._at_exit:
+            raise RuntimeError("stream() was stopped because the interpreter is exiting")
+
+    def stop(self, at_exit: bool = False) -> None:
+        self._at_exit = self._at_exit or at_exit
+        self._cancelled.set()
+        # While the interpreter finalizes (a stream collected at the very end, when module globals
+        # may already be cleared: hence the bound functions), the thread cannot run Python any more:
+        # the native side parks it at its next token (bindings/gil.h), so a join would wait forever.
+        if self._thread is not self._current_thread() and not self._is_finalizing():
+            self._thread.join()
+        self._live.discard(self)
+
+    def orphan_after_fork(self) -> None:
+        """In a child forked while this stream ran: its worker thread exists only in the parent, so
+        the child's consumer would wait for tokens forever (and the queue's lock may have been held
+        by that thread at fork time). A fresh queue ends the stream with a clear error instead."""
+        self._queue = queue.Queue()
+        self._failure[:] = [RuntimeError("this stream() was started before os.fork(): its generation runs in the "
+                                         "parent process and cannot continue in the child; start a new stream "
+                                         "in the child")]
+        self._queue.put(_STREAM_DONE)
+        self._live.discard(self)
+
+
+_STREAM_DONE = object()
+_LIVE_STREAMS: "set[_StreamWorker]" = set()
+
+
+@atexit.register
+def _stop_live_streams() -> None:
+    for worker in list(_LIVE_STREAMS):
+        worker.stop(at_exit=True)
+
+
+def _orphan_live_streams() -> None:
+    for worker in list(_LIVE_STREAMS):
+        worker.orphan_after_fork()
+
+
+os.register_at_fork(after_in_child=_orphan_live_streams)
+
+
+__all__ = ["Generator", "generation_setting"]

@@ -1,0 +1,201 @@
+"""``cpuformer.Seq2Seq``: encoder-decoder models (translation, summarisation, T5-style tasks).
+
+Supported: MarianMTModel (sinusoidal positions, scaled embeddings, final_logits_bias, post-norm),
+BartForConditionalGeneration (learned positions with offset 2, layernorm_embedding, post-norm),
+MBartForConditionalGeneration (the same, pre-norm, with final layer norms),
+T5ForConditionalGeneration / MT5ForConditionalGeneration (RMSNorm, bucketed relative position
+bias, unscaled attention, ReLU (v1.0) or gated-GELU (v1.1, flan-T5, mT5) feed-forward, tied head
+scaled by d_model^-0.5 or an untied head).
+
+The families are declared in arch/ (marian.py, bart.py, t5.py); loading (``weights.py``,
+``models/_graph.py``) packs each layer's projections and releases the layer's source pages right
+after. Generation is the
+C++ loop that Generator uses: the encoder runs once per batch, cross-attention keys/values are
+projected once per source and layer, the decoder's KV cache is written in place.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .._arguments import check_integer
+from .._model_dir import ModelDir, _describe, _is_int, config_token_ids
+from ._base import Generated, ModelBase, Prompts, TokenIds
+from ._inputs import as_2d
+from ._text import TextMixin
+from .generator import Generator, generation_setting
+
+PathLike = Union[str, os.PathLike]
+
+def _bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> List[int]:
+    """bad_words_ids ([[id], [id], ...], single-token sequences only) as the ids to suppress."""
+    bad = settings.get("bad_words_ids")
+    if bad is None:
+        return []
+    if not isinstance(bad, list) or not all(isinstance(b, list) and b and all(_is_int(i) and 0 <= i < vocab_size
+                                                                            for i in b) for b in bad):
+        raise ValueError(f"{source}: 'bad_words_ids' must be a list of non-empty lists of token ids (integers in "
+                         f"[0, {vocab_size})), got {_describe(bad)}")
+    if any(len(b) != 1 for b in bad):
+        raise NotImplementedError(f"{source}: bad_words_ids with multi-token sequences are not supported, got "
+                                  f"{_describe(bad)}")
+    return [b[0] for b in bad]
+
+
+class Seq2Seq(TextMixin, ModelBase):
+    """An encoder-decoder model loaded from a Hugging Face model directory.
+
+    ``Seq2Seq(path, dtype=None, num_threads=None)``. ``s2s.encode(input_ids,
+    attention_mask=None)`` gives the encoder output float32 [B, T, d_model];
+    ``s2s.logits(input_ids, decoder_input_ids, attention_mask=None)`` the decoder logits
+    [B, Td, V] (teacher forcing); ``s2s.generate(sources, ...)`` generates target tokens with
+    Generator.generate's arguments plus num_return_sequences and no_repeat_ngram_size.
+    """
+
+    # The option checks are Generator's: one behaviour for both APIs (TextMixin: the prompts').
+    _INPUT = "source"
+    _generator_options = Generator._options
+
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None):
+        self._tokenizer = None
+        model_dir = self._open(path, dtype, num_threads, "seq2seq")
+        self._defaults(model_dir)
+
+    def _defaults(self, md: ModelDir) -> None:
+        """Generation defaults from generation_config.json, else config.json. Every id is checked
+        here (type and range, naming file and key), so a value that would fail every generate()
+        or reach the C++ loop unconverted fails at load; only eos ids are checked against the
+        vocabulary at generate() time, because a call may pass its own eos_token_id."""
+        V = self.vocab_size
+
+        def token_ids(key: str, in_vocabulary: bool = True) -> Tuple[Optional[List[int]], str]:
+            settings, source = generation_setting(md, key)
+            return config_token_ids(settings, key, vocab_size=V if in_vocabulary else None, source=source), source
+
+        eos, self._eos_source = token_ids("eos_token_id", in_vocabulary=False)
+        self.eos_token_ids = eos or []
+        pad, _ = token_ids("pad_token_id", in_vocabulary=False)  # outside [0, V): no pad token
+        self.pad_token_id = pad[0] if pad else (self.eos_token_ids[0] if self.eos_token_ids else 0)
+        # transformers: decoder_start_token_id, else bos_token_id; T5 checkpoints start from pad.
+        start, source = token_ids("decoder_start_token_id")
+        key = "decoder_start_token_id"
+        if not start:
+            (start, source), key = token_ids("bos_token_id"), "bos_token_id"
+        if not start and self._arch.start_from_pad:
+            start = [self.pad_token_id]
+        if not start:
+            raise ValueError(f"{md.path}: the config has neither decoder_start_token_id nor bos_token_id; "
+                             "encoder-decoder generation needs one")
+        if len(set(start)) > 1:  # transformers' per-row start tokens
+            raise NotImplementedError(f"{source}: {key!r} lists different start tokens {start}; one start "
+                                      "token for every row is supported")
+        self.decoder_start_token_id = start[0]
+        settings, source = generation_setting(md, "forced_bos_token_id")
+        bos = config_token_ids(settings, "forced_bos_token_id", vocab_size=V, source=source, single=True)
+        self.forced_bos_token_id = -1 if bos is None else bos[0]
+        forced_eos, source = token_ids("forced_eos_token_id")
+        if forced_eos is not None and len(forced_eos) != 1:
+            # An empty list would force no token at all (transformers then masks every logit).
+            error = ValueError if not forced_eos else NotImplementedError
+            raise error(f"{source}: 'forced_eos_token_id' must be one token id (or a list of one), got {forced_eos}")
+        self.forced_eos_token_id = -1 if forced_eos is None else forced_eos[0]
+        self.suppress_token_ids = _bad_words(*generation_setting(md, "bad_words_ids"), V)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config["vocab_size"]
+
+    @property
+    def max_positions(self) -> Optional[int]:
+        """Longest source / target the position table covers; None for T5 (relative positions)."""
+        return self.config["max_positions"] or None
+
+    def close(self) -> None:
+        """Frees the model and drops the weight maps; the object cannot be used afterwards."""
+        self._model = None
+        self._model_dir.close()
+
+    def _live(self):
+        if self._model is None:
+            raise ValueError("this Seq2Seq is closed")
+        return self._model
+
+    # ---- forward ---------------------------------------------------------------------------
+
+    def encode(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """Encoder output float32 [B, T, d_model]; padded positions (mask 0) are masked as keys."""
+        model = self._live()
+        ids = as_2d(input_ids, "input_ids", vocab_size=self.vocab_size)
+        mask = None if attention_mask is None else as_2d(attention_mask, "attention_mask", allow_bool=True)
+        return model.encode(ids, mask, self.num_threads)
+
+    def logits(self, input_ids: TokenIds, decoder_input_ids: TokenIds,
+               attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """Decoder logits float32 [B, Td, V] for the given decoder inputs (teacher forcing)."""
+        model = self._live()
+        ids = as_2d(input_ids, "input_ids", vocab_size=self.vocab_size)
+        mask = None if attention_mask is None else as_2d(attention_mask, "attention_mask", allow_bool=True)
+        tgt = as_2d(decoder_input_ids, "decoder_input_ids", vocab_size=self.vocab_size)
+        if tgt.shape[0] != ids.shape[0]:
+            raise ValueError(f"decoder_input_ids must have shape [batch, target_len] with batch {ids.shape[0]} "
+                             f"(the batch of input_ids), got {list(tgt.shape)}")
+        return model.logits(ids, tgt, mask, self.num_threads)
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def _options(self, num_return_sequences, no_repeat_ngram_size, **kwargs) -> Dict[str, Any]:
+        options = self._generator_options(**kwargs)
+        num_return_sequences = check_integer("num_return_sequences", num_return_sequences, 0)
+        no_repeat_ngram_size = check_integer("no_repeat_ngram_size", no_repeat_ngram_size, 0)
+        if not 1 <= num_return_sequences <= options["num_beams"]:
+            raise ValueError(f"num_return_sequences ({num_return_sequences}) must be between 1 and num_beams "
+                             f"({options['num_beams']})")
+        options.update(num_return_sequences=int(num_return_sequences), no_repeat_ngram_size=int(no_repeat_ngram_size),
+                       decoder_start_token_id=int(self.decoder_start_token_id),
+                       forced_bos_token_id=self.forced_bos_token_id, forced_eos_token_id=self.forced_eos_token_id,
+                       suppress_token_ids=list(self.suppress_token_ids))
+        return options
+
+    def generate(self, sources: Prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
+                 num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
+                 eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
+                 return_log_probs: bool = False, num_return_sequences: int = 1,
+                 no_repeat_ngram_size: int = 0) -> Generated:
+        """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
+        included when produced), as transformers' generate() on the same model.
+
+        sources: a list of token ids (one source), a list of token-id lists (a batch of any
+        lengths), a string or a list of strings (needs tokenizer.json; the result is then text).
+        Arguments as Generator.generate; num_return_sequences (≤ num_beams) returns that many
+        best beams per source, consecutively; no_repeat_ngram_size bans repeated n-grams of the
+        target. The model's generation_config.json supplies eos / pad / decoder start tokens,
+        forced BOS/EOS tokens and single-token bad_words_ids.
+        """
+        model = self._live()
+        ids, kind = self._prompts(sources)
+        options = self._options(num_return_sequences, no_repeat_ngram_size, max_new_tokens=max_new_tokens,
+                                min_new_tokens=min_new_tokens, do_sample=do_sample, temperature=temperature,
+                                top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, num_beams=num_beams,
+                                length_penalty=length_penalty, early_stopping=early_stopping,
+                                eos_token_id=eos_token_id, seed=seed, return_log_probs=return_log_probs)
+        tokens, log_probs = model.generate(ids, options, None, self.num_threads)
+        if kind == "str" and num_return_sequences == 1:
+            out: Any = self._decode(tokens[0])
+        elif kind in ("str", "strs"):
+            out = [self._decode(t) for t in tokens]
+        else:
+            out = tokens
+        return (out, log_probs) if return_log_probs else out
+
+    def _shape_text(self) -> str:
+        c = self.config
+        return (f"layers={c['num_layers']}+{c['num_decoder_layers']}, "
+                f"d_model={c['hidden_size']}, heads={c['num_heads']}")
+
+
+__all__ = ["Seq2Seq"]

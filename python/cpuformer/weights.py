@@ -1,0 +1,506 @@
+"""Weights: the dtype policy, the one loader that turns a checkpoint into canonical arrays, and the
+converted-directory format (read here, written by ``convert``).
+
+Loading reads what an architecture declares (``arch``): every canonical weight from its checkpoint
+tensor, with the declared edits applied once (transpose, row block of a fused tensor, ``1 + w``).
+A checkpoint tensor that is neither declared nor knowingly ignored is an error naming it, raised
+before any weight is read. ``load_layers`` hands the model one layer at a time and releases that
+layer's pages right after, so loading peaks near one copy of the weights.
+
+A converted directory (``cpuformer convert``) holds exactly what quantize-at-load computes, so
+loading it gives the same outputs bit for bit while reading a quarter (int8) or half (16-bit) of
+the weight bytes and doing no conversion work:
+
+- every matrix weight (``arch.MATMUL``: the projections, the LM head, BERT's pooler) under its
+  checkpoint name, in nn.Linear layout [out_features, in_features] (GPT-2's Conv1D weights,
+  stored [in, out] by transformers, are written transposed) as
+  int8: I8 ``<name>`` + F32 ``<name>_scale`` [out_features] (W ≈ q · scale per row), or
+  float16 / bfloat16: an F16 / BF16 ``<name>``;
+- the LM head as ``lm_head.weight``, also when it is tied to the embeddings (the embedding table
+  itself stays float32);
+- every other floating-point tensor as F32 (embeddings, norms, biases, T5's relative-position
+  bias, tensors the architecture ignores such as task heads); other tensors as they are.
+
+config.json gains ``"cpuformer": {"dtype": ..., "format_version": 1}``; the tokenizer and
+generation files are copied. Loading a converted directory with ``dtype=None`` uses its dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import threading
+import uuid
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
+
+import numpy as np
+
+from . import _core
+from ._model_dir import _STORAGE_DTYPES, CONFIG_FILE, WEIGHTS_FILE, ModelDir, save_safetensors
+from .arch import MATMUL, Arch, Hparams, Source, Tensor, canonical_shape, find
+from .arch.spec import bias_of
+
+DTYPES = ("float32", "float16", "bfloat16", "int8")
+FORMAT_VERSION = 1
+_SAFETENSORS_NAME = {"int8": "I8", "float16": "F16", "bfloat16": "BF16"}
+_FLOATS = ("F32", "F16", "BF16", "F64")
+#: The suffix of an int8 weight's per-row scales, in converted directories and in loaded dicts.
+SCALE = "_scale"
+
+PathLike = Union[str, os.PathLike]
+
+
+# ---- dtype policy ----------------------------------------------------------------------------------
+
+def check_dtype(dtype: Optional[str]) -> Optional[str]:
+    """dtype as given (None allowed); TypeError / ValueError listing the valid names otherwise."""
+    if dtype is None:
+        return None
+    if not isinstance(dtype, str):
+        raise TypeError(f"dtype must be None or a string such as 'int8', got {type(dtype).__name__}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(repr(d) for d in DTYPES)} (or None), got {dtype!r}")
+    return dtype
+
+
+def stored_dtype(config: Mapping[str, Any]) -> Optional[str]:
+    """The dtype a ``cpuformer convert``ed directory stores (config.json "cpuformer" entry), else None."""
+    entry = config.get("cpuformer")
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES or entry.get("format_version") != 1:
+        raise ValueError("config.json: the 'cpuformer' entry must be {\"dtype\": one of "
+                         f"{', '.join(DTYPES)}, \"format_version\": 1}}, got {entry!r}")
+    return entry["dtype"]
+
+
+def resolve_dtype(dtype: Optional[str], config: Mapping[str, Any]) -> Tuple[str, Optional[str]]:
+    """(dtype to run in, dtype stored in the directory or None). dtype=None means the stored dtype,
+    or float32 for a plain checkpoint; a converted directory runs only in the dtype it stores."""
+    dtype = check_dtype(dtype)
+    stored = stored_dtype(config)
+    if stored is None:
+        return dtype or "float32", None
+    if dtype is not None and dtype != stored:
+        raise ValueError(f"this directory was converted to dtype {stored!r}; load it with dtype={stored!r} "
+                         f"(or dtype=None), or convert the original checkpoint to {dtype!r}")
+    return stored, stored
+
+
+# ---- reading a checkpoint --------------------------------------------------------------------------
+
+class Checkpoint:
+    """The canonical weights of one model in an opened directory, as ``arch`` declares them.
+
+    ``stored``: the dtype of a converted directory (its matrix weights are read as stored), or
+    None for a plain checkpoint (float32 arrays; the C++ model packs them into its dtype).
+    """
+
+    def __init__(self, md: ModelDir, arch: Arch, hp: Hparams, stored: Optional[str]):
+        self.md, self.arch, self.hp, self.stored = md, arch, hp, stored
+        self.config = md.config
+        self.top = dict(arch.model_tensors(self.config, hp))
+        embed = self.top["embed.tokens"]
+        assert isinstance(embed, Tensor)
+        self.prefix = "" if "" in arch.prefixes else arch.prefixes[0]  # (for the missing-tensor error)
+        for prefix in arch.prefixes:
+            if any(prefix + name in md for name in (embed.name,) + embed.fallbacks):
+                self.prefix = prefix
+                break
+        self._ignored = re.compile("|".join(f"(?:{pattern})" for pattern in arch.ignored)) if arch.ignored else None
+        self.head_ignored: Optional[str] = None
+        self._decide_head()
+
+    def _decide_head(self) -> None:
+        """A converted directory always stores its head (a quantized copy when tied); a plain
+        checkpoint's lm_head.weight is the head unless the config ties it to the embeddings (a tied
+        checkpoint that saved it holds the same values)."""
+        head = self.top.get("lm_head")
+        if not isinstance(head, Tensor):
+            return
+        name = self.checkpoint_name(head)
+        if self.stored is not None:
+            self.top["lm_head"] = Tensor(head.name, root=head.root)
+        elif self.hp.tie_word_embeddings:
+            del self.top["lm_head"]
+            self.head_ignored = name
+        elif name is None:
+            raise ValueError(f"{self.md.path}: the checkpoint has no lm_head.weight and tie_word_embeddings is false")
+
+    # ---- names -----------------------------------------------------------------------------
+
+    def _full(self, tensor: Tensor, name: str) -> str:
+        return name if tensor.root else self.prefix + name
+
+    def checkpoint_name(self, tensor: Tensor) -> Optional[str]:
+        """The name ``tensor`` has in this checkpoint (its first present fallback), or None when it
+        is absent; for a required tensor absent from the checkpoint, its name (reading it fails)."""
+        for name in (tensor.name,) + tensor.fallbacks:
+            full = self._full(tensor, name)
+            if full in self.md:
+                return full
+        return None
+
+    def stack_sources(self, stack: str) -> Dict[str, Source]:
+        return dict(self.arch.stack_tensors(self.config, self.hp, stack))
+
+    def layer_sources(self, stack: str, layer: int) -> Dict[str, Source]:
+        return dict(self.arch.layer_tensors(self.hp, stack, layer))
+
+    def all_sources(self) -> Iterator[Dict[str, Source]]:
+        yield self.top
+        for stack, count in self.arch.stacks(self.hp):
+            yield self.stack_sources(stack)
+            for layer in range(count):
+                yield self.layer_sources(stack, layer)
+
+    def _plan(self, sources: Mapping[str, Source]) -> Dict[str, List[Tuple[str, Tensor]]]:
+        """checkpoint name -> [(canonical, Tensor)] for the sources present (fused tensors feed
+        several canonical weights). Absent optional tensors are left out, and so is the bias of a
+        weight that is absent."""
+        plan: Dict[str, List[Tuple[str, Tensor]]] = {}
+        absent: Set[str] = set()
+        for canonical in sorted(sources, key=lambda c: c.endswith(".bias")):  # weights before biases
+            source = sources[canonical]
+            if not isinstance(source, Tensor):
+                continue
+            if canonical.endswith(".bias") and bias_of(canonical) in absent:
+                continue
+            name = self.checkpoint_name(source)
+            if name is None:
+                if source.optional:
+                    absent.add(canonical)
+                    continue
+                name = self._full(source, ((source.name,) + source.fallbacks)[-1])  # reading it names it missing
+            plan.setdefault(name, []).append((canonical, source))
+        return plan
+
+    def check_accounted(self) -> None:
+        """ValueError naming the checkpoint tensors that no declared weight reads and that the
+        architecture does not knowingly ignore (a naming drift, or a head cpuformer would drop)."""
+        used: Dict[str, None] = {}  # in declaration order: the first missing tensor is the one named
+        for sources in self.all_sources():
+            used.update(dict.fromkeys(self._plan(sources)))
+        for name in used:
+            if name not in self.md:
+                self.md.tensor_info(name)  # the directory's own "has no tensor" error, before any read
+        stray = []
+        for name in self.md.names():
+            if name in used or name == self.head_ignored or name.endswith(SCALE) and name[:-len(SCALE)] in used:
+                continue
+            if self._ignored is not None and self._ignored.fullmatch(name):
+                continue
+            stray.append(name)
+        if stray:
+            shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
+            raise ValueError(f"{self.md.path}: the checkpoint has tensors that {self.arch.title} models do not "
+                             f"use: {shown}; config.json describes a {self.arch.title} model, so either it does "
+                             "not match the weights, or this is a variant (a task head, a checkpoint format) that "
+                             "cpuformer does not support yet")
+
+    # ---- arrays ----------------------------------------------------------------------------
+
+    def read(self, sources: Mapping[str, Source]) -> Tuple[Dict[str, np.ndarray], List[str]]:
+        """(canonical name -> array, the checkpoint names read). Matrix weights of a converted
+        directory come as stored (int8 with ``<canonical>_scale``, or 16-bit words); everything
+        else is float32."""
+        out: Dict[str, np.ndarray] = {}
+        for canonical, source in sources.items():
+            if isinstance(source, np.ndarray):
+                out[canonical] = source
+        plan = self._plan(sources)
+        for name, members in plan.items():
+            self._read_group(name, members, out)
+        return out, list(plan)
+
+    def _read_group(self, name: str, members: List[Tuple[str, Tensor]], out: Dict[str, np.ndarray]) -> None:
+        first_canonical, first = members[0]
+        shape = canonical_shape(first_canonical, self.hp)
+        if first.rows is not None:  # a fused tensor: its rows are the blocks declared from it
+            shape = (max(tensor.rows[1] for _, tensor in members if tensor.rows),) + shape[1:]
+        matmul = first_canonical in MATMUL
+        if matmul and self.stored is not None:
+            array, scale = self._converted(name, shape)
+        else:
+            array, scale = self._float(name, first, shape), None
+        for canonical, tensor in members:
+            part, part_scale = array, scale
+            if tensor.rows is not None:
+                start, stop = tensor.rows
+                part = array[start:stop] if matmul else np.ascontiguousarray(array[start:stop])
+                part_scale = None if scale is None else scale[start:stop]
+            if tensor.plus_one:
+                part = (part + np.float32(1)).astype(np.float32)
+            out[canonical] = part
+            if part_scale is not None:
+                out[canonical + SCALE] = part_scale
+
+    def _float(self, name: str, tensor: Tensor, shape: Tuple[int, ...]) -> np.ndarray:
+        md = self.md
+        if tensor.rows_key and name in md:
+            have = list(md.tensor_info(name)[1])
+            if have[:1] != [shape[0]] or have[1:] != list(shape[1:]):
+                raise ValueError(f"config.json: {tensor.rows_key!r} is {shape[0]}, but the checkpoint's {name} has "
+                                 f"shape {have} ({tensor.rows_key} × hidden_size {self.hp.hidden_size})")
+        if tensor.as_row:
+            return np.ascontiguousarray(md.tensor(name, shape=(1,) + shape).reshape(shape), dtype=np.float32)
+        if tensor.transpose:
+            return np.ascontiguousarray(md.tensor(name, shape=shape[::-1]).T)
+        return md.tensor(name, shape=shape)
+
+    def _converted(self, name: str, shape: Tuple[int, ...]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """A matrix weight of a converted directory as zero-copy views of the mapping: int8 and its
+        per-row scales, or 16-bit words. ValueError naming the tensor when it is corrupt."""
+        md, stored = self.md, self.stored
+        where = f"{md.path} (converted to {stored})"
+        if name not in md:
+            raise ValueError(f"{where}: has no tensor {name!r}")
+        expected = _SAFETENSORS_NAME.get(stored, "F32")
+        dtype, have = md.tensor_info(name)
+        if dtype != expected:
+            raise ValueError(f"{where}: tensor {name!r} is stored as {dtype}; a {stored} directory stores it as "
+                             f"{expected}")
+        if tuple(have) != tuple(shape):
+            raise ValueError(f"{where}: tensor {name!r} has shape {list(have)}, expected {list(shape)}")
+        if stored == "float32":
+            return md.tensor(name, shape=shape), None
+        if stored == "int8":
+            scale = name + SCALE
+            if scale not in md:
+                raise ValueError(f"{where}: int8 tensor {name!r} has no scale tensor {scale!r}")
+            scale_dtype, scale_shape = md.tensor_info(scale)
+            if scale_dtype != "F32" or tuple(scale_shape) != (shape[0],):
+                raise ValueError(f"{where}: scale tensor {scale!r} must be F32 of shape [{shape[0]}] (one per "
+                                 f"output row), got {scale_dtype} of shape {list(scale_shape)}")
+            return md.tensor(name, shape=shape, dtype=np.int8), md.tensor(scale, shape=(shape[0],))
+        if stored == "float16":
+            return md.tensor(name, shape=shape, dtype=np.float16).view(np.uint16), None
+        return md.tensor(name, shape=shape, dtype=np.uint16), None
+
+    def release(self, names: Iterable[str]) -> None:
+        """Drops the pages of tensors already packed or copied by the model."""
+        for name in names:
+            self.md.release(name)
+            if name + SCALE in self.md:
+                self.md.release(name + SCALE)
+
+
+def load_layers(checkpoint: Checkpoint, add_layer) -> None:
+    """Reads every layer of every stack in order and hands it to ``add_layer(stack, arrays)``;
+    each layer's checkpoint pages are released once the model has packed it."""
+    for stack, count in checkpoint.arch.stacks(checkpoint.hp):
+        for layer in range(count):
+            arrays, names = checkpoint.read(checkpoint.layer_sources(stack, layer))
+            add_layer(stack, arrays)
+            del arrays
+            checkpoint.release(names)
+
+
+# ---- convert ---------------------------------------------------------------------------------------
+
+# Files copied verbatim (those present): tokenizers, generation settings, sentence-transformers.
+_COPIED = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+           "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "source.spm",
+           "target.spm", "added_tokens.json", "sentence_bert_config.json", "modules.json",
+           "config_sentence_transformers.json")
+_COPIED_DIRS = ("1_Pooling", "2_Normalize")
+
+
+def _progress(items: List[str], enabled: bool, description: str) -> Iterable[str]:
+    if enabled:
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return items
+        return tqdm(items, desc=description, unit="tensor")
+    return items
+
+
+def _converted(w: np.ndarray, dtype: str) -> Tuple[List[Tuple[str, np.ndarray]], Dict[str, str]]:
+    if dtype == "int8":
+        q, scales = _core.quantize_int8(w)
+        return [("", q), (SCALE, scales)], {}
+    if dtype == "float16":
+        return [("", _core.float32_to_float16_bits(w).view(np.float16))], {}
+    if dtype == "bfloat16":
+        return [("", _core.float32_to_bfloat16_bits(w))], {"": "BF16"}
+    return [("", np.ascontiguousarray(w, dtype=np.float32))], {}
+
+
+def _matrix_sources(checkpoint: Checkpoint) -> Dict[str, Tensor]:
+    """checkpoint name -> its Tensor declaration, for every matrix weight the model multiplies with."""
+    out: Dict[str, Tensor] = {}
+    for sources in checkpoint.all_sources():
+        for name, members in checkpoint._plan(sources).items():
+            canonical, tensor = members[0]
+            if canonical in MATMUL:
+                out[name] = tensor
+    return out
+
+
+def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> None:
+    """Writes a copy of the model directory ``src`` to ``dst`` with its matmul weights stored in
+    ``dtype`` ("int8", "float16", "bfloat16" or "float32"), ready to load zero-copy.
+
+    ``dst`` must not exist or be an empty directory (FileExistsError otherwise); a symbolic link is
+    followed (the conversion goes where it points). ``dst`` appears only once complete (written as
+    a hidden sibling ``.<name>.partial-<pid>-<random>``, then renamed); the sibling is removed on any
+    error, KeyboardInterrupt or SIGTERM, and one left by a killed process is removed by the next
+    conversion into the same directory. ``progress`` shows a progress bar (tqdm, when installed).
+    See docs/precision.md.
+    """
+    if dtype is None:
+        raise ValueError(f"dtype must be one of {', '.join(repr(d) for d in DTYPES)}, got None")
+    check_dtype(dtype)
+    # Resolved before any work: the final rename must replace the directory a link points to (a
+    # rename onto the link itself fails), and the hidden sibling must be on that directory's
+    # file system.
+    dst_path = pathlib.Path(os.path.realpath(os.fspath(dst)))
+    if dst_path.exists() and (not dst_path.is_dir() or any(dst_path.iterdir())):
+        raise FileExistsError(f"{dst} already exists and is not an empty directory")
+    if pathlib.Path(os.path.realpath(os.fspath(src))) == dst_path:
+        raise ValueError(f"the destination {dst} is the source directory")
+    md = ModelDir(src)
+    try:
+        arch, _ = find(md.config)
+        already = stored_dtype(md.config)
+        if already is not None:
+            raise ValueError(f"{md.path} is already converted (dtype {already!r}); convert the original checkpoint")
+        checkpoint = Checkpoint(md, arch, arch.hparams(md.config), None)
+        checkpoint.check_accounted()
+        matrices = _matrix_sources(checkpoint)
+        # A tied head is written as a quantized lm_head.weight made from the embedding table.
+        head_source = None
+        if "lm_head" in arch.model_tensors(md.config, checkpoint.hp) and "lm_head" not in checkpoint.top:
+            head_source = checkpoint.checkpoint_name(checkpoint.top["embed.tokens"])  # type: ignore[arg-type]
+        names = [n for n in md.names() if not (head_source is not None and n == checkpoint.head_ignored)]
+        out: Dict[str, np.ndarray] = {}
+        overrides: Dict[str, str] = {}
+
+        def store(name: str, w: np.ndarray) -> None:
+            try:
+                pieces, kinds = _converted(w, dtype)
+            except ValueError as error:  # a non-finite weight that int8 cannot hold: name the tensor
+                raise ValueError(f"{md.path}: tensor {name}: {error}") from None
+            for suffix, array in pieces:
+                out[name + suffix] = array
+                if suffix in kinds:
+                    overrides[name + suffix] = kinds[suffix]
+
+        for name in _progress(names, progress, f"converting to {dtype}"):
+            stored, shape = md.tensor_info(name)
+            if stored in _FLOATS and name in matrices:
+                w = md.tensor(name)
+                if matrices[name].transpose:
+                    w = np.ascontiguousarray(w.T)
+                store(name, w)
+                md.release(name)
+            elif stored in _FLOATS:
+                out[name] = md.tensor(name)
+            else:
+                out[name] = md.tensor(name, dtype=_STORAGE_DTYPES[stored])
+        if head_source is not None:
+            store("lm_head.weight", md.tensor(head_source))
+        # Everything is written into a hidden sibling directory that is renamed to dst at the end,
+        # so dst either does not appear or holds a complete conversion, even if the process dies.
+        dst_path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_partials(dst_path.parent)
+        work = dst_path.parent / f".{dst_path.name}{_PARTIAL}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        with _sigterm_raises():
+            work.mkdir()  # with the usual permissions (the umask's), unlike tempfile.mkdtemp
+            try:
+                save_safetensors(work / WEIGHTS_FILE, out, metadata={"format": "pt"}, dtypes=overrides)
+                config = dict(md.config)
+                config["cpuformer"] = {"dtype": dtype, "format_version": FORMAT_VERSION}
+                with open(work / CONFIG_FILE, "w", encoding="utf-8") as f:
+                    json.dump(config, f, indent=2)
+                    f.write("\n")
+                for file in _COPIED:
+                    if (md.path / file).is_file():
+                        shutil.copyfile(md.path / file, work / file)
+                for sub in _COPIED_DIRS:
+                    if (md.path / sub).is_dir():
+                        shutil.copytree(md.path / sub, work / sub)
+                if dst_path.is_dir():
+                    dst_path.rmdir()  # empty (checked above); fails if something was put there since
+                os.replace(work, dst_path)
+            except BaseException:  # errors, KeyboardInterrupt, SIGTERM (see _sigterm_raises)
+                shutil.rmtree(work, ignore_errors=True)
+                raise
+    finally:
+        md.close()
+
+
+# The hidden directory a conversion writes into: .<dst name>.partial-<pid>-<8 hex digits>.
+_PARTIAL = ".partial-"
+_PARTIAL_NAME = re.compile(r"^\..*\.partial-(\d+)-[0-9a-f]{8}$")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OverflowError:  # not a pid at all
+        return False
+    return True
+
+
+def remove_stale_partials(parent: pathlib.Path) -> List[pathlib.Path]:
+    """Removes the hidden ``.<name>.partial-<pid>-<random>`` directories in ``parent`` whose
+    process is no longer alive on this machine: what a conversion killed during its write (SIGKILL,
+    power loss) leaves behind. Directories of live processes (a conversion running now) are left
+    alone. Returns the removed paths."""
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _PARTIAL_NAME.match(entry.name)
+        if match is None or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = int(match.group(1))
+        if pid != os.getpid() and not _process_alive(pid):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(pathlib.Path(entry.path))
+    return removed
+
+
+class _SigtermRaised(SystemExit):
+    """SIGTERM turned into an exception, so that cleanup code runs before the process exits."""
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """While the block runs on the main thread, SIGTERM raises SystemExit(143) (the exit status of a
+    process killed by SIGTERM) instead of ending the process at once, so the block's cleanup runs.
+    Only replaces the default action: a handler the program installed (or SIG_IGN) stays in charge.
+    The previous handler is restored afterwards. Elsewhere (other threads, no SIGTERM) a no-op."""
+    if (threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM")
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise _SigtermRaised(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except (ValueError, OSError):  # e.g. an embedded interpreter without signal support
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+__all__ = ["DTYPES", "Checkpoint", "check_dtype", "convert", "load_layers", "resolve_dtype", "stored_dtype"]
