@@ -1,4 +1,5 @@
-"""Every relative link in the project's Markdown points at a file that exists.
+"""Every relative link in the project's Markdown points at a file that exists, and the README's test
+command is the one .ci/run runs.
 
 The README links into docs/ and benchmarks/results/, and those pages link to each other and to
 result files; moving or renaming one of them silently breaks the others. Links to a heading
@@ -115,3 +116,15 @@ def test_a_broken_link_is_reported(tmp_path: pathlib.Path) -> None:
         "img/none.png",
         "there.md#nope",
     ]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    # The README promises that .ci/run runs exactly its test command; keep the two in step.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci_commands = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#") and line.startswith("pip install")
+    ]
+    assert len(ci_commands) == 1, ci_commands
+    assert f"```bash\n{ci_commands[0]}\n```" in readme
