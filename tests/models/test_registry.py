@@ -1,0 +1,127 @@
+"""Every registered architecture family against transformers, driven by the registry.
+
+``PARITY`` holds one tiny random checkpoint per family (``cpuformer.arch.ARCHS``); registering a
+family without a row here fails ``test_every_family_has_a_parity_row``. Each row is built with
+transformers, saved as a Hugging Face directory, loaded with ``cpuformer.load`` (which also
+checks that every checkpoint tensor is accounted for) and compared: float32 outputs within 1e-4
+of transformers' (relative to the output's scale), greedy and beam tokens identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuformer as cf
+from cpuformer.arch import ARCHS, by_family
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+_BART = dict(d_model=48, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+             encoder_ffn_dim=67, decoder_ffn_dim=67, max_position_embeddings=64, init_std=0.1)
+_T5 = dict(d_model=48, d_kv=12, d_ff=53, num_layers=2, num_heads=4, decoder_start_token_id=0,
+           relative_attention_num_buckets=16, relative_attention_max_distance=20)
+_LLAMA = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=45, max_position_embeddings=64, initializer_range=0.2)
+
+#: family -> (transformers model class, config class, config keyword arguments)
+PARITY = {
+    "bert": ("BertModel", "BertConfig", dict(vocab_size=99, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                            intermediate_size=61, max_position_embeddings=40, type_vocab_size=3)),
+    "roberta": ("RobertaModel", "RobertaConfig",
+                dict(vocab_size=89, hidden_size=40, num_hidden_layers=2, num_attention_heads=5, intermediate_size=37,
+                     max_position_embeddings=42, type_vocab_size=1, pad_token_id=1)),
+    "xlm-roberta": ("XLMRobertaForSequenceClassification", "XLMRobertaConfig",
+                    dict(vocab_size=83, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=41, max_position_embeddings=38, type_vocab_size=1, pad_token_id=1)),
+    "distilbert": ("DistilBertModel", "DistilBertConfig",
+                   dict(vocab_size=91, dim=48, n_layers=2, n_heads=4, hidden_dim=67, max_position_embeddings=40)),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config",
+             dict(vocab_size=101, n_embd=48, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2,
+                  bos_token_id=1, eos_token_id=2)),
+    "llama": ("LlamaForCausalLM", "LlamaConfig", _LLAMA),
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(_LLAMA, sliding_window=6)),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", _LLAMA),
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(_LLAMA, head_dim=24)),
+    "marian": ("MarianMTModel", "MarianConfig",
+               dict(vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, **_BART)),
+    "bart": ("BartForConditionalGeneration", "BartConfig", dict(vocab_size=97, **_BART)),
+    "mbart": ("MBartForConditionalGeneration", "MBartConfig", dict(vocab_size=103, scale_embedding=True, **_BART)),
+    "t5": ("T5ForConditionalGeneration", "T5Config", dict(vocab_size=99, **_T5)),
+    "mt5": ("MT5ForConditionalGeneration", "MT5Config", dict(vocab_size=93, feed_forward_proj="gated-gelu", **_T5)),
+}
+
+NEW_TOKENS = 6
+
+
+def test_every_family_has_a_parity_row():
+    registered = {arch.family for arch in ARCHS}
+    assert sorted(registered - set(PARITY)) == [], "registered families without a parity row"
+    assert sorted(set(PARITY) - registered) == [], "parity rows for families that are not registered"
+    for family, (model_class, _, _) in PARITY.items():
+        assert by_family()[family].claims(model_class), f"{family} does not claim {model_class}"
+
+
+def _build(family, directory):
+    model_class, config_class, kwargs = PARITY[family]
+    torch.manual_seed(sorted(PARITY).index(family))
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**kwargs)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            # Constant-initialised tensors (norms, biases) get noise: a tensor read from the wrong
+            # place, or not read at all, then changes the outputs.
+            if parameter.dim() == 1 and bool((parameter == parameter.flatten()[0]).all()):
+                parameter.add_(torch.randn_like(parameter) * 0.1)
+        buffers = dict(model.named_buffers())
+        if "final_logits_bias" in buffers:
+            buffers["final_logits_bias"].normal_(0.0, 1.0)
+    model.save_pretrained(directory, safe_serialization=True)
+    return model
+
+
+def _close(ours, reference):
+    reference = np.asarray(reference, dtype=np.float32)
+    scale = float(np.abs(reference).max())
+    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize("family", sorted(PARITY))
+def test_parity_with_transformers(family, tmp_path):
+    hf = _build(family, tmp_path)
+    model = cf.load(tmp_path)
+    assert model.family == family
+    rng = np.random.default_rng(0)
+    vocab = model.config["vocab_size"]
+    ids = rng.integers(3, vocab - 2, size=(2, 9))
+    mask = np.ones_like(ids)
+    mask[1, 6:] = 0  # the second row is shorter (right-padded)
+    with torch.no_grad():
+        if model.hparams.kind == "encoder":
+            base = getattr(hf, hf.base_model_prefix, hf)
+            ref = base(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
+            ours = model(ids, mask)
+            _close(ours[0], ref[0])
+            _close(ours[1, :6], ref[1, :6])
+            return
+        if model.hparams.kind == "decoder":
+            _close(model.logits(ids[:1]), hf(input_ids=torch.tensor(ids[:1])).logits.numpy())
+            prompt = torch.tensor(ids[:1])
+            for beams in (1, 3):
+                ref = hf.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                  num_beams=beams, pad_token_id=0)[0, ids.shape[1]:].tolist()
+                ours = model.generate(ids[0].tolist(), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                      num_beams=beams)[0]
+                assert ours == ref, f"num_beams={beams}"
+            return
+        target = rng.integers(3, vocab - 2, size=(2, 5))
+        ref = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                 decoder_input_ids=torch.tensor(target)).logits.numpy()
+        _close(model.logits(ids, target, mask), ref)
+        source = torch.tensor(ids[:1])
+        for beams in (1, 3):
+            ref = hf.generate(source, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                              num_beams=beams)[0, 1:].tolist()
+            ours = model.generate(ids[0].tolist(), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                                  num_beams=beams)[0]
+            assert ours == ref, f"num_beams={beams}"
