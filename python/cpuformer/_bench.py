@@ -28,12 +28,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 import numpy as np
 
 from . import cpu_info, ops
-from .arch import find
+from .arch import by_family, find
 from .arch.checkpoint import random_checkpoint
 
 MODEL_KINDS = ("encoder", "decoder", "seq2seq")
 PEERS = ("torch", "ctranslate2")
 
+# The family of each kind's benchmark model (registry names, arch/).
+FAMILIES = {"encoder": "bert", "decoder": "gpt2", "seq2seq": "marian"}
 # Standard shapes (full) and small ones of the same architectures (quick).
 SHAPES: Dict[str, Dict[str, Dict[str, Any]]] = {
     "encoder": {
@@ -136,22 +138,15 @@ def write_tokenizer(directory: str, kind: str, shape: Dict[str, Any]) -> None:
 
 
 def _config(kind: str, shape: Dict[str, Any]) -> Dict[str, Any]:
-    cfg = {k: v for k, v in shape.items() if k != "name"}
+    cfg = by_family()[FAMILIES[kind]].example_config(**{k: v for k, v in shape.items() if k != "name"})
     specials = special_tokens(kind, shape)
     if kind == "encoder":
-        cfg.update(architectures=["BertModel"], model_type="bert", hidden_act="gelu", type_vocab_size=2,
-                   layer_norm_eps=1e-12, pad_token_id=specials["pad"],
-                   position_embedding_type="absolute")
+        cfg.update(pad_token_id=specials["pad"])
     elif kind == "decoder":
-        cfg.update(architectures=["GPT2LMHeadModel"], model_type="gpt2", activation_function="gelu_new",
-                   layer_norm_epsilon=1e-5, bos_token_id=specials["bos"], eos_token_id=specials["eos"],
-                   n_ctx=shape["n_positions"])
+        cfg.update(bos_token_id=specials["bos"], eos_token_id=specials["eos"])
     else:
-        cfg.update(architectures=["MarianMTModel"], model_type="marian", activation_function="swish",
-                   scale_embedding=True, pad_token_id=specials["pad"], eos_token_id=specials["eos"],
-                   decoder_start_token_id=specials["pad"], forced_eos_token_id=specials["eos"],
-                   bad_words_ids=[[specials["pad"]]],
-                   share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
+        cfg.update(pad_token_id=specials["pad"], eos_token_id=specials["eos"], decoder_start_token_id=specials["pad"],
+                   forced_eos_token_id=specials["eos"], bad_words_ids=[[specials["pad"]]])
     cfg["torch_dtype"] = "float32"
     return cfg
 

@@ -36,6 +36,7 @@ class Bert(Arch):
     model_types = ("bert",)
     prefixes = ("", "bert.")
     ignored = (r"cls\..*", r"classifier\..*", r"qa_outputs\..*", r"(bert\.)?embeddings\.position_ids")
+    example = dict(hidden_act="gelu", type_vocab_size=2, layer_norm_eps=1e-12, position_embedding_type="absolute")
     padding_positions = False  # RoBERTa: positions count only real tokens, after pad_token_id + 1
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:

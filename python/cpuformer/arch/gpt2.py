@@ -21,6 +21,7 @@ class GPT2(Arch):
     prefixes = ("transformer.", "")
     # attn.bias / attn.masked_bias: the causal-mask buffers older checkpoints saved.
     ignored = (r"(transformer\.)?h\.\d+\.attn\.(masked_)?bias",)
+    example = dict(activation_function="gelu_new", layer_norm_epsilon=1e-5)
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         # (aliases: transformers' GPT2Config.attribute_map)

@@ -29,6 +29,8 @@ class Marian(Bart):
     architectures = ("MarianMTModel",)
     model_types = ("marian",)
     # embed_positions: the sinusoidal table some checkpoints save (computed from the config here).
+    example = dict(activation_function="swish", scale_embedding=True, share_encoder_decoder_embeddings=True,
+                   tie_word_embeddings=True)
     ignored = Bart.ignored + (r"(model\.)?(encoder|decoder)\.embed_positions\.weight",)
 
     def check(self, config: Mapping[str, Any]) -> None:

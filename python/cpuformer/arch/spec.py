@@ -127,6 +127,12 @@ class Arch:
     ignored: Tuple[str, ...] = ()
     #: Seq2seq generation starts from the pad token when the config names no start token (T5).
     start_from_pad: bool = False
+    #: config.json entries of a typical checkpoint besides its sizes (``cpuformer bench``'s models).
+    example: Dict[str, Any] = {}
+
+    def example_config(self, **sizes: Any) -> Dict[str, Any]:
+        """A complete config.json for a checkpoint of this family with the given size entries."""
+        return {"architectures": [self.architectures[0]], "model_type": self.model_types[0], **self.example, **sizes}
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         raise NotImplementedError

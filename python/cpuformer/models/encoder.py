@@ -25,12 +25,12 @@ PathLike = Union[str, os.PathLike]
 
 
 class Encoder(ModelBase):
-    """A BERT-family encoder loaded from a Hugging Face model directory.
+    """An encoder loaded from a Hugging Face model directory.
 
     ``Encoder(path, dtype=None, num_threads=None)``: ``path`` holds config.json and
-    model.safetensors (or shards), optionally tokenizer.json. Supported: BertModel, RobertaModel,
-    XLMRobertaModel, DistilBertModel and their task-head checkpoints (…ForMaskedLM,
-    …ForSequenceClassification, …: the heads are ignored). ``num_threads`` (None: the process
+    model.safetensors (or shards), optionally tokenizer.json. Supported: the registry's encoders
+    (``cpuformer.arch``, kind "encoder"; ``cpuformer.arch.supported("encoder")`` lists them),
+    base models and their task-head checkpoints (the heads are ignored). ``num_threads`` (None: the process
     default) applies to every call.
 
     ``enc(input_ids, attention_mask=None, token_type_ids=None)`` returns last_hidden_state,

@@ -1,7 +1,6 @@
 """``cpuformer.Generator``: decoder-only causal language models and text generation.
 
-Supported: GPT2LMHeadModel (GPT-2), LlamaForCausalLM, MistralForCausalLM (sliding window),
-Qwen2ForCausalLM (q/k/v bias), Qwen3ForCausalLM (per-head q/k RMSNorm), declared in arch/.
+The supported families are the registry's decoders (``cpuformer.arch``, kind "decoder").
 Loading (``weights.py``, ``models/_graph.py``) packs each layer's projections and releases the
 layer's source pages right after. The embedding tables are copied into memory the C++ model owns
 and the weights maps are closed when loading ends, so a loaded model does not depend on its files.

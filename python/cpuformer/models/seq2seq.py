@@ -1,16 +1,8 @@
 """``cpuformer.Seq2Seq``: encoder-decoder models (translation, summarisation, T5-style tasks).
 
-Supported: MarianMTModel (sinusoidal positions, scaled embeddings, final_logits_bias, post-norm),
-BartForConditionalGeneration (learned positions with offset 2, layernorm_embedding, post-norm),
-MBartForConditionalGeneration (the same, pre-norm, with final layer norms),
-T5ForConditionalGeneration / MT5ForConditionalGeneration (RMSNorm, bucketed relative position
-bias, unscaled attention, ReLU (v1.0) or gated-GELU (v1.1, flan-T5, mT5) feed-forward, tied head
-scaled by d_model^-0.5 or an untied head).
-
-The families are declared in arch/ (marian.py, bart.py, t5.py); loading (``weights.py``,
-``models/_graph.py``) packs each layer's projections and releases the layer's source pages right
-after. Generation is the
-C++ loop that Generator uses: the encoder runs once per batch, cross-attention keys/values are
+The supported families are the registry's encoder-decoders (``cpuformer.arch``, kind "seq2seq");
+loading (``weights.py``, ``models/_graph.py``) packs each layer's projections and releases the
+layer's source pages right after. Generation is the C++ loop that Generator uses: the encoder runs once per batch, cross-attention keys/values are
 projected once per source and layer, the decoder's KV cache is written in place.
 """
 
