@@ -5,7 +5,7 @@ default values. mypy's stubtest does the comparison, in a subprocess that runs t
 stubtest reads a runtime signature with ``inspect.signature``, which fails on every pybind11 function
 (pybind11 sets no ``__text_signature__``), and then silently checks nothing but presence. pybind11
 writes each signature as the first line of the docstring instead
-(``set_pooler(self: cpuformer._core.EncoderModel, weight: object, ...) -> None``), so the script gives
+(``forward(self: cpuformer._core.EncoderModel, input_ids: object, ...) -> object``), so the script gives
 stubtest those signatures, and fails if stubtest did not look at one of them."""
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ def test_signature_read_from_a_pybind11_docstring():
     """The signature given to stubtest is the binding's: names, kinds and default values."""
     from cpuformer import _core
 
-    signature = signature_from_docstring(_core.EncoderModel.set_pooler)
-    assert str(signature) == "(self, weight, bias, weight_scale=None)"
+    signature = signature_from_docstring(_core.EncoderModel.forward)
+    assert str(signature) == ("(self, input_ids, attention_mask=None, token_type_ids=None, return_pooler=False, "
+                              "num_threads=0)")
     assert [parameter.kind for parameter in signature.parameters.values()] == [
-        inspect.Parameter.POSITIONAL_OR_KEYWORD] * 4
+        inspect.Parameter.POSITIONAL_OR_KEYWORD] * 6
     signature = signature_from_docstring(_core.peak_gops)
     assert signature.parameters["dtype"].default == "float32"
     assert signature.parameters["seconds"].default == 0.3

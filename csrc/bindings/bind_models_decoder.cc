@@ -16,12 +16,14 @@
 
 #include "bindings/arrays.h"
 #include "bindings/sized_output.h"
+#include "bindings/config.h"
+#include "bindings/model_builder.h"
 #include "bindings/weight_type.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
 #include "models/decoder.h"
 #include "models/generation.h"
-#include "models/kv_cache.h"
+#include "layers/kv_cache.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
@@ -29,93 +31,33 @@ namespace cpuformer {
 namespace bindings {
 namespace {
 
-class PyDecoderModel : private ModelTensors {
+class PyDecoderModel : private ModelBuilder {
  public:
-  PyDecoderModel(const py::dict& config, const py::dict& embeddings) : ModelTensors("decoder") {
-    DecoderConfig c;
-    c.vocab_size = config["vocab_size"].cast<long>();
-    c.hidden_size = config["hidden_size"].cast<long>();
-    c.num_layers = config["num_layers"].cast<long>();
-    c.num_heads = config["num_heads"].cast<long>();
-    c.num_kv_heads = config["num_kv_heads"].cast<long>();
-    c.head_dim = config["head_dim"].cast<long>();
-    c.intermediate_size = config["intermediate_size"].cast<long>();
-    c.max_positions = config["max_positions"].cast<long>();
-    c.rms_norm = config["rms_norm"].cast<bool>();
-    c.norm_eps = config["norm_eps"].cast<float>();
-    c.learned_positions = config["learned_positions"].cast<bool>();
-    c.swiglu = config["swiglu"].cast<bool>();
-    c.activation = parse_activation(config["activation"].cast<std::string>());
-    c.sliding_window = config["sliding_window"].cast<long>();
-    c.qk_norm = config["qk_norm"].cast<bool>();
-    c.weight_type = config_weight_type(config);
-    if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 0 || c.num_heads < 1 || c.num_kv_heads < 1 ||
-        c.head_dim < 1 || c.intermediate_size < 1 || c.max_positions < 1 || c.sliding_window < 0) {
-      throw py::value_error("decoder config sizes must be positive");
-    }
-    if (c.num_heads % c.num_kv_heads != 0) {
-      throw py::value_error("num_attention_heads (" + std::to_string(c.num_heads) +
-                            ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_kv_heads) + ")");
-    }
-    const long H = c.hidden_size;
-    const float* positions = nullptr;
-    if (c.learned_positions) {
-      positions = get(embeddings, "position_embeddings", {c.max_positions, H}, true);
-    } else {
-      if (c.head_dim % 2 != 0) throw py::value_error("RoPE needs an even head_dim, got " + std::to_string(c.head_dim));
-      const float* inv = get(embeddings, "rope_inv_freq", {c.head_dim / 2});
-      c.rope_inv_freq.assign(inv, inv + c.head_dim / 2);
-    }
-    const float* words = get(embeddings, "word_embeddings", {c.vocab_size, H}, true);
-    model_ = std::make_unique<DecoderModel>(c, words, positions);
+  // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
+  // under canonical names, the head included (bindings/model_builder.h).
+  PyDecoderModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("decoder") {
+    const TransformerConfig c = transformer_config(config);
+    if (c.kind != ModelKind::kDecoder) throw py::value_error("DecoderModel needs a config of kind 'decoder'");
+    const GlobalTensors g = global_tensors(tensors, c);
+    GilReleased release;  // packs the LM head
+    model_ = std::make_unique<DecoderModel>(c, g);
   }
 
-  void add_layer(const py::dict& t) {
-    const DecoderConfig& c = model_->config();
+  // One layer's tensors under canonical names; packed (or copied) before this returns.
+  void add_layer(const std::string& stack, const py::dict& t) {
+    const TransformerConfig& c = model_->config();
+    if (stack != "decoder") throw py::value_error("a decoder has one stack, 'decoder'; got '" + stack + "'");
     if (model_->num_layers_added() >= c.num_layers) {
       throw py::value_error("the decoder already has its " + std::to_string(c.num_layers) + " layers");
     }
-    const long H = c.hidden_size, I = c.intermediate_size, qw = c.num_heads * c.head_dim,
-               kvw = c.num_kv_heads * c.head_dim;
-    DecoderLayerTensors l;
-    l.q_weight = weight(t, "q.weight", qw, H);
-    l.k_weight = weight(t, "k.weight", kvw, H);
-    l.v_weight = weight(t, "v.weight", kvw, H);
-    l.q_bias = optional(t, "q.bias", {qw});
-    l.k_bias = optional(t, "k.bias", {kvw});
-    l.v_bias = optional(t, "v.bias", {kvw});
-    l.o_weight = weight(t, "o.weight", H, qw);
-    l.o_bias = optional(t, "o.bias", {H});
-    l.norm1_weight = get(t, "norm1.weight", {H});
-    l.norm1_bias = optional(t, "norm1.bias", {H});
-    l.norm2_weight = get(t, "norm2.weight", {H});
-    l.norm2_bias = optional(t, "norm2.bias", {H});
-    if (c.qk_norm) {
-      l.q_norm_weight = get(t, "q_norm.weight", {c.head_dim});
-      l.k_norm_weight = get(t, "k_norm.weight", {c.head_dim});
-    }
-    l.up_weight = weight(t, "up.weight", I, H);
-    l.up_bias = optional(t, "up.bias", {I});
-    if (c.swiglu) l.gate_weight = weight(t, "gate.weight", I, H);
-    l.down_weight = weight(t, "down.weight", H, I);
-    l.down_bias = optional(t, "down.bias", {H});
+    const BlockTensors b = block_tensors(t, c, /*cross=*/false);
     GilReleased release;
-    model_->add_layer(l);
-  }
-
-  void set_head(const py::dict& t) {
-    const DecoderConfig& c = model_->config();
-    const float* w = get(t, "norm.weight", {c.hidden_size});
-    const float* b = optional(t, "norm.bias", {c.hidden_size});
-    WeightRef head;
-    if (t.contains("lm_head") && !t["lm_head"].is_none()) head = weight(t, "lm_head", c.vocab_size, c.hidden_size);
-    GilReleased release;
-    model_->set_head(w, b, head);
+    model_->add_layer(b);
   }
 
   py::array_t<float> logits(const py::object& input_ids, const py::object& attention_mask, int num_threads) const {
     check_complete();
-    const DecoderConfig& c = model_->config();
+    const TransformerConfig& c = model_->config();
     IdArray ids = as_ids(input_ids, "input_ids");
     const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
     if (B == 0 || T == 0) {
@@ -159,7 +101,7 @@ class PyDecoderModel : private ModelTensors {
   py::tuple generate(const std::vector<std::vector<int64_t>>& prompts, const py::dict& options,
                      const py::object& callback, int num_threads) const {
     check_complete();
-    const DecoderConfig& c = model_->config();
+    const TransformerConfig& c = model_->config();
     if (prompts.empty()) throw py::value_error("generate() needs at least one prompt");
     for (size_t i = 0; i < prompts.size(); ++i) {
       if (prompts[i].empty()) throw py::value_error("prompt " + std::to_string(i) + " is empty");
@@ -222,7 +164,7 @@ class PyDecoderModel : private ModelTensors {
   void check_complete() const {
     if (!model_->complete()) {
       throw py::value_error("the decoder has " + std::to_string(model_->num_layers_added()) + " of its " +
-                            std::to_string(model_->config().num_layers) + " layers or no head; add them first");
+                            std::to_string(model_->config().num_layers) + " layers; add them first");
     }
   }
 
@@ -234,10 +176,6 @@ class PyDecoderModel : private ModelTensors {
                               " is out of range; token ids must be in [0, " + std::to_string(V) + ") (vocab_size)");
       }
     }
-  }
-
-  WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
-    return matmul(tensors, key, n, k, model_->config().weight_type);
   }
 
   std::unique_ptr<DecoderModel> model_;
@@ -304,9 +242,8 @@ py::tuple kv_cache_reorder(const py::array& k_in, const py::array& v_in, const p
 void register_models_decoder(py::module_& m) {
   m.def("_kv_cache_reorder", &kv_cache_reorder, py::arg("k"), py::arg("v"), py::arg("source"), py::arg("num_threads"));
   py::class_<PyDecoderModel>(m, "DecoderModel")
-      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("embeddings"))
-      .def("add_layer", &PyDecoderModel::add_layer, py::arg("tensors"))
-      .def("set_head", &PyDecoderModel::set_head, py::arg("tensors"))
+      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("tensors"))
+      .def("add_layer", &PyDecoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("logits", &PyDecoderModel::logits, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("num_threads") = 0)
       .def("generate", &PyDecoderModel::generate, py::arg("prompts"), py::arg("options"),

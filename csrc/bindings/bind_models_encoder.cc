@@ -13,6 +13,8 @@
 #include "bindings/arrays.h"
 #include "bindings/gil.h"
 #include "bindings/sized_output.h"
+#include "bindings/config.h"
+#include "bindings/model_builder.h"
 #include "bindings/weight_type.h"
 #include "models/encoder.h"
 #include "runtime/compute_slots.h"
@@ -26,105 +28,32 @@ std::string at_index(long r, long seq_len) {
   return "[" + std::to_string(r / seq_len) + ", " + std::to_string(r % seq_len) + "]";
 }
 
-Activation parse_encoder_activation(const std::string& s) {
-  if (s == "gelu") return Activation::kGeluErf;
-  if (s == "gelu_tanh") return Activation::kGeluTanh;
-  if (s == "relu") return Activation::kRelu;
-  throw py::value_error("activation must be 'gelu', 'gelu_tanh' or 'relu', got '" + s + "'");
-}
-
-class PyEncoderModel : private ModelTensors {
+class PyEncoderModel : private ModelBuilder {
  public:
-  PyEncoderModel(const py::dict& config, const py::dict& embeddings) : ModelTensors("encoder") {
-    EncoderConfig c;
-    c.vocab_size = config["vocab_size"].cast<long>();
-    c.hidden_size = config["hidden_size"].cast<long>();
-    c.num_layers = config["num_layers"].cast<long>();
-    c.num_heads = config["num_heads"].cast<long>();
-    c.intermediate_size = config["intermediate_size"].cast<long>();
-    c.max_positions = config["max_positions"].cast<long>();
-    c.type_vocab_size = config["type_vocab_size"].cast<long>();
-    c.pad_token_id = config["pad_token_id"].cast<long>();
-    const std::string positions = config["position_ids"].cast<std::string>();
-    if (positions == "arange") {
-      c.position_ids = PositionIds::kArange;
-    } else if (positions == "padding_cumsum") {
-      c.position_ids = PositionIds::kPaddingCumsum;
-    } else {
-      throw py::value_error("position_ids must be 'arange' or 'padding_cumsum', got '" + positions + "'");
-    }
-    c.layer_norm_eps = config["layer_norm_eps"].cast<float>();
-    c.activation = parse_encoder_activation(config["activation"].cast<std::string>());
-    c.weight_type = config_weight_type(config);
-    if (c.vocab_size < 1 || c.hidden_size < 1 || c.num_layers < 0 || c.num_heads < 1 || c.intermediate_size < 1 ||
-        c.max_positions < 1 || c.type_vocab_size < 0) {
-      throw py::value_error("encoder config sizes must be positive");
-    }
-    if (c.hidden_size % c.num_heads != 0) {
-      throw py::value_error("hidden_size (" + std::to_string(c.hidden_size) +
-                            ") must be a multiple of num_attention_heads (" + std::to_string(c.num_heads) + ")");
-    }
-    if (c.max_seq_len() < 1 || c.pad_token_id < 0 || (c.pad_token_id >= c.vocab_size)) {
-      throw py::value_error("pad_token_id (" + std::to_string(c.pad_token_id) + ") must be in [0, vocab_size) and " +
-                            "leave room in the position table");
-    }
-    const long H = c.hidden_size;
-    EmbeddingTensors e;
-    e.word_embeddings = get(embeddings, "word_embeddings", {c.vocab_size, H}, true);
-    e.position_embeddings = get(embeddings, "position_embeddings", {c.max_positions, H}, true);
-    if (c.type_vocab_size > 0) {
-      e.token_type_embeddings = get(embeddings, "token_type_embeddings", {c.type_vocab_size, H}, true);
-    }
-    e.norm_weight = get(embeddings, "norm.weight", {H});
-    e.norm_bias = get(embeddings, "norm.bias", {H});
-    model_ = std::make_unique<EncoderModel>(c, e);
+  // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
+  // under canonical names (bindings/model_builder.h).
+  PyEncoderModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("encoder") {
+    const TransformerConfig c = transformer_config(config);
+    if (c.kind != ModelKind::kEncoder) throw py::value_error("EncoderModel needs a config of kind 'encoder'");
+    const GlobalTensors g = global_tensors(tensors, c);
+    model_ = std::make_unique<EncoderModel>(c, g);
   }
 
-  // One layer's tensors under the keys q/k/v/out/intermediate/output .weight/.bias and
-  // attention_norm/output_norm .weight/.bias; packed (or copied) before this returns.
-  void add_layer(const py::dict& tensors) {
-    const EncoderConfig& c = model_->config();
+  // One layer's tensors under canonical names; packed (or copied) before this returns.
+  void add_layer(const std::string& stack, const py::dict& tensors) {
+    const TransformerConfig& c = model_->config();
+    if (stack != "encoder") throw py::value_error("an encoder has one stack, 'encoder'; got '" + stack + "'");
     if (model_->complete()) {
       throw py::value_error("the encoder already has its " + std::to_string(c.num_layers) + " layers");
     }
-    const long H = c.hidden_size, I = c.intermediate_size;
-    EncoderLayerTensors l;
-    l.q_weight = weight(tensors, "q.weight", H, H);
-    l.q_bias = get(tensors, "q.bias", {H});
-    l.k_weight = weight(tensors, "k.weight", H, H);
-    l.k_bias = get(tensors, "k.bias", {H});
-    l.v_weight = weight(tensors, "v.weight", H, H);
-    l.v_bias = get(tensors, "v.bias", {H});
-    l.out_weight = weight(tensors, "out.weight", H, H);
-    l.out_bias = get(tensors, "out.bias", {H});
-    l.attention_norm_weight = get(tensors, "attention_norm.weight", {H});
-    l.attention_norm_bias = get(tensors, "attention_norm.bias", {H});
-    l.intermediate_weight = weight(tensors, "intermediate.weight", I, H);
-    l.intermediate_bias = get(tensors, "intermediate.bias", {I});
-    l.output_weight = weight(tensors, "output.weight", H, I);
-    l.output_bias = get(tensors, "output.bias", {H});
-    l.output_norm_weight = get(tensors, "output_norm.weight", {H});
-    l.output_norm_bias = get(tensors, "output_norm.bias", {H});
+    const BlockTensors b = block_tensors(tensors, c, /*cross=*/false);
     GilReleased release;  // packing is the slow part of loading
-    model_->add_layer(l);
-  }
-
-  // weight_scale: the per-row scales of an int8 weight (converted directories), else None.
-  void set_pooler(const py::object& weight, const py::object& bias, const py::object& weight_scale) {
-    const long H = model_->config().hidden_size;
-    py::dict d;
-    d["weight"] = weight;
-    d["bias"] = bias;
-    d["weight_scale"] = weight_scale;
-    const WeightRef w = this->weight(d, "weight", H, H);
-    const float* b = get(d, "bias", {H});
-    GilReleased release;
-    model_->set_pooler(w, b);
+    model_->add_layer(b);
   }
 
   py::object forward(const py::object& input_ids, const py::object& attention_mask, const py::object& token_type_ids,
                      bool return_pooler, int num_threads) const {
-    const EncoderConfig& c = model_->config();
+    const TransformerConfig& c = model_->config();
     if (!model_->complete()) {
       throw py::value_error("the encoder has " + std::to_string(model_->num_layers_added()) + " of its " +
                             std::to_string(c.num_layers) + " layers; add_layer() the rest before calling it");
@@ -210,10 +139,6 @@ class PyEncoderModel : private ModelTensors {
   bool has_pooler() const { return model_->has_pooler(); }
 
  private:
-  WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
-    return matmul(tensors, key, n, k, model_->config().weight_type);
-  }
-
   std::unique_ptr<EncoderModel> model_;
 };
 
@@ -221,10 +146,8 @@ class PyEncoderModel : private ModelTensors {
 
 void register_models_encoder(py::module_& m) {
   py::class_<PyEncoderModel>(m, "EncoderModel")
-      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("embeddings"))
-      .def("add_layer", &PyEncoderModel::add_layer, py::arg("tensors"))
-      .def("set_pooler", &PyEncoderModel::set_pooler, py::arg("weight"), py::arg("bias"),
-           py::arg("weight_scale") = py::none())
+      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("tensors"))
+      .def("add_layer", &PyEncoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("forward", &PyEncoderModel::forward, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("token_type_ids") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0)
       .def_property_readonly("hidden_size", &PyEncoderModel::hidden_size)

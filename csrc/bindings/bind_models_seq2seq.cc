@@ -14,6 +14,8 @@
 
 #include "bindings/arrays.h"
 #include "bindings/sized_output.h"
+#include "bindings/config.h"
+#include "bindings/model_builder.h"
 #include "bindings/weight_type.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
@@ -26,134 +28,38 @@ namespace cpuformer {
 namespace bindings {
 namespace {
 
-class PySeq2SeqModel : private ModelTensors {
+class PySeq2SeqModel : private ModelBuilder {
  public:
-  PySeq2SeqModel(const py::dict& config, const py::dict& embeddings) : ModelTensors("seq2seq") {
-    Seq2SeqConfig c;
-    c.vocab_size = config["vocab_size"].cast<long>();
-    c.d_model = config["d_model"].cast<long>();
-    c.encoder_layers = config["encoder_layers"].cast<long>();
-    c.decoder_layers = config["decoder_layers"].cast<long>();
-    c.heads = config["heads"].cast<long>();
-    c.head_dim = config["head_dim"].cast<long>();
-    c.ffn_dim = config["ffn_dim"].cast<long>();
-    c.max_positions = config["max_positions"].cast<long>();
-    c.position_offset = config["position_offset"].cast<long>();
-    c.position_table = config["position_table"].cast<bool>();
-    c.relative_attention = config["relative_attention"].cast<bool>();
-    c.num_buckets = config["num_buckets"].cast<long>();
-    c.max_distance = config["max_distance"].cast<long>();
-    c.rms_norm = config["rms_norm"].cast<bool>();
-    c.norm_eps = config["norm_eps"].cast<float>();
-    c.pre_norm = config["pre_norm"].cast<bool>();
-    c.embedding_norm = config["embedding_norm"].cast<bool>();
-    c.final_norm = config["final_norm"].cast<bool>();
-    c.embed_scale = config["embed_scale"].cast<float>();
-    c.attention_scale = config["attention_scale"].cast<float>();
-    c.activation = parse_activation(config["activation"].cast<std::string>());
-    c.gated_ffn = config["gated_ffn"].cast<bool>();
-    c.head_scale = config["head_scale"].cast<float>();
-    c.weight_type = config_weight_type(config);
-    if (c.vocab_size < 1 || c.d_model < 1 || c.encoder_layers < 0 || c.decoder_layers < 0 || c.heads < 1 ||
-        c.head_dim < 1 || c.ffn_dim < 1 || c.max_positions < 0 || c.position_offset < 0 ||
-        (c.relative_attention && (c.num_buckets < 2 || c.max_distance < 2))) {
-      throw py::value_error("seq2seq config sizes must be positive");
-    }
-    if (c.position_table && c.max_positions < 1) {
-      throw py::value_error("a position table needs max_positions >= 1");
-    }
-    const long d = c.d_model, P = c.position_offset + c.max_positions;
-    Seq2SeqEmbeddingTensors e;
-    e.word_embeddings = get(embeddings, "word_embeddings", {c.vocab_size, d}, true);
-    if (c.position_table) {
-      e.encoder_positions = get(embeddings, "encoder_positions", {P, d}, true);
-      e.decoder_positions = get(embeddings, "decoder_positions", {P, d}, true);
-    }
-    if (c.relative_attention) {
-      e.encoder_relative_bias = get(embeddings, "encoder_relative_bias", {c.num_buckets, c.heads});
-      e.decoder_relative_bias = get(embeddings, "decoder_relative_bias", {c.num_buckets, c.heads});
-    }
-    if (c.embedding_norm) {
-      e.encoder_norm_weight = get(embeddings, "encoder_norm.weight", {d});
-      e.encoder_norm_bias = optional(embeddings, "encoder_norm.bias", {d});
-      e.decoder_norm_weight = get(embeddings, "decoder_norm.weight", {d});
-      e.decoder_norm_bias = optional(embeddings, "decoder_norm.bias", {d});
-    }
-    model_ = std::make_unique<Seq2SeqModel>(c, e);
+  // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
+  // under canonical names, both stacks' and the head included (bindings/model_builder.h).
+  PySeq2SeqModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("seq2seq") {
+    const TransformerConfig c = transformer_config(config);
+    if (c.kind != ModelKind::kSeq2Seq) throw py::value_error("Seq2SeqModel needs a config of kind 'seq2seq'");
+    const GlobalTensors g = global_tensors(tensors, c);
+    GilReleased release;  // packs the LM head
+    model_ = std::make_unique<Seq2SeqModel>(c, g);
   }
 
-  void add_layer(const py::dict& t, bool decoder) {
-    const Seq2SeqConfig& c = model_->config();
-    const long d = c.d_model, inner = c.heads * c.head_dim, F = c.ffn_dim;
-    Seq2SeqLayerTensors l;
-    l.q_weight = weight(t, "q.weight", inner, d);
-    l.k_weight = weight(t, "k.weight", inner, d);
-    l.v_weight = weight(t, "v.weight", inner, d);
-    l.o_weight = weight(t, "o.weight", d, inner);
-    l.q_bias = optional(t, "q.bias", {inner});
-    l.k_bias = optional(t, "k.bias", {inner});
-    l.v_bias = optional(t, "v.bias", {inner});
-    l.o_bias = optional(t, "o.bias", {d});
-    l.self_norm_weight = get(t, "self_norm.weight", {d});
-    l.self_norm_bias = optional(t, "self_norm.bias", {d});
-    if (decoder) {
-      l.cross_q_weight = weight(t, "cross_q.weight", inner, d);
-      l.cross_k_weight = weight(t, "cross_k.weight", inner, d);
-      l.cross_v_weight = weight(t, "cross_v.weight", inner, d);
-      l.cross_o_weight = weight(t, "cross_o.weight", d, inner);
-      l.cross_q_bias = optional(t, "cross_q.bias", {inner});
-      l.cross_k_bias = optional(t, "cross_k.bias", {inner});
-      l.cross_v_bias = optional(t, "cross_v.bias", {inner});
-      l.cross_o_bias = optional(t, "cross_o.bias", {d});
-      l.cross_norm_weight = get(t, "cross_norm.weight", {d});
-      l.cross_norm_bias = optional(t, "cross_norm.bias", {d});
+  // One layer of stack "encoder" or "decoder", under canonical names; packed before this returns.
+  void add_layer(const std::string& stack, const py::dict& t) {
+    const TransformerConfig& c = model_->config();
+    if (stack != "encoder" && stack != "decoder") {
+      throw py::value_error("a seq2seq model's stacks are 'encoder' and 'decoder'; got '" + stack + "'");
     }
-    l.up_weight = weight(t, "up.weight", F, d);
-    l.up_bias = optional(t, "up.bias", {F});
-    if (c.gated_ffn) l.gate_weight = weight(t, "gate.weight", F, d);
-    l.down_weight = weight(t, "down.weight", d, F);
-    l.down_bias = optional(t, "down.bias", {d});
-    l.ffn_norm_weight = get(t, "ffn_norm.weight", {d});
-    l.ffn_norm_bias = optional(t, "ffn_norm.bias", {d});
-    GilReleased release;
-    if (decoder) {
-      model_->add_decoder_layer(l);
-    } else {
-      model_->add_encoder_layer(l);
+    const bool decoder = stack == "decoder";
+    const long count = decoder ? c.num_decoder_layers : c.num_layers;
+    long& added = decoder ? decoder_added_ : encoder_added_;
+    if (added >= count) throw py::value_error("the " + stack + " already has its " + std::to_string(count) + " layers");
+    const BlockTensors b = block_tensors(t, c, /*cross=*/decoder);
+    {
+      GilReleased release;
+      if (decoder) {
+        model_->add_decoder_layer(b);
+      } else {
+        model_->add_encoder_layer(b);
+      }
     }
-  }
-
-  void add_encoder_layer(const py::dict& t) {
-    if (layers_added(false) >= model_->config().encoder_layers) {
-      throw py::value_error("the encoder already has its " + std::to_string(model_->config().encoder_layers) +
-                            " layers");
-    }
-    add_layer(t, false);
-    ++encoder_added_;
-  }
-
-  void add_decoder_layer(const py::dict& t) {
-    if (layers_added(true) >= model_->config().decoder_layers) {
-      throw py::value_error("the decoder already has its " + std::to_string(model_->config().decoder_layers) +
-                            " layers");
-    }
-    add_layer(t, true);
-    ++decoder_added_;
-  }
-
-  void set_head(const py::dict& t) {
-    const Seq2SeqConfig& c = model_->config();
-    Seq2SeqHeadTensors h;
-    if (c.final_norm) {
-      h.encoder_norm_weight = get(t, "encoder_norm.weight", {c.d_model});
-      h.encoder_norm_bias = optional(t, "encoder_norm.bias", {c.d_model});
-      h.decoder_norm_weight = get(t, "decoder_norm.weight", {c.d_model});
-      h.decoder_norm_bias = optional(t, "decoder_norm.bias", {c.d_model});
-    }
-    if (t.contains("lm_head") && !t["lm_head"].is_none()) h.lm_head = weight(t, "lm_head", c.vocab_size, c.d_model);
-    h.final_logits_bias = optional(t, "final_logits_bias", {c.vocab_size});
-    GilReleased release;
-    model_->set_head(h);
+    ++added;
   }
 
   py::array_t<float> encode(const py::object& input_ids, const py::object& attention_mask, int num_threads) const {
@@ -163,7 +69,7 @@ class PySeq2SeqModel : private ModelTensors {
     const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
     check_source(ids, attention_mask, mask);
     const std::string request = "input_ids of shape " + shape_string(ids);
-    py::array_t<float> out = sized_output({B, T, model_->config().d_model}, request, "the encoder output");
+    py::array_t<float> out = sized_output({B, T, model_->config().hidden_size}, request, "the encoder output");
     const int64_t* ip = ids.data();
     const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
     float* op = out.mutable_data();
@@ -179,7 +85,7 @@ class PySeq2SeqModel : private ModelTensors {
   py::array_t<float> logits(const py::object& input_ids, const py::object& decoder_input_ids,
                             const py::object& attention_mask, int num_threads) const {
     check_complete();
-    const Seq2SeqConfig& c = model_->config();
+    const TransformerConfig& c = model_->config();
     IdArray ids = as_ids(input_ids, "input_ids");
     IdArray mask;
     check_source(ids, attention_mask, mask);
@@ -216,7 +122,7 @@ class PySeq2SeqModel : private ModelTensors {
   py::tuple generate(const std::vector<std::vector<int64_t>>& sources, const py::dict& options,
                      const py::object& callback, int num_threads) const {
     check_complete();
-    const Seq2SeqConfig& c = model_->config();
+    const TransformerConfig& c = model_->config();
     if (sources.empty()) throw py::value_error("generate() needs at least one source");
     for (size_t i = 0; i < sources.size(); ++i) {
       if (sources[i].empty()) throw py::value_error("source " + std::to_string(i) + " is empty");
@@ -301,7 +207,7 @@ class PySeq2SeqModel : private ModelTensors {
   // Sources: [B, T] with B, T ≥ 1, T within the position table, ids in range; the mask (if any)
   // 0/1 of the same shape with at least one token per row.
   void check_source(const IdArray& ids, const py::object& attention_mask, IdArray& mask) const {
-    const Seq2SeqConfig& c = model_->config();
+    const TransformerConfig& c = model_->config();
     const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));
     if (B == 0 || T == 0) {
       throw py::value_error("input_ids must hold at least one sequence of at least one token, got shape " +
@@ -340,10 +246,6 @@ class PySeq2SeqModel : private ModelTensors {
     }
   }
 
-  WeightRef weight(const py::dict& tensors, const std::string& key, long n, long k) const {
-    return matmul(tensors, key, n, k, model_->config().weight_type);
-  }
-
   std::unique_ptr<Seq2SeqModel> model_;
   long encoder_added_ = 0, decoder_added_ = 0;
 };
@@ -352,10 +254,8 @@ class PySeq2SeqModel : private ModelTensors {
 
 void register_models_seq2seq(py::module_& m) {
   py::class_<PySeq2SeqModel>(m, "Seq2SeqModel")
-      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("embeddings"))
-      .def("add_encoder_layer", &PySeq2SeqModel::add_encoder_layer, py::arg("tensors"))
-      .def("add_decoder_layer", &PySeq2SeqModel::add_decoder_layer, py::arg("tensors"))
-      .def("set_head", &PySeq2SeqModel::set_head, py::arg("tensors"))
+      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("tensors"))
+      .def("add_layer", &PySeq2SeqModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("encode", &PySeq2SeqModel::encode, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("num_threads") = 0)
       .def("logits", &PySeq2SeqModel::logits, py::arg("input_ids"), py::arg("decoder_input_ids"),

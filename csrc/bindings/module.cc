@@ -11,6 +11,7 @@ void register_runtime(py::module_& m);
 void register_ops_gemm(py::module_& m);
 void register_ops_attention(py::module_& m);
 void register_ops_norm(py::module_& m);
+void register_config(py::module_& m);
 void register_models_encoder(py::module_& m);
 void register_models_decoder(py::module_& m);
 void register_models_seq2seq(py::module_& m);
@@ -33,6 +34,7 @@ PYBIND11_MODULE(_core, m) {
   cpuformer::bindings::register_ops_gemm(m);
   cpuformer::bindings::register_ops_attention(m);
   cpuformer::bindings::register_ops_norm(m);
+  cpuformer::bindings::register_config(m);
   cpuformer::bindings::register_models_encoder(m);
   cpuformer::bindings::register_models_decoder(m);
   cpuformer::bindings::register_models_seq2seq(m);

@@ -13,7 +13,7 @@
 #include "bindings/gil.h"
 #include "kernels/activation/activation.h"
 #include "kernels/gemm/gemm.h"
-#include "models/linear.h"
+#include "layers/linear.h"
 #include "runtime/aligned_buffer.h"
 
 namespace cpuformer {

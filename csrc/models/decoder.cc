@@ -1,35 +1,15 @@
 #include "models/decoder.h"
 
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 
-#include "kernels/attention/attention.h"
-#include "kernels/norm/norm.h"
-#include "models/rope.h"
+#include "layers/rope.h"
 #include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
 namespace {
-
-NormWeights copy_norm(const float* weight, const float* bias, long n, float eps) {
-  NormWeights norm;
-  norm.weight.assign(weight, weight + n);
-  if (bias) norm.bias.assign(bias, bias + n);
-  norm.eps = eps;
-  return norm;
-}
-
-void apply_norm(bool rms, const NormWeights& norm, const float* x, float* y, long rows, long n) {
-  if (rms) {
-    rms_norm(x, nullptr, nullptr, norm.weight.data(), norm.eps, y, rows, n);
-  } else {
-    layer_norm(x, nullptr, nullptr, norm.weight.data(), norm.bias.empty() ? nullptr : norm.bias.data(), norm.eps, y,
-               rows, n);
-  }
-}
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -49,119 +29,70 @@ void positions_from_mask(const int64_t* mask, long rows, long T, long* positions
 
 }  // namespace
 
-DecoderModel::DecoderModel(const DecoderConfig& config, const float* word_embeddings,
-                           const float* position_embeddings)
-    : config_(config), word_embeddings_(word_embeddings), position_embeddings_(position_embeddings) {
-  const DecoderConfig& c = config_;
-  if (c.hidden_size <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 || c.intermediate_size <= 0 ||
-      c.vocab_size <= 0 || c.num_heads % c.num_kv_heads != 0) {
-    throw std::invalid_argument("invalid decoder config: sizes must be positive and kv heads divide heads");
+DecoderModel::DecoderModel(const TransformerConfig& config, const GlobalTensors& t)
+    : config_(config), word_embeddings_(t.tokens), position_embeddings_(t.decoder.positions) {
+  const TransformerConfig& c = config_;
+  c.validate();
+  if (c.positions == Positions::kRope) {
+    if (t.decoder.rope_inv_freq == nullptr) throw std::invalid_argument("RoPE needs its inverse frequencies");
+    rope_inv_freq_.assign(t.decoder.rope_inv_freq, t.decoder.rope_inv_freq + c.head_dim / 2);
+  } else if (c.positions != Positions::kLearned || position_embeddings_ == nullptr) {
+    throw std::invalid_argument("a decoder needs a learned position table or RoPE");
   }
-  if (!c.learned_positions && (c.head_dim % 2 != 0 || static_cast<long>(c.rope_inv_freq.size()) != c.head_dim / 2)) {
-    throw std::invalid_argument("RoPE needs an even head_dim and head_dim / 2 inverse frequencies");
-  }
-  if (c.learned_positions && position_embeddings == nullptr) {
-    throw std::invalid_argument("learned positions need a position table");
-  }
-  // The widths forward() multiplies by the token count, checked once here.
-  const long qw = checked_multiply(c.num_heads, c.head_dim, "num_attention_heads × head_dim");
-  const long kvw = checked_multiply(c.num_kv_heads, c.head_dim, "num_key_value_heads × head_dim");
-  checked_add(qw, checked_multiply(2, kvw, "the key and value width"), "the fused q, k, v width");
-  checked_multiply(2, c.intermediate_size, "the fused gate and up width (2 × intermediate_size)");
-  require_in_features(c.weight_type, {{"hidden_size", c.hidden_size},
-                                      {"num_attention_heads × head_dim", qw},
-                                      {"intermediate_size", c.intermediate_size}});
+  if (c.final_norm) final_norm_ = NormWeights(c, t.decoder.final_norm.weight, t.decoder.final_norm.bias, c.hidden_size);
+  lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(word_embeddings_), t.lm_head.bias, c.vocab_size}},
+                    c.hidden_size, c.weight_type);
   layers_.reserve(c.num_layers);
 }
 
-void DecoderModel::add_layer(const DecoderLayerTensors& t) {
-  if (static_cast<long>(layers_.size()) >= config_.num_layers) {
-    throw std::logic_error("the decoder already has all its layers");
-  }
-  const DecoderConfig& c = config_;
-  const long H = c.hidden_size, I = c.intermediate_size, qw = c.num_heads * c.head_dim,
-             kvw = c.num_kv_heads * c.head_dim;
-  Layer layer;
-  layer.qkv = Linear({{t.q_weight, t.q_bias, qw}, {t.k_weight, t.k_bias, kvw}, {t.v_weight, t.v_bias, kvw}}, H, c.weight_type);
-  layer.out = Linear({{t.o_weight, t.o_bias, H}}, qw, c.weight_type);
-  if (c.swiglu) {
-    layer.up = Linear({{t.gate_weight, nullptr, I}, {t.up_weight, nullptr, I}}, H, c.weight_type);
-  } else {
-    layer.up = Linear({{t.up_weight, t.up_bias, I}}, H, c.weight_type);
-  }
-  layer.down = Linear({{t.down_weight, t.down_bias, H}}, I, c.weight_type);
-  layer.norm1 = copy_norm(t.norm1_weight, c.rms_norm ? nullptr : t.norm1_bias, H, c.norm_eps);
-  layer.norm2 = copy_norm(t.norm2_weight, c.rms_norm ? nullptr : t.norm2_bias, H, c.norm_eps);
-  if (c.qk_norm) {
-    layer.q_norm.assign(t.q_norm_weight, t.q_norm_weight + c.head_dim);
-    layer.k_norm.assign(t.k_norm_weight, t.k_norm_weight + c.head_dim);
-  }
-  layers_.push_back(std::move(layer));
-}
-
-void DecoderModel::set_head(const float* norm_weight, const float* norm_bias, WeightRef lm_head) {
-  const DecoderConfig& c = config_;
-  final_norm_ = copy_norm(norm_weight, c.rms_norm ? nullptr : norm_bias, c.hidden_size, c.norm_eps);
-  lm_head_ = Linear({{lm_head ? lm_head : word_embeddings_, nullptr, c.vocab_size}}, c.hidden_size, c.weight_type);
-  has_head_ = true;
+void DecoderModel::add_layer(const BlockTensors& t) {
+  if (complete()) throw std::logic_error("the decoder already has all its layers");
+  layers_.emplace_back(config_, t, /*cross=*/false);
 }
 
 void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long rows,
                            long t_new, bool all_positions, float* logits) const {
-  const DecoderConfig& c = config_;
-  const long H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, heads = c.num_heads,
-             kv_heads = c.num_kv_heads;
-  const long qw = heads * D, kvw = kv_heads * D, row = qw + 2 * kvw;
+  const TransformerConfig& c = config_;
+  const long H = c.hidden_size, D = c.head_dim;
   const long N = checked_multiply(rows, t_new, "the tokens of a forward pass (rows × new positions)");
   const long start = cache.length();
   if (start + t_new > cache.max_len()) throw std::logic_error("the KV cache is full");
-  const long mlp_width = c.swiglu ? 2 * I : I;
   float* h = ws.h.reserve({N, H});
   float* x = ws.x.reserve({N, H});
-  float* qkv = ws.qkv.reserve({N, row});
-  float* context = ws.context.reserve({N, qw});
-  float* mlp = ws.mlp.reserve({N, mlp_width});
 
+  const float scale = c.embed_scale;
   parallel_ranges(N, 16, [&](long n0, long n1) {
     for (long n = n0; n < n1; ++n) {
       const float* word = word_embeddings_ + ids[n] * H;
       float* out = h + n * H;
-      if (c.learned_positions) {
-        const float* pos = position_embeddings_ + positions[n] * H;
-        for (long j = 0; j < H; ++j) out[j] = word[j] + pos[j];
+      if (position_embeddings_) {
+        const float* pos = position_embeddings_ + (c.position_offset + positions[n]) * H;
+        if (scale != 1.0f) {
+          for (long j = 0; j < H; ++j) out[j] = word[j] * scale + pos[j];
+        } else {
+          for (long j = 0; j < H; ++j) out[j] = word[j] + pos[j];
+        }
+      } else if (scale != 1.0f) {
+        for (long j = 0; j < H; ++j) out[j] = word[j] * scale;
       } else {
         std::memcpy(out, word, H * sizeof(float));
       }
     }
   });
-  float* cos_sin = nullptr;
-  if (!c.learned_positions) {
-    cos_sin = ws.rope.reserve({N, D});
+  SelfAttentionInput in;
+  if (c.positions == Positions::kRope) {
+    float* cos_sin = ws.rope.reserve({N, D});
     const long half = D / 2;
     parallel_ranges(N, 16, [&](long n0, long n1) {
-      for (long n = n0; n < n1; ++n) rope_angles(c.rope_inv_freq.data(), half, positions[n], cos_sin + n * D);
+      for (long n = n0; n < n1; ++n) rope_angles(rope_inv_freq_.data(), half, positions[n], cos_sin + n * D);
     });
+    in.rope = cos_sin;
   }
-
-  AttentionArgs a;
+  AttentionArgs& a = in.args;
   a.batch = rows;
-  a.heads = heads;
-  a.kv_heads = kv_heads;
   a.q_len = t_new;
   a.kv_len = start + t_new;
-  a.head_dim = D;
-  a.q = qkv;
-  a.q_stride_b = t_new * row;
-  a.q_stride_h = D;
-  a.q_stride_t = row;
-  a.k_stride_b = a.v_stride_b = cache.stride_row();
-  a.k_stride_h = a.v_stride_h = cache.stride_head();
-  a.k_stride_t = a.v_stride_t = D;
-  a.out = context;
-  a.out_stride_b = t_new * qw;
-  a.out_stride_h = D;
-  a.out_stride_t = qw;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.scale = c.scale();
   a.causal = true;
   a.causal_offset = start;
   a.window = c.sliding_window;
@@ -170,63 +101,34 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   a.mask_stride_h = 0;
   a.mask_stride_q = 0;
   a.mask_stride_k = 1;
-
-  const NormKernels& nk = norm_kernels();
+  in.cache = &cache;
+  in.start = start;
   for (long l = 0; l < static_cast<long>(layers_.size()); ++l) {
-    const Layer& layer = layers_[l];
-    apply_norm(c.rms_norm, layer.norm1, h, x, N, H);
-    layer.qkv.apply(x, N, H, qkv, row);
-    float* k_cache = cache.k(l);
-    float* v_cache = cache.v(l);
-    // Per token: q/k head norms, RoPE, then k and v into the cache slots.
-    parallel_ranges(N, 4, [&](long n0, long n1) {
-      for (long n = n0; n < n1; ++n) {
-        float* q = qkv + n * row;
-        float* k = q + qw;
-        const float* v = k + kvw;
-        if (c.qk_norm) {
-          for (long i = 0; i < heads; ++i) nk.rms_norm_row(q + i * D, nullptr, nullptr, layer.q_norm.data(), c.norm_eps, q + i * D, D);
-          for (long i = 0; i < kv_heads; ++i) nk.rms_norm_row(k + i * D, nullptr, nullptr, layer.k_norm.data(), c.norm_eps, k + i * D, D);
-        }
-        if (cos_sin) {
-          rope_apply(cos_sin + n * D, D / 2, heads, q);
-          rope_apply(cos_sin + n * D, D / 2, kv_heads, k);
-        }
-        const long r = n / t_new, slot = start + n % t_new;
-        for (long i = 0; i < kv_heads; ++i) {
-          const long offset = r * cache.stride_row() + i * cache.stride_head() + slot * D;
-          std::memcpy(k_cache + offset, k + i * D, D * sizeof(float));
-          std::memcpy(v_cache + offset, v + i * D, D * sizeof(float));
-        }
-      }
-    });
-    a.k = k_cache;
-    a.v = v_cache;
-    attention(a);
-    layer.out.apply(context, N, qw, h, H, Activation::kNone, h, H);
-    apply_norm(c.rms_norm, layer.norm2, h, x, N, H);
-    if (c.swiglu) {
-      layer.up.apply(x, N, H, mlp, mlp_width);
-      const ActivationKernels& ak = activation_kernels();
-      parallel_ranges(N, 4, [&](long n0, long n1) {
-        for (long n = n0; n < n1; ++n) ak.silu_mul(mlp + n * mlp_width, mlp + n * mlp_width + I, mlp + n * mlp_width, I);
-      });
-    } else {
-      layer.up.apply(x, N, H, mlp, mlp_width, c.activation);
-    }
-    layer.down.apply(mlp, N, mlp_width, h, H, Activation::kNone, h, H);
+    in.layer = l;
+    layers_[l].self_attention(c, h, in, ws.block);
+    layers_[l].ffn(c, h, N, ws.block);
   }
   cache.set_length(start + t_new);
 
-  if (all_positions) {
-    apply_norm(c.rms_norm, final_norm_, h, x, N, H);
-    lm_head_.apply(x, N, H, logits, c.vocab_size);
+  // The final norm on the rows that need logits, into x.
+  if (all_positions && c.final_norm) {
+    final_norm_.apply(c, h, x, N);
+  } else if (all_positions) {
+    std::memcpy(x, h, N * H * sizeof(float));
   } else {
     for (long r = 0; r < rows; ++r) {
-      apply_norm(c.rms_norm, final_norm_, h + (r * t_new + t_new - 1) * H, x + r * H, 1, H);
+      const float* last = h + (r * t_new + t_new - 1) * H;
+      if (c.final_norm) {
+        final_norm_.apply(c, last, x + r * H, 1);
+      } else {
+        std::memcpy(x + r * H, last, H * sizeof(float));
+      }
     }
-    lm_head_.apply(x, rows, H, logits, c.vocab_size);
   }
+  if (c.head_scale != 1.0f) {
+    for (long i = 0; i < (all_positions ? N : rows) * H; ++i) x[i] *= c.head_scale;
+  }
+  lm_head_.apply(x, all_positions ? N : rows, H, logits, c.vocab_size);
 }
 
 void DecoderModel::logits(const int64_t* ids, const int64_t* mask, long batch, long seq_len, float* out) const {
@@ -242,7 +144,7 @@ void DecoderModel::logits(const int64_t* ids, const int64_t* mask, long batch, l
 }
 
 void DecoderSession::reserve(long rows, long T, long max_new) {
-  const DecoderConfig& c = model_.config_;
+  const TransformerConfig& c = model_.config_;
   cache_.reset(c.num_layers, rows, c.num_kv_heads, checked_add(T, max_new, "prompt length + max_new_tokens"),
                c.head_dim);
 }

@@ -1,77 +1,34 @@
-// Decoder-only causal LM graph (GPT-2; Llama, Mistral, Qwen2, Qwen3), pre-norm layers:
+// Decoder-only causal LM graph (GPT-2, the Llama family, and any decoder the registry declares):
 //
-//   h = word[ids] (+ position[pos] for learned positions, GPT-2)                 h: [N, hidden]
-//   per layer:
-//     x   = norm1(h)                        LayerNorm (GPT-2) or RMSNorm
-//     qkv = x · Wqkvᵀ (+ b)                 one row per token: [q heads | k heads | v heads]
-//     q,k = RMSNorm per head (Qwen3); RoPE(q, k, pos) (Llama family)
-//     k,v → KV cache at the next slots; ctx = attention(q, cache[:length], causal, window, mask)
-//     h   = ctx · Woᵀ (+ bo) + h            residual in the GEMM epilogue
-//     x   = norm2(h)
-//     h   = W2 · act(W1 · x + b1) + b2 + h  (GPT-2)   or   Wd · (silu(Wg·x) ⊙ Wu·x) + h (SwiGLU)
-//   logits = normf(h) · Wlmᵀ               (tied head: Wlm = word embeddings)
+//   h = word[ids] · embed_scale (+ position[pos] for learned positions)          h: [N, hidden]
+//   per layer: a TransformerBlock (causal self-attention over the KV cache with the sliding
+//              window, RoPE and q/k norms the config asks for; feed-forward)
+//   logits = final_norm(h) · Wlmᵀ              (tied head: Wlm = word embeddings)
 // Positions come from the attention mask like Hugging Face's generate(): cumsum(mask) - 1.
-//
-// Weights are packed/copied at construction except the embedding tables, which the model reads
-// by pointer: whoever builds it (the Python binding) keeps those arrays alive.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
-#include "kernels/activation/activation.h"
+#include "layers/kv_cache.h"
+#include "layers/norm.h"
+#include "layers/transformer_block.h"
 #include "models/generation.h"
-#include "models/kv_cache.h"
-#include "models/linear.h"
-#include "models/workspace.h"
+#include "models/model_tensors.h"
+#include "models/transformer_config.h"
 
 namespace cpuformer {
-
-struct DecoderConfig {
-  long vocab_size = 0, hidden_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  long intermediate_size = 0, max_positions = 0;
-  bool rms_norm = false;            // RMSNorm (Llama family) instead of LayerNorm with bias (GPT-2)
-  float norm_eps = 1e-5f;
-  bool learned_positions = false;   // GPT-2: a position table; otherwise RoPE with rope_inv_freq
-  std::vector<float> rope_inv_freq; // [head_dim / 2]
-  bool swiglu = false;              // gate/up/down MLP; otherwise fc → activation → proj
-  Activation activation = Activation::kGeluTanh;
-  long sliding_window = 0;          // 0: full causal attention
-  bool qk_norm = false;             // Qwen3: RMSNorm over each q and k head
-  // Storage of every projection weight and of the LM head (tied or not); embeddings and norms
-  // stay float32 (docs/precision.md, "Which tensors are quantized").
-  WeightType weight_type = WeightType::kFloat32;
-};
-
-struct DecoderLayerTensors {
-  // [heads·D, hidden], [kv_heads·D, hidden] ×2, biases or null; out [hidden, heads·D]
-  WeightRef q_weight, k_weight;
-  const float *q_bias = nullptr, *k_bias = nullptr;
-  WeightRef v_weight, o_weight;
-  const float *v_bias = nullptr, *o_bias = nullptr;
-  const float *norm1_weight = nullptr, *norm1_bias = nullptr, *norm2_weight = nullptr, *norm2_bias = nullptr;
-  const float *q_norm_weight = nullptr, *k_norm_weight = nullptr;  // [D] (qk_norm)
-  // fc / up [I, hidden] (+ bias), gate [I, hidden] (swiglu), proj / down [hidden, I] (+ bias)
-  WeightRef up_weight, gate_weight;
-  const float *up_bias = nullptr;
-  WeightRef down_weight;
-  const float *down_bias = nullptr;
-};
 
 class DecoderSession;
 
 class DecoderModel {
  public:
-  // word_embeddings [V, hidden] and position_embeddings [P, hidden] (learned positions only) are
-  // kept by pointer.
-  DecoderModel(const DecoderConfig& config, const float* word_embeddings, const float* position_embeddings);
-  void add_layer(const DecoderLayerTensors& layer);
-  // final norm [hidden] (+ bias); lm head [V, hidden], or null for a head tied to the embeddings.
-  void set_head(const float* norm_weight, const float* norm_bias, WeightRef lm_head);
+  // The tables in `tensors` are read by pointer (the binding keeps them alive); the head is packed here.
+  DecoderModel(const TransformerConfig& config, const GlobalTensors& tensors);
+  void add_layer(const BlockTensors& layer);
 
-  const DecoderConfig& config() const { return config_; }
-  bool complete() const { return has_head_ && static_cast<long>(layers_.size()) == config_.num_layers; }
+  const TransformerConfig& config() const { return config_; }
+  bool complete() const { return static_cast<long>(layers_.size()) == config_.num_layers; }
   long num_layers_added() const { return static_cast<long>(layers_.size()); }
 
   // Logits of every position: ids/mask [B, T] (mask may be null = all ones) → logits [B, T, V].
@@ -79,13 +36,9 @@ class DecoderModel {
 
  private:
   friend class DecoderSession;
-  struct Layer {
-    Linear qkv, out, up, down;  // up: fc, or [gate | up] fused for SwiGLU
-    NormWeights norm1, norm2;
-    std::vector<float> q_norm, k_norm;
-  };
   struct Workspace {
-    ScratchBuffer h, x, qkv, context, mlp, rope;
+    BlockWorkspace block;
+    ScratchBuffer h, x, rope;
   };
 
   // Runs `t_new` new tokens per row (ids/positions [rows, t_new]) through the layers, writing K/V
@@ -94,13 +47,13 @@ class DecoderModel {
   void forward(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long rows, long t_new,
                bool all_positions, float* logits) const;
 
-  DecoderConfig config_;
+  TransformerConfig config_;
   const float* word_embeddings_;
   const float* position_embeddings_;
-  std::vector<Layer> layers_;
+  std::vector<float> rope_inv_freq_;  // [head_dim / 2] (RoPE)
+  std::vector<TransformerBlock> layers_;
   NormWeights final_norm_;
   Linear lm_head_;
-  bool has_head_ = false;
 };
 
 // One generation run's state: the KV cache, the key mask and each row's next position.

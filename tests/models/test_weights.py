@@ -115,3 +115,67 @@ def test_a_missing_tensor_is_named_before_any_stray_one(models, tmp_path):
     directory = _rewrite(models["seq2seq"], tmp_path / "renamed", rename)
     with pytest.raises(ValueError, match=r"has no tensor 'model.encoder.layers.0.fc1.weight'"):
         cf.load(directory)
+
+
+# ---- the binding seam (csrc/bindings/config.h, model_builder.h) ----------------------------------
+
+def test_hparams_mirror_the_one_cpp_config():
+    """TransformerConfig's fields are declared once in C++; arch.Hparams (plus dtype) mirrors them."""
+    import dataclasses
+
+    from cpuformer import _core
+    from cpuformer.arch import Hparams
+
+    assert sorted([f.name for f in dataclasses.fields(Hparams)] + ["dtype"]) == sorted(_core.transformer_config_fields())
+
+
+def _bert_config():
+    from cpuformer.arch import by_family
+
+    config = by_family()["bert"].example_config(vocab_size=40, hidden_size=16, num_hidden_layers=1,
+                                               num_attention_heads=2, intermediate_size=24,
+                                               max_position_embeddings=32)
+    return dict(by_family()["bert"].hparams(config).as_dict(), dtype="float32")
+
+
+def test_the_binding_refuses_an_unknown_or_missing_config_field():
+    from cpuformer import _core
+
+    config = _bert_config()
+    with pytest.raises(ValueError, match=r"model config: unknown field 'hidden_sizes'"):
+        _core.EncoderModel(dict(config, hidden_sizes=16), {})
+    del config["norm_eps"]
+    with pytest.raises(ValueError, match=r"model config: missing 'norm_eps'"):
+        _core.EncoderModel(config, {})
+    with pytest.raises(ValueError, match=r"model config: norm must be one of 'layer', 'rms', got 'batch'"):
+        _core.EncoderModel(dict(_bert_config(), norm="batch"), {})
+    with pytest.raises(ValueError, match=r"invalid model config: num_heads \(3\) must be a multiple of "
+                                         r"num_kv_heads \(2\)"):
+        _core.EncoderModel(dict(_bert_config(), num_heads=3, num_kv_heads=2), {})
+    with pytest.raises(ValueError, match=r"DecoderModel needs a config of kind 'decoder'"):
+        _core.DecoderModel(_bert_config(), {})
+
+
+def test_the_binding_refuses_a_tensor_the_config_does_not_use():
+    from cpuformer import _core
+
+    H, V = 16, 40
+    rng = np.random.default_rng(0)
+    tensors = {"embed.tokens": rng.standard_normal((V, H), dtype=np.float32),
+               "encoder.embed.positions": rng.standard_normal((32, H), dtype=np.float32),
+               "embed.token_types": rng.standard_normal((2, H), dtype=np.float32),
+               "encoder.embed.norm": np.ones(H, np.float32), "encoder.embed.norm.bias": np.zeros(H, np.float32)}
+    with pytest.raises(ValueError, match=r"unknown encoder model tensor 'encoder.final_norm'"):
+        _core.EncoderModel(_bert_config(), dict(tensors, **{"encoder.final_norm": np.ones(H, np.float32)}))
+    model = _core.EncoderModel(_bert_config(), tensors)
+    layer = {name: rng.standard_normal(shape, dtype=np.float32) for name, shape in
+             [("attn.q", (H, H)), ("attn.k", (H, H)), ("attn.v", (H, H)), ("attn.o", (H, H)), ("attn_norm", (H,)),
+              ("ffn.up", (24, H)), ("ffn.down", (H, 24)), ("ffn_norm", (H,))]}
+    with pytest.raises(ValueError, match=r"unknown encoder layer tensor 'ffn.gate'"):
+        model.add_layer("encoder", dict(layer, **{"ffn.gate": np.ones((24, H), np.float32)}))
+    with pytest.raises(ValueError, match=r"an encoder has one stack, 'encoder'; got 'decoder'"):
+        model.add_layer("decoder", layer)
+    with pytest.raises(ValueError, match=r"missing encoder tensor 'attn_norm'"):
+        model.add_layer("encoder", {k: v for k, v in layer.items() if k != "attn_norm"})
+    model.add_layer("encoder", layer)
+    assert model.forward(np.array([[1, 2, 3]]), num_threads=1).shape == (1, 3, H)

@@ -30,7 +30,7 @@ def feed_forward(config: Mapping[str, Any]) -> Tuple[str, bool]:
 
 def relative_attention(config: Mapping[str, Any]) -> Tuple[int, int]:
     """T5's (relative_attention_num_buckets, relative_attention_max_distance), checked so that the
-    bucket formula (transformers' T5Attention._relative_position_bucket, csrc/models/relative_position.cc)
+    bucket formula (transformers' T5Attention._relative_position_bucket, csrc/layers/relative_position.cc)
     stays inside the bias table.
 
     Distances below max_exact get their own bucket; larger ones get

@@ -1,4 +1,4 @@
-#include "models/rope.h"
+#include "layers/rope.h"
 
 #include <cmath>
 

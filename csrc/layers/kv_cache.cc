@@ -1,4 +1,4 @@
-#include "models/kv_cache.h"
+#include "layers/kv_cache.h"
 
 #include <cstring>
 #include <string>

@@ -1,5 +1,3 @@
-// Building blocks shared by the model graphs (encoder now; decoder and seq2seq reuse them).
-//
 // Linear: y = act(x · Wᵀ + bias) + residual, with W packed once at load. The weight may be given
 // as several row blocks (q, k, v → one fused [3H, H] projection) so one GEMM serves them all.
 // Biases are copied (they are small); W is packed, so neither keeps a pointer to the source.
@@ -75,12 +73,5 @@ struct InFeatures {
 // with int8 weights every K must be ≤ kInt8GemmMaxK (the int8 GEMM's int32 sums would wrap beyond
 // it). std::invalid_argument naming the config key and the limit otherwise.
 void require_in_features(WeightType type, std::initializer_list<InFeatures> widths);
-
-// A [n] vector pair of a LayerNorm, copied at load. bias may be empty (RMSNorm-style models).
-struct NormWeights {
-  std::vector<float> weight;
-  std::vector<float> bias;
-  float eps = 1e-5f;
-};
 
 }  // namespace cpuformer

@@ -1,4 +1,4 @@
-#include "models/linear.h"
+#include "layers/linear.h"
 
 #include <algorithm>
 #include <stdexcept>

@@ -1,4 +1,4 @@
-#include "models/relative_position.h"
+#include "layers/relative_position.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,109 @@
+#include "bindings/config.h"
+
+#include <set>
+#include <stdexcept>
+
+#include <pybind11/stl.h>
+
+#include "bindings/weight_type.h"
+
+namespace cpuformer {
+namespace bindings {
+namespace py = pybind11;
+
+namespace {
+
+template <class Enum>
+Enum parse_choice(const py::handle& value, const char* name,
+                  std::initializer_list<std::pair<const char*, Enum>> choices) {
+  const std::string s = value.cast<std::string>();
+  std::string names;
+  for (const auto& choice : choices) {
+    if (s == choice.first) return choice.second;
+    names += (names.empty() ? "'" : ", '") + std::string(choice.first) + "'";
+  }
+  throw py::value_error(std::string("model config: ") + name + " must be one of " + names + ", got '" + s + "'");
+}
+
+// Reads one field from the dict (and records its name).
+struct Reader {
+  const py::dict& dict;
+  std::set<std::string>& seen;
+
+  py::handle value(const char* name) {
+    seen.insert(name);
+    if (!dict.contains(name)) throw py::value_error(std::string("model config: missing '") + name + "'");
+    return dict[py::str(name)];
+  }
+  void operator()(const char* name, long& field) { field = value(name).cast<long>(); }
+  void operator()(const char* name, float& field) { field = value(name).cast<float>(); }
+  void operator()(const char* name, bool& field) { field = value(name).cast<bool>(); }
+  void operator()(const char* name, ModelKind& field) {
+    field = parse_choice<ModelKind>(value(name), name, {{"encoder", ModelKind::kEncoder},
+                                                        {"decoder", ModelKind::kDecoder},
+                                                        {"seq2seq", ModelKind::kSeq2Seq}});
+  }
+  void operator()(const char* name, NormKind& field) {
+    field = parse_choice<NormKind>(value(name), name, {{"layer", NormKind::kLayer}, {"rms", NormKind::kRms}});
+  }
+  void operator()(const char* name, Positions& field) {
+    field = parse_choice<Positions>(value(name), name, {{"learned", Positions::kLearned},
+                                                        {"sinusoidal", Positions::kSinusoidal},
+                                                        {"rope", Positions::kRope},
+                                                        {"relative", Positions::kRelative}});
+  }
+  void operator()(const char* name, PositionIds& field) {
+    field = parse_choice<PositionIds>(value(name), name, {{"arange", PositionIds::kArange},
+                                                          {"padding_cumsum", PositionIds::kPaddingCumsum}});
+  }
+  void operator()(const char* name, Activation& field) {
+    field = parse_choice<Activation>(value(name), name, {{"gelu", Activation::kGeluErf},
+                                                         {"gelu_tanh", Activation::kGeluTanh},
+                                                         {"relu", Activation::kRelu},
+                                                         {"silu", Activation::kSilu}});
+  }
+  void operator()(const char* name, WeightType& field) {
+    field = parse_choice<WeightType>(value(name), name, {{"float32", WeightType::kFloat32},
+                                                         {"float16", WeightType::kFloat16},
+                                                         {"bfloat16", WeightType::kBFloat16},
+                                                         {"int8", WeightType::kInt8}});
+  }
+};
+
+}  // namespace
+
+std::vector<std::string> transformer_config_fields() {
+  std::vector<std::string> names;
+  TransformerConfig c;
+  c.fields([&](const char* name, auto&) { names.emplace_back(name); });
+  return names;
+}
+
+TransformerConfig transformer_config(const py::dict& config) {
+  TransformerConfig c;
+  std::set<std::string> seen;
+  c.fields(Reader{config, seen});
+  for (const auto& item : config) {
+    const std::string key = item.first.cast<std::string>();
+    if (!seen.count(key)) throw py::value_error("model config: unknown field '" + key + "'");
+  }
+  c.validate();  // std::invalid_argument: a ValueError in Python
+  return c;
+}
+
+void register_config(py::module_& m) {
+  m.def("transformer_config_fields", &transformer_config_fields,
+        "The fields of the model config every model binding takes, in declaration order (TransformerConfig).");
+}
+
+const char* kind_name(ModelKind kind) {
+  switch (kind) {
+    case ModelKind::kEncoder: return "encoder";
+    case ModelKind::kDecoder: return "decoder";
+    case ModelKind::kSeq2Seq: return "seq2seq";
+  }
+  return "?";
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

@@ -1,0 +1,27 @@
+// TransformerConfig from a Python dict, by visiting TransformerConfig::fields(): the one config
+// parser of every model binding. The dict must hold exactly the fields (the Python layer passes
+// cpuformer.arch.Hparams plus "dtype"); a missing or unknown key is a ValueError naming it.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <vector>
+
+#include "models/transformer_config.h"
+
+namespace cpuformer {
+namespace bindings {
+
+// Every field name, in declaration order (_core.transformer_config_fields()).
+std::vector<std::string> transformer_config_fields();
+
+// The config a model binding is built from; ValueError for a missing, unknown or invalid field
+// (TransformerConfig::validate()).
+TransformerConfig transformer_config(const pybind11::dict& config);
+
+// "encoder" / "decoder" / "seq2seq".
+const char* kind_name(ModelKind kind);
+
+}  // namespace bindings
+}  // namespace cpuformer

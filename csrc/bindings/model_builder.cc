@@ -1,0 +1,116 @@
+#include "bindings/model_builder.h"
+
+namespace cpuformer {
+namespace bindings {
+namespace py = pybind11;
+
+namespace {
+
+bool present(const py::dict& tensors, const std::string& key) {
+  return tensors.contains(key) && !tensors[py::str(key)].is_none();
+}
+
+}  // namespace
+
+const float* ModelBuilder::vector(const py::dict& tensors, const std::string& key, const std::vector<long>& shape,
+                                  bool required, std::set<std::string>& used, bool copy) {
+  used.insert(key);
+  if (!required && !present(tensors, key)) return nullptr;
+  return get(tensors, key, shape, copy);
+}
+
+LinearTensors ModelBuilder::linear(const py::dict& tensors, const std::string& key, long n, long k, bool required,
+                                   const TransformerConfig& c, std::set<std::string>& used) {
+  LinearTensors out;
+  used.insert(key);
+  used.insert(key + "_scale");
+  used.insert(key + ".bias");
+  // (a bias without its weight: the LM head bias of a head tied to the embeddings)
+  out.bias = present(tensors, key + ".bias") ? get(tensors, key + ".bias", {n}) : nullptr;
+  if (required || present(tensors, key)) out.weight = matmul(tensors, key, n, k, c.weight_type);
+  return out;
+}
+
+NormTensors ModelBuilder::norm(const py::dict& tensors, const std::string& key, long n, bool required,
+                               std::set<std::string>& used) {
+  NormTensors out;
+  out.weight = vector(tensors, key, {n}, required, used);
+  out.bias = vector(tensors, key + ".bias", {n}, false, used);
+  return out;
+}
+
+void ModelBuilder::reject_unused(const py::dict& tensors, const std::set<std::string>& used, const char* what) const {
+  for (const auto& item : tensors) {
+    const std::string key = item.first.cast<std::string>();
+    if (!used.count(key)) throw py::value_error("unknown " + what_ + " " + what + " tensor '" + key + "'");
+  }
+}
+
+StackTensors ModelBuilder::stack_tensors(const py::dict& tensors, const TransformerConfig& c, const std::string& stack,
+                                         std::set<std::string>& used) {
+  const long H = c.hidden_size;
+  const std::string p = stack + ".";
+  StackTensors s;
+  if (c.has_position_table()) {
+    s.positions = vector(tensors, p + "embed.positions", {c.position_offset + c.max_positions, H}, true, used, true);
+  }
+  if (c.embedding_norm) s.embed_norm = norm(tensors, p + "embed.norm", H, true, used);
+  if (c.final_norm) s.final_norm = norm(tensors, p + "final_norm", H, true, used);
+  if (c.positions == Positions::kRelative) {
+    s.relative_bias = vector(tensors, p + "relative_bias", {c.num_buckets, c.num_heads}, true, used);
+  }
+  if (c.positions == Positions::kRope) s.rope_inv_freq = vector(tensors, p + "rope.inv_freq", {c.head_dim / 2}, true, used);
+  return s;
+}
+
+GlobalTensors ModelBuilder::global_tensors(const py::dict& tensors, const TransformerConfig& c) {
+  const long H = c.hidden_size, V = c.vocab_size;
+  std::set<std::string> used;
+  GlobalTensors g;
+  g.tokens = vector(tensors, "embed.tokens", {V, H}, true, used, true);
+  if (c.type_vocab_size > 0) {
+    g.token_types = vector(tensors, "embed.token_types", {c.type_vocab_size, H}, true, used, true);
+  }
+  if (c.kind == ModelKind::kEncoder) {
+    g.pooler = linear(tensors, "pooler", H, H, false, c, used);
+    g.encoder = stack_tensors(tensors, c, "encoder", used);
+  } else {
+    // null weight: the head is tied to the token embeddings
+    g.lm_head = linear(tensors, "lm_head", V, H, false, c, used);
+    if (c.kind == ModelKind::kSeq2Seq) g.encoder = stack_tensors(tensors, c, "encoder", used);
+    g.decoder = stack_tensors(tensors, c, "decoder", used);
+  }
+  reject_unused(tensors, used, "model");
+  return g;
+}
+
+BlockTensors ModelBuilder::block_tensors(const py::dict& tensors, const TransformerConfig& c, bool cross) {
+  const long H = c.hidden_size, I = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  std::set<std::string> used;
+  BlockTensors b;
+  b.q = linear(tensors, "attn.q", qw, H, true, c, used);
+  b.k = linear(tensors, "attn.k", kvw, H, true, c, used);
+  b.v = linear(tensors, "attn.v", kvw, H, true, c, used);
+  b.o = linear(tensors, "attn.o", H, qw, true, c, used);
+  b.attn_norm = norm(tensors, "attn_norm", H, true, used);
+  if (c.qk_norm) {
+    b.q_norm = vector(tensors, "attn.q_norm", {c.head_dim}, true, used);
+    b.k_norm = vector(tensors, "attn.k_norm", {c.head_dim}, true, used);
+  }
+  if (cross) {
+    b.cross_q = linear(tensors, "cross.q", qw, H, true, c, used);
+    b.cross_k = linear(tensors, "cross.k", kvw, H, true, c, used);
+    b.cross_v = linear(tensors, "cross.v", kvw, H, true, c, used);
+    b.cross_o = linear(tensors, "cross.o", H, qw, true, c, used);
+    b.cross_norm = norm(tensors, "cross_norm", H, true, used);
+  }
+  if (c.gated_ffn) b.gate = linear(tensors, "ffn.gate", I, H, true, c, used);
+  b.up = linear(tensors, "ffn.up", I, H, true, c, used);
+  b.down = linear(tensors, "ffn.down", H, I, true, c, used);
+  b.ffn_norm = norm(tensors, "ffn_norm", H, true, used);
+  reject_unused(tensors, used, "layer");
+  return b;
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

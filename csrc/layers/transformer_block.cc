@@ -1,0 +1,179 @@
+#include "layers/transformer_block.h"
+
+#include <cstring>
+
+#include "kernels/activation/activation.h"
+#include "kernels/norm/norm.h"
+#include "layers/rope.h"
+#include "runtime/threading.h"
+
+namespace cpuformer {
+
+TransformerBlock::TransformerBlock(const TransformerConfig& c, const BlockTensors& t, bool cross) {
+  const long H = c.hidden_size, I = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
+  const WeightType wt = c.weight_type;
+  qkv_ = Linear({{t.q.weight, t.q.bias, qw}, {t.k.weight, t.k.bias, kvw}, {t.v.weight, t.v.bias, kvw}}, H, wt);
+  out_ = Linear({{t.o.weight, t.o.bias, H}}, qw, wt);
+  attn_norm_ = NormWeights(c, t.attn_norm.weight, t.attn_norm.bias, H);
+  if (c.qk_norm) {
+    q_norm_.assign(t.q_norm, t.q_norm + c.head_dim);
+    k_norm_.assign(t.k_norm, t.k_norm + c.head_dim);
+  }
+  if (cross) {
+    cross_q_ = Linear({{t.cross_q.weight, t.cross_q.bias, qw}}, H, wt);
+    cross_kv_ = Linear({{t.cross_k.weight, t.cross_k.bias, kvw}, {t.cross_v.weight, t.cross_v.bias, kvw}}, H, wt);
+    cross_out_ = Linear({{t.cross_o.weight, t.cross_o.bias, H}}, qw, wt);
+    cross_norm_ = NormWeights(c, t.cross_norm.weight, t.cross_norm.bias, H);
+  }
+  if (c.gated_ffn) {
+    up_ = Linear({{t.gate.weight, nullptr, I}, {t.up.weight, nullptr, I}}, H, wt);
+  } else {
+    up_ = Linear({{t.up.weight, t.up.bias, I}}, H, wt);
+  }
+  down_ = Linear({{t.down.weight, t.down.bias, H}}, I, wt);
+  ffn_norm_ = NormWeights(c, t.ffn_norm.weight, t.ffn_norm.bias, H);
+}
+
+const float* TransformerBlock::input(const TransformerConfig& c, const NormWeights& norm, const float* h,
+                                     BlockWorkspace& ws, long rows) const {
+  if (!c.pre_norm) return h;
+  float* x = ws.x.reserve({rows, c.hidden_size});
+  norm.apply(c, h, x, rows);
+  return x;
+}
+
+void TransformerBlock::residual(const TransformerConfig& c, const Linear& out, const NormWeights& norm,
+                                const float* inner, float* h, long rows, BlockWorkspace& ws) const {
+  const long H = c.hidden_size;
+  if (c.pre_norm) {
+    out.apply(inner, rows, out.in_features(), h, H, Activation::kNone, h, H);
+  } else {
+    float* sum = ws.sum.reserve({rows, H});
+    out.apply(inner, rows, out.in_features(), sum, H, Activation::kNone, h, H);
+    norm.apply(c, sum, h, rows);
+  }
+}
+
+void TransformerBlock::self_attention(const TransformerConfig& c, float* h, SelfAttentionInput& in,
+                                      BlockWorkspace& ws) const {
+  AttentionArgs& a = in.args;
+  const long D = c.head_dim, heads = c.num_heads, kv_heads = c.num_kv_heads;
+  const long qw = c.q_width(), kvw = c.kv_width(), row = c.qkv_width();
+  const long t_new = a.q_len, N = a.batch * a.q_len;  // (the model checked the product)
+  const float* x = input(c, attn_norm_, h, ws, N);
+  float* qkv = ws.qkv.reserve({N, row});  // per token: q heads | k heads | v heads
+  qkv_.apply(x, N, c.hidden_size, qkv, row);
+
+  KvCache* cache = in.cache;
+  if (cache || c.qk_norm || in.rope) {
+    // Per token: q/k head norms, RoPE, then k and v into the cache slots.
+    float* k_cache = cache ? cache->k(in.layer) : nullptr;
+    float* v_cache = cache ? cache->v(in.layer) : nullptr;
+    const NormKernels& nk = norm_kernels();
+    parallel_ranges(N, 4, [&](long n0, long n1) {
+      for (long n = n0; n < n1; ++n) {
+        float* q = qkv + n * row;
+        float* k = q + qw;
+        const float* v = k + kvw;
+        if (c.qk_norm) {
+          for (long i = 0; i < heads; ++i) nk.rms_norm_row(q + i * D, nullptr, nullptr, q_norm_.data(), c.norm_eps, q + i * D, D);
+          for (long i = 0; i < kv_heads; ++i) nk.rms_norm_row(k + i * D, nullptr, nullptr, k_norm_.data(), c.norm_eps, k + i * D, D);
+        }
+        if (in.rope) {
+          rope_apply(in.rope + n * D, D / 2, heads, q);
+          rope_apply(in.rope + n * D, D / 2, kv_heads, k);
+        }
+        if (cache) {
+          const long r = n / t_new, slot = in.start + n % t_new;
+          for (long i = 0; i < kv_heads; ++i) {
+            const long offset = r * cache->stride_row() + i * cache->stride_head() + slot * D;
+            std::memcpy(k_cache + offset, k + i * D, D * sizeof(float));
+            std::memcpy(v_cache + offset, v + i * D, D * sizeof(float));
+          }
+        }
+      }
+    });
+  }
+
+  a.heads = heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = D;
+  a.q = qkv;
+  a.q_stride_b = t_new * row;
+  a.q_stride_h = D;
+  a.q_stride_t = row;
+  if (cache) {
+    a.k = cache->k(in.layer);
+    a.v = cache->v(in.layer);
+    a.k_stride_b = a.v_stride_b = cache->stride_row();
+    a.k_stride_h = a.v_stride_h = cache->stride_head();
+    a.k_stride_t = a.v_stride_t = D;
+  } else {
+    a.k = qkv + qw;
+    a.v = qkv + qw + kvw;
+    a.k_stride_b = a.v_stride_b = t_new * row;
+    a.k_stride_h = a.v_stride_h = D;
+    a.k_stride_t = a.v_stride_t = row;
+  }
+  float* context = ws.context.reserve({N, qw});  // [tokens, heads, D]
+  a.out = context;
+  a.out_stride_b = t_new * qw;
+  a.out_stride_h = D;
+  a.out_stride_t = qw;
+  attention(a);
+  residual(c, out_, attn_norm_, context, h, N, ws);
+}
+
+void TransformerBlock::cross_attention(const TransformerConfig& c, float* h, long tokens, AttentionArgs a,
+                                       BlockWorkspace& ws) const {
+  const long D = c.head_dim, qw = c.q_width();
+  const float* x = input(c, cross_norm_, h, ws, tokens);
+  float* q = ws.q.reserve({tokens, qw});
+  cross_q_.apply(x, tokens, c.hidden_size, q, qw);
+  a.heads = c.num_heads;
+  a.kv_heads = c.num_kv_heads;
+  a.head_dim = D;
+  a.q = q;
+  a.q_stride_b = a.q_len * qw;
+  a.q_stride_h = D;
+  a.q_stride_t = qw;
+  float* context = ws.context.reserve({tokens, qw});
+  a.out = context;
+  a.out_stride_b = a.q_len * qw;
+  a.out_stride_h = D;
+  a.out_stride_t = qw;
+  attention(a);
+  residual(c, cross_out_, cross_norm_, context, h, tokens, ws);
+}
+
+void TransformerBlock::ffn(const TransformerConfig& c, float* h, long tokens, BlockWorkspace& ws) const {
+  const long H = c.hidden_size, F = c.intermediate_size;
+  const float* x = input(c, ffn_norm_, h, ws, tokens);
+  if (!c.gated_ffn) {
+    float* f = ws.ffn.reserve({tokens, F});
+    up_.apply(x, tokens, H, f, F, c.activation);
+    residual(c, down_, ffn_norm_, f, h, tokens, ws);
+    return;
+  }
+  float* f = ws.ffn.reserve({tokens, 2, F});  // [tokens, gate | up]
+  up_.apply(x, tokens, H, f, 2 * F);
+  const ActivationKernels& ak = activation_kernels();
+  parallel_ranges(tokens, 4, [&](long n0, long n1) {
+    for (long n = n0; n < n1; ++n) {
+      float* gate = f + n * 2 * F;
+      const float* up = gate + F;
+      if (c.activation == Activation::kSilu) {
+        ak.silu_mul(gate, up, gate, F);
+      } else {
+        ak.apply(c.activation, gate, gate, F);
+        for (long j = 0; j < F; ++j) gate[j] *= up[j];
+      }
+    }
+  });
+  // The gated products sit in the first F columns of each 2F-wide row: a strided GEMM input.
+  float* sum = c.pre_norm ? h : ws.sum.reserve({tokens, H});
+  down_.apply(f, tokens, 2 * F, sum, H, Activation::kNone, h, H);
+  if (!c.pre_norm) ffn_norm_.apply(c, sum, h, tokens);
+}
+
+}  // namespace cpuformer

@@ -1,0 +1,99 @@
+// The transformer block every stack of every model is made of.
+//
+//   self-attention   h = h + o(attn(q, k, v))         pre-norm: q, k, v from attn_norm(h)
+//                    h = attn_norm(h + o(attn(...)))  post-norm: q, k, v from h
+//   cross-attention  the same with q from h and k, v from the encoder output (seq2seq decoders)
+//   feed-forward     down(act(up(x)))  or gated  down(act(gate(x)) ⊙ up(x)),  x = ffn_norm(h) or h
+//
+// Queries and keys can get a per-head RMSNorm (qk_norm) and rotary positions; keys and values go
+// to a KV cache (causal stacks) or are read in place from the fused projection (encoders). The
+// output projection adds the residual in the GEMM epilogue. What differs between model kinds
+// (embeddings, masks, position biases, the head) stays in the model; the block only needs the
+// attention arguments the model fills in.
+#pragma once
+
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "layers/kv_cache.h"
+#include "layers/linear.h"
+#include "layers/norm.h"
+#include "layers/workspace.h"
+#include "models/transformer_config.h"
+
+namespace cpuformer {
+
+// Borrowed tensors of one linear layer: weight [out, in] (float32 or stored in the model's dtype)
+// and bias [out] or null.
+struct LinearTensors {
+  WeightRef weight;
+  const float* bias = nullptr;
+};
+
+// Borrowed tensors of one norm: weight [n] and bias [n] or null.
+struct NormTensors {
+  const float* weight = nullptr;
+  const float* bias = nullptr;
+};
+
+// The canonical weights of one layer (docs/architecture.md): self-attention, optional q/k norms,
+// cross-attention (seq2seq decoders), feed-forward. Unused members stay empty.
+struct BlockTensors {
+  LinearTensors q, k, v, o;
+  NormTensors attn_norm;
+  const float* q_norm = nullptr;  // [head_dim] (qk_norm)
+  const float* k_norm = nullptr;
+  LinearTensors cross_q, cross_k, cross_v, cross_o;
+  NormTensors cross_norm;
+  LinearTensors gate, up, down;  // gate: gated_ffn only
+  NormTensors ffn_norm;
+};
+
+// Scratch space of the blocks of one call (buffers only grow).
+struct BlockWorkspace {
+  ScratchBuffer x, sum, qkv, q, context, ffn;
+};
+
+// Where self-attention keys and values come from, and how positions enter.
+struct SelfAttentionInput {
+  // Filled by the model: batch (rows), q_len (new tokens per row), kv_len, scale, causal,
+  // causal_offset, window and the additive mask. The block sets q, k, v, out and their strides.
+  AttentionArgs args;
+  KvCache* cache = nullptr;      // keys/values appended at slots [start, start + q_len) of `layer`; null:
+  long layer = 0, start = 0;     // read in place from the fused projection
+  const float* rope = nullptr;   // cos | sin [tokens, head_dim] (rope_angles) or null
+};
+
+class TransformerBlock {
+ public:
+  TransformerBlock() = default;
+  // Packs the projections (in c.weight_type) and copies the norms; cross: a seq2seq decoder layer.
+  TransformerBlock(const TransformerConfig& c, const BlockTensors& t, bool cross);
+
+  // h [rows·q_len, hidden] ← h + self-attention (or its post-norm form).
+  void self_attention(const TransformerConfig& c, float* h, SelfAttentionInput& in, BlockWorkspace& ws) const;
+  // h ← h + cross-attention over keys/values the model projected with cross_kv(); `args` holds
+  // the batch (one entry per source), q_len (the queries of a source), kv_len, k, v and their
+  // strides and the mask; the block sets q and out.
+  void cross_attention(const TransformerConfig& c, float* h, long tokens, AttentionArgs args,
+                       BlockWorkspace& ws) const;
+  // h ← h + feed-forward (or its post-norm form).
+  void ffn(const TransformerConfig& c, float* h, long tokens, BlockWorkspace& ws) const;
+
+  // The fused [k | v] projection of cross-attention, applied by the model to the encoder output.
+  const Linear& cross_kv() const { return cross_kv_; }
+
+ private:
+  // norm(h) into x (pre-norm), or h itself.
+  const float* input(const TransformerConfig& c, const NormWeights& norm, const float* h, BlockWorkspace& ws,
+                     long rows) const;
+  // h = h + out(inner) (pre-norm) or h = norm(h + out(inner)) (post-norm).
+  void residual(const TransformerConfig& c, const Linear& out, const NormWeights& norm, const float* inner, float* h,
+                long rows, BlockWorkspace& ws) const;
+
+  Linear qkv_, out_, cross_q_, cross_kv_, cross_out_, up_, down_;  // up_: [gate | up] when gated
+  NormWeights attn_norm_, cross_norm_, ffn_norm_;
+  std::vector<float> q_norm_, k_norm_;
+};
+
+}  // namespace cpuformer

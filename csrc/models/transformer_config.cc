@@ -1,0 +1,61 @@
+#include "models/transformer_config.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "layers/linear.h"
+#include "runtime/checked_size.h"
+
+namespace cpuformer {
+namespace {
+
+void require(bool condition, const std::string& message) {
+  if (!condition) throw std::invalid_argument("invalid model config: " + message);
+}
+
+void at_least(long value, long minimum, const char* name) {
+  require(value >= minimum, std::string(name) + " must be >= " + std::to_string(minimum) + ", got " +
+                                std::to_string(value));
+}
+
+}  // namespace
+
+void TransformerConfig::validate() const {
+  at_least(vocab_size, 1, "vocab_size");
+  at_least(hidden_size, 1, "hidden_size");
+  at_least(num_layers, 0, "num_layers");
+  at_least(num_decoder_layers, 0, "num_decoder_layers");
+  at_least(num_heads, 1, "num_heads");
+  at_least(num_kv_heads, 1, "num_kv_heads");
+  at_least(head_dim, 1, "head_dim");
+  at_least(intermediate_size, 1, "intermediate_size");
+  at_least(max_positions, 0, "max_positions");
+  at_least(position_offset, 0, "position_offset");
+  at_least(pad_token_id, 0, "pad_token_id");
+  at_least(type_vocab_size, 0, "type_vocab_size");
+  at_least(sliding_window, 0, "sliding_window");
+  require(num_heads % num_kv_heads == 0, "num_heads (" + std::to_string(num_heads) +
+                                             ") must be a multiple of num_kv_heads (" +
+                                             std::to_string(num_kv_heads) + ")");
+  if (kind == ModelKind::kSeq2Seq) require(num_kv_heads == num_heads, "seq2seq models need num_kv_heads == num_heads");
+  if (has_position_table()) at_least(max_positions, 1, "max_positions (a position table)");
+  if (positions == Positions::kRope) require(head_dim % 2 == 0, "RoPE needs an even head_dim, got " + std::to_string(head_dim));
+  if (positions == Positions::kRelative) {
+    at_least(num_buckets, 2, "num_buckets");
+    at_least(max_distance, 2, "max_distance");
+  }
+  if (kind == ModelKind::kEncoder) {
+    require(pad_token_id < vocab_size, "pad_token_id must be < vocab_size");
+    require(max_seq_len() >= 1, "max_positions leaves no positions after the padding id");
+  }
+  // The widths the graphs multiply by a token count, checked once here.
+  const long q = checked_multiply(num_heads, head_dim, "num_heads × head_dim");
+  const long kv = checked_multiply(num_kv_heads, head_dim, "num_kv_heads × head_dim");
+  checked_add(q, checked_multiply(2, kv, "the key and value width"), "the fused q, k, v width");
+  checked_multiply(2, intermediate_size, "the fused gate and up width (2 × intermediate_size)");
+  require_in_features(weight_type, {{"hidden_size", hidden_size},
+                                    {"num_heads × head_dim", q},
+                                    {"intermediate_size", intermediate_size}});
+}
+
+}  // namespace cpuformer

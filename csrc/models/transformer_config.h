@@ -1,0 +1,111 @@
+// The hyperparameters of every model, in one struct: the encoder, the decoder and the seq2seq
+// graph are all built from a TransformerConfig.
+//
+// Each field is declared once, in fields(): the binding builds the struct from a Python dict by
+// visiting it (bindings/config.h), and _core.transformer_config_fields() lists the names, which
+// the tests hold equal to the Python mirror (python/cpuformer/arch/spec.py, Hparams).
+#pragma once
+
+#include <cmath>
+#include <string>
+
+#include "kernels/activation/activation.h"
+#include "kernels/gemm/gemm.h"
+
+namespace cpuformer {
+
+enum class ModelKind : int { kEncoder = 0, kDecoder = 1, kSeq2Seq = 2 };
+enum class NormKind : int { kLayer = 0, kRms = 1 };  // LayerNorm (with bias), or RMSNorm
+enum class Positions : int {
+  kLearned = 0,     // a learned table per stack (BERT, GPT-2, BART)
+  kSinusoidal = 1,  // a fixed table per stack, computed by the loader (Marian)
+  kRope = 2,        // rotary embeddings of q and k (Llama family); inverse frequencies from the loader
+  kRelative = 3,    // T5's bucketed relative position bias, one table per stack
+};
+enum class PositionIds : int {
+  kArange = 0,         // position = t
+  kPaddingCumsum = 1,  // RoBERTa: pad + running count of non-pad tokens; pad tokens get pad
+};
+
+struct TransformerConfig {
+  ModelKind kind = ModelKind::kEncoder;
+  long vocab_size = 0, hidden_size = 0;
+  long num_layers = 0;          // the encoder's, or the decoder's of a decoder-only model
+  long num_decoder_layers = 0;  // seq2seq
+  long num_heads = 0, num_kv_heads = 0, head_dim = 0, intermediate_size = 0;
+  NormKind norm = NormKind::kLayer;
+  float norm_eps = 1e-5f;
+  bool pre_norm = false;  // h = h + f(norm(h)); otherwise h = norm(h + f(h))
+  Activation activation = Activation::kGeluErf;
+  bool gated_ffn = false;  // down(act(gate(x)) ⊙ up(x)); otherwise down(act(up(x)))
+  Positions positions = Positions::kLearned;
+  long max_positions = 0;    // rows of a position table (0: no limit, relative positions)
+  long position_offset = 0;  // rows reserved at the start of a learned table (BART: 2)
+  PositionIds position_ids = PositionIds::kArange;
+  long pad_token_id = 0;
+  long type_vocab_size = 0;      // 0: no token-type table
+  bool embedding_norm = false;   // a norm over the embeddings (BERT, BART)
+  bool final_norm = false;       // a norm after the last layer of each stack
+  float embed_scale = 1.0f;      // embeddings are multiplied by it (√hidden: Marian, Gemma)
+  float attention_scale = 0.0f;  // multiplies q·kᵀ; 0: 1/√head_dim
+  long sliding_window = 0;       // 0: full causal attention
+  bool qk_norm = false;          // RMSNorm over each q and k head (Qwen3)
+  long num_buckets = 32, max_distance = 128;  // relative positions
+  bool tie_word_embeddings = true;
+  float head_scale = 1.0f;  // logits = lm_head(head_scale · h) (T5 with a tied head)
+  // Storage of every projection weight and of the LM head; embeddings, norms and biases stay
+  // float32 (docs/precision.md, "Which tensors are quantized").
+  WeightType weight_type = WeightType::kFloat32;
+
+  // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
+  template <class Visitor>
+  void fields(Visitor&& v) {
+    v("kind", kind);
+    v("vocab_size", vocab_size);
+    v("hidden_size", hidden_size);
+    v("num_layers", num_layers);
+    v("num_decoder_layers", num_decoder_layers);
+    v("num_heads", num_heads);
+    v("num_kv_heads", num_kv_heads);
+    v("head_dim", head_dim);
+    v("intermediate_size", intermediate_size);
+    v("norm", norm);
+    v("norm_eps", norm_eps);
+    v("pre_norm", pre_norm);
+    v("activation", activation);
+    v("gated_ffn", gated_ffn);
+    v("positions", positions);
+    v("max_positions", max_positions);
+    v("position_offset", position_offset);
+    v("position_ids", position_ids);
+    v("pad_token_id", pad_token_id);
+    v("type_vocab_size", type_vocab_size);
+    v("embedding_norm", embedding_norm);
+    v("final_norm", final_norm);
+    v("embed_scale", embed_scale);
+    v("attention_scale", attention_scale);
+    v("sliding_window", sliding_window);
+    v("qk_norm", qk_norm);
+    v("num_buckets", num_buckets);
+    v("max_distance", max_distance);
+    v("tie_word_embeddings", tie_word_embeddings);
+    v("head_scale", head_scale);
+    v("dtype", weight_type);
+  }
+
+  long q_width() const { return num_heads * head_dim; }
+  long kv_width() const { return num_kv_heads * head_dim; }
+  long qkv_width() const { return q_width() + 2 * kv_width(); }
+  bool has_position_table() const { return positions == Positions::kLearned || positions == Positions::kSinusoidal; }
+  float scale() const { return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+  // Longest sequence a position table covers (RoBERTa-style ids reserve pad + 1 rows).
+  long max_seq_len() const {
+    return position_ids == PositionIds::kArange ? max_positions : max_positions - pad_token_id - 1;
+  }
+
+  // std::invalid_argument naming the first inconsistent field; every width the graphs multiply by
+  // a token count is checked for overflow here, and every K against the int8 GEMM's limit.
+  void validate() const;
+};
+
+}  // namespace cpuformer
