@@ -44,8 +44,9 @@ class PyDecoderModel : private ModelTensors {
     c.rms_norm = config["rms_norm"].cast<bool>();
     c.norm_eps = config["norm_eps"].cast<float>();
     c.learned_positions = config["learned_positions"].cast<bool>();
-    c.swiglu = config["swiglu"].cast<bool>();
+    c.gated_ffn = config["gated_ffn"].cast<bool>();
     c.activation = parse_activation(config["activation"].cast<std::string>());
+    c.embed_scale = config["embed_scale"].cast<float>();
     c.sliding_window = config["sliding_window"].cast<long>();
     c.qk_norm = config["qk_norm"].cast<bool>();
     c.weight_type = config_weight_type(config);
@@ -96,7 +97,7 @@ class PyDecoderModel : private ModelTensors {
     }
     l.up_weight = weight(t, "up.weight", I, H);
     l.up_bias = optional(t, "up.bias", {I});
-    if (c.swiglu) l.gate_weight = weight(t, "gate.weight", I, H);
+    if (c.gated_ffn) l.gate_weight = weight(t, "gate.weight", I, H);
     l.down_weight = weight(t, "down.weight", H, I);
     l.down_bias = optional(t, "down.bias", {H});
     GilReleased release;

@@ -84,7 +84,7 @@ void DecoderModel::add_layer(const DecoderLayerTensors& t) {
   Layer layer;
   layer.qkv = Linear({{t.q_weight, t.q_bias, qw}, {t.k_weight, t.k_bias, kvw}, {t.v_weight, t.v_bias, kvw}}, H, c.weight_type);
   layer.out = Linear({{t.o_weight, t.o_bias, H}}, qw, c.weight_type);
-  if (c.swiglu) {
+  if (c.gated_ffn) {
     layer.up = Linear({{t.gate_weight, nullptr, I}, {t.up_weight, nullptr, I}}, H, c.weight_type);
   } else {
     layer.up = Linear({{t.up_weight, t.up_bias, I}}, H, c.weight_type);
@@ -115,22 +115,29 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   const long N = checked_multiply(rows, t_new, "the tokens of a forward pass (rows × new positions)");
   const long start = cache.length();
   if (start + t_new > cache.max_len()) throw std::logic_error("the KV cache is full");
-  const long mlp_width = c.swiglu ? 2 * I : I;
+  const long mlp_width = c.gated_ffn ? 2 * I : I;
   float* h = ws.h.reserve({N, H});
   float* x = ws.x.reserve({N, H});
   float* qkv = ws.qkv.reserve({N, row});
   float* context = ws.context.reserve({N, qw});
   float* mlp = ws.mlp.reserve({N, mlp_width});
 
+  const float scale = c.embed_scale;  // 1 (every family but Gemma): the rows are copied, not multiplied
   parallel_ranges(N, 16, [&](long n0, long n1) {
     for (long n = n0; n < n1; ++n) {
       const float* word = word_embeddings_ + ids[n] * H;
       float* out = h + n * H;
       if (c.learned_positions) {
         const float* pos = position_embeddings_ + positions[n] * H;
-        for (long j = 0; j < H; ++j) out[j] = word[j] + pos[j];
-      } else {
+        if (scale == 1.0f) {
+          for (long j = 0; j < H; ++j) out[j] = word[j] + pos[j];
+        } else {
+          for (long j = 0; j < H; ++j) out[j] = word[j] * scale + pos[j];
+        }
+      } else if (scale == 1.0f) {
         std::memcpy(out, word, H * sizeof(float));
+      } else {
+        for (long j = 0; j < H; ++j) out[j] = word[j] * scale;
       }
     }
   });
@@ -205,11 +212,20 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
     attention(a);
     layer.out.apply(context, N, qw, h, H, Activation::kNone, h, H);
     apply_norm(c.rms_norm, layer.norm2, h, x, N, H);
-    if (c.swiglu) {
-      layer.up.apply(x, N, H, mlp, mlp_width);
+    if (c.gated_ffn) {
+      layer.up.apply(x, N, H, mlp, mlp_width);  // [N, gate | up]
       const ActivationKernels& ak = activation_kernels();
       parallel_ranges(N, 4, [&](long n0, long n1) {
-        for (long n = n0; n < n1; ++n) ak.silu_mul(mlp + n * mlp_width, mlp + n * mlp_width + I, mlp + n * mlp_width, I);
+        for (long n = n0; n < n1; ++n) {
+          float* gate = mlp + n * mlp_width;
+          const float* up = gate + I;
+          if (c.activation == Activation::kSilu) {
+            ak.silu_mul(gate, up, gate, I);
+          } else {
+            ak.apply(c.activation, gate, gate, I);
+            for (long j = 0; j < I; ++j) gate[j] *= up[j];
+          }
+        }
       });
     } else {
       layer.up.apply(x, N, H, mlp, mlp_width, c.activation);

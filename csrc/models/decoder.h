@@ -1,6 +1,6 @@
-// Decoder-only causal LM graph (GPT-2; Llama, Mistral, Qwen2, Qwen3), pre-norm layers:
+// Decoder-only causal LM graph (GPT-2; Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3), pre-norm layers:
 //
-//   h = word[ids] (+ position[pos] for learned positions, GPT-2)                 h: [N, hidden]
+//   h = word[ids]·embed_scale (+ position[pos] for learned positions, GPT-2)     h: [N, hidden]
 //   per layer:
 //     x   = norm1(h)                        LayerNorm (GPT-2) or RMSNorm
 //     qkv = x · Wqkvᵀ (+ b)                 one row per token: [q heads | k heads | v heads]
@@ -8,7 +8,7 @@
 //     k,v → KV cache at the next slots; ctx = attention(q, cache[:length], causal, window, mask)
 //     h   = ctx · Woᵀ (+ bo) + h            residual in the GEMM epilogue
 //     x   = norm2(h)
-//     h   = W2 · act(W1 · x + b1) + b2 + h  (GPT-2)   or   Wd · (silu(Wg·x) ⊙ Wu·x) + h (SwiGLU)
+//     h   = W2 · act(W1 · x + b1) + b2 + h  (GPT-2)   or gated: Wd · (act(Wg·x) ⊙ Wu·x) + h (SwiGLU, GeGLU)
 //   logits = normf(h) · Wlmᵀ               (tied head: Wlm = word embeddings)
 // Positions come from the attention mask like Hugging Face's generate(): cumsum(mask) - 1.
 //
@@ -35,8 +35,9 @@ struct DecoderConfig {
   float norm_eps = 1e-5f;
   bool learned_positions = false;   // GPT-2: a position table; otherwise RoPE with rope_inv_freq
   std::vector<float> rope_inv_freq; // [head_dim / 2]
-  bool swiglu = false;              // gate/up/down MLP; otherwise fc → activation → proj
-  Activation activation = Activation::kGeluTanh;
+  bool gated_ffn = false;           // gate/up/down MLP; otherwise fc → activation → proj
+  Activation activation = Activation::kGeluTanh;  // of fc, or of the gate (silu: SwiGLU, gelu_tanh: Gemma)
+  float embed_scale = 1.0f;         // Gemma: √hidden_size as float32; 1: the embeddings are not multiplied
   long sliding_window = 0;          // 0: full causal attention
   bool qk_norm = false;             // Qwen3: RMSNorm over each q and k head
   // Storage of every projection weight and of the LM head (tied or not); embeddings and norms
@@ -52,7 +53,7 @@ struct DecoderLayerTensors {
   const float *v_bias = nullptr, *o_bias = nullptr;
   const float *norm1_weight = nullptr, *norm1_bias = nullptr, *norm2_weight = nullptr, *norm2_bias = nullptr;
   const float *q_norm_weight = nullptr, *k_norm_weight = nullptr;  // [D] (qk_norm)
-  // fc / up [I, hidden] (+ bias), gate [I, hidden] (swiglu), proj / down [hidden, I] (+ bias)
+  // fc / up [I, hidden] (+ bias), gate [I, hidden] (gated_ffn), proj / down [hidden, I] (+ bias)
   WeightRef up_weight, gate_weight;
   const float *up_bias = nullptr;
   WeightRef down_weight;
@@ -80,7 +81,7 @@ class DecoderModel {
  private:
   friend class DecoderSession;
   struct Layer {
-    Linear qkv, out, up, down;  // up: fc, or [gate | up] fused for SwiGLU
+    Linear qkv, out, up, down;  // up: fc, or [gate | up] fused for a gated FFN
     NormWeights norm1, norm2;
     std::vector<float> q_norm, k_norm;
   };

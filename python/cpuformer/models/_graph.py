@@ -89,8 +89,8 @@ def _decoder(checkpoint: Checkpoint, hp: Hparams, dtype: str, top: Dict[str, np.
                   num_heads=hp.num_heads, num_kv_heads=hp.num_kv_heads, head_dim=hp.head_dim,
                   intermediate_size=hp.intermediate_size, max_positions=hp.max_positions,
                   rms_norm=hp.norm == "rms", norm_eps=hp.norm_eps, learned_positions=hp.positions == "learned",
-                  swiglu=hp.gated_ffn, activation=hp.activation, sliding_window=hp.sliding_window,
-                  qk_norm=hp.qk_norm, dtype=dtype)
+                  gated_ffn=hp.gated_ffn, activation=hp.activation, embed_scale=hp.embed_scale,
+                  sliding_window=hp.sliding_window, qk_norm=hp.qk_norm, dtype=dtype)
     stack = stacks["decoder"]
     embeddings = {"word_embeddings": top["embed.tokens"]}
     if "embed.positions" in stack:
