@@ -119,6 +119,13 @@ DECODERS = {
     "llama": ("LlamaForCausalLM", "LlamaConfig",  # untied head, GQA, SwiGLU
               dict(vocab_size=199, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                    intermediate_size=96, max_position_embeddings=128)),
+    "gemma": ("GemmaForCausalLM", "GemmaConfig",  # tied head, GeGLU, 1 + w norms, √hidden embedding scale, MQA
+              dict(vocab_size=197, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                   head_dim=24, intermediate_size=96, max_position_embeddings=128)),
+    "phi3": ("Phi3ForCausalLM", "Phi3Config",  # fused qkv_proj (GQA: unequal blocks) and gate_up_proj
+             dict(vocab_size=193, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  intermediate_size=96, max_position_embeddings=128, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2)),
 }
 
 
@@ -235,7 +242,8 @@ def _all_dirs(bert_dir, decoder_dirs, seq2seq_dirs):
 
 
 CONVERSIONS = [("bert", "int8"), ("bert", "bfloat16"), ("gpt2", "int8"), ("gpt2", "float16"), ("llama", "int8"),
-               ("llama", "bfloat16"), ("marian", "int8"), ("t5", "int8"), ("t5", "float16")]
+               ("llama", "bfloat16"), ("marian", "int8"), ("t5", "int8"), ("t5", "float16"),
+               *((family, dtype) for family in ("gemma", "phi3") for dtype in ("int8", "float16", "bfloat16"))]
 
 
 @pytest.mark.parametrize("name, dtype", CONVERSIONS)

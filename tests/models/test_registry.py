@@ -44,6 +44,10 @@ PARITY = {
     "mistral": ("MistralForCausalLM", "MistralConfig", dict(_LLAMA, sliding_window=6)),
     "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", _LLAMA),
     "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(_LLAMA, head_dim=24)),
+    # Multi-query attention and a head_dim that is not hidden_size / num_attention_heads (64 / 4).
+    "gemma": ("GemmaForCausalLM", "GemmaConfig", dict(_LLAMA, num_key_value_heads=1, head_dim=20)),
+    # GQA: the query block of the fused qkv_proj is twice the key and value blocks.
+    "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(_LLAMA, sliding_window=6, pad_token_id=0, eos_token_id=2)),
     "marian": ("MarianMTModel", "MarianConfig",
                dict(vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, **_BART)),
     "bart": ("BartForConditionalGeneration", "BartConfig", dict(vocab_size=97, **_BART)),

@@ -59,33 +59,52 @@ class Llama(Arch):
     # rotary_emb.inv_freq: a buffer older checkpoints saved (recomputed from the config here).
     ignored = (r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq",)
 
+    # What families built on this layout change (Gemma, Phi-3, ...).
+    default_max_positions = 2048
+
     def window(self, config: Mapping[str, Any]) -> int:
         return 0
 
+    def activation(self, config: Mapping[str, Any]) -> str:
+        act = config.get("hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"config.json: hidden_act {act!r} is not supported; the Llama family uses 'silu'")
+        return "silu"
+
+    def default_head_dim(self, hidden: int, heads: int) -> int:
+        return hidden // heads
+
+    def embed_scale(self, hidden: int) -> float:
+        return 1.0
+
+    def tied(self, config: Mapping[str, Any]) -> bool:
+        return bool(config.get("tie_word_embeddings", False))
+
+    def check(self, config: Mapping[str, Any]) -> None:
+        """Family-specific refusals."""
+        not_supported(config.get("mlp_bias"), "MLP biases (mlp_bias=true) are not supported")
+
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
+        self.check(config)
         hidden = config_int(config, "hidden_size")
         heads = config_int(config, "num_attention_heads")
         kv_heads = config_int(config, "num_key_value_heads", default=heads)
         head_dim = config.get("head_dim")
-        head_dim = hidden // heads if head_dim is None else config_int(config, "head_dim")
+        head_dim = self.default_head_dim(hidden, heads) if head_dim is None else config_int(config, "head_dim")
         if heads % kv_heads:
             raise ValueError(f"config.json: num_attention_heads {heads} is not a multiple of num_key_value_heads "
                              f"{kv_heads}")
         if head_dim % 2:
             raise ValueError(f"config.json: RoPE needs an even head_dim, got {head_dim}")
-        act = config.get("hidden_act", "silu")
-        if act != "silu":
-            raise ValueError(f"config.json: hidden_act {act!r} is not supported; the Llama family uses 'silu'")
-        not_supported(config.get("mlp_bias"), "MLP biases (mlp_bias=true) are not supported")
         return Hparams(
             kind="decoder", vocab_size=config_int(config, "vocab_size"), hidden_size=hidden,
             num_layers=config_int(config, "num_hidden_layers"), num_heads=heads, num_kv_heads=kv_heads,
             head_dim=head_dim, intermediate_size=config_int(config, "intermediate_size"), norm="rms",
             norm_eps=config_float(config, "rms_norm_eps", default=1e-6, minimum=0.0), pre_norm=True,
-            activation="silu", gated_ffn=True, positions="rope",
-            max_positions=config_int(config, "max_position_embeddings", default=2048), final_norm=True,
-            sliding_window=self.window(config), qk_norm=self.family == "qwen3",
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
+            activation=self.activation(config), gated_ffn=True, positions="rope",
+            max_positions=config_int(config, "max_position_embeddings", default=self.default_max_positions),
+            final_norm=True, embed_scale=self.embed_scale(hidden), sliding_window=self.window(config),
+            qk_norm=self.family == "qwen3", tie_word_embeddings=self.tied(config))
 
     def model_tensors(self, config: Mapping[str, Any], hp: Hparams) -> Dict[str, Source]:
         return {"embed.tokens": Tensor("model.embed_tokens.weight"),
