@@ -94,6 +94,17 @@ class ModelBase:
     def _shape_text(self) -> str:  # overridden: "layers=12, hidden=768, heads=12"
         return ""
 
+    def _live(self) -> Any:
+        """The C++ model; ValueError once close() has run (not an AttributeError on None)."""
+        if self._model is None:
+            raise ValueError(f"this {type(self).__name__} is closed")
+        return self._model
+
+    def close(self) -> None:
+        """Frees the model and drops the weight maps; the object cannot be used afterwards."""
+        self._model = None
+        self._model_dir.close()
+
     @property
     def closed(self) -> bool:
         """True once close() has run (the model cannot be used any more)."""
@@ -113,7 +124,7 @@ class ModelBase:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.close()  # type: ignore[attr-defined]
+        self.close()
 
     def __repr__(self) -> str:
         name = type(self).__name__

@@ -46,12 +46,6 @@ class Encoder(ModelBase):
         self._tokenizer = None
         self._open(path, dtype, num_threads, "encoder")
 
-    def _live(self):
-        """The C++ model; ValueError once close() has run (not an AttributeError on None)."""
-        if self._model is None:
-            raise ValueError("this Encoder is closed")
-        return self._model
-
     @property
     def hidden_size(self) -> int:
         return self._live().hidden_size
@@ -68,11 +62,6 @@ class Encoder(ModelBase):
     @property
     def has_pooler(self) -> bool:
         return self._live().has_pooler
-
-    def close(self) -> None:
-        """Frees the model and drops the weight maps; the object cannot be used afterwards."""
-        self._model = None
-        self._model_dir.close()
 
     # ---- forward ---------------------------------------------------------------------------
 

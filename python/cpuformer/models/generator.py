@@ -72,16 +72,6 @@ class Generator(TextMixin, ModelBase):
     def max_positions(self) -> int:
         return self.config["max_positions"]
 
-    def close(self) -> None:
-        """Frees the model and drops the weight maps; the object cannot be used afterwards."""
-        self._model = None
-        self._model_dir.close()
-
-    def _live(self):
-        if self._model is None:
-            raise ValueError("this Generator is closed")
-        return self._model
-
     # ---- forward ---------------------------------------------------------------------------
 
     def logits(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:

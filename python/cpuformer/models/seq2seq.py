@@ -106,16 +106,6 @@ class Seq2Seq(TextMixin, ModelBase):
         """Longest source / target the position table covers; None for T5 (relative positions)."""
         return self.config["max_positions"] or None
 
-    def close(self) -> None:
-        """Frees the model and drops the weight maps; the object cannot be used afterwards."""
-        self._model = None
-        self._model_dir.close()
-
-    def _live(self):
-        if self._model is None:
-            raise ValueError("this Seq2Seq is closed")
-        return self._model
-
     # ---- forward ---------------------------------------------------------------------------
 
     def encode(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
