@@ -7,7 +7,8 @@ exposed as ``cpuformer._core``; this package loads models and offers the user AP
 from __future__ import annotations
 
 import os as _os
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
 
 
 def _import_core():

@@ -402,15 +402,15 @@ def run_kernel_bench(quick: bool = True, show_progress: bool = False) -> List[Di
         lin = ops.Linear(w)
         wt = np.ascontiguousarray(w.T)
         flops = 2.0 * m * k * n
-        ours = median_seconds(lambda: lin(x), repeats)
-        peer = median_seconds(lambda: x @ wt, repeats)
+        ours = median_seconds(lambda lin=lin, x=x: lin(x), repeats)
+        peer = median_seconds(lambda x=x, wt=wt: x @ wt, repeats)
         rows.append({"op": f"linear M={m} K={k} N={n}", "cpuformer": flops / ours / 1e9,
                      "numpy": flops / peer / 1e9, "unit": "GFLOP/s", "of_peak": flops / ours / 1e9 / peak})
     for b, h, t, d in [(8, 12, 128, 64)] + ([] if quick else [(1, 12, 512, 64)]):
         q, k_, v = (rng.standard_normal((b, h, t, d), dtype=np.float32) for _ in range(3))
         flops = 4.0 * b * h * t * t * d
-        ours = median_seconds(lambda: ops.attention(q, k_, v), repeats)
-        peer = median_seconds(lambda: _numpy_attention(q, k_, v), repeats)
+        ours = median_seconds(lambda q=q, k_=k_, v=v: ops.attention(q, k_, v), repeats)
+        peer = median_seconds(lambda q=q, k_=k_, v=v: _numpy_attention(q, k_, v), repeats)
         rows.append({"op": f"attention B={b} H={h} T={t} D={d}", "cpuformer": flops / ours / 1e9,
                      "numpy": flops / peer / 1e9, "unit": "GFLOP/s", "of_peak": flops / ours / 1e9 / peak})
     return rows

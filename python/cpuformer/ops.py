@@ -13,7 +13,8 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["Linear", "linear", "peak_gops", "quantize_int8", "to_float16_bits", "to_bfloat16_bits", "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
+__all__ = ["Linear", "linear", "peak_gops", "quantize_int8", "to_float16_bits", "to_bfloat16_bits", "attention",
+           "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
 
 
 class Linear:

@@ -51,7 +51,8 @@ class Bart(Arch):
             max_positions=config_int(config, "max_position_embeddings", default=1024),
             position_offset=0 if marian else 2, embedding_norm=not marian, final_norm=self.pre_norm,
             embed_scale=math.sqrt(d) if config.get("scale_embedding", marian) else 1.0,
-            attention_scale=(d // heads) ** -0.5, tie_word_embeddings=config.get("tie_word_embeddings", True) is not False)
+            attention_scale=(d // heads) ** -0.5,
+            tie_word_embeddings=config.get("tie_word_embeddings", True) is not False)
 
     def check(self, config: Mapping[str, Any]) -> None:
         """Family-specific refusals."""

@@ -22,7 +22,7 @@ Matrix weights are in nn.Linear layout [out_features, in_features].
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -170,7 +170,7 @@ def bias_of(name: str) -> str:
 
 def canonical_shape(name: str, hp: Hparams) -> Tuple[int, ...]:
     """The shape cpuformer uses for canonical weight ``name`` of a model with hyperparameters ``hp``."""
-    H, D, I = hp.hidden_size, hp.head_dim, hp.intermediate_size
+    H, D, F = hp.hidden_size, hp.head_dim, hp.intermediate_size
     if name.endswith(".bias") and name != "lm_head.bias":
         return canonical_shape(bias_of(name), hp)[:1]
     if name in NORMS:
@@ -178,8 +178,8 @@ def canonical_shape(name: str, hp: Hparams) -> Tuple[int, ...]:
     shapes: Dict[str, Tuple[int, ...]] = {
         "attn.q": (hp.num_heads * D, H), "attn.k": (hp.num_kv_heads * D, H), "attn.v": (hp.num_kv_heads * D, H),
         "attn.o": (H, hp.num_heads * D), "cross.q": (hp.num_heads * D, H), "cross.k": (hp.num_heads * D, H),
-        "cross.v": (hp.num_heads * D, H), "cross.o": (H, hp.num_heads * D), "ffn.gate": (I, H), "ffn.up": (I, H),
-        "ffn.down": (H, I), "embed.tokens": (hp.vocab_size, H), "embed.token_types": (hp.type_vocab_size, H),
+        "cross.v": (hp.num_heads * D, H), "cross.o": (H, hp.num_heads * D), "ffn.gate": (F, H), "ffn.up": (F, H),
+        "ffn.down": (H, F), "embed.tokens": (hp.vocab_size, H), "embed.token_types": (hp.type_vocab_size, H),
         "embed.positions": (hp.max_positions + hp.position_offset, H), "lm_head": (hp.vocab_size, H),
         "lm_head.bias": (hp.vocab_size,), "pooler": (H, H), "relative_bias": (hp.num_buckets, hp.num_heads),
     }

@@ -10,7 +10,7 @@ depend on its files (docs/reliability.md, "fork() and files changing after load"
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -104,7 +104,8 @@ class Encoder(ModelBase):
         """Truncation length for embed() of strings: the position table's limit, lowered by tokenizer_config.json's
         model_max_length and sentence-transformers' max_seq_length when those are present."""
         limit = self.max_seq_len
-        for file, key in (("tokenizer_config.json", "model_max_length"), ("sentence_bert_config.json", "max_seq_length")):
+        for file, key in (("tokenizer_config.json", "model_max_length"),
+                          ("sentence_bert_config.json", "max_seq_length")):
             value = read_length_limit(self._model_dir.path, file, key)
             if value is not None and value < limit:
                 limit = value

@@ -2,8 +2,9 @@
 
 The supported families are the registry's encoder-decoders (``cpuformer.arch``, kind "seq2seq");
 loading (``weights.py``, ``models/_graph.py``) packs each layer's projections and releases the
-layer's source pages right after. Generation is the C++ loop that Generator uses: the encoder runs once per batch, cross-attention keys/values are
-projected once per source and layer, the decoder's KV cache is written in place.
+layer's source pages right after. Generation is the C++ loop that Generator uses: the encoder
+runs once per batch, cross-attention keys/values are projected once per source and layer, the
+decoder's KV cache is written in place.
 """
 
 from __future__ import annotations
