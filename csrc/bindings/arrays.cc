@@ -51,7 +51,8 @@ void require_ndim(const py::array& a, py::ssize_t ndim, const char* name, const 
 
 void require_nonempty(const py::array& a, const char* name) {
   for (py::ssize_t i = 0; i < a.ndim(); ++i) {
-    if (a.shape(i) == 0) throw py::value_error(std::string(name) + " must not have an empty dimension, got shape " + shape_string(a));
+    if (a.shape(i) == 0)
+      throw py::value_error(std::string(name) + " must not have an empty dimension, got shape " + shape_string(a));
   }
 }
 

@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "bindings/arrays.h"
-#include "bindings/sized_output.h"
 #include "bindings/config.h"
-#include "bindings/model_builder.h"
-#include "bindings/weight_type.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
+#include "bindings/model_builder.h"
+#include "bindings/sized_output.h"
+#include "bindings/weight_type.h"
+#include "layers/kv_cache.h"
 #include "models/decoder.h"
 #include "models/generation.h"
-#include "layers/kv_cache.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
@@ -195,7 +195,8 @@ py::tuple kv_cache_reorder(const py::array& k_in, const py::array& v_in, const p
   }
   const auto source = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(source_in);
   const long layers = k.shape(0), rows = k.shape(1), heads = k.shape(2), length = k.shape(3), dim = k.shape(4);
-  if (!source || source.ndim() != 1 || source.shape(0) != rows) throw py::value_error("source must hold one index per row");
+  if (!source || source.ndim() != 1 || source.shape(0) != rows)
+    throw py::value_error("source must hold one index per row");
   std::vector<long> src(rows);
   for (long r = 0; r < rows; ++r) {
     src[r] = static_cast<long>(source.at(r));

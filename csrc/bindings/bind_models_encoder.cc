@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "bindings/arrays.h"
-#include "bindings/gil.h"
-#include "bindings/sized_output.h"
 #include "bindings/config.h"
+#include "bindings/gil.h"
 #include "bindings/model_builder.h"
+#include "bindings/sized_output.h"
 #include "bindings/weight_type.h"
 #include "models/encoder.h"
 #include "runtime/compute_slots.h"
@@ -105,15 +105,16 @@ class PyEncoderModel : private ModelBuilder {
       for (long r = 0; r < rows; ++r) {
         if (tt[r] < 0 || tt[r] >= c.type_vocab_size) {
           throw py::value_error("token_type_ids" + at_index(r, T) + " = " + std::to_string(tt[r]) +
-                                " is out of range; token type ids must be in [0, " +
-                                std::to_string(c.type_vocab_size) + ") (type_vocab_size)");
+                                " is out of range; token type ids must be in [0, " + std::to_string(c.type_vocab_size) +
+                                ") (type_vocab_size)");
         }
       }
     }
     if (return_pooler && !model_->has_pooler()) {
       throw py::value_error("this checkpoint has no pooler (pooler.dense weights); return_pooler needs one");
     }
-    if (num_threads < 0) throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
+    if (num_threads < 0)
+      throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
 
     const std::string request = "input_ids of shape " + shape_string(ids);
     py::array_t<float> out = sized_output({B, T, c.hidden_size}, request, "the hidden states");

@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "bindings/arrays.h"
-#include "bindings/sized_output.h"
 #include "bindings/config.h"
-#include "bindings/model_builder.h"
-#include "bindings/weight_type.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
+#include "bindings/model_builder.h"
+#include "bindings/sized_output.h"
+#include "bindings/weight_type.h"
 #include "models/generation.h"
 #include "models/seq2seq.h"
 #include "runtime/compute_slots.h"
@@ -101,8 +101,8 @@ class PySeq2SeqModel : private ModelBuilder {
                             std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
     }
     check_ids(tgt.data(), B * Tt, "decoder_input_ids");
-    const std::string request = "input_ids of shape " + shape_string(ids) + " with decoder_input_ids of shape " +
-                                shape_string(tgt);
+    const std::string request =
+        "input_ids of shape " + shape_string(ids) + " with decoder_input_ids of shape " + shape_string(tgt);
     py::array_t<float> out = sized_output({B, Tt, c.vocab_size}, request, "the logits");
     const int64_t* ip = ids.data();
     const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();

@@ -30,8 +30,9 @@ FloatArray additive_from_bool(const py::array& mask) {
 // The kernel compares key positions as int32 lanes (kernels/attention/attention.h, "Limits").
 void require_attention_keys(long keys, const char* name) {
   if (keys > kAttentionMaxKeys) {
-    throw py::value_error(std::string(name) + " has " + std::to_string(keys) + " keys (Tk); attention supports at most " +
-                          std::to_string(kAttentionMaxKeys) + " (2^31 - 1)");
+    throw py::value_error(std::string(name) + " has " + std::to_string(keys) +
+                          " keys (Tk); attention supports at most " + std::to_string(kAttentionMaxKeys) +
+                          " (2^31 - 1)");
   }
 }
 
@@ -64,10 +65,24 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
                           ") must be a multiple of the number of key/value heads (" + std::to_string(Hkv) + ")");
   }
   AttentionArgs a;
-  a.batch = B; a.heads = H; a.kv_heads = Hkv; a.q_len = Tq; a.kv_len = Tk; a.head_dim = D;
-  a.q = q.data(); a.q_stride_b = H * Tq * D; a.q_stride_h = Tq * D; a.q_stride_t = D;
-  a.k = k.data(); a.k_stride_b = Hkv * Tk * D; a.k_stride_h = Tk * D; a.k_stride_t = D;
-  a.v = v.data(); a.v_stride_b = Hkv * Tk * D; a.v_stride_h = Tk * D; a.v_stride_t = D;
+  a.batch = B;
+  a.heads = H;
+  a.kv_heads = Hkv;
+  a.q_len = Tq;
+  a.kv_len = Tk;
+  a.head_dim = D;
+  a.q = q.data();
+  a.q_stride_b = H * Tq * D;
+  a.q_stride_h = Tq * D;
+  a.q_stride_t = D;
+  a.k = k.data();
+  a.k_stride_b = Hkv * Tk * D;
+  a.k_stride_h = Tk * D;
+  a.k_stride_t = D;
+  a.v = v.data();
+  a.v_stride_b = Hkv * Tk * D;
+  a.v_stride_h = Tk * D;
+  a.v_stride_t = D;
   a.scale = 1.0f / std::sqrt(static_cast<float>(D));
   if (!scale_obj.is_none()) {
     // cast<float>() would raise RuntimeError for a str; a TypeError is the documented failure.
@@ -107,12 +122,17 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
       stride *= size;
     }
     a.mask = mask.data();
-    a.mask_stride_b = strides[0]; a.mask_stride_h = strides[1]; a.mask_stride_q = strides[2]; a.mask_stride_k = strides[3];
+    a.mask_stride_b = strides[0];
+    a.mask_stride_h = strides[1];
+    a.mask_stride_q = strides[2];
+    a.mask_stride_k = strides[3];
   }
 
   py::array_t<float> out({B, H, Tq, D});
   a.out = out.mutable_data();
-  a.out_stride_b = H * Tq * D; a.out_stride_h = Tq * D; a.out_stride_t = D;
+  a.out_stride_b = H * Tq * D;
+  a.out_stride_h = Tq * D;
+  a.out_stride_t = D;
   {
     GilReleased release;
     ComputeSlots slots(current_num_threads());
@@ -166,29 +186,45 @@ void attention_views(const py::object& q_obj, const py::object& k_obj, const py:
     for (int d = 0; d < 4; ++d) consistent = consistent && mask.shape[d] == full[d];
   }
   if (!consistent) {
-    throw py::value_error("shapes must be q, out [B, H, Tq, D]; k, v [B, Hkv, Tk, D] with Hkv dividing H; "
-                          "mask [B, H, Tq, Tk]");
+    throw py::value_error(
+        "shapes must be q, out [B, H, Tq, D]; k, v [B, Hkv, Tk, D] with Hkv dividing H; "
+        "mask [B, H, Tq, Tk]");
   }
   require_attention_keys(Tk, "k");
   if (!out.array.writeable()) throw py::value_error("out must be writeable");
   AttentionArgs a;
-  a.batch = B; a.heads = H; a.kv_heads = Hkv; a.q_len = Tq; a.kv_len = Tk; a.head_dim = D;
+  a.batch = B;
+  a.heads = H;
+  a.kv_heads = Hkv;
+  a.q_len = Tq;
+  a.kv_len = Tk;
+  a.head_dim = D;
   a.q = static_cast<const float*>(q.array.data());
-  a.q_stride_b = q.stride[0]; a.q_stride_h = q.stride[1]; a.q_stride_t = q.stride[2];
+  a.q_stride_b = q.stride[0];
+  a.q_stride_h = q.stride[1];
+  a.q_stride_t = q.stride[2];
   a.k = static_cast<const float*>(k.array.data());
-  a.k_stride_b = k.stride[0]; a.k_stride_h = k.stride[1]; a.k_stride_t = k.stride[2];
+  a.k_stride_b = k.stride[0];
+  a.k_stride_h = k.stride[1];
+  a.k_stride_t = k.stride[2];
   a.v = static_cast<const float*>(v.array.data());
-  a.v_stride_b = v.stride[0]; a.v_stride_h = v.stride[1]; a.v_stride_t = v.stride[2];
+  a.v_stride_b = v.stride[0];
+  a.v_stride_h = v.stride[1];
+  a.v_stride_t = v.stride[2];
   a.out = static_cast<float*>(out.array.mutable_data());
-  a.out_stride_b = out.stride[0]; a.out_stride_h = out.stride[1]; a.out_stride_t = out.stride[2];
+  a.out_stride_b = out.stride[0];
+  a.out_stride_h = out.stride[1];
+  a.out_stride_t = out.stride[2];
   a.scale = scale;
   a.causal = causal;
   a.causal_offset = causal_offset;
   a.window = window;
   if (!mask_obj.is_none()) {
     a.mask = static_cast<const float*>(mask.array.data());
-    a.mask_stride_b = mask.stride[0]; a.mask_stride_h = mask.stride[1];
-    a.mask_stride_q = mask.stride[2]; a.mask_stride_k = mask.stride[3];
+    a.mask_stride_b = mask.stride[0];
+    a.mask_stride_h = mask.stride[1];
+    a.mask_stride_q = mask.stride[2];
+    a.mask_stride_k = mask.stride[3];
   }
   GilReleased release;
   attention(a);

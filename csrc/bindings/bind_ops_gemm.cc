@@ -48,7 +48,9 @@ py::tuple quantize_int8(const py::object& weight) {
   py::array_t<float> scales(n);
   const float* wp = w.data();
   for (py::ssize_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(wp[i])) throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) + "; int8 needs finite weights");
+    if (!std::isfinite(wp[i]))
+      throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) +
+                            "; int8 needs finite weights");
   }
   int8_t* qp = q.mutable_data();
   float* sp = scales.mutable_data();
@@ -94,7 +96,9 @@ class Linear {
     const float* wp = w.data();
     if (type == WeightType::kInt8) {
       for (py::ssize_t i = 0; i < w.size(); ++i) {
-        if (!std::isfinite(wp[i])) throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) + "; int8 needs finite weights");
+        if (!std::isfinite(wp[i]))
+          throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) +
+                                "; int8 needs finite weights");
       }
     }
     GilReleased release;
@@ -123,10 +127,10 @@ class Linear {
     epilogue.activation = activation_;
     if (!residual.is_none()) {
       FloatArray r = as_float32(residual, "residual");
-      const bool same_shape =
-          r.ndim() == out.ndim() && std::equal(out_shape.begin(), out_shape.end(), r.shape());
+      const bool same_shape = r.ndim() == out.ndim() && std::equal(out_shape.begin(), out_shape.end(), r.shape());
       if (!same_shape) {
-        throw py::value_error("residual must have the output's shape " + shape_string(out) + ", got " + shape_string(r));
+        throw py::value_error("residual must have the output's shape " + shape_string(out) + ", got " +
+                              shape_string(r));
       }
       std::memcpy(op, r.data(), sizeof(float) * m * n_);
       epilogue.residual = op;

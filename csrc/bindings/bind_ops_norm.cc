@@ -17,7 +17,9 @@ namespace cpuformer {
 namespace bindings {
 namespace {
 
-FloatArray new_like(const FloatArray& x) { return FloatArray(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim())); }
+FloatArray new_like(const FloatArray& x) {
+  return FloatArray(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
+}
 
 // Shared checks of the normalisations: x [..., n], weight/bias [n], residual like x.
 struct NormInputs {
@@ -47,8 +49,7 @@ NormInputs norm_inputs(const py::object& x_obj, const py::object& weight_obj, co
   if (!residual_obj.is_none()) {
     in.residual = as_float32(residual_obj, "residual");
     in.has_residual = true;
-    if (in.residual.ndim() != in.x.ndim() ||
-        !std::equal(in.x.shape(), in.x.shape() + in.x.ndim(), in.residual.shape()))
+    if (in.residual.ndim() != in.x.ndim() || !std::equal(in.x.shape(), in.x.shape() + in.x.ndim(), in.residual.shape()))
       throw py::value_error("residual must have the shape of x " + shape_string(in.x) + ", got " +
                             shape_string(in.residual));
   }
@@ -151,8 +152,8 @@ py::tuple norm_fused_op(const std::string& kind, const py::object& x_obj, const 
                         const std::string& aliasing) {
   if (kind != "layer_norm" && kind != "rms_norm")
     throw py::value_error("kind must be 'layer_norm' or 'rms_norm', got '" + kind + "'");
-  static const char* const kAliasings[] = {"none", "y=x", "y=residual", "sum=x", "sum=residual",
-                                           "sum=x,y=residual", "sum=residual,y=x"};
+  static const char* const kAliasings[] = {
+      "none", "y=x", "y=residual", "sum=x", "sum=residual", "sum=x,y=residual", "sum=residual,y=x"};
   bool known = false;
   std::string names;
   for (const char* a : kAliasings) {
@@ -256,8 +257,7 @@ void register_ops_norm(py::module_& m) {
   m.def("_vector_math", &vector_math_op, py::arg("function"), py::arg("x"),
         "Test hook: a vectorised elementary function of the active ISA (exp, exp_nan_propagating, erf, tanh, "
         "sigmoid).");
-  m.def("_row_reductions", &row_reductions_op, py::arg("x"), py::arg("shift"), py::arg("offset"),
-        py::arg("threshold"),
+  m.def("_row_reductions", &row_reductions_op, py::arg("x"), py::arg("shift"), py::arg("offset"), py::arg("threshold"),
         "Test hook: (max ignoring NaN, sum of exp(x - shift) in double, first index with x + offset > threshold) "
         "at the active ISA.");
 }

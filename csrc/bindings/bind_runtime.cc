@@ -16,35 +16,47 @@ void register_runtime(py::module_& m) {
   // Called by cpuformer/__init__.py at import: chooses the ISA level once, so a bad
   // CPUFORMER_ISA fails the import with a clear message (std::invalid_argument -> ValueError).
   m.def("_select_isa", [] { return isa_name(active_isa()); });
-  m.def("cpu_info", [] {
-    py::dict info;
-    info["isa"] = isa_name(active_isa());
-    info["best_isa"] = cpu_features().supports(Isa::kAvx512) ? "avx512"
-                       : cpu_features().supports(Isa::kAvx2) ? "avx2"
-                                                              : "scalar";
-    info["features"] = cpu_features().names();
-    info["num_threads"] = default_num_threads();
-    py::dict matmul;
-    matmul["float32"] = gemm_kernel_name(WeightType::kFloat32);
-    matmul["float16"] = gemm_kernel_name(WeightType::kFloat16);
-    matmul["bfloat16"] = gemm_kernel_name(WeightType::kBFloat16);
-    matmul["int8"] = gemm_kernel_name(WeightType::kInt8);
-    info["matmul"] = matmul;
-    return info;
-  }, "ISA level in use, CPU features, the default thread count and the matmul kernel per weight dtype.");
-  m.def("set_num_threads", [](int n) {
-    if (n < 0) throw py::value_error("num_threads must be >= 1 (or 0 for the automatic default), got " + std::to_string(n));
-    set_default_num_threads(n);
-  }, py::arg("n"));
+  m.def(
+      "cpu_info",
+      [] {
+        py::dict info;
+        info["isa"] = isa_name(active_isa());
+        info["best_isa"] = cpu_features().supports(Isa::kAvx512) ? "avx512"
+                           : cpu_features().supports(Isa::kAvx2) ? "avx2"
+                                                                 : "scalar";
+        info["features"] = cpu_features().names();
+        info["num_threads"] = default_num_threads();
+        py::dict matmul;
+        matmul["float32"] = gemm_kernel_name(WeightType::kFloat32);
+        matmul["float16"] = gemm_kernel_name(WeightType::kFloat16);
+        matmul["bfloat16"] = gemm_kernel_name(WeightType::kBFloat16);
+        matmul["int8"] = gemm_kernel_name(WeightType::kInt8);
+        info["matmul"] = matmul;
+        return info;
+      },
+      "ISA level in use, CPU features, the default thread count and the matmul kernel per weight dtype.");
+  m.def(
+      "set_num_threads",
+      [](int n) {
+        if (n < 0)
+          throw py::value_error("num_threads must be >= 1 (or 0 for the automatic default), got " + std::to_string(n));
+        set_default_num_threads(n);
+      },
+      py::arg("n"));
   m.def("get_num_threads", &default_num_threads);
-  m.def("_compute_slots", [] {
-    py::dict d;
-    d["capacity"] = compute_capacity();
-    d["in_use"] = compute_slots_in_use();
-    d["peak"] = compute_slots_peak();
-    return d;
-  }, "Test hook: the process-wide compute-thread bound (capacity), slots in use now and the peak since the last reset.");
-  m.def("_reset_compute_slots_peak", &reset_compute_slots_peak, "Test hook: restart the peak from the slots in use now.");
+  m.def(
+      "_compute_slots",
+      [] {
+        py::dict d;
+        d["capacity"] = compute_capacity();
+        d["in_use"] = compute_slots_in_use();
+        d["peak"] = compute_slots_peak();
+        return d;
+      },
+      "Test hook: the process-wide compute-thread bound (capacity), slots in use now and the peak since the last "
+      "reset.");
+  m.def("_reset_compute_slots_peak", &reset_compute_slots_peak,
+        "Test hook: restart the peak from the slots in use now.");
 }
 
 }  // namespace bindings

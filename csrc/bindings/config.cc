@@ -1,9 +1,9 @@
 #include "bindings/config.h"
 
+#include <pybind11/stl.h>
+
 #include <set>
 #include <stdexcept>
-
-#include <pybind11/stl.h>
 
 #include "bindings/weight_type.h"
 
@@ -39,34 +39,37 @@ struct Reader {
   void operator()(const char* name, float& field) { field = value(name).cast<float>(); }
   void operator()(const char* name, bool& field) { field = value(name).cast<bool>(); }
   void operator()(const char* name, ModelKind& field) {
-    field = parse_choice<ModelKind>(value(name), name, {{"encoder", ModelKind::kEncoder},
-                                                        {"decoder", ModelKind::kDecoder},
-                                                        {"seq2seq", ModelKind::kSeq2Seq}});
+    field = parse_choice<ModelKind>(
+        value(name), name,
+        {{"encoder", ModelKind::kEncoder}, {"decoder", ModelKind::kDecoder}, {"seq2seq", ModelKind::kSeq2Seq}});
   }
   void operator()(const char* name, NormKind& field) {
     field = parse_choice<NormKind>(value(name), name, {{"layer", NormKind::kLayer}, {"rms", NormKind::kRms}});
   }
   void operator()(const char* name, Positions& field) {
-    field = parse_choice<Positions>(value(name), name, {{"learned", Positions::kLearned},
-                                                        {"sinusoidal", Positions::kSinusoidal},
-                                                        {"rope", Positions::kRope},
-                                                        {"relative", Positions::kRelative}});
+    field = parse_choice<Positions>(value(name), name,
+                                    {{"learned", Positions::kLearned},
+                                     {"sinusoidal", Positions::kSinusoidal},
+                                     {"rope", Positions::kRope},
+                                     {"relative", Positions::kRelative}});
   }
   void operator()(const char* name, PositionIds& field) {
-    field = parse_choice<PositionIds>(value(name), name, {{"arange", PositionIds::kArange},
-                                                          {"padding_cumsum", PositionIds::kPaddingCumsum}});
+    field = parse_choice<PositionIds>(
+        value(name), name, {{"arange", PositionIds::kArange}, {"padding_cumsum", PositionIds::kPaddingCumsum}});
   }
   void operator()(const char* name, Activation& field) {
-    field = parse_choice<Activation>(value(name), name, {{"gelu", Activation::kGeluErf},
-                                                         {"gelu_tanh", Activation::kGeluTanh},
-                                                         {"relu", Activation::kRelu},
-                                                         {"silu", Activation::kSilu}});
+    field = parse_choice<Activation>(value(name), name,
+                                     {{"gelu", Activation::kGeluErf},
+                                      {"gelu_tanh", Activation::kGeluTanh},
+                                      {"relu", Activation::kRelu},
+                                      {"silu", Activation::kSilu}});
   }
   void operator()(const char* name, WeightType& field) {
-    field = parse_choice<WeightType>(value(name), name, {{"float32", WeightType::kFloat32},
-                                                         {"float16", WeightType::kFloat16},
-                                                         {"bfloat16", WeightType::kBFloat16},
-                                                         {"int8", WeightType::kInt8}});
+    field = parse_choice<WeightType>(value(name), name,
+                                     {{"float32", WeightType::kFloat32},
+                                      {"float16", WeightType::kFloat16},
+                                      {"bfloat16", WeightType::kBFloat16},
+                                      {"int8", WeightType::kInt8}});
   }
 };
 

@@ -59,7 +59,8 @@ StackTensors ModelBuilder::stack_tensors(const py::dict& tensors, const Transfor
   if (c.positions == Positions::kRelative) {
     s.relative_bias = vector(tensors, p + "relative_bias", {c.num_buckets, c.num_heads}, true, used);
   }
-  if (c.positions == Positions::kRope) s.rope_inv_freq = vector(tensors, p + "rope.inv_freq", {c.head_dim / 2}, true, used);
+  if (c.positions == Positions::kRope)
+    s.rope_inv_freq = vector(tensors, p + "rope.inv_freq", {c.head_dim / 2}, true, used);
   return s;
 }
 

@@ -60,8 +60,8 @@ inline pybind11::array checked_array(const pybind11::object& obj, const std::str
 // or quantized while packing), or already converted — int8 (then tensors[key + "_scale"] is its
 // float32 [n] per-row scale; type must be int8) or uint16 bit patterns (type float16 / bfloat16).
 // Valid while `tensors` holds the arrays. `what` names the model kind in errors ("encoder").
-inline WeightRef matmul_weight(const pybind11::dict& tensors, const std::string& key, long n, long k,
-                               WeightType type, const std::string& what) {
+inline WeightRef matmul_weight(const pybind11::dict& tensors, const std::string& key, long n, long k, WeightType type,
+                               const std::string& what) {
   namespace py = pybind11;
   if (!tensors.contains(key)) throw py::value_error("missing " + what + " tensor '" + key + "'");
   const std::string name = what + " tensor '" + key + "'";

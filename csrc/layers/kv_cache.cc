@@ -19,7 +19,8 @@ void KvCache::reset(long layers, long rows, long kv_heads, long max_len, long he
   const std::size_t count =
       checked_bytes({2, layers, rows, kv_heads, max_len, head_dim}, sizeof(float), "the KV cache (keys and values)") /
       sizeof(float) / 2;
-  const std::size_t mask_count = checked_bytes({rows, max_len}, sizeof(float), "the KV cache's key mask") / sizeof(float);
+  const std::size_t mask_count =
+      checked_bytes({rows, max_len}, sizeof(float), "the KV cache's key mask") / sizeof(float);
   layers_ = layers;
   rows_ = rows;
   kv_heads_ = kv_heads;
@@ -103,7 +104,8 @@ void KvCache::reorder(const long* source) {
   // Only the first length() mask slots are defined (later ones are written as tokens arrive), so
   // only they move: a long max_len (a large max_new_tokens) costs nothing here.
   std::vector<float> mask(static_cast<std::size_t>(rows_) * length_);
-  for (long r = 0; r < rows_; ++r) std::memcpy(mask.data() + r * length_, mask_.data() + r * max_len_, length_ * sizeof(float));
+  for (long r = 0; r < rows_; ++r)
+    std::memcpy(mask.data() + r * length_, mask_.data() + r * max_len_, length_ * sizeof(float));
   for (long r = 0; r < rows_; ++r) {
     if (source[r] == r) continue;
     std::memcpy(mask_.data() + r * max_len_, mask.data() + source[r] * length_, length_ * sizeof(float));

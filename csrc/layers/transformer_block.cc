@@ -76,8 +76,10 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
         float* k = q + qw;
         const float* v = k + kvw;
         if (c.qk_norm) {
-          for (long i = 0; i < heads; ++i) nk.rms_norm_row(q + i * D, nullptr, nullptr, q_norm_.data(), c.norm_eps, q + i * D, D);
-          for (long i = 0; i < kv_heads; ++i) nk.rms_norm_row(k + i * D, nullptr, nullptr, k_norm_.data(), c.norm_eps, k + i * D, D);
+          for (long i = 0; i < heads; ++i)
+            nk.rms_norm_row(q + i * D, nullptr, nullptr, q_norm_.data(), c.norm_eps, q + i * D, D);
+          for (long i = 0; i < kv_heads; ++i)
+            nk.rms_norm_row(k + i * D, nullptr, nullptr, k_norm_.data(), c.norm_eps, k + i * D, D);
         }
         if (in.rope) {
           rope_apply(in.rope + n * D, D / 2, heads, q);

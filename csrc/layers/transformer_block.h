@@ -75,8 +75,7 @@ class TransformerBlock {
   // h ← h + cross-attention over keys/values the model projected with cross_kv(); `args` holds
   // the batch (one entry per source), q_len (the queries of a source), kv_len, k, v and their
   // strides and the mask; the block sets q and out.
-  void cross_attention(const TransformerConfig& c, float* h, long tokens, AttentionArgs args,
-                       BlockWorkspace& ws) const;
+  void cross_attention(const TransformerConfig& c, float* h, long tokens, AttentionArgs args, BlockWorkspace& ws) const;
   // h ← h + feed-forward (or its post-norm form).
   void ffn(const TransformerConfig& c, float* h, long tokens, BlockWorkspace& ws) const;
 

@@ -19,7 +19,8 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
   if (!config_.has_position_table() || position_embeddings_ == nullptr) {
     throw std::invalid_argument("an encoder needs a position table");
   }
-  if (config_.embedding_norm) embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, H);
+  if (config_.embedding_norm)
+    embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, H);
   if (config_.final_norm) final_norm_ = NormWeights(config_, t.encoder.final_norm.weight, t.encoder.final_norm.bias, H);
   if (t.pooler.weight) {
     pooler_ = Linear({{t.pooler.weight, t.pooler.bias, H}}, H, config_.weight_type);

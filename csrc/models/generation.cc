@@ -37,8 +37,8 @@ void repetition_penalty(float penalty, const std::vector<int64_t>& prompt, const
 
 // NoRepeatNGramLogitsProcessor over history + generated: a token that would repeat an n-gram
 // already present gets -inf.
-void no_repeat_ngram(long n, const std::vector<int64_t>& history, const std::vector<int64_t>& generated,
-                     float* scores, std::vector<int64_t>& seq) {
+void no_repeat_ngram(long n, const std::vector<int64_t>& history, const std::vector<int64_t>& generated, float* scores,
+                     std::vector<int64_t>& seq) {
   if (n <= 0) return;
   seq.assign(history.begin(), history.end());
   seq.insert(seq.end(), generated.begin(), generated.end());
@@ -154,8 +154,8 @@ long sample(const float* scores, long V, std::mt19937_64& rng) {
 }
 
 // Left-pads the prompts (each repeated `copies` times) into ids/mask [rows, T].
-long pad_prompts(const std::vector<std::vector<int64_t>>& prompts, long copies, int64_t pad,
-                 std::vector<int64_t>& ids, std::vector<int64_t>& mask) {
+long pad_prompts(const std::vector<std::vector<int64_t>>& prompts, long copies, int64_t pad, std::vector<int64_t>& ids,
+                 std::vector<int64_t>& mask) {
   long T = 0;
   for (const auto& p : prompts) T = std::max(T, static_cast<long>(p.size()));
   const long rows = static_cast<long>(prompts.size()) * copies;  // copies > 1: checked by the caller (Request::rows)
@@ -300,13 +300,15 @@ void add_and_top_candidates(const float* a, float offset, long V, long keep, lon
   long count = 0, worst = 0;
   for (long t = 0; t < V && count < keep; ++t) out[count++] = ScoredIndex{a[t] + offset, base + t};
   if (count < keep) return;
-  for (long i = 1; i < keep; ++i) if (better(out[worst], out[i])) worst = i;
+  for (long i = 1; i < keep; ++i)
+    if (better(out[worst], out[i])) worst = i;
   for (long t = keep; t < V; ++t) {
     t += vm.find_greater(a + t, V - t, offset, out[worst].score);
     if (t >= V) break;
     out[worst] = ScoredIndex{a[t] + offset, base + t};
     worst = 0;
-    for (long i = 1; i < keep; ++i) if (better(out[worst], out[i])) worst = i;
+    for (long i = 1; i < keep; ++i)
+      if (better(out[worst], out[i])) worst = i;
   }
 }
 
@@ -504,8 +506,8 @@ GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_
   // Sizes first, allocations after: the per-row buffers (checked, blaming the batch and num_beams),
   // then the model's state for the whole length (allocated, blaming max_new_tokens), then the rest.
   const Request request{prompts, options};
-  const long rows = with_size_context([&] { return request.batch(); },
-                                      [&] { return row_buffers(request, model.vocab_size()); });
+  const long rows =
+      with_size_context([&] { return request.batch(); }, [&] { return row_buffers(request, model.vocab_size()); });
   with_size_context([&] { return request.length(); },
                     [&] { model.reserve(rows, request.longest(), options.max_new_tokens); });
   if (options.num_beams > 1) return beam_search(model, prompts, h, options, on_token);

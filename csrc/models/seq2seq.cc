@@ -10,11 +10,7 @@
 #include "runtime/threading.h"
 
 namespace cpuformer {
-namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-}  // namespace
+namespace { constexpr float kNegInf = -std::numeric_limits<float>::infinity(); }
 
 Seq2SeqModel::Seq2SeqModel(const TransformerConfig& config, const GlobalTensors& t)
     : config_(config), word_embeddings_(t.tokens) {
@@ -252,8 +248,8 @@ void Seq2SeqModel::logits(const int64_t* src, const int64_t* src_mask, long batc
 
 void Seq2SeqSession::reserve(long rows, long /*T*/, long max_new) {
   const TransformerConfig& c = model_.config_;
-  cache_.reset(c.num_decoder_layers, rows, c.num_heads, checked_add(1, max_new, "1 decoder start token + max_new_tokens"),
-               c.head_dim);
+  cache_.reset(c.num_decoder_layers, rows, c.num_heads,
+               checked_add(1, max_new, "1 decoder start token + max_new_tokens"), c.head_dim);
 }
 
 void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
@@ -297,8 +293,7 @@ void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows,
   KvCache first;
   first.reset(c.num_decoder_layers, sources, c.num_heads, 1, c.head_dim);
   const long V = c.vocab_size, D = c.head_dim;
-  std::vector<float> first_logits(checked_bytes({sources, V}, sizeof(float), "the logits") /
-                                  sizeof(float));
+  std::vector<float> first_logits(checked_bytes({sources, V}, sizeof(float), "the logits") / sizeof(float));
   std::vector<int64_t> start(sources, start_token_);
   m.run_decoder(first, cross_, 1, start.data(), sources, 1, false, first_logits.data(), ws_);
   for (long l = 0; l < c.num_decoder_layers; ++l) {

@@ -52,8 +52,8 @@ class Seq2SeqModel {
   // src [B, Ts] → out [B, Ts, d].
   void encode(const int64_t* src, const int64_t* src_mask, long batch, long src_len, float* out) const;
   // Teacher-forced decoder logits: src [B, Ts], tgt [B, Tt] → out [B, Tt, V].
-  void logits(const int64_t* src, const int64_t* src_mask, long batch, long src_len, const int64_t* tgt,
-              long tgt_len, float* out) const;
+  void logits(const int64_t* src, const int64_t* src_mask, long batch, long src_len, const int64_t* tgt, long tgt_len,
+              float* out) const;
 
  private:
   friend class Seq2SeqSession;

@@ -14,8 +14,8 @@ void require(bool condition, const std::string& message) {
 }
 
 void at_least(long value, long minimum, const char* name) {
-  require(value >= minimum, std::string(name) + " must be >= " + std::to_string(minimum) + ", got " +
-                                std::to_string(value));
+  require(value >= minimum,
+          std::string(name) + " must be >= " + std::to_string(minimum) + ", got " + std::to_string(value));
 }
 
 }  // namespace
@@ -35,11 +35,12 @@ void TransformerConfig::validate() const {
   at_least(type_vocab_size, 0, "type_vocab_size");
   at_least(sliding_window, 0, "sliding_window");
   require(num_heads % num_kv_heads == 0, "num_heads (" + std::to_string(num_heads) +
-                                             ") must be a multiple of num_kv_heads (" +
-                                             std::to_string(num_kv_heads) + ")");
+                                             ") must be a multiple of num_kv_heads (" + std::to_string(num_kv_heads) +
+                                             ")");
   if (kind == ModelKind::kSeq2Seq) require(num_kv_heads == num_heads, "seq2seq models need num_kv_heads == num_heads");
   if (has_position_table()) at_least(max_positions, 1, "max_positions (a position table)");
-  if (positions == Positions::kRope) require(head_dim % 2 == 0, "RoPE needs an even head_dim, got " + std::to_string(head_dim));
+  if (positions == Positions::kRope)
+    require(head_dim % 2 == 0, "RoPE needs an even head_dim, got " + std::to_string(head_dim));
   if (positions == Positions::kRelative) {
     at_least(num_buckets, 2, "num_buckets");
     at_least(max_distance, 2, "max_distance");
@@ -53,9 +54,9 @@ void TransformerConfig::validate() const {
   const long kv = checked_multiply(num_kv_heads, head_dim, "num_kv_heads × head_dim");
   checked_add(q, checked_multiply(2, kv, "the key and value width"), "the fused q, k, v width");
   checked_multiply(2, intermediate_size, "the fused gate and up width (2 × intermediate_size)");
-  require_in_features(weight_type, {{"hidden_size", hidden_size},
-                                    {"num_heads × head_dim", q},
-                                    {"intermediate_size", intermediate_size}});
+  require_in_features(
+      weight_type,
+      {{"hidden_size", hidden_size}, {"num_heads × head_dim", q}, {"intermediate_size", intermediate_size}});
 }
 
 }  // namespace cpuformer

@@ -97,7 +97,9 @@ struct TransformerConfig {
   long kv_width() const { return num_kv_heads * head_dim; }
   long qkv_width() const { return q_width() + 2 * kv_width(); }
   bool has_position_table() const { return positions == Positions::kLearned || positions == Positions::kSinusoidal; }
-  float scale() const { return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim)); }
+  float scale() const {
+    return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
   // Longest sequence a position table covers (RoBERTa-style ids reserve pad + 1 rows).
   long max_seq_len() const {
     return position_ids == PositionIds::kArange ? max_positions : max_positions - pad_token_id - 1;

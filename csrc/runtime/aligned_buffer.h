@@ -40,7 +40,8 @@ class AlignedBuffer {
   explicit AlignedBuffer(std::size_t count) { resize(count); }
   ~AlignedBuffer() { release(); }
   AlignedBuffer(AlignedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
         mapped_bytes_(std::exchange(other.mapped_bytes_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     if (this != &other) {
@@ -58,7 +59,8 @@ class AlignedBuffer {
   // process can allocate (runtime/checked_size.h), std::bad_alloc when memory runs out.
   void resize(std::size_t count) {
     if (count == size_) return;
-    const std::size_t needed = checked_buffer_bytes(count, sizeof(T), "a buffer");  // a refused size keeps the old buffer
+    const std::size_t needed =
+        checked_buffer_bytes(count, sizeof(T), "a buffer");  // a refused size keeps the old buffer
     release();
     if (count == 0) return;
     const std::size_t bytes = ((needed + kAlignment - 1) / kAlignment) * kAlignment;

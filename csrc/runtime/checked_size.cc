@@ -52,8 +52,8 @@ std::string bytes_string(long double bytes) {
 }
 
 // ∏ dims × element_bytes exactly when it fits 64 bits; `estimate` always (for the message).
-bool product(std::initializer_list<long> dims, std::uint64_t element_bytes, std::uint64_t* exact,
-             long double* estimate, const char* what) {
+bool product(std::initializer_list<long> dims, std::uint64_t element_bytes, std::uint64_t* exact, long double* estimate,
+             const char* what) {
   std::uint64_t value = element_bytes;
   long double approx = static_cast<long double>(element_bytes);
   bool fits = true;
@@ -124,11 +124,10 @@ std::size_t checked_bytes(std::initializer_list<long> dims, std::size_t element_
 
 std::size_t checked_buffer_bytes(std::size_t count, std::size_t element_bytes, const char* what) {
   std::uint64_t bytes;
-  const bool fits = !__builtin_mul_overflow(static_cast<std::uint64_t>(count), element_bytes, &bytes) &&
-                    bytes <= kMaxSize;
+  const bool fits =
+      !__builtin_mul_overflow(static_cast<std::uint64_t>(count), element_bytes, &bytes) && bytes <= kMaxSize;
   const long double estimate = static_cast<long double>(count) * static_cast<long double>(element_bytes);
-  return bytes_within_limit(fits, bytes, estimate,
-                            std::string(what) + " of " + std::to_string(count) + " elements");
+  return bytes_within_limit(fits, bytes, estimate, std::string(what) + " of " + std::to_string(count) + " elements");
 }
 
 long checked_add(long a, long b, const char* what) {
@@ -141,8 +140,6 @@ long checked_add(long a, long b, const char* what) {
   return sum;
 }
 
-long checked_multiply(long a, long b, const char* what) {
-  return static_cast<long>(checked_count({a, b}, what));
-}
+long checked_multiply(long a, long b, const char* what) { return static_cast<long>(checked_count({a, b}, what)); }
 
 }  // namespace cpuformer

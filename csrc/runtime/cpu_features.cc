@@ -1,6 +1,7 @@
 #include "runtime/cpu_features.h"
 
 #include <cpuid.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -90,8 +91,8 @@ Isa choose_isa() {
                                 isa_name(best_isa(f)) + ")");
   }
   if (!f.supports(isa)) {
-    throw std::invalid_argument(std::string("CPUFORMER_ISA=") + want + " asks for a level this CPU lacks; it supports up to " +
-                                isa_name(best_isa(f)));
+    throw std::invalid_argument(std::string("CPUFORMER_ISA=") + want +
+                                " asks for a level this CPU lacks; it supports up to " + isa_name(best_isa(f)));
   }
   return isa;
 }
@@ -110,10 +111,18 @@ bool CpuFeatures::supports(Isa isa) const {
 std::vector<std::string> CpuFeatures::names() const {
   std::vector<std::string> out;
   const std::pair<bool, const char*> all[] = {
-      {avx2, "avx2"},         {fma, "fma"},           {f16c, "f16c"},
-      {avx512f, "avx512f"},   {avx512bw, "avx512bw"}, {avx512dq, "avx512dq"},
-      {avx512vl, "avx512vl"}, {avx512vnni, "avx512_vnni"}, {avx512bf16, "avx512_bf16"},
-      {avx512fp16, "avx512_fp16"}, {avx_vnni, "avx_vnni"}};
+      {avx2, "avx2"},
+      {fma, "fma"},
+      {f16c, "f16c"},
+      {avx512f, "avx512f"},
+      {avx512bw, "avx512bw"},
+      {avx512dq, "avx512dq"},
+      {avx512vl, "avx512vl"},
+      {avx512vnni, "avx512_vnni"},
+      {avx512bf16, "avx512_bf16"},
+      {avx512fp16, "avx512_fp16"},
+      {avx_vnni, "avx_vnni"},
+  };
   for (const auto& [has, name] : all)
     if (has) out.emplace_back(name);
   return out;

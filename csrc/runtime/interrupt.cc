@@ -34,8 +34,8 @@ SigintWatch::SigintWatch(bool watch) {
   if (g_watchers == 0) {
     struct sigaction current;
     if (sigaction(SIGINT, nullptr, &current) != 0) return;
-    const bool handled = (current.sa_flags & SA_SIGINFO) ||
-                         (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
+    const bool handled =
+        (current.sa_flags & SA_SIGINFO) || (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
     if (!handled) return;  // SIGINT ignored or fatal: nothing to chain to, leave it alone
     struct sigaction ours = {};
     ours.sa_sigaction = on_sigint;

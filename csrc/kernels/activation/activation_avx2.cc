@@ -92,7 +92,8 @@ void silu_mul(const float* gate, const float* up, float* y, long n) {
     _mm256_storeu_ps(y + i, _mm256_mul_ps(silu_ps(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
   if (i < n) {
     const __m256i m = tail_mask(n - i);
-    _mm256_maskstore_ps(y + i, m, _mm256_mul_ps(silu_ps(_mm256_maskload_ps(gate + i, m)), _mm256_maskload_ps(up + i, m)));
+    _mm256_maskstore_ps(y + i, m,
+                        _mm256_mul_ps(silu_ps(_mm256_maskload_ps(gate + i, m)), _mm256_maskload_ps(up + i, m)));
   }
 }
 

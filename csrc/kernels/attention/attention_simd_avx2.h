@@ -141,8 +141,7 @@ inline Vec vsum_transposed(const Vec* acc) {
     quad[g] = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
                             _mm256_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
   }
-  return _mm256_add_ps(_mm256_permute2f128_ps(quad[0], quad[1], 0x20),
-                       _mm256_permute2f128_ps(quad[0], quad[1], 0x31));
+  return _mm256_add_ps(_mm256_permute2f128_ps(quad[0], quad[1], 0x20), _mm256_permute2f128_ps(quad[0], quad[1], 0x31));
 }
 
 }  // namespace attention_simd

@@ -211,8 +211,8 @@ inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_
 
 // acc rows are padded to a whole number of vectors, so only V needs masked loads.
 template <int RR, bool kExact>
-void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, long n,
-             const float* v, long v_stride, long dim, const uint64_t* removed) {
+void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, long n, const float* v,
+             long v_stride, long dim, const uint64_t* removed) {
   constexpr long kChunk = kPvVecs * kLanes;
   long d = 0;
   for (; d + kChunk <= dim; d += kChunk)
@@ -231,8 +231,8 @@ void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, co
 // removed [rows]: bit j of removed[r] set when key j of the block is removed from row r (read
 // only when kExact).
 template <bool kExact>
-void pv_accumulate(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, int rows,
-                   long n, const float* v, long v_stride, long dim, const uint64_t* removed) {
+void pv_accumulate(float* acc, long ld_acc, const float* p, long p_row, long p_key, const float* corr, int rows, long n,
+                   const float* v, long v_stride, long dim, const uint64_t* removed) {
   for (int r = 0; r < rows; r += kPvRows) {
     float* a = acc + r * ld_acc;
     const float* pr = p + r * p_row;
@@ -517,8 +517,8 @@ bool run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
       w.m[r] = m_new;
       w.corr[r] = corr;
     }
-    pv_accumulate<kExact>(w.acc, d_pad, w.p, kKeyBlock, 1, w.corr, rows, n, t.v + j0 * v_stride, v_stride,
-                          a.head_dim, removed);
+    pv_accumulate<kExact>(w.acc, d_pad, w.p, kKeyBlock, 1, w.corr, rows, n, t.v + j0 * v_stride, v_stride, a.head_dim,
+                          removed);
   }
   return removed_any;
 }
@@ -535,7 +535,8 @@ bool accumulators_finite(const Tile& t, const Workspace& w, long d_pad) {
 // exact one when a removed key may have brought 0 · NaN or 0 · inf into the accumulator.
 void run_tile(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w, long d_pad) {
   const bool wide = t.rows >= kMinWideRows;
-  const bool removed_any = wide ? run_wide<false>(a, t, key_begin, key_end, w) : run_narrow<false>(a, t, key_begin, key_end, w);
+  const bool removed_any =
+      wide ? run_wide<false>(a, t, key_begin, key_end, w) : run_narrow<false>(a, t, key_begin, key_end, w);
   if (!removed_any || accumulators_finite(t, w, d_pad)) return;
   if (wide) run_wide<true>(a, t, key_begin, key_end, w);
   else run_narrow<true>(a, t, key_begin, key_end, w);

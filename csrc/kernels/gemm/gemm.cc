@@ -21,10 +21,9 @@ namespace avx512vnni { extern const Int8GemmKernels kInt8GemmKernels; }
 namespace avxvnni { extern const Int8GemmKernels kInt8GemmKernels; }
 
 const Int8GemmKernels& int8_gemm_kernels() {
-  static const Int8GemmKernels& table =
-      select_for_isa(scalar::kInt8GemmKernels,
-                     cpu_features().avx_vnni ? avxvnni::kInt8GemmKernels : avx2::kInt8GemmKernels,
-                     cpu_features().avx512vnni ? avx512vnni::kInt8GemmKernels : avx512::kInt8GemmKernels);
+  static const Int8GemmKernels& table = select_for_isa(
+      scalar::kInt8GemmKernels, cpu_features().avx_vnni ? avxvnni::kInt8GemmKernels : avx2::kInt8GemmKernels,
+      cpu_features().avx512vnni ? avx512vnni::kInt8GemmKernels : avx512::kInt8GemmKernels);
   return table;
 }
 
@@ -51,8 +50,7 @@ MatmulInstruction matmul_instruction(WeightType type) {
       if (wide && f.avx512bf16) return MatmulInstruction::kDpbf16x512;
       break;
     case WeightType::kFloat32:
-    case WeightType::kFloat16:
-      break;
+    case WeightType::kFloat16: break;
   }
   return wide ? MatmulInstruction::kFma512 : MatmulInstruction::kFma256;
 }

@@ -90,7 +90,16 @@ const HalfGemmKernels& half_gemm_kernels();
 // The instruction sequence the selected kernels multiply weights of `type` with: plain C++ at the
 // scalar level, FMA (float32, and the widening 16-bit kernels), the vpmaddubsw/vpmaddwd sequence
 // or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide.
-enum class MatmulInstruction { kScalar, kFma256, kFma512, kMaddubs256, kMaddubs512, kDpbusd256, kDpbusd512, kDpbf16x512 };
+enum class MatmulInstruction {
+  kScalar,
+  kFma256,
+  kFma512,
+  kMaddubs256,
+  kMaddubs512,
+  kDpbusd256,
+  kDpbusd512,
+  kDpbf16x512
+};
 MatmulInstruction matmul_instruction(WeightType type);
 // Its name, e.g. "avx512_vnni vpdpbusd" (shown by cpu_info() and `cpuformer info`).
 const char* gemm_kernel_name(WeightType type);

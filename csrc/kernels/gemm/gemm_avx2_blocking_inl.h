@@ -11,11 +11,11 @@ constexpr long kMCMax = 28 * kMR;
 constexpr long kPrivateRowsMaxCBytes = 1L << 19;
 constexpr long kGemvMaxRows = 6;
 // Up to kGemvChunkedMaxRowsF32 (float32 W) or kGemvChunkedMaxRows16 (16-bit W) rows go through the
-// GEMV kernel in chunks of at most kGemvMaxRows (gemm_driver_inl.h, gemv). Measured on Zen 4 at BERT-base shapes, both levels: 9-64 rows ran
-// 1.1-1.9x faster that way than blocked (float32 and float16), and float32 stayed 5-15 % faster up
-// to 256 rows and 2-4 % at 1024. float16 widens W once per chunk, so from 512 rows on it ran 5-10 %
-// slower than blocked at the avx512 level. The limits stay where the measured gain is clear; the
-// blocked path keeps the large-M rates measured on other hosts.
+// GEMV kernel in chunks of at most kGemvMaxRows (gemm_driver_inl.h, gemv). Measured on Zen 4 at BERT-base shapes, both
+// levels: 9-64 rows ran 1.1-1.9x faster that way than blocked (float32 and float16), and float32 stayed 5-15 % faster
+// up to 256 rows and 2-4 % at 1024. float16 widens W once per chunk, so from 512 rows on it ran 5-10 % slower than
+// blocked at the avx512 level. The limits stay where the measured gain is clear; the blocked path keeps the large-M
+// rates measured on other hosts.
 constexpr long kGemvChunkedMaxRowsF32 = 256;
 constexpr long kGemvChunkedMaxRows16 = 64;
 constexpr long kGemvChunkedMinPanels = 4;

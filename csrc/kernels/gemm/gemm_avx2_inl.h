@@ -50,8 +50,7 @@ void pack_a_panel(long rows, const float* a, long lda, long kc, float* dst) {
     const bool full = cols == 8;
     const __m256i load_mask = column_mask(cols);
     __m256 r[8];
-    for (int i = 0; i < 8; ++i)
-      r[i] = i < rows ? load_columns(a + i * lda + k0, full, load_mask) : _mm256_setzero_ps();
+    for (int i = 0; i < 8; ++i) r[i] = i < rows ? load_columns(a + i * lda + k0, full, load_mask) : _mm256_setzero_ps();
     transpose8(r);
     float* out = dst + k0 * kMR;
     for (int j = 0; j < 8; ++j)
@@ -155,8 +154,8 @@ __attribute__((always_inline)) inline __m256 load_w(const void* base, long i) {
   }
 }
 
-// ROWS rows of a against one whole panel (weights of kind WK, widened in registers). With few rows there are too few independent
-// accumulators to cover the FMA latency, so K is unrolled into U separate accumulator sets.
+// ROWS rows of a against one whole panel (weights of kind WK, widened in registers). With few rows there are too few
+// independent accumulators to cover the FMA latency, so K is unrolled into U separate accumulator sets.
 template <int ROWS, int WK>
 void gemv_rows(const float* a, long lda, const void* wp, long k, float* c, long ldc, long ncols,
                const TileEpilogue& ep) {

@@ -21,18 +21,13 @@ namespace {
 using WElem = float;
 
 #include "kernels/gemm/gemm_driver_inl.h"
+// Order matters: the kernels included next need the declarations of the driver above.
 #include "kernels/gemm/gemm_avx512_inl.h"
 
 using GemvFn = void (*)(const float*, long, const void*, long, float*, long, long, const TileEpilogue&);
-constexpr GemvFn kGemvs[kGemvMaxRows] = {
-    gemv_rows<1, kWF32>,
-    gemv_rows<2, kWF32>,
-    gemv_rows<3, kWF32>,
-    gemv_rows<4, kWF32>,
-    gemv_rows<5, kWF32>,
-    gemv_rows<6, kWF32>,
-    gemv_rows<7, kWF32>,
-    gemv_rows<8, kWF32>};
+constexpr GemvFn kGemvs[kGemvMaxRows] = {gemv_rows<1, kWF32>, gemv_rows<2, kWF32>, gemv_rows<3, kWF32>,
+                                         gemv_rows<4, kWF32>, gemv_rows<5, kWF32>, gemv_rows<6, kWF32>,
+                                         gemv_rows<7, kWF32>, gemv_rows<8, kWF32>};
 
 void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, WeightType, float* c, long ldc,
                  long ncols, const TileEpilogue& ep) {

@@ -145,8 +145,8 @@ __attribute__((always_inline)) inline __m512 load_w(const void* base, long i) {
   }
 }
 
-// ROWS rows of a against one whole panel (weights of kind WK, widened in registers). With few rows there are too few independent
-// accumulators to cover the FMA latency, so K is unrolled into U separate accumulator sets.
+// ROWS rows of a against one whole panel (weights of kind WK, widened in registers). With few rows there are too few
+// independent accumulators to cover the FMA latency, so K is unrolled into U separate accumulator sets.
 template <int ROWS, int WK>
 void gemv_rows(const float* a, long lda, const void* wp, long k, float* c, long ldc, long ncols,
                const TileEpilogue& ep) {

@@ -37,6 +37,7 @@ __attribute__((always_inline)) inline void tile_rows(const typename D::A* a, lon
   using Acc = typename D::Acc;
   constexpr long kGroupBytes = kNR * 4;
   const char* wp = static_cast<const char*>(panel);
+  // clang-format off: it takes each run of slot macros below for one expression and re-wraps it
 #define CF_SLOT_DECL(s) Acc c##s##0 = D::zero(), c##s##1 = c##s##0, c##s##2 = c##s##0, c##s##3 = c##s##0;
   CF_SLOT_DECL(0) CF_SLOT_DECL(1) CF_SLOT_DECL(2) CF_SLOT_DECL(3) CF_SLOT_DECL(4) CF_SLOT_DECL(5)
 #undef CF_SLOT_DECL
@@ -100,6 +101,7 @@ __attribute__((always_inline)) inline void tile_rows(const typename D::A* a, lon
   }
   CF_SLOT_OUT(0) CF_SLOT_OUT(1) CF_SLOT_OUT(2) CF_SLOT_OUT(3) CF_SLOT_OUT(4) CF_SLOT_OUT(5)
 #undef CF_SLOT_OUT
+  // clang-format on
 }
 
 // Rows of a tile → the instantiation: full tiles use one set (24 accumulators); 3 and 2 rows keep

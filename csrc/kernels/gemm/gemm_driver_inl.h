@@ -257,8 +257,8 @@ void run_panel(const GemmCall& g, const Phase& f, const float* ap, long p, long 
     const long lines = w_next ? max_of(0, min_of(lines_per_row, w_lines - line0)) : 0;
     const long i = f.i0 + q * kMR;
     ep.residual = finish_here && g.epilogue.residual ? g.epilogue.residual + i * g.epilogue.ldr + j0 : nullptr;
-    tile_kernel(min_of(kMR, f.i0 + f.rows - i), ap + q * kMR * f.kc, w_slice, f.kc, g.c + i * g.ldc + j0, g.ldc,
-                ncols, ep, w_next ? w_next + 64 * line0 : nullptr, lines);
+    tile_kernel(min_of(kMR, f.i0 + f.rows - i), ap + q * kMR * f.kc, w_slice, f.kc, g.c + i * g.ldc + j0, g.ldc, ncols,
+                ep, w_next ? w_next + 64 * line0 : nullptr, lines);
   }
 }
 
@@ -388,8 +388,7 @@ void gemm_w(const float* a, long m, long lda, const PackedWeights& w, float* c, 
   const bool private_rows =
       ceil_div(m, kMR) >= 4 * nt && kMCMax * g.n * static_cast<long>(sizeof(float)) <= kPrivateRowsMaxCBytes;
   // Everything is allocated here, by the calling thread: an exception must not leave a parallel region.
-  float* a_buffers =
-      gemm_thread_scratch(static_cast<std::size_t>((private_rows ? nt : 2) * kMCMax * g.kc_max));
+  float* a_buffers = gemm_thread_scratch(static_cast<std::size_t>((private_rows ? nt : 2) * kMCMax * g.kc_max));
 
   // With an activation the residual is added after the last slice, by which time c holds partial
   // sums: a residual aliasing c must be copied first.

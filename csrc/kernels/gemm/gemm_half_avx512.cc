@@ -27,6 +27,7 @@ namespace {
 using WElem = uint16_t;
 
 #include "kernels/gemm/gemm_driver_inl.h"
+// Order matters: the kernels included next need the declarations of the driver above.
 #include "kernels/gemm/gemm_avx512_inl.h"
 
 using GemvFn = void (*)(const float*, long, const void*, long, float*, long, long, const TileEpilogue&);
@@ -37,8 +38,8 @@ constexpr GemvFn kGemvs[2][kGemvMaxRows] = {
      gemv_rows<6, kWBF16>, gemv_rows<7, kWBF16>, gemv_rows<8, kWBF16>},
 };
 
-void gemv_kernel(long rows, const float* a, long lda, const uint16_t* wp, long k, WeightType type, float* c,
-                 long ldc, long ncols, const TileEpilogue& ep) {
+void gemv_kernel(long rows, const float* a, long lda, const uint16_t* wp, long k, WeightType type, float* c, long ldc,
+                 long ncols, const TileEpilogue& ep) {
   kGemvs[type == WeightType::kFloat16 ? 0 : 1][rows - 1](a, lda, wp, k, c, ldc, ncols, ep);
 }
 

@@ -148,8 +148,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
           finish_row(acc + r * kNR, epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,
-                     epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0,
-                     ncols);
+                     epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0, ncols);
         }
       });
 }

@@ -21,7 +21,8 @@ float quantize_row(const float* x, long k, long kp, uint8_t* out) {
   __m256i vmax = _mm256_setzero_si256();
   long p = 0;
   for (; p + 8 <= k; p += 8)
-    vmax = _mm256_max_epi32(vmax, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + p)), abs_mask));
+    vmax =
+        _mm256_max_epi32(vmax, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + p)), abs_mask));
   alignas(32) int32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), vmax);
   int32_t amax_bits = 0;

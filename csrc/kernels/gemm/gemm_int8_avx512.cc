@@ -23,6 +23,7 @@ constexpr long kNR = 64;
 constexpr bool kUnsignedA = false;
 
 #include "kernels/gemm/gemm_int8_inl.h"
+// Order matters: the kernels included next need the declarations of the driver above.
 #include "kernels/gemm/gemm_int8_avx512_inl.h"
 
 template <int R>

@@ -22,6 +22,7 @@ constexpr long kNR = 64;
 constexpr bool kUnsignedA = true;
 
 #include "kernels/gemm/gemm_int8_inl.h"
+// Order matters: the kernels included next need the declarations of the driver above.
 #include "kernels/gemm/gemm_int8_avx512_inl.h"
 
 // The vpdpbusd policy of the shared register tile: u8 A groups of 4 against s8 W, wrapping int32

@@ -30,8 +30,9 @@ int64_t peak_float(long steps) {
 
 int64_t peak_int(long steps) {
   return peak_probe<8, 8>(
-      steps, _mm_setzero_si128(), [](__m128i c, __m128i a, __m128i w) { return _mm_add_epi32(c, _mm_madd_epi16(a, w)); },
-      _mm_set1_epi16(3), _mm_set1_epi16(-5));
+      steps, _mm_setzero_si128(),
+      [](__m128i c, __m128i a, __m128i w) { return _mm_add_epi32(c, _mm_madd_epi16(a, w)); }, _mm_set1_epi16(3),
+      _mm_set1_epi16(-5));
 }
 }  // namespace
 }  // namespace scalar

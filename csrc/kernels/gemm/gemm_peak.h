@@ -23,8 +23,14 @@ double gemm_peak_macs(WeightType type, double seconds);
 // return the multiply-adds done. Each is compiled with its level's flags; call one only when the
 // CPU has that level.
 using PeakProbe = int64_t (*)(long steps);
-namespace avx2 { int64_t peak_fma(long steps); int64_t peak_maddubs(long steps); }
-namespace avx512 { int64_t peak_fma(long steps); int64_t peak_maddubs(long steps); }
+namespace avx2 {
+int64_t peak_fma(long steps);
+int64_t peak_maddubs(long steps);
+}  // namespace avx2
+namespace avx512 {
+int64_t peak_fma(long steps);
+int64_t peak_maddubs(long steps);
+}  // namespace avx512
 namespace avx512vnni { int64_t peak_dpbusd(long steps); }
 namespace avxvnni { int64_t peak_dpbusd(long steps); }
 namespace avx512bf16 { int64_t peak_dpbf16(long steps); }

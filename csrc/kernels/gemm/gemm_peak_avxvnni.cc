@@ -15,9 +15,8 @@ namespace {
 
 int64_t peak_dpbusd(long steps) {
   return peak_probe<10, 32>(
-      steps, _mm256_setzero_si256(),
-      [](__m256i c, __m256i a, __m256i w) { return _mm256_dpbusd_avx_epi32(c, a, w); }, _mm256_set1_epi8(3),
-      _mm256_set1_epi8(-5));
+      steps, _mm256_setzero_si256(), [](__m256i c, __m256i a, __m256i w) { return _mm256_dpbusd_avx_epi32(c, a, w); },
+      _mm256_set1_epi8(3), _mm256_set1_epi8(-5));
 }
 
 }  // namespace avxvnni

@@ -17,10 +17,10 @@ namespace cpuformer {
 
 struct NormKernels {
   // One row each; the public functions below loop over rows and threads.
-  void (*layer_norm_row)(const float* x, const float* residual, float* sum_out, const float* weight,
-                         const float* bias, float eps, float* y, long n);
-  void (*rms_norm_row)(const float* x, const float* residual, float* sum_out, const float* weight, float eps,
-                       float* y, long n);
+  void (*layer_norm_row)(const float* x, const float* residual, float* sum_out, const float* weight, const float* bias,
+                         float eps, float* y, long n);
+  void (*rms_norm_row)(const float* x, const float* residual, float* sum_out, const float* weight, float eps, float* y,
+                       long n);
 };
 
 const NormKernels& norm_kernels();

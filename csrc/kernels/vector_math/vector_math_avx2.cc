@@ -1,8 +1,9 @@
 // AVX2 array forms of vector_math_avx2.h, for the tests (see vector_math.h).
+#include "kernels/vector_math/vector_math_avx2.h"
+
 #include <cmath>
 
 #include "kernels/vector_math/vector_math.h"
-#include "kernels/vector_math/vector_math_avx2.h"
 
 namespace cpuformer {
 namespace avx2 {

@@ -113,8 +113,8 @@ inline __m256 gelu_erf_ps(__m256 x) {
 
 inline __m256 gelu_tanh_ps(__m256 x) {
   const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-  const __m256 two_u = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f),
-                                     _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+  const __m256 two_u =
+      _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
   return _mm256_mul_ps(x, sigmoid_ps(two_u));
 }
 

@@ -1,8 +1,9 @@
 // AVX-512 array forms of vector_math_avx512.h, for the tests (see vector_math.h).
+#include "kernels/vector_math/vector_math_avx512.h"
+
 #include <cmath>
 
 #include "kernels/vector_math/vector_math.h"
-#include "kernels/vector_math/vector_math_avx512.h"
 
 namespace cpuformer {
 namespace avx512 {
@@ -68,8 +69,7 @@ long find_greater(const float* x, long n, float offset, float threshold) {
   }
   if (i < n) {
     const __mmask16 m = tail_mask(n - i);
-    const __mmask16 hit =
-        _mm512_mask_cmp_ps_mask(m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), o), t, _CMP_GT_OQ);
+    const __mmask16 hit = _mm512_mask_cmp_ps_mask(m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + i), o), t, _CMP_GT_OQ);
     if (hit) return i + __builtin_ctz(static_cast<unsigned>(hit));
   }
   return n;

@@ -80,8 +80,7 @@ inline __m512 erf_ps(__m512 x) {
   q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.0f));
   // Large |x| overflows t to inf and the quotient to NaN; those lanes are replaced below.
   const __m512 r = _mm512_div_ps(_mm512_mul_ps(x, p), q);
-  const __mmask16 saturated =
-      _mm512_cmp_ps_mask(rational_detail::abs_ps(x), _mm512_set1_ps(3.85f), _CMP_GT_OQ);
+  const __mmask16 saturated = _mm512_cmp_ps_mask(rational_detail::abs_ps(x), _mm512_set1_ps(3.85f), _CMP_GT_OQ);
   return _mm512_mask_mov_ps(r, saturated, rational_detail::copysign_one_ps(x));
 }
 
@@ -101,8 +100,7 @@ inline __m512 tanh_ps(__m512 x) {
   q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(4.625764191e-01f));
   q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(1.0f));
   const __m512 r = _mm512_div_ps(_mm512_mul_ps(x, p), q);
-  const __mmask16 saturated =
-      _mm512_cmp_ps_mask(rational_detail::abs_ps(x), _mm512_set1_ps(9.0f), _CMP_GT_OQ);
+  const __mmask16 saturated = _mm512_cmp_ps_mask(rational_detail::abs_ps(x), _mm512_set1_ps(9.0f), _CMP_GT_OQ);
   return _mm512_mask_mov_ps(r, saturated, rational_detail::copysign_one_ps(x));
 }
 
@@ -130,8 +128,8 @@ inline __m512 gelu_erf_ps(__m512 x) {
 // the negative tail.
 inline __m512 gelu_tanh_ps(__m512 x) {
   const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-  const __m512 two_u = _mm512_mul_ps(_mm512_set1_ps(2.0f * 0.7978845608028654f),
-                                     _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
+  const __m512 two_u =
+      _mm512_mul_ps(_mm512_set1_ps(2.0f * 0.7978845608028654f), _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
   return _mm512_mul_ps(x, sigmoid_ps(two_u));
 }
 
