@@ -129,7 +129,7 @@ def read_bandwidth(threads: int, gib: float = 1.0) -> float:
         sums = [0.0] * threads
 
         def work(i):
-            sums[i] = float(parts[i].sum(dtype=np.float32))
+            sums[i] = float(parts[i].sum(dtype=np.float32))  # noqa: F821 (`del parts` runs after the last call)
 
         workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
         start = time.perf_counter()
@@ -285,7 +285,8 @@ def decode_workloads(args, engines: Engines, vocab: int, cases: list, skip: set)
         run_engine("CTranslate2", engines.ct2, ct2, per_engine, "ctranslate2_fp32")
     for dtype in getattr(args, "dtypes", ["float32"]):
         if dtype != "float32":
-            run_engine(f"cpuformer {dtype}", lambda d=dtype: engines.cpuformer(d), ours, per_engine, f"cpuformer_{dtype}")
+            run_engine(f"cpuformer {dtype}", lambda d=dtype: engines.cpuformer(d), ours, per_engine,
+                       f"cpuformer_{dtype}")
     if "ct2" not in skip and "int8" in getattr(args, "dtypes", []):
         run_engine("CTranslate2 int8", lambda: engines.ct2("int8"), ct2, per_engine, "ctranslate2_int8")
     for engine, entries in per_engine.items():
@@ -445,17 +446,19 @@ def main(argv=None) -> int:
             print(f"| {model} {name} | {fmt(ours)} | {fmt(pt)} | {fmt(ct)} | "
                   f"{f'{ours / pt:.2f}x' if pt else '-'} | {f'{ours / ct:.2f}x' if ct else '-'} |")
 
-    extra = [f"cpuformer_{d}" for d in args.dtypes if d != "float32"] + (["ctranslate2_int8"] if "int8" in args.dtypes else [])
+    extra = [f"cpuformer_{d}" for d in args.dtypes if d != "float32"]
+    extra += ["ctranslate2_int8"] if "int8" in args.dtypes else []
     if extra:
         both = "ctranslate2_int8" in extra  # listed exactly when int8 runs
         columns = extra + (["int8 vs CT2 int8"] if both else [])
-        print("\nquantized weights, tokens/s\n| workload | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
+        print("\nquantized weights, tokens/s\n| workload | " + " | ".join(columns) + " |\n|---|"
+              + "---|" * len(columns))
         for model in ("gpt2", "llama_1b"):
             for name, entry in results.get(model, {}).items():
                 if isinstance(entry, dict) and "cpuformer" in entry:
                     cells = [f"{entry[k]['tok_per_s']:.2f}" if k in entry else "-" for k in extra]
-                    print(f"| {model} {name} | " + " | ".join(cells + ([int8_vs_ct2_int8(entry, "tok_per_s")] if both else []))
-                          + " |")
+                    ratio = [int8_vs_ct2_int8(entry, "tok_per_s")] if both else []
+                    print(f"| {model} {name} | " + " | ".join(cells + ratio) + " |")
 
     path = args.output or os.path.join(RESULTS, f"decoder_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

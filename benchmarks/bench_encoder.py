@@ -287,7 +287,8 @@ def main(argv=None) -> int:
     with open(path, "w") as f:
         json.dump({"machine": machine, "quick": args.quick, "note": args.note, "unit": "sequences/s",
                    "results": results}, f, indent=2)
-    extra = sorted({k for _, e in rows for k in e if isinstance(e[k], dict) and k.startswith(("cpuformer_", "ctranslate2_int8"))})
+    extra = sorted({k for _, e in rows for k in e
+                    if isinstance(e[k], dict) and k.startswith(("cpuformer_", "ctranslate2_int8"))})
     if extra:
         both = "cpuformer_int8" in extra and "ctranslate2_int8" in extra
         columns = extra + (["int8 vs CT2 int8"] if both else [])

@@ -141,7 +141,8 @@ def markdown(files: List[Tuple[str, Dict[str, Any]]], plots: List[str]) -> str:
         lines += [f"## {name}", "",
                   f"{cpu}, {cores} cores, {threads} threads, isa {machine.get('isa', '?')}, "
                   f"{machine.get('date', 'date not recorded')}" + (" (quick run)" if data.get("quick") else "")
-                  + ("" if "ct2_isa" not in machine else ", CTranslate2 at its own isa choice" if machine["ct2_isa"] == "default"
+                  + ("" if "ct2_isa" not in machine
+                     else ", CTranslate2 at its own isa choice" if machine["ct2_isa"] == "default"
                      else f", CTranslate2 isa forced to {machine['ct2_isa']}"), ""]
         if data.get("note"):
             lines += [f"Note: {data['note']}", ""]
@@ -165,7 +166,7 @@ def markdown(files: List[Tuple[str, Dict[str, Any]]], plots: List[str]) -> str:
         for r in rows:
             groups.setdefault((r["kind"], r["model"], r["workload"], r["dtype"]), {})[r["engine"]] = r
         unit = "tokens/s" if all(r["tok_per_s"] is not None for r in rows) else "tokens/s (sequences/s)"
-        lines += [f"| model kind | workload | dtype | " + " | ".join(f"{e} {unit}" for e in engines)
+        lines += ["| model kind | workload | dtype | " + " | ".join(f"{e} {unit}" for e in engines)
                   + "".join(f" | × {p}" for p in peers) + " |",
                   "|---" * (3 + len(engines) + len(peers)) + "|"]
         for (kind, model, workload, dtype), by_engine in groups.items():

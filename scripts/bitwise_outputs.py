@@ -123,7 +123,7 @@ def _build_one(directory: pathlib.Path, index: int, name: str) -> None:
     for key, value in GENERATION.get(name, {}).items():
         setattr(model.generation_config, key, value)
     with torch.no_grad():
-        for parameter_name, parameter in model.named_parameters():
+        for _name, parameter in model.named_parameters():
             # Constant-initialised tensors (norm weights = 1, biases = 0, Qwen2's qkv biases, Qwen3's
             # q/k norms) get noise: a tensor read from the wrong place, or not read, then changes outputs.
             if parameter.dim() == 1 and bool((parameter == parameter.flatten()[0]).all()):

@@ -34,7 +34,8 @@ LAYERS = [
 
 
 def _modules() -> Dict[str, pathlib.Path]:
-    """Every module of the package, by dotted name below the package ("" for the package, "arch.spec", ...) -> source file."""
+    """Every module of the package, by dotted name below the package ("" for the package, "arch.spec", ...)
+    -> source file."""
     out = {"": PACKAGE / "__init__.py"}
     for info in pkgutil.walk_packages([str(PACKAGE)], prefix="cpuformer."):
         name = info.name[len("cpuformer."):]
@@ -94,8 +95,8 @@ def test_every_module_imports():
 def test_imports_follow_the_layers_without_cycles():
     modules = _modules()
     graph = {name: _imports(name, path, modules) if name != "_core" else set() for name, path in modules.items()}
-    wrong = [f"cpuformer.{importer or '__init__'} (layer {_layer(importer)}) imports cpuformer.{imported or '__init__'} "
-             f"(layer {_layer(imported)})"
+    wrong = [f"cpuformer.{importer or '__init__'} (layer {_layer(importer)}) "
+             f"imports cpuformer.{imported or '__init__'} (layer {_layer(imported)})"
              for importer, imports in graph.items() for imported in imports if _layer(imported) > _layer(importer)]
     assert wrong == []
     # No cycles: a depth-first search over the import graph.
@@ -138,8 +139,8 @@ def test_only_arch_names_architectures():
     assert found == [], "architecture names outside cpuformer.arch"
 
 
-@pytest.mark.parametrize("fragment", ["embed_tokens", "self_attn", "c_attn", "embeddings.word_embeddings", "EncDecAttention",
-                                      "layernorm_embedding", "q_proj", "wte.", "shared.weight"])
+@pytest.mark.parametrize("fragment", ["embed_tokens", "self_attn", "c_attn", "embeddings.word_embeddings",
+                                      "EncDecAttention", "layernorm_embedding", "q_proj", "wte.", "shared.weight"])
 def test_only_arch_names_checkpoint_tensors(fragment):
     found = [f"cpuformer.{name or '__init__'}" for name, path in _modules().items()
              if name.split(".")[0] not in ("arch", "_core") and fragment in path.read_text()]

@@ -418,7 +418,8 @@ def test_missing_directory(tmp_path):
 
 def test_missing_config(tmp_path):
     (tmp_path / "model").mkdir()
-    with pytest.raises(FileNotFoundError, match=r"model/config.json does not exist: a model directory needs config.json"):
+    with pytest.raises(FileNotFoundError,
+                       match=r"model/config.json does not exist: a model directory needs config.json"):
         ModelDir(tmp_path / "model")
 
 

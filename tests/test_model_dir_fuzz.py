@@ -591,7 +591,8 @@ def test_fuzz_batch_in_subprocess(tmp_path):
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "child"),
          "-k", "not subprocess and not regression", __file__],
         env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"child exited with {result.returncode}:\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
+    assert result.returncode == 0, (f"child exited with {result.returncode}:\n"
+                                    f"{result.stdout[-4000:]}\n{result.stderr[-2000:]}")
     assert " passed" in result.stdout and "failed" not in result.stdout
 
 

@@ -104,7 +104,8 @@ def test_kernels_at_level(level):
                          env=env, capture_output=True, text=True)
     summary = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
     print(f"[{level}] {summary}")
-    assert out.returncode == 0, f"kernel/model tests failed at CPUFORMER_ISA={level}:\n{out.stdout[-6000:]}\n{out.stderr[-3000:]}"
+    assert out.returncode == 0, (f"kernel/model tests failed at CPUFORMER_ISA={level}:\n"
+                                 f"{out.stdout[-6000:]}\n{out.stderr[-3000:]}")
     assert "passed" in summary
 
 

@@ -382,7 +382,8 @@ def test_errors_views(rng):
     misaligned = np.zeros((1, 4, 3, 8 * 4 + 2), dtype=np.uint8)[..., 2:].view(np.float32)  # row stride 34 bytes
     with pytest.raises(TypeError, match="q " + bad_layout):
         attention_views(misaligned, k, v, out)
-    with pytest.raises(TypeError, match="mask must be a 4-D float32 numpy.ndarray with strides that are whole elements"):
+    with pytest.raises(TypeError,
+                       match="mask must be a 4-D float32 numpy.ndarray with strides that are whole elements"):
         attention_views(q, k, v, out, mask=np.zeros((1, 4, 3, 5)))
     with pytest.raises(ValueError, match="k must not have an empty dimension"):
         attention_views(q, k[:, :, :0], v[:, :, :0], out)

@@ -233,7 +233,8 @@ def test_error_bias_type():
 
 def test_error_unknown_activation():
     w = np.zeros((4, 3), np.float32)
-    with pytest.raises(ValueError, match="activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', got 'tanh'"):
+    with pytest.raises(ValueError,
+                       match="activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', got 'tanh'"):
         ops.Linear(w, None, "tanh")
     with pytest.raises(ValueError, match="activation must be one of .*, got 'GELU'"):
         ops.linear(np.zeros((1, 3), np.float32), w, None, "GELU")

@@ -24,7 +24,6 @@ from cpuformer import ops
 
 from ._reference import activate, assert_threads_agree, randn, rerun_with_features_hidden
 
-
 DTYPES = ["float16", "bfloat16"]
 
 

@@ -22,7 +22,6 @@ from cpuformer import ops
 from ._reference import activate, assert_threads_agree, randn, rerun_with_features_hidden
 
 
-
 def quantize_rows(x):
     """(qa int64 [M, K], sa float32 [M]) exactly as the kernels quantize A."""
     x = np.ascontiguousarray(x, dtype=np.float32)

@@ -365,7 +365,8 @@ def test_stream_yields_the_generated_tokens(models):
 
 @pytest.fixture(scope="module")
 def with_tokenizer(models, tmp_path_factory):
-    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers, decoders
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers import models as tok_models
 
     directory = tmp_path_factory.mktemp("llama_tok")
     source, _, _ = models["llama"]

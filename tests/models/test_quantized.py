@@ -356,7 +356,8 @@ def test_convert_and_converted_directory_errors(bert_dir, tmp_path):
 def test_convert_appears_complete_or_not_at_all(bert_dir, tmp_path, monkeypatch):
     # convert writes into a hidden sibling and renames it: dst never holds a partial conversion,
     # and a failure leaves nothing behind.
-    convert_module = sys.modules["cpuformer.weights"]  # cpuformer.convert is the function; the module is cpuformer.weights
+    # cpuformer.convert is the function; the module is cpuformer.weights
+    convert_module = sys.modules["cpuformer.weights"]
 
     dst = tmp_path / "out"
     seen = []

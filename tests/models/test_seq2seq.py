@@ -276,7 +276,8 @@ def test_sampling_reproducible(models):
 
 
 def test_text_in_text_out(models, tmp_path):
-    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tok_models
 
     directory, _, s2s = models["bart"]
     V = _vocab("bart")

@@ -126,7 +126,8 @@ def test_hparams_mirror_the_one_cpp_config():
     from cpuformer import _core
     from cpuformer.arch import Hparams
 
-    assert sorted([f.name for f in dataclasses.fields(Hparams)] + ["dtype"]) == sorted(_core.transformer_config_fields())
+    fields = [f.name for f in dataclasses.fields(Hparams)] + ["dtype"]
+    assert sorted(fields) == sorted(_core.transformer_config_fields())
 
 
 def _bert_config():

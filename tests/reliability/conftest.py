@@ -61,7 +61,7 @@ def reference_forward(weights, config, ids, mask=None, token_types=None):
     for layer in range(config.num_hidden_layers):
         p = f"encoder.layer.{layer}."
 
-        def dense(x, name):
+        def dense(x, name, p=p):
             return x @ W[p + name + ".weight"].T + W[p + name + ".bias"]
 
         def split(x):

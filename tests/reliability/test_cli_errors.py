@@ -11,8 +11,12 @@ import signal
 import subprocess
 import sys
 
+import test_cli
+from test_cli import PACKAGE_PARENT, assert_user_error, run_cli
+
 import cpuformer as cf
-from test_cli import PACKAGE_PARENT, TINY, assert_user_error, run_cli, tiny  # noqa: F401  (tiny: a fixture)
+
+tiny = test_cli.tiny  # the fixture of test_cli.py: its tiny model directories
 
 
 def _copy(source, target, **files):

@@ -253,7 +253,7 @@ def test_tokenizer_side_file_limits_apply(base, tmp_path):
     refused = variant(base["encoder"], tmp_path / "refused",
                       files={"sentence_bert_config.json": '{"max_seq_length": -5}'})
     with cf.load(refused) as enc, pytest.raises(ValueError, match="'max_seq_length' must be an integer >= 1, got -5"):
-        enc.max_tokens
+        _ = enc.max_tokens
     directory = variant(base["encoder"], tmp_path / "enc", files={
         "tokenizer_config.json": '{"model_max_length": 1000000000000000019884624838656}',
         "sentence_bert_config.json": '{"max_seq_length": 5}'})

@@ -64,7 +64,8 @@ def assert_value_error(outcome, *fragments):
 
 
 def _save_tokenizer(directory, vocab_size):
-    from tokenizers import Tokenizer, models as tok_models, pre_tokenizers
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers import models as tok_models
 
     tokenizer = Tokenizer(tok_models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t3"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
@@ -237,7 +238,8 @@ def test_attention_key_count_limit(t5):
         "views": setup + "_core._attention_views(q, keys, keys, np.zeros_like(q), False, 0, 0, None, 1.0)",
     })
     for name in outcomes:
-        assert_value_error(outcomes[name], "k has 2147483648 keys (Tk); attention supports at most 2147483647 (2^31 - 1)")
+        assert_value_error(outcomes[name],
+                           "k has 2147483648 keys (Tk); attention supports at most 2147483647 (2^31 - 1)")
 
 
 def test_output_too_large_names_the_argument():

@@ -204,7 +204,7 @@ def test_ops_attention_masks_and_causal(layout):
             k2, v2 = k.copy(), v.copy()
             (k2 if where == "k" else v2)[:, :, j] = value
             got = ops.attention(q, k2, v2, causal=causal, mask=mask)
-            blind = np.broadcast_to(removed[..., j], (B, T)) if removed.ndim == 3 else np.broadcast_to(removed[:, j], (B, T))
+            blind = np.broadcast_to(removed[..., j] if removed.ndim == 3 else removed[:, j], (B, T))
             if causal:
                 blind = blind | (np.arange(T) < j)
             blind = np.broadcast_to(blind[:, None, :], (B, H, T))
@@ -248,7 +248,7 @@ def test_linear_nonfinite_rows_follow_the_rule_in_every_dtype(activation, functi
     nan_patterns = {}
     for dtype in DTYPES:
         if functional:
-            def run(a):
+            def run(a, dtype=dtype):
                 return ops.linear(a, w, bias, activation, dtype=dtype)
         else:
             layer = ops.Linear(w, bias, activation, dtype=dtype)

@@ -23,8 +23,16 @@ from hypothesis import strategies as st
 
 import cpuformer as cf
 
-from ._support import (NON_ARRAYS, assert_same, with_dtype, WRONG_DTYPES, CallCounter, non_contiguous,
-                       property_settings, random_floats)
+from ._support import (
+    NON_ARRAYS,
+    WRONG_DTYPES,
+    CallCounter,
+    assert_same,
+    non_contiguous,
+    property_settings,
+    random_floats,
+    with_dtype,
+)
 
 ops = cf.ops
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -175,7 +183,8 @@ def test_silu_mul():
         assert_matches(y, ref, where, rtol=2e-5, atol=2e-6 * max(1.0, float(np.max(np.abs(up[where]), initial=0))))
         y2 = calls.ok("silu_mul", ops.silu_mul, non_contiguous(gate), non_contiguous(up))
         assert_same(y2, y)
-        calls.raises("silu_mul", TypeError, "gate must have dtype float32", ops.silu_mul, with_dtype(gate, bad_dtype), up)
+        calls.raises("silu_mul", TypeError, "gate must have dtype float32", ops.silu_mul, with_dtype(gate, bad_dtype),
+                     up)
         calls.raises("silu_mul", TypeError, "up must have dtype float32", ops.silu_mul, gate, with_dtype(up, bad_dtype))
         calls.raises("silu_mul", TypeError, "up must be a numpy.ndarray of float32", ops.silu_mul, gate, bad_object)
         calls.raises("silu_mul", TypeError, "gate must be a numpy.ndarray of float32", ops.silu_mul, bad_object, up)
@@ -249,7 +258,8 @@ def test_norm(kind):
                 calls.raises(kind, ValueError, "eps must be >= 0", fn, x, w, **dict(kwargs, eps=-abs(eps)))
                 calls.raises(kind, ValueError, "eps must be >= 0, got nan", fn, x, w, **dict(kwargs, eps=float("nan")))
             elif hostile == "weight_dtype":
-                calls.raises(kind, TypeError, "weight must have dtype float32", fn, x, with_dtype(w, bad_dtype), **kwargs)
+                calls.raises(kind, TypeError, "weight must have dtype float32", fn, x, with_dtype(w, bad_dtype),
+                             **kwargs)
             elif hostile == "residual_dtype":
                 calls.raises(kind, TypeError, "residual must have dtype float32",
                              fn, x, w, **dict(kwargs, residual=with_dtype(x, bad_dtype)))
@@ -339,7 +349,8 @@ def test_attention():
         bad_dtype = case["bad_dtype"]
         for hostile in case["hostiles"]:
             if hostile == "q_dtype":
-                calls.raises("attention", TypeError, "q must have dtype float32", ops.attention, with_dtype(q, bad_dtype), k, v, **kw)
+                calls.raises("attention", TypeError, "q must have dtype float32", ops.attention,
+                             with_dtype(q, bad_dtype), k, v, **kw)
             elif hostile == "v_object":
                 calls.raises("attention", TypeError, "v must be a numpy.ndarray of float32", ops.attention, q, k,
                              case["bad_object"], **kw)
@@ -359,22 +370,23 @@ def test_attention():
                 calls.raises("attention", ValueError, "mask must be broadcastable", ops.attention, q, k, v,
                              **dict(kw, mask=np.zeros((1, 1, 1, 1, Tk), np.float32)))
             elif hostile == "heads":
-                calls.raises("attention", ValueError, "must be a multiple of the number of key/value heads",
-                             ops.attention, q, np.concatenate([k, k[:, :1]], axis=1), np.concatenate([v, v[:, :1]], axis=1),
-                             **kw) if H % (Hkv + 1) else calls.ok("attention", ops.attention, q,
-                                                                   np.concatenate([k, k[:, :1]], axis=1),
-                                                                   np.concatenate([v, v[:, :1]], axis=1), **kw)
+                k_more, v_more = np.concatenate([k, k[:, :1]], axis=1), np.concatenate([v, v[:, :1]], axis=1)
+                if H % (Hkv + 1):
+                    calls.raises("attention", ValueError, "must be a multiple of the number of key/value heads",
+                                 ops.attention, q, k_more, v_more, **kw)
+                else:
+                    calls.ok("attention", ops.attention, q, k_more, v_more, **kw)
             elif hostile == "head_dim":
-                calls.raises("attention", ValueError, "k must have shape", ops.attention, q, k[..., :D - 1] if D > 1 else
-                             np.zeros((B, Hkv, Tk, 2), np.float32), v, **kw)
+                calls.raises("attention", ValueError, "k must have shape", ops.attention, q,
+                             k[..., :D - 1] if D > 1 else np.zeros((B, Hkv, Tk, 2), np.float32), v, **kw)
             elif hostile == "v_shape":
                 calls.raises("attention", ValueError, "v must have the shape of k", ops.attention, q, k, v[:, :, :0] if
                              Tk else v, **kw)
             elif hostile == "ndim":
                 calls.raises("attention", ValueError, "q must have 4 dimensions", ops.attention, q[0], k, v, **kw)
             elif hostile == "empty":
-                calls.raises("attention", ValueError, "must not have an empty dimension", ops.attention, q[:, :, :0], k, v,
-                             **kw)
+                calls.raises("attention", ValueError, "must not have an empty dimension", ops.attention, q[:, :, :0],
+                             k, v, **kw)
                 calls.raises("attention", ValueError, "must not have an empty dimension", ops.attention, q, k[:, :, :0],
                              v[:, :, :0], **kw)
             else:
