@@ -107,21 +107,7 @@ class PyDecoderModel : private ModelBuilder {
       if (prompts[i].empty()) throw py::value_error("prompt " + std::to_string(i) + " is empty");
       check_ids(prompts[i].data(), static_cast<long>(prompts[i].size()), "prompt token ids");
     }
-    GenerationOptions o;
-    o.max_new_tokens = options["max_new_tokens"].cast<long>();
-    o.min_new_tokens = options["min_new_tokens"].cast<long>();
-    o.do_sample = options["do_sample"].cast<bool>();
-    o.temperature = options["temperature"].cast<double>();
-    o.top_k = options["top_k"].cast<long>();
-    o.top_p = options["top_p"].cast<float>();
-    o.repetition_penalty = options["repetition_penalty"].cast<float>();
-    o.num_beams = options["num_beams"].cast<long>();
-    o.length_penalty = options["length_penalty"].cast<float>();
-    o.early_stopping = options["early_stopping"].cast<int>();
-    o.eos_token_ids = options["eos_token_ids"].cast<std::vector<int64_t>>();
-    o.pad_token_id = options["pad_token_id"].cast<int64_t>();
-    o.seed = options["seed"].cast<uint64_t>();
-    o.return_log_probs = options["return_log_probs"].cast<bool>();
+    GenerationOptions o = generation_options(options);
     for (int64_t e : o.eos_token_ids) {
       if (e < 0 || e >= c.vocab_size) {
         throw py::value_error("eos_token_id " + std::to_string(e) + " is out of range; token ids must be in [0, " +

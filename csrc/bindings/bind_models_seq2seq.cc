@@ -133,26 +133,8 @@ class PySeq2SeqModel : private ModelBuilder {
                               " (max_position_embeddings)");
       }
     }
-    GenerationOptions o;
-    o.max_new_tokens = options["max_new_tokens"].cast<long>();
-    o.min_new_tokens = options["min_new_tokens"].cast<long>();
-    o.do_sample = options["do_sample"].cast<bool>();
-    o.temperature = options["temperature"].cast<double>();
-    o.top_k = options["top_k"].cast<long>();
-    o.top_p = options["top_p"].cast<float>();
-    o.repetition_penalty = options["repetition_penalty"].cast<float>();
-    o.no_repeat_ngram_size = options["no_repeat_ngram_size"].cast<long>();
-    o.num_beams = options["num_beams"].cast<long>();
-    o.num_return_sequences = options["num_return_sequences"].cast<long>();
-    o.length_penalty = options["length_penalty"].cast<float>();
-    o.early_stopping = options["early_stopping"].cast<int>();
-    o.eos_token_ids = options["eos_token_ids"].cast<std::vector<int64_t>>();
-    o.forced_bos_token_id = options["forced_bos_token_id"].cast<int64_t>();
-    o.forced_eos_token_id = options["forced_eos_token_id"].cast<int64_t>();
-    o.suppress_token_ids = options["suppress_token_ids"].cast<std::vector<int64_t>>();
-    o.pad_token_id = options["pad_token_id"].cast<int64_t>();
-    o.seed = options["seed"].cast<uint64_t>();
-    o.return_log_probs = options["return_log_probs"].cast<bool>();
+    GenerationOptions o = generation_options(options, {"decoder_start_token_id"});
+    if (!options.contains("decoder_start_token_id")) throw py::value_error("missing option 'decoder_start_token_id'");
     const int64_t start = options["decoder_start_token_id"].cast<int64_t>();
     std::vector<int64_t> special = o.eos_token_ids;
     special.insert(special.end(), o.suppress_token_ids.begin(), o.suppress_token_ids.end());

@@ -73,7 +73,30 @@ struct Reader {
   }
 };
 
+// Reads the options present in the dict (and records every option name).
+struct OptionReader {
+  const py::dict& dict;
+  std::set<std::string>& names;
+
+  template <class T>
+  void operator()(const char* name, T& field) {
+    names.insert(name);
+    if (dict.contains(name)) field = dict[py::str(name)].cast<T>();
+  }
+};
+
 }  // namespace
+
+GenerationOptions generation_options(const py::dict& options, const std::vector<std::string>& extra) {
+  GenerationOptions o;
+  std::set<std::string> names(extra.begin(), extra.end());
+  o.fields(OptionReader{options, names});
+  for (const auto& item : options) {
+    const std::string key = item.first.cast<std::string>();
+    if (!names.count(key)) throw py::value_error("generation options: unknown option '" + key + "'");
+  }
+  return o;
+}
 
 std::vector<std::string> transformer_config_fields() {
   std::vector<std::string> names;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/generation.h"
 #include "models/transformer_config.h"
 
 namespace cpuformer {
@@ -19,6 +20,11 @@ std::vector<std::string> transformer_config_fields();
 // The config a model binding is built from; ValueError for a missing, unknown or invalid field
 // (TransformerConfig::validate()).
 TransformerConfig transformer_config(const pybind11::dict& config);
+
+// The generation options of every generating binding, from the dict the Python layer checked
+// (GenerationOptions::fields()): a missing option keeps its default; a key that is neither an
+// option nor in `extra` (a model kind's own, e.g. decoder_start_token_id) is a ValueError.
+GenerationOptions generation_options(const pybind11::dict& options, const std::vector<std::string>& extra = {});
 
 // "encoder" / "decoder" / "seq2seq".
 const char* kind_name(ModelKind kind);

@@ -55,6 +55,30 @@ struct GenerationOptions {
   int64_t pad_token_id = 0;  // fed for finished rows / prompt padding; any valid id
   uint64_t seed = 0;
   bool return_log_probs = false;
+
+  // Every option once: v(name, field) (the Python names; bindings/config.h reads them).
+  template <class Visitor>
+  void fields(Visitor&& v) {
+    v("max_new_tokens", max_new_tokens);
+    v("min_new_tokens", min_new_tokens);
+    v("do_sample", do_sample);
+    v("temperature", temperature);
+    v("top_k", top_k);
+    v("top_p", top_p);
+    v("repetition_penalty", repetition_penalty);
+    v("no_repeat_ngram_size", no_repeat_ngram_size);
+    v("num_beams", num_beams);
+    v("num_return_sequences", num_return_sequences);
+    v("length_penalty", length_penalty);
+    v("early_stopping", early_stopping);
+    v("eos_token_ids", eos_token_ids);
+    v("forced_bos_token_id", forced_bos_token_id);
+    v("forced_eos_token_id", forced_eos_token_id);
+    v("suppress_token_ids", suppress_token_ids);
+    v("pad_token_id", pad_token_id);
+    v("seed", seed);
+    v("return_log_probs", return_log_probs);
+  }
 };
 
 struct GenerationResult {

@@ -180,3 +180,17 @@ def test_the_binding_refuses_a_tensor_the_config_does_not_use():
         model.add_layer("encoder", {k: v for k, v in layer.items() if k != "attn_norm"})
     model.add_layer("encoder", layer)
     assert model.forward(np.array([[1, 2, 3]]), num_threads=1).shape == (1, 3, H)
+
+
+def test_generation_options_are_read_by_one_parser(models):
+    """Every generating binding reads its options with one parser (GenerationOptions::fields())."""
+    generator = cf.load(models["decoder"])
+    with pytest.raises(ValueError, match=r"generation options: unknown option 'max_tokens'"):
+        generator._model.generate([[1, 2, 3]], {"max_tokens": 4})
+    seq2seq = cf.load(models["seq2seq"])
+    with pytest.raises(ValueError, match=r"missing option 'decoder_start_token_id'"):
+        seq2seq._model.generate([[1, 2, 3]], {"max_new_tokens": 4})
+    # a missing option keeps GenerationOptions' default (20 new tokens, greedy)
+    tokens, log_probs = generator._model.generate([[1, 2, 3]], {"min_new_tokens": 20}, None, 1)
+    assert len(tokens[0]) == 20 and log_probs is None
+    assert tokens == generator.generate([[1, 2, 3]], max_new_tokens=20, min_new_tokens=20)
