@@ -107,6 +107,10 @@ BlockTensors ModelBuilder::block_tensors(const py::dict& tensors, const Transfor
   }
   if (c.gated_ffn) b.gate = linear(tensors, "ffn.gate", I, H, true, c, used);
   b.up = linear(tensors, "ffn.up", I, H, true, c, used);
+  if (c.gated_ffn && (b.gate.bias || b.up.bias)) {
+    // The gated feed-forward's fused [gate | up] projection has no bias (no family has one).
+    throw py::value_error(what_ + " layer tensors 'ffn.gate.bias' / 'ffn.up.bias': a gated feed-forward has no bias");
+  }
   b.down = linear(tensors, "ffn.down", H, I, true, c, used);
   b.ffn_norm = norm(tensors, "ffn_norm", H, true, used);
   reject_unused(tensors, used, "layer");

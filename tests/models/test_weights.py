@@ -194,3 +194,35 @@ def test_generation_options_are_read_by_one_parser(models):
     tokens, log_probs = generator._model.generate([[1, 2, 3]], {"min_new_tokens": 20}, None, 1)
     assert len(tokens[0]) == 20 and log_probs is None
     assert tokens == generator.generate([[1, 2, 3]], max_new_tokens=20, min_new_tokens=20)
+
+
+def test_a_gated_feed_forward_refuses_biases_it_cannot_apply(tmp_path):
+    """A Llama-family checkpoint with up_proj.bias (but no mlp_bias in its config) is refused by
+    name, and the binding refuses a gated up/gate bias, instead of dropping it silently."""
+    from cpuformer import _core
+    from cpuformer.arch import by_family
+    from cpuformer.arch.checkpoint import random_checkpoint
+
+    arch = by_family()["llama"]
+    config = arch.example_config(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=24, max_position_embeddings=32)
+    tensors = random_checkpoint(arch, config, np.random.default_rng(0))
+    tensors["model.layers.0.mlp.up_proj.bias"] = np.ones(24, np.float32)
+    tmp_path.joinpath("config.json").write_text(json.dumps(config))
+    save_safetensors(tmp_path / "model.safetensors", tensors, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"do not use: model.layers.0.mlp.up_proj.bias;"):
+        cf.load(tmp_path)
+    hp = arch.hparams(config)
+    model_tensors = {"embed.tokens": tensors["model.embed_tokens.weight"], "lm_head": tensors["lm_head.weight"],
+                     "decoder.final_norm": tensors["model.norm.weight"],
+                     "decoder.rope.inv_freq": np.ones(hp.head_dim // 2, np.float32)}
+    model = _core.DecoderModel(dict(hp.as_dict(), dtype="float32"), model_tensors)
+    p = "model.layers.0."
+    layer = {"attn.q": tensors[p + "self_attn.q_proj.weight"], "attn.k": tensors[p + "self_attn.k_proj.weight"],
+             "attn.v": tensors[p + "self_attn.v_proj.weight"], "attn.o": tensors[p + "self_attn.o_proj.weight"],
+             "attn_norm": tensors[p + "input_layernorm.weight"],
+             "ffn_norm": tensors[p + "post_attention_layernorm.weight"],
+             "ffn.gate": tensors[p + "mlp.gate_proj.weight"], "ffn.up": tensors[p + "mlp.up_proj.weight"],
+             "ffn.down": tensors[p + "mlp.down_proj.weight"], "ffn.up.bias": np.ones(24, np.float32)}
+    with pytest.raises(ValueError, match=r"'ffn.gate.bias' / 'ffn.up.bias': a gated feed-forward has no bias"):
+        model.add_layer("decoder", layer)

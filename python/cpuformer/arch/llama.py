@@ -118,9 +118,11 @@ class Llama(Arch):
         out: Dict[str, Tensor] = {}
         for name, proj in (("attn.q", "q_proj"), ("attn.k", "k_proj"), ("attn.v", "v_proj"), ("attn.o", "o_proj")):
             out.update(weight_and_bias(name, p + "self_attn." + proj, bias="optional"))
+        # No MLP biases: the family has them only with mlp_bias, which hparams refuses, so a stray
+        # up_proj.bias is named as unused rather than silently dropped by the gated feed-forward.
         out["ffn.gate"] = Tensor(p + "mlp.gate_proj.weight")
-        for name, proj in (("ffn.up", "up_proj"), ("ffn.down", "down_proj")):
-            out.update(weight_and_bias(name, p + "mlp." + proj, bias="optional"))
+        out["ffn.up"] = Tensor(p + "mlp.up_proj.weight")
+        out["ffn.down"] = Tensor(p + "mlp.down_proj.weight")
         out["attn_norm"] = Tensor(p + "input_layernorm.weight")
         out["ffn_norm"] = Tensor(p + "post_attention_layernorm.weight")
         if hp.qk_norm:
