@@ -54,8 +54,9 @@ fi
 
 pkg=$(mktemp -d "${TMPDIR:-/tmp}/cpuformer-sanitize.XXXXXX")
 mkdir -p "$pkg/cpuformer"
-# The Python sources only: never the normal build's _core.
-find "$ROOT/python/cpuformer" -maxdepth 1 -type f ! -name '_core*.so' -exec cp {} "$pkg/cpuformer/" \;
+# The Python sources only, subpackages (arch/, models/) included: never the normal build's _core.
+(cd "$ROOT/python/cpuformer" &&
+  find . -type f ! -name '_core*.so' ! -path '*/__pycache__/*' -exec cp --parents {} "$pkg/cpuformer/" \;)
 cp "$module" "$pkg/cpuformer/"
 
 libasan=$(gcc -print-file-name=libasan.so)
