@@ -43,6 +43,7 @@ import numpy as np
 from . import _core
 from ._model_dir import _STORAGE_DTYPES, CONFIG_FILE, WEIGHTS_FILE, ModelDir, save_safetensors
 from .arch import MATMUL, Arch, Hparams, Source, Tensor, canonical_shape, find
+from .arch.heads import Head
 from .arch.spec import bias_of
 
 DTYPES = ("float32", "float16", "bfloat16", "int8")
@@ -101,8 +102,8 @@ class Checkpoint:
     None for a plain checkpoint (float32 arrays; the C++ model packs them into its dtype).
     """
 
-    def __init__(self, md: ModelDir, arch: Arch, hp: Hparams, stored: Optional[str]):
-        self.md, self.arch, self.hp, self.stored = md, arch, hp, stored
+    def __init__(self, md: ModelDir, arch: Arch, hp: Hparams, stored: Optional[str], head: Optional[Head] = None):
+        self.md, self.arch, self.hp, self.stored, self.head = md, arch, hp, stored, head
         self.config = md.config
         self.top = dict(arch.model_tensors(self.config, hp))
         embed = self.top["embed.tokens"]
@@ -154,6 +155,8 @@ class Checkpoint:
 
     def all_sources(self) -> Iterator[Dict[str, Source]]:
         yield self.top
+        if self.head is not None:
+            yield dict(self.head.tensors)
         for stack, count in self.arch.stacks(self.hp):
             yield self.stack_sources(stack)
             for layer in range(count):
@@ -205,22 +208,31 @@ class Checkpoint:
 
     # ---- arrays ----------------------------------------------------------------------------
 
-    def read(self, sources: Mapping[str, Source]) -> Tuple[Dict[str, np.ndarray], List[str]]:
+    def read(self, sources: Mapping[str, Source],
+             shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Tuple[Dict[str, np.ndarray], List[str]]:
         """(canonical name -> array, the checkpoint names read). Matrix weights of a converted
         directory come as stored (int8 with ``<canonical>_scale``, or 16-bit words); everything
-        else is float32."""
+        else is float32. shapes: the canonical shapes of names ``canonical_shape`` does not know
+        (a task head's)."""
         out: Dict[str, np.ndarray] = {}
         for canonical, source in sources.items():
             if isinstance(source, np.ndarray):
                 out[canonical] = source
         plan = self._plan(sources)
         for name, members in plan.items():
-            self._read_group(name, members, out)
+            self._read_group(name, members, out, shapes or {})
         return out, list(plan)
 
-    def _read_group(self, name: str, members: List[Tuple[str, Tensor]], out: Dict[str, np.ndarray]) -> None:
+    def read_head(self) -> Dict[str, np.ndarray]:
+        """The task head's weights (float32 copies: they outlive the weight maps)."""
+        assert self.head is not None
+        arrays, _ = self.read(self.head.tensors, self.head.shapes)
+        return {name: np.array(array, dtype=np.float32) for name, array in arrays.items()}
+
+    def _read_group(self, name: str, members: List[Tuple[str, Tensor]], out: Dict[str, np.ndarray],
+                    shapes: Mapping[str, Tuple[int, ...]]) -> None:
         first_canonical, first = members[0]
-        shape = canonical_shape(first_canonical, self.hp)
+        shape = shapes[first_canonical] if first_canonical in shapes else canonical_shape(first_canonical, self.hp)
         if first.rows is not None:  # a fused tensor: its rows are the blocks declared from it
             shape = (max(tensor.rows[1] for _, tensor in members if tensor.rows),) + shape[1:]
         matmul = first_canonical in MATMUL
@@ -245,8 +257,9 @@ class Checkpoint:
         if tensor.rows_key and name in md:
             have = list(md.tensor_info(name)[1])
             if have[:1] != [shape[0]] or have[1:] != list(shape[1:]):
-                raise ValueError(f"config.json: {tensor.rows_key!r} is {shape[0]}, but the checkpoint's {name} has "
-                                 f"shape {have} ({tensor.rows_key} × hidden_size {self.hp.hidden_size})")
+                expected = f"[{tensor.rows_key}]" if len(shape) == 1 else f"{tensor.rows_key} × {list(shape[1:])}"
+                raise ValueError(f"config.json: {tensor.rows_key!r} gives {shape[0]} rows, but the checkpoint's {name} "
+                                 f"has shape {have} (expected {expected})")
         if tensor.as_row:
             return np.ascontiguousarray(md.tensor(name, shape=(1,) + shape).reshape(shape), dtype=np.float32)
         if tensor.transpose:

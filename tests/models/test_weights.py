@@ -65,7 +65,7 @@ def test_many_stray_tensors_are_counted(models, tmp_path):
         cf.load(directory)
 
 
-def test_ignored_task_head_tensors_load_and_convert_as_float32(models, tmp_path):
+def test_task_head_tensors_load_and_convert_as_float32(models, tmp_path):
     head = {"classifier.weight": np.ones((3, 16), np.float32), "classifier.bias": np.ones(3, np.float32)}
 
     def with_head(tensors):
@@ -74,7 +74,8 @@ def test_ignored_task_head_tensors_load_and_convert_as_float32(models, tmp_path)
         tensors.update(head)
 
     directory = _rewrite(models["encoder"], tmp_path / "head", with_head,
-                         config={"architectures": ["BertForSequenceClassification"]})
+                         config={"architectures": ["BertForSequenceClassification"],
+                                 "id2label": {"0": "a", "1": "b", "2": "c"}})
     ids = [[1, 2, 3, 4]]
     reference = cf.load(models["encoder"])(ids)
     np.testing.assert_array_equal(cf.load(directory)(ids), reference)

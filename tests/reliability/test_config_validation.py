@@ -113,8 +113,9 @@ def test_t5_smallest_valid_buckets_match_transformers(tmp_path):
 @pytest.mark.parametrize("type_vocab_size", [0, 3])
 def test_type_vocab_size_against_the_checkpoint(base, tmp_path, type_vocab_size):
     directory = variant(base["encoder"], tmp_path / "bert", config={"type_vocab_size": type_vocab_size})
-    with pytest.raises(ValueError, match=rf"^config.json: 'type_vocab_size' is {type_vocab_size}, but the "
-                                         r"checkpoint's embeddings.token_type_embeddings.weight has shape \[2, 16\]"):
+    with pytest.raises(ValueError, match=rf"^config.json: 'type_vocab_size' gives {type_vocab_size} rows, but "
+                                         r"the checkpoint's embeddings.token_type_embeddings.weight has shape "
+                                         r"\[2, 16\] \(expected type_vocab_size × \[16\]\)"):
         cf.load(directory)
 
 

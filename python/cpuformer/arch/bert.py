@@ -1,14 +1,16 @@
 """BERT, RoBERTa, XLM-RoBERTa and DistilBERT: post-norm encoders with learned positions.
 
-Task-head checkpoints (``...ForSequenceClassification`` and the others) load as the encoder under
-their prefix ("bert.", "roberta.", "distilbert."); their head tensors are ignored.
+Task-head checkpoints (``...ForSequenceClassification`` and the others) hold the encoder under a
+prefix ("bert.", "roberta.", "distilbert.") and the head at the root; ``head`` declares the heads
+of sequence and token classification, question answering and masked LM (arch/heads.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, Mapping, Optional
 
 from .._model_dir import config_float, config_int
+from .heads import Head, HeadBuilder, labels
 from .spec import Arch, Hparams, Source, Tensor, mapped, weight_and_bias
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -79,6 +81,44 @@ class Bert(Arch):
                 **weight_and_bias("ffn.down", p + "output.dense"),
                 **weight_and_bias("ffn_norm", p + "output.LayerNorm")}
 
+    # ---- task heads (transformers' Bert*For* classes) -------------------------------------------
+
+    #: The masked-LM head's transform, its norm, its output bias and its decoder (used when the config
+    #: unties it from the word embeddings), at the checkpoint's root.
+    mlm_transform, mlm_norm, mlm_bias, mlm_decoder = ("cls.predictions.transform.dense",
+                                                      "cls.predictions.transform.LayerNorm", "cls.predictions.bias",
+                                                      "cls.predictions.decoder")
+
+    def head(self, config: Mapping[str, Any], hp: Hparams, task: str) -> Optional[Head]:
+        H = hp.hidden_size
+        if task == "sequence_classification":
+            names = labels(config)
+            return self.sequence_head(HeadBuilder(task, names), H, len(names)).build()
+        if task == "token_classification":
+            names = labels(config)
+            return HeadBuilder(task, names).dense("classifier", "classifier.weight", (len(names), H),
+                                                  rows_key="id2label").build()
+        if task == "question_answering":
+            return HeadBuilder(task).dense("qa_outputs", "qa_outputs.weight", (2, H)).build()
+        if task == "masked_lm":
+            builder = HeadBuilder(task).dense("transform", self.mlm_transform + ".weight", (H, H))
+            builder.act(self.mlm_activation(config, hp)).norm("transform_norm", self.mlm_norm, H, hp.norm_eps)
+            # The decoder is the word-embedding table unless the config unties it.
+            # (transformers ties the decoder's bias to mlm_bias too; untied, it has its own.)
+            if config.get("tie_word_embeddings", True) is not False:
+                return builder.dense("decoder", "embeddings.word_embeddings.weight", (hp.vocab_size, H),
+                                     bias=self.mlm_bias, root=False, bias_root=True, rows_key="vocab_size").build()
+            return builder.dense("decoder", self.mlm_decoder + ".weight", (hp.vocab_size, H),
+                                 rows_key="vocab_size").build()
+        return None
+
+    def sequence_head(self, builder: HeadBuilder, hidden: int, num_labels: int) -> HeadBuilder:
+        """BERT: classifier(pooler output)."""
+        return builder.pooler().dense("classifier", "classifier.weight", (num_labels, hidden), rows_key="id2label")
+
+    def mlm_activation(self, config: Mapping[str, Any], hp: Hparams) -> str:
+        return hp.activation
+
 
 class Roberta(Bert):
     family = "roberta"
@@ -88,6 +128,16 @@ class Roberta(Bert):
     prefixes = ("", "roberta.")
     ignored = (r"lm_head\..*", r"classifier\..*", r"qa_outputs\..*", r"(roberta\.)?embeddings\.position_ids")
     padding_positions = True
+    mlm_transform, mlm_norm, mlm_bias, mlm_decoder = ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias",
+                                                      "lm_head.decoder")
+
+    def sequence_head(self, builder: HeadBuilder, hidden: int, num_labels: int) -> HeadBuilder:
+        """RoBERTa: out_proj(tanh(dense(h[:, 0])))."""
+        return (builder.first().dense("dense", "classifier.dense.weight", (hidden, hidden)).act("tanh")
+                .dense("out_proj", "classifier.out_proj.weight", (num_labels, hidden), rows_key="id2label"))
+
+    def mlm_activation(self, config: Mapping[str, Any], hp: Hparams) -> str:
+        return "gelu"  # RobertaLMHead applies the erf GELU whatever hidden_act is
 
 
 class XLMRoberta(Roberta):
@@ -120,8 +170,16 @@ class DistilBert(Bert):
             pad_token_id=config_int(config, "pad_token_id", default=0, minimum=0), type_vocab_size=0,
             embedding_norm=True))
 
+    mlm_transform, mlm_norm, mlm_bias, mlm_decoder = ("vocab_transform", "vocab_layer_norm", "vocab_projector.bias",
+                                                      "vocab_projector")
+
     def model_tensors(self, config: Mapping[str, Any], hp: Hparams) -> Dict[str, Source]:
         return {"embed.tokens": Tensor("embeddings.word_embeddings.weight")}
+
+    def sequence_head(self, builder: HeadBuilder, hidden: int, num_labels: int) -> HeadBuilder:
+        """DistilBERT: classifier(relu(pre_classifier(h[:, 0])))."""
+        return (builder.first().dense("pre_classifier", "pre_classifier.weight", (hidden, hidden)).act("relu")
+                .dense("classifier", "classifier.weight", (num_labels, hidden), rows_key="id2label"))
 
     def layer_tensors(self, hp: Hparams, stack: str, layer: int) -> Dict[str, Tensor]:
         p = f"transformer.layer.{layer}."

@@ -148,6 +148,12 @@ class Arch:
     def layer_tensors(self, hp: Hparams, stack: str, layer: int) -> Dict[str, Tensor]:
         raise NotImplementedError
 
+    def head(self, config: Mapping[str, Any], hp: Hparams, task: str) -> Optional[Any]:
+        """The task head (an ``arch.heads.Head``, declared with ``HeadBuilder``) of ``task``
+        (``arch.heads.TASKS``) for this config, or None when the family has no such head (the
+        checkpoint is then refused, naming the task)."""
+        return None
+
     # ---- derived -----------------------------------------------------------------------------
 
     def stacks(self, hp: Hparams) -> Tuple[Tuple[str, int], ...]:

@@ -18,8 +18,10 @@ from .. import _core
 from .._arguments import check_num_threads
 from .._model_dir import ModelDir
 from ..arch import Arch, Hparams, find, wrong_kind
+from ..arch.heads import TASK_TEXT, Head, task_of
 from ..weights import Checkpoint, check_dtype, resolve_dtype
 from . import _graph
+from ._heads import TaskHead
 
 #: Token ids: a NumPy integer array or (nested) lists of ints.
 TokenIds = npt.ArrayLike
@@ -47,6 +49,20 @@ def format_count(n: int) -> str:
     return str(n)
 
 
+def _task_head(arch: Arch, name: str, config: Any, hp: Hparams) -> Optional[Head]:
+    """The head the checkpoint class ``name`` declares, None for a base model; NotImplementedError
+    for a task head the family does not have."""
+    task = task_of(name)
+    if task is None:
+        return None
+    head = arch.head(config, hp, task) if task else None
+    if head is None:
+        what = f"{TASK_TEXT[task]} head" if task else "head (" + name[name.index("For") + 3:] + ")"
+        raise NotImplementedError(f"{name}: cpuformer does not run the {what} of {arch.title} checkpoints; "
+                                  "cpuformer.Encoder(path, head=False) opens the encoder without its head")
+    return head
+
+
 class ModelBase:
     """Mixin for the model classes: ``repr()`` showing architecture, shape, dtype, parameter
     count, ISA level and threads; ``closed``; ``with cpuformer.load(path) as model: ...`` closes
@@ -60,15 +76,18 @@ class ModelBase:
     dtype: str
     architecture: str
     _num_parameters: Optional[int] = None
+    _head: Any = None
 
     def _open(self, path: Union[str, "os.PathLike[str]", ModelDir], dtype: Optional[str], num_threads: Optional[int],
-              kind: str) -> ModelDir:
+              kind: str, head: bool = False) -> ModelDir:
         """The constructors' common part: checks dtype and num_threads, opens the directory (or
         takes an opened ModelDir), resolves the dtype against a converted directory's, finds the
         architecture, checks the model kind and builds the C++ model (``self._model``); then closes
         the directory's maps, loaded or not.
         num_threads: None (0 here: the process default) or 1..MAX_NUM_THREADS (_arguments.py).
-        Sets num_threads, dtype, _stored_dtype, architecture, family, config, _arch and _model_dir."""
+        head: also load the task head the checkpoint's class names (encoders; see arch/heads.py).
+        Sets num_threads, dtype, _stored_dtype, architecture, family, config, _arch, _model_dir and
+        _head (a models._heads.TaskHead or None)."""
         check_dtype(dtype)
         self.num_threads = check_num_threads(num_threads)
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
@@ -81,7 +100,15 @@ class ModelBase:
             self.hparams = arch.hparams(model_dir.config)
             #: The model's hyperparameters in cpuformer's names (arch.Hparams as a dict).
             self.config = self.hparams.as_dict()
-            self._model = _graph.build(Checkpoint(model_dir, arch, self.hparams, self._stored_dtype), self.dtype)
+            declared = _task_head(arch, name, model_dir.config, self.hparams) if head else None
+            checkpoint = Checkpoint(model_dir, arch, self.hparams, self._stored_dtype, declared)
+            self._model = _graph.build(checkpoint, self.dtype)
+            self._head = None
+            if declared is not None:
+                if declared.uses_pooler and not self._model.has_pooler:
+                    raise ValueError(f"{model_dir.path}: the {name} head classifies the pooler output, but the "
+                                     "checkpoint has no pooler weights")
+                self._head = TaskHead(declared, checkpoint.read_head(), self.dtype)
         finally:
             # Loaded (or failed): nothing the model computes with refers to the weights files any
             # more (the C++ model packed or copied every tensor), so the maps are dropped now and
@@ -103,6 +130,7 @@ class ModelBase:
     def close(self) -> None:
         """Frees the model and drops the weight maps; the object cannot be used afterwards."""
         self._model = None
+        self._head = None
         self._model_dir.close()
 
     @property

@@ -18,20 +18,23 @@ from .._arguments import integer_array, token_id_range_error
 from .._model_dir import ModelDir
 from .._tokenizer import load_tokenizer, read_length_limit
 from ._base import ModelBase, TokenIds
+from ._tasks import TaskMixin
 
 _POOLINGS = ("mean", "cls")
 
 PathLike = Union[str, os.PathLike]
 
 
-class Encoder(ModelBase):
+class Encoder(TaskMixin, ModelBase):
     """An encoder loaded from a Hugging Face model directory.
 
-    ``Encoder(path, dtype=None, num_threads=None)``: ``path`` holds config.json and
+    ``Encoder(path, dtype=None, num_threads=None, head=True)``: ``path`` holds config.json and
     model.safetensors (or shards), optionally tokenizer.json. Supported: the registry's encoders
     (``cpuformer.arch``, kind "encoder"; ``cpuformer.arch.supported("encoder")`` lists them),
-    base models and their task-head checkpoints (the heads are ignored). ``num_threads`` (None: the process
-    default) applies to every call.
+    base models and their task-head checkpoints. ``head``: load the task head the checkpoint's
+    class names (``...ForSequenceClassification``: ``logits``, ``classify``, ``score``; see
+    docs/tasks.md); a head cpuformer does not run is a NotImplementedError, and ``head=False``
+    opens the encoder alone. ``num_threads`` (None: the process default) applies to every call.
 
     ``enc(input_ids, attention_mask=None, token_type_ids=None)`` returns last_hidden_state,
     float32 [B, T, H]; ``return_pooler=True`` returns ``(last_hidden_state, pooler_output)`` for
@@ -42,9 +45,11 @@ class Encoder(ModelBase):
     """
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, head: bool = True):
+        if not isinstance(head, bool):
+            raise TypeError(f"head must be True or False, got {head!r}")
         self._tokenizer = None
-        self._open(path, dtype, num_threads, "encoder")
+        self._open(path, dtype, num_threads, "encoder", head=head)
 
     @property
     def hidden_size(self) -> int:

@@ -1,0 +1,147 @@
+"""Task heads of encoder checkpoints: what a ``...ForSequenceClassification`` (and the other task
+classes) computes on top of the encoder's hidden states, declared per family like the body.
+
+A head is a short list of steps applied to the last hidden state h [B, T, H]:
+
+- ``("first",)``: h[:, 0] (the first token's state; [B, H]);
+- ``("pooler",)``: the encoder's own pooler output tanh(pooler(h[:, 0])) (BERT);
+- ``("dense", name)``: the linear layer ``head.<name>`` (weight [out, in] and its bias);
+- ``("act", activation)``: one of ``HEAD_ACTIVATIONS``;
+- ``("norm", name, eps)``: a LayerNorm ``head.<name>`` (weight, optional bias).
+
+The last step's output is the head's logits, as transformers returns them: [B, labels] for
+sequence classification, [B, T, labels] for token classification, [B, T, 2] for question
+answering (start and end logits), [B, T, vocab] for masked LM.
+
+The task comes from the checkpoint's class name (``task_of``); which tasks a family has, and their
+tensors, from ``Arch.head``. A checkpoint whose task the family does not declare is refused
+(``cpuformer.Encoder(path, head=False)`` still opens its encoder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from .spec import Tensor
+
+#: Class-name suffix -> task. ForPreTraining checkpoints are run as masked LMs (their next-sentence
+#: head is not used).
+TASK_SUFFIXES = {"ForSequenceClassification": "sequence_classification",
+                 "ForTokenClassification": "token_classification",
+                 "ForQuestionAnswering": "question_answering",
+                 "ForMaskedLM": "masked_lm",
+                 "ForPreTraining": "masked_lm"}
+TASKS = ("sequence_classification", "token_classification", "question_answering", "masked_lm")
+#: What the error messages call each task.
+TASK_TEXT = {"sequence_classification": "sequence classification", "token_classification": "token classification",
+             "question_answering": "question answering", "masked_lm": "masked language modelling"}
+HEAD_ACTIVATIONS = ("tanh", "gelu", "gelu_tanh", "relu", "silu")
+
+
+def task_of(architecture: str) -> Optional[str]:
+    """The task of a checkpoint class name ("BertForTokenClassification" -> "token_classification");
+    None for a base model; "" for a task class cpuformer has no head for (ForMultipleChoice, ...)."""
+    for suffix, task in TASK_SUFFIXES.items():
+        if architecture.endswith(suffix):
+            return task
+    return "" if "For" in architecture else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """One task head: its steps and where each of its weights comes from."""
+
+    task: str
+    steps: Tuple[Tuple[Any, ...], ...]
+    tensors: Dict[str, Tensor]  # canonical "head.<name>" (".bias") -> checkpoint tensor
+    shapes: Dict[str, Tuple[int, ...]]  # canonical name -> shape
+    labels: Tuple[str, ...] = ()  # sequence / token classification: id2label in id order
+
+    @property
+    def uses_pooler(self) -> bool:
+        return ("pooler",) in self.steps
+
+
+class HeadBuilder:
+    """Declares a head step by step: ``HeadBuilder(task).first().dense(...).act("tanh").dense(...).build()``."""
+
+    def __init__(self, task: str, labels: Tuple[str, ...] = ()):
+        assert task in TASKS, task
+        self.task, self.labels = task, labels
+        self.steps: List[Tuple[Any, ...]] = []
+        self.tensors: Dict[str, Tensor] = {}
+        self.shapes: Dict[str, Tuple[int, ...]] = {}
+
+    def first(self) -> "HeadBuilder":
+        self.steps.append(("first",))
+        return self
+
+    def pooler(self) -> "HeadBuilder":
+        self.steps.append(("pooler",))
+        return self
+
+    def dense(self, name: str, weight: str, shape: Tuple[int, int], bias: Optional[str] = "",
+              root: bool = True, rows_key: str = "", bias_root: Optional[bool] = None) -> "HeadBuilder":
+        """``head.<name>`` from checkpoint tensor ``weight`` [out, in]; bias: its tensor ("" for the
+        weight's ``.bias`` sibling, None for no bias). root: the names are from the checkpoint's
+        root, not below the body's prefix (bias_root: the bias's, when it differs)."""
+        canonical = f"head.{name}"
+        self.tensors[canonical] = Tensor(weight, root=root, rows_key=rows_key)
+        self.shapes[canonical] = shape
+        if bias is not None:
+            bias_name = bias or weight[:-len("weight")] + "bias"
+            self.tensors[canonical + ".bias"] = Tensor(bias_name, root=root if bias_root is None else bias_root,
+                                                       rows_key=rows_key)
+            self.shapes[canonical + ".bias"] = shape[:1]
+        self.steps.append(("dense", canonical))
+        return self
+
+    def act(self, activation: str) -> "HeadBuilder":
+        assert activation in HEAD_ACTIVATIONS, activation
+        self.steps.append(("act", activation))
+        return self
+
+    def norm(self, name: str, checkpoint: str, size: int, eps: float, bias: bool = True,
+             root: bool = True) -> "HeadBuilder":
+        """A LayerNorm ``head.<name>`` from ``<checkpoint>.weight`` (and ``.bias``)."""
+        canonical = f"head.{name}"
+        self.tensors[canonical] = Tensor(checkpoint + ".weight", root=root)
+        self.shapes[canonical] = (size,)
+        if bias:
+            self.tensors[canonical + ".bias"] = Tensor(checkpoint + ".bias", root=root)
+            self.shapes[canonical + ".bias"] = (size,)
+        self.steps.append(("norm", canonical, float(eps)))
+        return self
+
+    def build(self) -> Head:
+        return Head(self.task, tuple(self.steps), dict(self.tensors), dict(self.shapes), self.labels)
+
+
+def labels(config: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The class labels of a classification checkpoint in id order: config.json's ``id2label``
+    (keys 0..n-1), else ``LABEL_0``... for ``num_labels`` (default 2, as transformers)."""
+    id2label = config.get("id2label")
+    num_labels = config.get("num_labels")
+    if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)
+                                   or num_labels < 1):
+        raise ValueError(f"config.json: num_labels must be an integer >= 1, got {num_labels!r}")
+    if id2label is None:
+        return tuple(f"LABEL_{i}" for i in range(2 if num_labels is None else num_labels))
+    if not isinstance(id2label, dict) or not id2label:
+        raise ValueError(f"config.json: id2label must be a non-empty object of id -> label, got {id2label!r}")
+    by_id: Dict[int, str] = {}
+    for key, value in id2label.items():
+        try:
+            index = int(key)
+        except (TypeError, ValueError):
+            raise ValueError(f"config.json: id2label keys must be integers, got {key!r}") from None
+        by_id[index] = str(value)
+    if sorted(by_id) != list(range(len(by_id))):
+        raise ValueError(f"config.json: id2label keys must be 0..{len(by_id) - 1}, got {sorted(by_id)}")
+    if num_labels is not None and num_labels != len(by_id):
+        raise ValueError(f"config.json: num_labels is {num_labels} but id2label has {len(by_id)} labels")
+    return tuple(by_id[i] for i in range(len(by_id)))
+
+
+__all__ = ["HEAD_ACTIVATIONS", "TASKS", "TASK_SUFFIXES", "TASK_TEXT", "Head", "HeadBuilder", "labels", "task_of"]

@@ -1,0 +1,77 @@
+"""Runs a task head (``arch.heads.Head``) on the encoder's output.
+
+The heads are a few small layers on top of the encoder; they run as NumPy plus cpuformer's own
+kernels (``ops.Linear`` packed once at load in the model's dtype, ``ops.layer_norm``), so a masked
+LM's vocabulary projection uses the same GEMM as the encoder. Only the rows a head needs are
+computed: a sequence classifier projects the first token of each sequence, not all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from .. import _core
+from ..arch.heads import Head
+
+#: Activations the GEMM epilogue applies (others run as NumPy after it).
+_FUSED = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "relu": "relu", "silu": "silu"}
+
+
+class TaskHead:
+    """A head's steps, with its weights packed: ``head(hidden, pooled)`` -> logits."""
+
+    def __init__(self, head: Head, arrays: Dict[str, np.ndarray], dtype: str):
+        self.task, self.labels, self.uses_pooler = head.task, head.labels, head.uses_pooler
+        self._steps: List[Callable[[np.ndarray, Optional[np.ndarray]], np.ndarray]] = []
+        steps = list(head.steps)
+        i = 0
+        while i < len(steps):
+            step = steps[i]
+            if step[0] == "dense":
+                # An activation right after a dense layer runs in the GEMM's epilogue.
+                fused = None
+                if i + 1 < len(steps) and steps[i + 1][0] == "act" and steps[i + 1][1] in _FUSED:
+                    fused = _FUSED[steps[i + 1][1]]
+                    i += 1
+                self._steps.append(_dense(arrays[step[1]], arrays.get(step[1] + ".bias"), fused, dtype))
+            elif step[0] == "act":
+                self._steps.append(_activation(step[1]))
+            elif step[0] == "norm":
+                self._steps.append(_norm(arrays[step[1]], arrays.get(step[1] + ".bias"), step[2]))
+            elif step[0] == "first":
+                self._steps.append(lambda x, pooled: np.ascontiguousarray(x[:, 0]))
+            elif step[0] == "pooler":
+                self._steps.append(lambda x, pooled: pooled)
+            else:  # pragma: no cover - the declarations are checked by the tests
+                raise AssertionError(f"unknown head step {step!r}")
+            i += 1
+
+    def __call__(self, hidden: np.ndarray, pooled: Optional[np.ndarray] = None) -> np.ndarray:
+        x = hidden
+        for step in self._steps:
+            x = step(x, pooled)
+        return x
+
+
+def _dense(weight: np.ndarray, bias: Optional[np.ndarray], activation: Optional[str],
+           dtype: str) -> Callable[[np.ndarray, Any], np.ndarray]:
+    linear = _core.Linear(np.ascontiguousarray(weight, dtype=np.float32),
+                          None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), activation, dtype)
+    return lambda x, pooled: linear(x)
+
+
+def _activation(name: str) -> Callable[[np.ndarray, Any], np.ndarray]:
+    if name == "tanh":
+        return lambda x, pooled: np.tanh(x)
+    kernel = {"gelu": lambda x: _core.gelu(x, "none"), "gelu_tanh": lambda x: _core.gelu(x, "tanh"),
+              "relu": _core.relu, "silu": _core.silu}[name]
+    return lambda x, pooled: kernel(np.ascontiguousarray(x))
+
+
+def _norm(weight: np.ndarray, bias: Optional[np.ndarray], eps: float) -> Callable[[np.ndarray, Any], np.ndarray]:
+    return lambda x, pooled: _core.layer_norm(x, weight, bias, float(eps), None)
+
+
+__all__ = ["TaskHead"]
