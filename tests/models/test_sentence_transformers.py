@@ -186,6 +186,29 @@ def test_explicit_arguments_override_the_configuration(bert_dir, tmp_path):
                                reference / np.linalg.norm(reference, axis=1, keepdims=True), rtol=0, atol=1e-6)
 
 
+def test_dense_weights_in_other_float_types(dense_dir, tmp_path):
+    """Dense weights stored as float64 read exactly; as bfloat16 they are widened to float32."""
+    from safetensors.torch import load_file, save_file
+
+    reference = cf.load(dense_dir).embed(TEXTS)
+    for dtype, tolerance in ((torch.float64, 1e-6), (torch.bfloat16, 2e-2)):
+        directory = tmp_path / str(dtype).split(".")[-1]
+        shutil.copytree(dense_dir, directory)
+        weights = directory / "2_Dense" / "model.safetensors"
+        save_file({name: value.to(dtype) for name, value in load_file(str(weights)).items()}, str(weights))
+        np.testing.assert_allclose(cf.load(str(directory)).embed(TEXTS), reference, rtol=0, atol=tolerance)
+
+
+def test_convert_keeps_the_module_directories(dense_dir, tmp_path):
+    """cpuformer convert copies every directory modules.json names (2_Dense holds weights)."""
+    cf.convert(dense_dir, tmp_path / "converted", "float32", progress=False)
+    for sub in ("1_Pooling", "2_Dense", "3_Normalize"):
+        assert sorted(os.listdir(tmp_path / "converted" / sub)) == sorted(os.listdir(os.path.join(dense_dir, sub)))
+    converted = cf.load(str(tmp_path / "converted"))
+    assert converted.sentence_pooling["after_pooling"] == cf.load(dense_dir).sentence_pooling["after_pooling"]
+    _assert_close(converted.embed(TEXTS), _reference(dense_dir))
+
+
 def test_explicit_pooling_argument_errors(bert_dir):
     enc = cf.load(bert_dir)
     with pytest.raises(ValueError, match=r"pooling must be None, 'mean', 'cls', 'max' or 'last', got 'lasttoken'"):

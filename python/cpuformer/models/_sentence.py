@@ -112,6 +112,26 @@ def _feature_names(settings: Dict[str, Any], source: pathlib.Path, module: str) 
                              f"modules to {_EMBEDDING!r} only")
 
 
+def module_directories(directory: PathLike) -> List[str]:
+    """The module subdirectories modules.json names (such as 1_Pooling, 2_Dense), for copying a
+    directory: those that exist and are plain relative paths. Lenient by design: a malformed
+    modules.json gives [] here and is reported by embed()."""
+    root = pathlib.Path(os.fspath(directory))
+    try:
+        entries = _read_json(root / MODULES_FILE)
+    except (OSError, ValueError):
+        return []
+    found = []
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        try:
+            path = _module_directory(root, entry.get("path") if isinstance(entry, dict) else None, root, index)
+        except ValueError:
+            continue
+        if path != root and path.is_dir():
+            found.append(path.relative_to(root).as_posix())
+    return found
+
+
 def read_do_lower_case(directory: PathLike) -> bool:
     """sentence_bert_config.json's do_lower_case (False when the file or the key is absent)."""
     path = pathlib.Path(os.fspath(directory)) / TRANSFORMER_CONFIG_FILE
@@ -418,5 +438,5 @@ def prompt_token_count(tokenizer: Any, prompt: str) -> int:
     return count
 
 
-__all__ = ["DenseLayer", "SentencePipeline", "POOLING_MODES", "l2_normalize", "lowercase_tokenizer", "pool",
-           "prompt_token_count", "read_do_lower_case", "read_sentence_pipeline"]
+__all__ = ["DenseLayer", "SentencePipeline", "POOLING_MODES", "l2_normalize", "lowercase_tokenizer",
+           "module_directories", "pool", "prompt_token_count", "read_do_lower_case", "read_sentence_pipeline"]
