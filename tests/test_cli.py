@@ -163,8 +163,8 @@ def test_embed_errors(tiny, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("\n \n")
     assert_user_error(run_cli("embed", tiny["encoder"], "--file", empty), "embed", "no non-empty lines")
-    assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--pooling", "max"), "embed",
-                      "argument --pooling: invalid choice: 'max'")
+    assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--pooling", "sum"), "embed",
+                      "argument --pooling: invalid choice: 'sum'")
     assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--batch-size", "0"), "embed",
                       "argument --batch-size: expected an integer >= 1, got 0")
     assert_user_error(run_cli("embed", tiny["encoder"], "t5", "--output", tmp_path / "no" / "such" / "dir.json"),

@@ -144,7 +144,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     chunk = max(8 * args.batch_size, 256)  # embed() sorts each chunk by length; chunks give a progress bar
     starts = range(0, len(texts), chunk)
     with _open_model(args.model_dir, "encoder", "embed", args.dtype, args.threads) as enc:
-        parts = [enc.embed(texts[i:i + chunk], pooling=args.pooling, normalize=not args.no_normalize,
+        parts = [enc.embed(texts[i:i + chunk], pooling=args.pooling, normalize=False if args.no_normalize else None,
                            batch_size=args.batch_size)
                  for i in _progress(starts, "embed")]
     vectors = np.concatenate(parts)
@@ -351,8 +351,10 @@ def build_parser() -> argparse.ArgumentParser:
                                        f"({titles('encoder')}; needs tokenizer.json).")
     embed.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(embed, "texts to embed")
-    embed.add_argument("--pooling", choices=("mean", "cls"), default="mean", help="token pooling (default mean)")
-    embed.add_argument("--no-normalize", action="store_true", help="do not L2-normalise the embeddings")
+    embed.add_argument("--pooling", choices=("mean", "cls", "max", "last"), default=None,
+                       help="token pooling (default: the sentence-transformers configuration, else mean)")
+    embed.add_argument("--no-normalize", action="store_true",
+                       help="do not L2-normalise the embeddings (default: as configured, else normalised)")
     embed.add_argument("--format", choices=("json", "npy"), default="json",
                        help="json: a list of lists on stdout (default); npy: a NumPy .npy file")
     embed.add_argument("--output", "-o", metavar="PATH", help="write to PATH instead of stdout")

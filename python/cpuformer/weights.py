@@ -321,6 +321,7 @@ _COPIED = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", 
            "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "source.spm",
            "target.spm", "added_tokens.json", "sentence_bert_config.json", "modules.json",
            "config_sentence_transformers.json")
+# ... and the sentence-transformers module directories modules.json names (2_Dense holds weights).
 _COPIED_DIRS = ("1_Pooling", "2_Normalize")
 
 
@@ -436,7 +437,9 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
                 for file in _COPIED:
                     if (md.path / file).is_file():
                         shutil.copyfile(md.path / file, work / file)
-                for sub in _COPIED_DIRS:
+                from .models._sentence import module_directories  # here: models imports this module
+
+                for sub in dict.fromkeys(_COPIED_DIRS + tuple(module_directories(md.path))):
                     if (md.path / sub).is_dir():
                         shutil.copytree(md.path / sub, work / sub)
                 if dst_path.is_dir():

@@ -456,8 +456,8 @@ def test_bad_embed_inputs(small_models, minilm_dir):
                                          "token ids instead"):
         enc.embed(["hello"])
     np.testing.assert_allclose(np.linalg.norm(enc.embed([[2, 3], [4]]), axis=1), 1.0, atol=1e-6)
-    with pytest.raises(ValueError, match="pooling must be 'mean' or 'cls', got 'max'"):
-        enc.embed([[2, 3]], pooling="max")
+    with pytest.raises(ValueError, match="pooling must be None, 'mean', 'cls', 'max' or 'last', got 'sum'"):
+        enc.embed([[2, 3]], pooling="sum")
     with pytest.raises(ValueError, match="embed.. needs at least one input, got an empty list"):
         enc.embed([])
     with pytest.raises(TypeError, match="wrap a single string in a list"):

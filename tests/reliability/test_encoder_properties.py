@@ -155,7 +155,7 @@ def reference_embed(weights, config, sequences, pooling, normalize):
     rows = []
     for s in sequences:
         h = reference_forward(weights, config, np.array([s]))[0]
-        v = h.mean(axis=0) if pooling == "mean" else h[0]
+        v = {"mean": h.mean(axis=0), "cls": h[0], "max": h.max(axis=0), "last": h[-1]}[pooling]
         rows.append(v / max(np.linalg.norm(v), 1e-12) if normalize else v)
     return np.array(rows)
 
@@ -188,7 +188,7 @@ def hostile_embed(calls, enc, sequences, case, vocab, max_len):
     elif case == "too_long":
         expect(ValueError, f"exceeds the model's maximum of {max_len}", sequences + [[1] * (max_len + 1)])
     elif case == "pooling":
-        expect(ValueError, "pooling must be 'mean' or 'cls'", sequences, pooling="max")
+        expect(ValueError, "pooling must be None, 'mean', 'cls', 'max' or 'last'", sequences, pooling="sum")
     elif case == "batch_zero":
         expect(ValueError, "batch_size must be an integer >= 1", sequences, batch_size=0)
     elif case == "batch_bool":
@@ -213,7 +213,8 @@ def test_encoder_embed(encoder):
     @property_settings(420)
     @given(sequences=st.lists(st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max_len), min_size=1,
                               max_size=5),
-           pooling=st.sampled_from(["mean", "cls"]), normalize=st.booleans(), batch_size=st.integers(1, 6),
+           pooling=st.sampled_from(["mean", "cls", "max", "last"]), normalize=st.booleans(),
+           batch_size=st.integers(1, 6),
            as_arrays=st.booleans(),
            hostile=st.lists(st.sampled_from(HOSTILE_EMBED), min_size=3, max_size=3, unique=True))
     def check(sequences, pooling, normalize, batch_size, as_arrays, hostile):

@@ -17,10 +17,13 @@ import numpy as np
 from .._arguments import integer_array, token_id_range_error
 from .._model_dir import ModelDir
 from .._tokenizer import load_tokenizer, read_length_limit
+from . import _sentence
 from ._base import ModelBase, TokenIds
 from ._tasks import TaskMixin
 
-_POOLINGS = ("mean", "cls")
+# embed()'s explicit pooling names -> sentence-transformers' mode names (models/_sentence.py)
+_POOLINGS = {"mean": "mean", "cls": "cls", "max": "max", "last": "lasttoken"}
+_NOT_READ = object()
 
 PathLike = Union[str, os.PathLike]
 
@@ -99,6 +102,8 @@ class Encoder(TaskMixin, ModelBase):
                 raise ValueError(f"embed() was given strings, but {self._model_dir.path} has no tokenizer.json; "
                                  "pass lists of token ids instead")
             tokenizer = load_tokenizer(path)
+            if _sentence.read_do_lower_case(self._model_dir.path):
+                _sentence.lowercase_tokenizer(tokenizer)
             tokenizer.no_padding()  # batches are padded here, after sorting by length
             tokenizer.enable_truncation(self.max_tokens)
             self._tokenizer = tokenizer
@@ -106,29 +111,60 @@ class Encoder(TaskMixin, ModelBase):
 
     @property
     def max_tokens(self) -> int:
-        """Truncation length for embed() of strings: the position table's limit, lowered by tokenizer_config.json's
-        model_max_length and sentence-transformers' max_seq_length when those are present."""
-        limit = self.max_seq_len
-        for file, key in (("tokenizer_config.json", "model_max_length"),
-                          ("sentence_bert_config.json", "max_seq_length")):
-            value = read_length_limit(self._model_dir.path, file, key)
-            if value is not None and value < limit:
-                limit = value
-        return limit
+        """Truncation length for embed() of strings: the position table's limit, lowered by
+        sentence-transformers' sentence_bert_config.json max_seq_length when present (which replaces
+        the tokenizer's limit, as sentence-transformers does), else by tokenizer_config.json's
+        model_max_length."""
+        # both files are read, so that a corrupt one is reported whichever of them decides
+        tokenizer_limit = read_length_limit(self._model_dir.path, "tokenizer_config.json", "model_max_length")
+        sentence_limit = read_length_limit(self._model_dir.path, "sentence_bert_config.json", "max_seq_length")
+        limit = sentence_limit if sentence_limit is not None else tokenizer_limit
+        return self.max_seq_len if limit is None else min(limit, self.max_seq_len)
 
-    def embed(self, inputs: Union[Sequence[str], Sequence[Sequence[int]]], pooling: str = "mean",
-              normalize: bool = True, batch_size: int = 32) -> np.ndarray:
-        """Sentence embeddings, float32 [N, H], in input order.
+    _sentence_pipeline = _NOT_READ  # read on first use (docs/reliability.md, "files read after load")
 
-        inputs: a list of strings (needs tokenizer.json; truncated to ``max_tokens``) or a list of
-        token-id lists (used as given; longer than max_seq_len is an error). pooling: "mean" (over
-        the tokens of each sequence, using the attention mask) or "cls" (the first token).
-        normalize: L2-normalise each row. Sequences are run in batches of ``batch_size`` sorted by
-        length, so batches carry little padding.
+    def _get_sentence_pipeline(self) -> Optional[_sentence.SentencePipeline]:
+        if self._sentence_pipeline is _NOT_READ:
+            self._sentence_pipeline = _sentence.read_sentence_pipeline(self._model_dir.path, self.hidden_size)
+        return self._sentence_pipeline
+
+    @property
+    def sentence_pooling(self) -> Optional[dict]:
+        """What ``embed()`` does by default when the directory is a sentence-transformers model
+        (modules.json): ``{"source", "pooling": [modes], "include_prompt", "after_pooling": [Dense /
+        Normalize steps], "default_prompt"}``; None without modules.json (embed() then mean-pools and
+        normalises). Raises the errors embed() would raise for an unsupported module list."""
+        self._live()
+        pipeline = self._get_sentence_pipeline()
+        return None if pipeline is None else pipeline.describe()
+
+    def embed(self, inputs: Union[Sequence[str], Sequence[Sequence[int]]], pooling: Optional[str] = None,
+              normalize: Optional[bool] = None, batch_size: int = 32) -> np.ndarray:
+        """Sentence embeddings, float32 [N, D], in input order (D = hidden_size unless Dense modules
+        or several pooling modes change it).
+
+        inputs: a list of strings (needs tokenizer.json; truncated to ``max_tokens``, lowercased when
+        sentence_bert_config.json sets do_lower_case) or a list of token-id lists (used as given;
+        longer than max_seq_len is an error).
+
+        pooling=None follows the directory's sentence-transformers configuration when it has a
+        modules.json (the Pooling module's modes, then its Dense and Normalize modules in order, and
+        the default prompt of config_sentence_transformers.json prepended to strings), so the result
+        equals ``SentenceTransformer(path).encode(inputs)``; without modules.json it is mean pooling.
+        An explicit pooling ("mean" over the unpadded tokens, "cls" the first token, "max" the
+        elementwise maximum over the unpadded tokens, "last" the last unpadded token) pools the
+        encoder's output and applies none of the configured modules or prompt.
+        normalize=None: L2-normalise unless the configured modules decide (they do when
+        pooling=None and modules.json exists: normalised exactly when a Normalize module is listed).
+        normalize=True/False replaces any configured Normalize module: the Dense modules still apply,
+        then the rows are L2-normalised or not.
+        Sequences are run in batches of ``batch_size`` sorted by length, so batches carry little padding.
         """
         self._live()
-        if pooling not in _POOLINGS:
-            raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        if pooling is not None and pooling not in _POOLINGS:
+            raise ValueError(f"pooling must be None, 'mean', 'cls', 'max' or 'last', got {pooling!r}")
+        if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
+            raise TypeError(f"normalize must be None, True or False, got {normalize!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
         if isinstance(inputs, (str, bytes)):
@@ -136,31 +172,33 @@ class Encoder(TaskMixin, ModelBase):
         inputs = list(inputs)
         if not inputs:
             raise ValueError("embed() needs at least one input, got an empty list")
+        pipeline = self._get_sentence_pipeline() if pooling is None else None
+        if pipeline is None:
+            pipeline = _sentence.SentencePipeline("", (_POOLINGS[pooling or "mean"],), True)
+        prompt_length = 0
         if all(isinstance(x, str) for x in inputs):
-            encodings = self._get_tokenizer().encode_batch(inputs)
-            sequences = [e.ids for e in encodings]
+            tokenizer = self._get_tokenizer()
+            if pipeline.prompt is not None:
+                inputs = [pipeline.prompt + x for x in inputs]
+                prompt_length = _sentence.prompt_token_count(tokenizer, pipeline.prompt)
+            sequences = [e.ids for e in tokenizer.encode_batch(inputs)]
         elif any(isinstance(x, str) for x in inputs):
             raise TypeError("embed() inputs must be all strings or all token-id lists, not a mix")
         else:
             sequences = [_id_list(x, i, self.config["vocab_size"]) for i, x in enumerate(inputs)]
-        H = self.hidden_size
-        result = np.empty((len(sequences), H), dtype=np.float32)
+        result: Optional[np.ndarray] = None
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             ids, mask = _pad([sequences[i] for i in chunk], self.pad_token_id)
             hidden = self(ids, mask)
-            if pooling == "cls":
-                pooled = hidden[:, 0, :]
-            else:
-                weights = mask.astype(np.float32)[:, :, None]
-                # padded rows are selected out, not multiplied by 0: 0 · NaN would reach the mean
-                kept = np.where(weights > 0, hidden, np.float32(0.0))
-                pooled = kept.sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
+            pooled = pipeline.apply(hidden, mask, prompt_length, normalize_modules=normalize is None)
+            if result is None:
+                result = np.empty((len(sequences), pooled.shape[1]), dtype=np.float32)
             result[chunk] = pooled
-        if normalize:
-            norms = np.linalg.norm(result, axis=1, keepdims=True)
-            result /= np.maximum(norms, 1e-12)
+        assert result is not None
+        if normalize or (normalize is None and not pipeline.source):
+            result = _sentence.l2_normalize(result).astype(np.float32, copy=False)
         return result
 
     def _shape_text(self) -> str:
