@@ -362,3 +362,19 @@ def test_classify_bad_input(tmp_path, minilm_dir):
         m.classify([[1, 2]])
     with pytest.raises(ValueError, match=r"^top_k must be an integer >= 1 or None, got -1$"):
         m.classify("x", top_k=-1)
+
+
+def test_mean_step_averages_only_unpadded_tokens():
+    from cpuformer.arch.heads import HeadBuilder
+    from cpuformer.models._heads import TaskHead
+
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((3, 8)).astype(np.float32)
+    head = HeadBuilder("sequence_classification", ("a", "b", "c")).mean().dense("out", "out.weight", (3, 8)).build()
+    run = TaskHead(head, {"head.out": weight, "head.out.bias": np.zeros(3, np.float32)}, "float32")
+    hidden = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    hidden[1, 3:] = np.nan  # padding may hold anything
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    expected = np.stack([hidden[0].mean(axis=0), hidden[1, :3].mean(axis=0)]) @ weight.T
+    np.testing.assert_allclose(run(hidden, None, mask), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run(hidden[:1]), expected[:1], rtol=1e-5, atol=1e-5)

@@ -4,6 +4,7 @@ classes) computes on top of the encoder's hidden states, declared per family lik
 A head is a short list of steps applied to the last hidden state h [B, T, H]:
 
 - ``("first",)``: h[:, 0] (the first token's state; [B, H]);
+- ``("mean",)``: the mean of h over each sequence's unpadded tokens ([B, H]);
 - ``("pooler",)``: the encoder's own pooler output tanh(pooler(h[:, 0])) (BERT);
 - ``("dense", name)``: the linear layer ``head.<name>`` (weight [out, in] and its bias);
 - ``("act", activation)``: one of ``HEAD_ACTIVATIONS``;
@@ -75,6 +76,10 @@ class HeadBuilder:
 
     def first(self) -> "HeadBuilder":
         self.steps.append(("first",))
+        return self
+
+    def mean(self) -> "HeadBuilder":
+        self.steps.append(("mean",))
         return self
 
     def pooler(self) -> "HeadBuilder":

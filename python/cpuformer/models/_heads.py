@@ -24,7 +24,7 @@ class TaskHead:
 
     def __init__(self, head: Head, arrays: Dict[str, np.ndarray], dtype: str):
         self.task, self.labels, self.uses_pooler = head.task, head.labels, head.uses_pooler
-        self._steps: List[Callable[[np.ndarray, Optional[np.ndarray]], np.ndarray]] = []
+        self._steps: List[Callable[..., np.ndarray]] = []
         steps = list(head.steps)
         i = 0
         while i < len(steps):
@@ -41,37 +41,52 @@ class TaskHead:
             elif step[0] == "norm":
                 self._steps.append(_norm(arrays[step[1]], arrays.get(step[1] + ".bias"), step[2]))
             elif step[0] == "first":
-                self._steps.append(lambda x, pooled: np.ascontiguousarray(x[:, 0]))
+                self._steps.append(lambda x, pooled, mask: np.ascontiguousarray(x[:, 0]))
+            elif step[0] == "mean":
+                self._steps.append(_masked_mean)
             elif step[0] == "pooler":
-                self._steps.append(lambda x, pooled: pooled)
+                self._steps.append(lambda x, pooled, mask: pooled)
             else:  # pragma: no cover - the declarations are checked by the tests
                 raise AssertionError(f"unknown head step {step!r}")
             i += 1
 
-    def __call__(self, hidden: np.ndarray, pooled: Optional[np.ndarray] = None) -> np.ndarray:
+    def __call__(self, hidden: np.ndarray, pooled: Optional[np.ndarray] = None,
+                 mask: Optional[np.ndarray] = None) -> np.ndarray:
+        """hidden [B, T, H]; pooled [B, H] (heads on the pooler); mask [B, T] (0 at padding; None:
+        no padding)."""
         x = hidden
         for step in self._steps:
-            x = step(x, pooled)
+            x = step(x, pooled, mask)
         return x
 
 
+def _masked_mean(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray]) -> np.ndarray:
+    """The mean over each sequence's unpadded tokens (padded rows are selected out, never multiplied
+    by 0: a padded row may hold anything)."""
+    if mask is None:
+        return x.mean(axis=1, dtype=np.float32)
+    keep = mask.astype(bool)[:, :, None]
+    total = np.where(keep, x, np.float32(0)).sum(axis=1)
+    return (total / np.maximum(keep.sum(axis=1), 1)).astype(np.float32)
+
+
 def _dense(weight: np.ndarray, bias: Optional[np.ndarray], activation: Optional[str],
-           dtype: str) -> Callable[[np.ndarray, Any], np.ndarray]:
+           dtype: str) -> Callable[..., np.ndarray]:
     linear = _core.Linear(np.ascontiguousarray(weight, dtype=np.float32),
                           None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), activation, dtype)
-    return lambda x, pooled: linear(x)
+    return lambda x, pooled, mask: linear(x)
 
 
-def _activation(name: str) -> Callable[[np.ndarray, Any], np.ndarray]:
+def _activation(name: str) -> Callable[..., np.ndarray]:
     if name == "tanh":
-        return lambda x, pooled: np.tanh(x)
+        return lambda x, pooled, mask: np.tanh(x)
     kernel = {"gelu": lambda x: _core.gelu(x, "none"), "gelu_tanh": lambda x: _core.gelu(x, "tanh"),
               "relu": _core.relu, "silu": _core.silu}[name]
-    return lambda x, pooled: kernel(np.ascontiguousarray(x))
+    return lambda x, pooled, mask: kernel(np.ascontiguousarray(x))
 
 
-def _norm(weight: np.ndarray, bias: Optional[np.ndarray], eps: float) -> Callable[[np.ndarray, Any], np.ndarray]:
-    return lambda x, pooled: _core.layer_norm(x, weight, bias, float(eps), None)
+def _norm(weight: np.ndarray, bias: Optional[np.ndarray], eps: float) -> Callable[..., np.ndarray]:
+    return lambda x, pooled, mask: _core.layer_norm(x, weight, bias, float(eps), None)
 
 
 __all__ = ["TaskHead"]

@@ -66,6 +66,8 @@ class TaskMixin:
         def __call__(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None, *,
                      return_pooler: bool = False) -> Any: ...
         def _live(self) -> Any: ...
+        def _forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any,
+                     return_pooler: bool) -> Tuple[Any, Optional[np.ndarray]]: ...
         def _get_tokenizer(self) -> Any: ...
 
     @property
@@ -99,11 +101,9 @@ class TaskMixin:
         return self._logits(head, input_ids, attention_mask, token_type_ids)
 
     def _logits(self, head: Any, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-        if head.uses_pooler:
-            hidden, pooled = self(input_ids, attention_mask, token_type_ids, return_pooler=True)
-        else:
-            hidden, pooled = self(input_ids, attention_mask, token_type_ids), None
-        out = head(hidden, pooled)
+        out, mask = self._forward(input_ids, attention_mask, token_type_ids, head.uses_pooler)
+        hidden, pooled = out if head.uses_pooler else (out, None)
+        out = head(hidden, pooled, mask)
         if head.task == "question_answering":
             return np.ascontiguousarray(out[..., 0]), np.ascontiguousarray(out[..., 1])
         return out
@@ -127,9 +127,9 @@ class TaskMixin:
         return self._get_tokenizer().encode_batch(encoded)
 
     def _batches(self, encodings: List[Any], batch_size: int,
-                 pooler: bool) -> Iterator[Tuple[List[int], np.ndarray, Optional[np.ndarray]]]:
-        """(indices into encodings, last_hidden_state, pooler output or None) per batch, the
-        encodings sorted by length."""
+                 pooler: bool) -> Iterator[Tuple[List[int], np.ndarray, Optional[np.ndarray], np.ndarray]]:
+        """(indices into encodings, last_hidden_state, pooler output or None, attention mask) per
+        batch, the encodings sorted by length."""
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         pad, type_vocab = self.config["pad_token_id"], self.config["type_vocab_size"]
         for start in range(0, len(order), batch_size):
@@ -146,13 +146,13 @@ class TaskMixin:
                     types[row, :len(e.ids)] = np.minimum(e.type_ids, type_vocab - 1)
             result = self(ids, mask, types if type_vocab else None, return_pooler=pooler)
             hidden, pooled = result if pooler else (result, None)
-            yield chunk, hidden, pooled
+            yield chunk, hidden, pooled, mask
 
     def _sequence_logits(self, head: Any, encodings: List[Any], batch_size: int) -> np.ndarray:
         """[N, labels] of a sequence-level head, in input order."""
         out = np.empty((len(encodings), len(head.labels)), dtype=np.float32)
-        for chunk, hidden, pooled in self._batches(encodings, batch_size, head.uses_pooler):
-            out[chunk] = head(hidden, pooled)
+        for chunk, hidden, pooled, mask in self._batches(encodings, batch_size, head.uses_pooler):
+            out[chunk] = head(hidden, pooled, mask)
         return out
 
     # ---- classification ----------------------------------------------------------------------
@@ -276,9 +276,9 @@ class TaskMixin:
             positions.append(found[0])
         # Only the masked row of each text goes through the vocabulary projection.
         per_text = np.empty((len(encodings), self.config["vocab_size"]), dtype=np.float32)
-        for chunk, hidden, _ in self._batches(encodings, batch_size, False):
+        for chunk, hidden, _, _ in self._batches(encodings, batch_size, False):
             rows = hidden[np.arange(len(chunk)), [positions[i] for i in chunk]]
-            per_text[chunk] = head(rows[:, None, :], None)[:, 0]
+            per_text[chunk] = head(rows[:, None, :])[:, 0]
         results = []
         for e, position, logits in zip(encodings, positions, per_text):
             probabilities = _softmax(logits.astype(np.float64))

@@ -10,7 +10,7 @@ depend on its files (docs/reliability.md, "fork() and files changing after load"
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -83,10 +83,16 @@ class Encoder(TaskMixin, ModelBase):
         then be lists of the same lengths). attention_mask: 0/1 (or bool) [B, T], default all
         ones. token_type_ids: [B, T] in [0, type_vocab_size), default zeros.
         """
+        out, _ = self._forward(input_ids, attention_mask, token_type_ids, bool(return_pooler))
+        return out
+
+    def _forward(self, input_ids: TokenIds, attention_mask: Optional[TokenIds], token_type_ids: Optional[TokenIds],
+                 return_pooler: bool) -> Tuple[Any, Optional[np.ndarray]]:
+        """(what __call__ returns, the attention mask it used: int64 [B, T], None for all ones)."""
         model = self._live()
         ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id,
                                            self.config["vocab_size"])
-        return model.forward(ids, mask, types, bool(return_pooler), self.num_threads)
+        return model.forward(ids, mask, types, return_pooler, self.num_threads), mask
 
     def pooler_output(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
                       token_type_ids: Optional[TokenIds] = None) -> np.ndarray:
