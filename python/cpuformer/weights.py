@@ -245,8 +245,10 @@ class Checkpoint:
         if tensor.rows_key and name in md:
             have = list(md.tensor_info(name)[1])
             if have[:1] != [shape[0]] or have[1:] != list(shape[1:]):
+                # (the tables with a rows_key are embedding tables: embedding_size wide)
+                width = "hidden_size" if self.hp.embedding_size == self.hp.hidden_size else "embedding_size"
                 raise ValueError(f"config.json: {tensor.rows_key!r} is {shape[0]}, but the checkpoint's {name} has "
-                                 f"shape {have} ({tensor.rows_key} × hidden_size {self.hp.hidden_size})")
+                                 f"shape {have} ({tensor.rows_key} × {width} {shape[1]})")
         if tensor.as_row:
             return np.ascontiguousarray(md.tensor(name, shape=(1,) + shape).reshape(shape), dtype=np.float32)
         if tensor.transpose:
