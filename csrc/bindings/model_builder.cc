@@ -48,15 +48,15 @@ void ModelBuilder::reject_unused(const py::dict& tensors, const std::set<std::st
 
 StackTensors ModelBuilder::stack_tensors(const py::dict& tensors, const TransformerConfig& c, const std::string& stack,
                                          std::set<std::string>& used) {
-  const long H = c.hidden_size;
+  const long H = c.hidden_size, E = c.embedding_width();
   const std::string p = stack + ".";
   StackTensors s;
   if (c.has_position_table()) {
-    s.positions = vector(tensors, p + "embed.positions", {c.position_offset + c.max_positions, H}, true, used, true);
+    s.positions = vector(tensors, p + "embed.positions", {c.position_offset + c.max_positions, E}, true, used, true);
   }
-  if (c.embedding_norm) s.embed_norm = norm(tensors, p + "embed.norm", H, true, used);
+  if (c.embedding_norm) s.embed_norm = norm(tensors, p + "embed.norm", E, true, used);
   if (c.final_norm) s.final_norm = norm(tensors, p + "final_norm", H, true, used);
-  if (c.positions == Positions::kRelative) {
+  if (c.has_relative_bias()) {
     s.relative_bias = vector(tensors, p + "relative_bias", {c.num_buckets, c.num_heads}, true, used);
   }
   if (c.positions == Positions::kRope)
@@ -65,14 +65,16 @@ StackTensors ModelBuilder::stack_tensors(const py::dict& tensors, const Transfor
 }
 
 GlobalTensors ModelBuilder::global_tensors(const py::dict& tensors, const TransformerConfig& c) {
-  const long H = c.hidden_size, V = c.vocab_size;
+  const long H = c.hidden_size, V = c.vocab_size, E = c.embedding_width();
   std::set<std::string> used;
   GlobalTensors g;
-  g.tokens = vector(tensors, "embed.tokens", {V, H}, true, used, true);
+  g.tokens = vector(tensors, "embed.tokens", {V, E}, true, used, true);
   if (c.type_vocab_size > 0) {
-    g.token_types = vector(tensors, "embed.token_types", {c.type_vocab_size, H}, true, used, true);
+    g.token_types = vector(tensors, "embed.token_types", {c.type_vocab_size, E}, true, used, true);
   }
   if (c.kind == ModelKind::kEncoder) {
+    // required when the tables are narrower than the hidden size; optional otherwise (ALBERT has one either way)
+    g.embed_project = linear(tensors, "embed.project", H, E, E != H, c, used);
     g.pooler = linear(tensors, "pooler", H, H, false, c, used);
     g.encoder = stack_tensors(tensors, c, "encoder", used);
   } else {

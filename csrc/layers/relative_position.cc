@@ -4,6 +4,9 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/checked_size.h"
+#include "runtime/threading.h"
+
 namespace cpuformer {
 
 long relative_position_bucket(long relative_position, bool bidirectional, long num_buckets, long max_distance) {
@@ -41,6 +44,32 @@ void relative_position_bias(const float* table, long heads, long num_buckets, lo
       for (long j = 0; j < k_len; ++j) row[j] = table[buckets[j - (q_start + i) - lowest] * heads + h];
     }
   }
+}
+
+void set_bidirectional_relative_mask(const float* table, long heads, long num_buckets, long max_distance,
+                                     const float* key_mask, long batch, long seq_len, ScratchBuffer& scratch,
+                                     AttentionArgs& args) {
+  const long T = seq_len;
+  const long per = static_cast<long>(checked_count({heads, T, T}, "the relative position bias"));
+  // [0]: the bias; [1 + b]: the bias plus sequence b's key mask (with a key mask only).
+  float* bias = scratch.reserve({key_mask ? batch + 1 : 1, per});
+  relative_position_bias(table, heads, num_buckets, max_distance, /*bidirectional=*/true, 0, T, T, bias);
+  if (key_mask) {
+    parallel_ranges(batch, 1, [&](long b0, long b1) {
+      for (long b = b0; b < b1; ++b) {
+        float* out = bias + (b + 1) * per;
+        for (long i = 0; i < heads * T; ++i) {
+          for (long j = 0; j < T; ++j) out[i * T + j] = bias[i * T + j] + key_mask[b * T + j];
+        }
+      }
+    });
+    bias += per;
+  }
+  args.mask = bias;
+  args.mask_stride_b = key_mask ? per : 0;
+  args.mask_stride_h = T * T;
+  args.mask_stride_q = T;
+  args.mask_stride_k = 1;
 }
 
 }  // namespace cpuformer

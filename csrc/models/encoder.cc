@@ -4,6 +4,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "layers/relative_position.h"
 #include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
@@ -15,12 +16,22 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
       position_embeddings_(t.encoder.positions),
       token_type_embeddings_(config.type_vocab_size > 0 ? t.token_types : nullptr) {
   config_.validate();
-  const long H = config_.hidden_size;
+  const long H = config_.hidden_size, E = config_.embedding_width();
   if (!config_.has_position_table() || position_embeddings_ == nullptr) {
     throw std::invalid_argument("an encoder needs a position table");
   }
   if (config_.embedding_norm)
-    embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, H);
+    embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, E);
+  if (t.embed_project.weight) {
+    embed_project_ = Linear({{t.embed_project.weight, t.embed_project.bias, H}}, E, config_.weight_type);
+    has_embed_project_ = true;
+  } else if (E != H || t.embed_project.bias) {
+    throw std::invalid_argument("embedding_size != hidden_size needs the embed.project weight");
+  }
+  if (config_.relative_bias) {
+    if (t.encoder.relative_bias == nullptr) throw std::invalid_argument("relative_bias needs its table");
+    relative_bias_.assign(t.encoder.relative_bias, t.encoder.relative_bias + config_.num_buckets * config_.num_heads);
+  }
   if (config_.final_norm) final_norm_ = NormWeights(config_, t.encoder.final_norm.weight, t.encoder.final_norm.bias, H);
   if (t.pooler.weight) {
     pooler_ = Linear({{t.pooler.weight, t.pooler.bias, H}}, H, config_.weight_type);
@@ -34,9 +45,12 @@ void EncoderModel::add_layer(const BlockTensors& t) {
   layers_.emplace_back(config_, t, /*cross=*/false);
 }
 
-void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len,
-                         float* h) const {
-  const long H = config_.hidden_size;
+void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h,
+                         Workspace& ws) const {
+  const long E = config_.embedding_width();  // the width of the tables (and of h until projected)
+  const long rows = batch * seq_len;
+  float* const hidden = h;
+  if (has_embed_project_) h = ws.embeddings.reserve({rows, E});
   const long pad = config_.pad_token_id;
   const bool cumsum = config_.position_ids == PositionIds::kPaddingCumsum;
   const float scale = config_.embed_scale;
@@ -51,22 +65,23 @@ void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids
           if (id != pad) ++count;
           position = id != pad ? pad + count : pad;
         }
-        const float* word = word_embeddings_ + id * H;
-        const float* pos = position_embeddings_ + (config_.position_offset + position) * H;
-        float* row = h + r * H;
+        const float* word = word_embeddings_ + id * E;
+        const float* pos = position_embeddings_ + (config_.position_offset + position) * E;
+        float* row = h + r * E;
         if (scale != 1.0f) {
-          for (long j = 0; j < H; ++j) row[j] = word[j] * scale + pos[j];
+          for (long j = 0; j < E; ++j) row[j] = word[j] * scale + pos[j];
         } else {
-          for (long j = 0; j < H; ++j) row[j] = word[j] + pos[j];
+          for (long j = 0; j < E; ++j) row[j] = word[j] + pos[j];
         }
         if (token_type_embeddings_) {
-          const float* type = token_type_embeddings_ + (token_type_ids ? token_type_ids[r] : 0) * H;
-          for (long j = 0; j < H; ++j) row[j] += type[j];
+          const float* type = token_type_embeddings_ + (token_type_ids ? token_type_ids[r] : 0) * E;
+          for (long j = 0; j < E; ++j) row[j] += type[j];
         }
       }
     }
   });
-  if (config_.embedding_norm) embedding_norm_.apply(config_, h, h, batch * seq_len);
+  if (config_.embedding_norm) embedding_norm_.apply(config_, h, h, rows);
+  if (has_embed_project_) embed_project_.apply(h, rows, E, hidden, config_.hidden_size);
 }
 
 void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
@@ -100,12 +115,16 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     if (any_masked) key_mask = m;
   }
 
-  embed(input_ids, token_type_ids, batch, seq_len, h);
+  embed(input_ids, token_type_ids, batch, seq_len, h, ws);
   SelfAttentionInput in;
   in.args.batch = batch;
   in.args.q_len = in.args.kv_len = seq_len;
   in.args.scale = config_.scale();
-  if (key_mask) {
+  if (config_.relative_bias) {
+    // [B or 1, heads, T, T]: the bias of every (query, key) pair per head (+ each row's key mask)
+    set_bidirectional_relative_mask(relative_bias_.data(), config_.num_heads, config_.num_buckets, config_.max_distance,
+                                    key_mask, batch, seq_len, ws.relative_bias, in.args);
+  } else if (key_mask) {
     // [B, 1, 1, T]: one row of key biases per sequence, broadcast over heads and queries.
     in.args.mask = key_mask;
     in.args.mask_stride_b = seq_len;

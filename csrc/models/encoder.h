@@ -1,7 +1,9 @@
 // Encoder graph (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, and any encoder the registry declares):
 //
-//   h = word[ids] + position[pos] (+ token_type[types]) → embedding norm          h: [B·T, hidden]
-//   per layer: a TransformerBlock (self-attention over the unpadded keys, feed-forward)
+//   e = word[ids] + position[pos] (+ token_type[types]) → embedding norm          e: [B·T, E]
+//   h = e, or embed.project(e) when the tables are narrower (E < hidden: ELECTRA)    h: [B·T, hidden]
+//   per layer: a TransformerBlock (self-attention over the unpadded keys, plus the relative
+//   position bias [heads, T, T] when config.relative_bias (MPNet); feed-forward)
 //   (final norm); pooler (BERT): tanh(W · h[:, 0] + b)
 //
 // Positions are t (arange) or RoBERTa's pad + running count of non-pad tokens.
@@ -38,9 +40,12 @@ class EncoderModel {
   struct Workspace {
     BlockWorkspace block;
     ScratchBuffer key_mask;
+    ScratchBuffer embeddings;     // [B·T, E] before embed.project
+    ScratchBuffer relative_bias;  // [B or 1, heads, T, T] (relative_bias)
   };
 
-  void embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h) const;
+  void embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h,
+             Workspace& ws) const;
   void run(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
            long seq_len, float* out, float* pooled, Workspace& ws) const;
 
@@ -49,6 +54,9 @@ class EncoderModel {
   const float* position_embeddings_;
   const float* token_type_embeddings_;
   NormWeights embedding_norm_, final_norm_;
+  bool has_embed_project_ = false;
+  Linear embed_project_;              // [hidden, E] (has_embed_project_)
+  std::vector<float> relative_bias_;  // [num_buckets, heads] (config.relative_bias)
   std::vector<TransformerBlock> layers_;
   bool has_pooler_ = false;
   Linear pooler_;

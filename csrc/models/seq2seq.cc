@@ -90,34 +90,15 @@ void Seq2SeqModel::run_encoder(const int64_t* src, const int64_t* src_mask, long
     }
     if (any) key_mask = m;
   }
-  // T5: bias [B or 1, heads, T, T] = relative bias (+ the row's key mask).
-  float* bias = nullptr;
-  if (c.positions == Positions::kRelative) {
-    const long per = static_cast<long>(checked_count({c.num_heads, T, T}, "the relative position bias"));
-    bias = ws.bias.reserve({key_mask ? batch + 1 : 1, per});
-    relative_position_bias(encoder_.relative_bias.data(), c.num_heads, c.num_buckets, c.max_distance, true, 0, T, T,
-                           bias);
-    if (key_mask) {
-      for (long b = 0; b < batch; ++b) {
-        float* out = bias + (b + 1) * per;
-        for (long i = 0; i < c.num_heads * T; ++i) {
-          for (long j = 0; j < T; ++j) out[i * T + j] = bias[i * T + j] + key_mask[b * T + j];
-        }
-      }
-      bias += per;
-    }
-  }
   SelfAttentionInput in;
   AttentionArgs& a = in.args;
   a.batch = batch;
   a.q_len = a.kv_len = T;
   a.scale = c.scale();
-  if (bias) {
-    a.mask = bias;
-    a.mask_stride_b = key_mask ? c.num_heads * T * T : 0;
-    a.mask_stride_h = T * T;
-    a.mask_stride_q = T;
-    a.mask_stride_k = 1;
+  if (c.positions == Positions::kRelative) {
+    // T5: bias [B or 1, heads, T, T] = relative bias (+ the row's key mask).
+    set_bidirectional_relative_mask(encoder_.relative_bias.data(), c.num_heads, c.num_buckets, c.max_distance, key_mask,
+                                    batch, T, ws.bias, a);
   } else if (key_mask) {
     a.mask = key_mask;
     a.mask_stride_b = T;

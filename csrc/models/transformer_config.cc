@@ -34,6 +34,7 @@ void TransformerConfig::validate() const {
   at_least(pad_token_id, 0, "pad_token_id");
   at_least(type_vocab_size, 0, "type_vocab_size");
   at_least(sliding_window, 0, "sliding_window");
+  at_least(embedding_size, 0, "embedding_size");
   require(num_heads % num_kv_heads == 0, "num_heads (" + std::to_string(num_heads) +
                                              ") must be a multiple of num_kv_heads (" + std::to_string(num_kv_heads) +
                                              ")");
@@ -41,7 +42,12 @@ void TransformerConfig::validate() const {
   if (has_position_table()) at_least(max_positions, 1, "max_positions (a position table)");
   if (positions == Positions::kRope)
     require(head_dim % 2 == 0, "RoPE needs an even head_dim, got " + std::to_string(head_dim));
-  if (positions == Positions::kRelative) {
+  if (kind != ModelKind::kEncoder) {
+    require(embedding_width() == hidden_size, "embedding_size must equal hidden_size outside encoders");
+    require(!relative_bias, "relative_bias (with learned positions) is implemented for encoders only");
+  }
+  if (relative_bias) require(has_position_table(), "relative_bias needs a position table");
+  if (has_relative_bias()) {
     at_least(num_buckets, 2, "num_buckets");
     at_least(max_distance, 2, "max_distance");
   }
@@ -54,9 +60,10 @@ void TransformerConfig::validate() const {
   const long kv = checked_multiply(num_kv_heads, head_dim, "num_kv_heads × head_dim");
   checked_add(q, checked_multiply(2, kv, "the key and value width"), "the fused q, k, v width");
   checked_multiply(2, intermediate_size, "the fused gate and up width (2 × intermediate_size)");
-  require_in_features(
-      weight_type,
-      {{"hidden_size", hidden_size}, {"num_heads × head_dim", q}, {"intermediate_size", intermediate_size}});
+  require_in_features(weight_type, {{"hidden_size", hidden_size},
+                                    {"num_heads × head_dim", q},
+                                    {"intermediate_size", intermediate_size},
+                                    {"embedding_size", embedding_width()}});
 }
 
 }  // namespace cpuformer

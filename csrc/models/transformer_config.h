@@ -56,6 +56,12 @@ struct TransformerConfig {
   // Storage of every projection weight and of the LM head; embeddings, norms and biases stay
   // float32 (docs/precision.md, "Which tensors are quantized").
   WeightType weight_type = WeightType::kFloat32;
+  // Width of the embedding tables and of the embedding norm (0: hidden_size). Encoders whose tables
+  // are narrower (ELECTRA, ALBERT) map the normed embeddings into hidden_size with embed.project.
+  long embedding_size = 0;
+  // Learned positions plus a bidirectional bucketed relative bias (num_buckets, max_distance), one
+  // table per stack added to every layer's attention scores (MPNet; encoders only).
+  bool relative_bias = false;
 
   // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
   template <class Visitor>
@@ -91,11 +97,15 @@ struct TransformerConfig {
     v("tie_word_embeddings", tie_word_embeddings);
     v("head_scale", head_scale);
     v("dtype", weight_type);
+    v("embedding_size", embedding_size);
+    v("relative_bias", relative_bias);
   }
 
   long q_width() const { return num_heads * head_dim; }
   long kv_width() const { return num_kv_heads * head_dim; }
   long qkv_width() const { return q_width() + 2 * kv_width(); }
+  long embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
+  bool has_relative_bias() const { return positions == Positions::kRelative || relative_bias; }
   bool has_position_table() const { return positions == Positions::kLearned || positions == Positions::kSinusoidal; }
   float scale() const {
     return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));

@@ -31,6 +31,12 @@ FAMILIES = {
                                                            pad_token_id=1)),
     "distilbert": ("DistilBert", "DistilBertConfig", dict(vocab_size=91, dim=48, n_layers=2, n_heads=4, hidden_dim=67,
                                                           max_position_embeddings=40)),
+    "mpnet": ("MPNet", "MPNetConfig", dict(vocab_size=87, hidden_size=45, num_hidden_layers=2, num_attention_heads=3,
+                                           intermediate_size=37, max_position_embeddings=48)),
+    # Embedding tables narrower than the hidden size: the masked-LM head maps back into them.
+    "electra": ("Electra", "ElectraConfig", dict(vocab_size=93, embedding_size=24, hidden_size=40,
+                                                 num_hidden_layers=2, num_attention_heads=4, intermediate_size=51,
+                                                 max_position_embeddings=40)),
 }
 HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMaskedLM")
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
@@ -150,9 +156,9 @@ def test_converted_directory_keeps_its_head(tmp_path):
 def test_unsupported_head_is_refused_and_head_false_opens_the_encoder(tmp_path):
     prefix, config_class, config = FAMILIES["bert"]
     model = _save(tmp_path, "BertForMultipleChoice", config_class, **config)
-    with pytest.raises(NotImplementedError, match=r"^BertForMultipleChoice: cpuformer does not run the head "
-                                                  r"\(MultipleChoice\) of BERT checkpoints; cpuformer.Encoder\(path, "
-                                                  r"head=False\) opens the encoder without its head$"):
+    with pytest.raises(NotImplementedError, match=r"^BertForMultipleChoice: cpuformer does not run the MultipleChoice "
+                                                  r"head of BERT checkpoints; cpuformer.Encoder\(path, head=False\) "
+                                                  r"opens the encoder without its head$"):
         cf.load(tmp_path)
     enc = cf.Encoder(tmp_path, head=False)
     assert enc.task is None

@@ -37,6 +37,14 @@ PARITY = {
                          intermediate_size=41, max_position_embeddings=38, type_vocab_size=1, pad_token_id=1)),
     "distilbert": ("DistilBertModel", "DistilBertConfig",
                    dict(vocab_size=91, dim=48, n_layers=2, n_heads=4, hidden_dim=67, max_position_embeddings=40)),
+    # Three heads of 15: neither the hidden size nor the head size is a multiple of 16.
+    "mpnet": ("MPNetModel", "MPNetConfig",
+              dict(vocab_size=87, hidden_size=45, num_hidden_layers=2, num_attention_heads=3, intermediate_size=53,
+                   max_position_embeddings=44, initializer_range=0.2)),
+    # Embedding tables narrower than the hidden size: embeddings_project maps 24 -> 40.
+    "electra": ("ElectraModel", "ElectraConfig",
+                dict(vocab_size=95, embedding_size=24, hidden_size=40, num_hidden_layers=2, num_attention_heads=5,
+                     intermediate_size=37, max_position_embeddings=40, type_vocab_size=3)),
     "gpt2": ("GPT2LMHeadModel", "GPT2Config",
              dict(vocab_size=101, n_embd=48, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2,
                   bos_token_id=1, eos_token_id=2)),

@@ -101,14 +101,15 @@ class Bert(Arch):
         if task == "question_answering":
             return HeadBuilder(task).dense("qa_outputs", "qa_outputs.weight", (2, H)).build()
         if task == "masked_lm":
-            builder = HeadBuilder(task).dense("transform", self.mlm_transform + ".weight", (H, H))
-            builder.act(self.mlm_activation(config, hp)).norm("transform_norm", self.mlm_norm, H, hp.norm_eps)
+            E = hp.embedding_size  # the transform maps into the word embeddings' width (ELECTRA's is narrower)
+            builder = HeadBuilder(task).dense("transform", self.mlm_transform + ".weight", (E, H))
+            builder.act(self.mlm_activation(config, hp)).norm("transform_norm", self.mlm_norm, E, hp.norm_eps)
             # The decoder is the word-embedding table unless the config unties it.
             # (transformers ties the decoder's bias to mlm_bias too; untied, it has its own.)
             if config.get("tie_word_embeddings", True) is not False:
-                return builder.dense("decoder", "embeddings.word_embeddings.weight", (hp.vocab_size, H),
+                return builder.dense("decoder", "embeddings.word_embeddings.weight", (hp.vocab_size, E),
                                      bias=self.mlm_bias, root=False, bias_root=True, rows_key="vocab_size").build()
-            return builder.dense("decoder", self.mlm_decoder + ".weight", (hp.vocab_size, H),
+            return builder.dense("decoder", self.mlm_decoder + ".weight", (hp.vocab_size, E),
                                  rows_key="vocab_size").build()
         return None
 

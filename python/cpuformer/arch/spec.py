@@ -14,9 +14,12 @@ model kind is built from. Canonical weight names are the same for every family:
 - per stack (the encoder or the decoder): ``embed.positions``, ``embed.norm`` (the norm applied
   to the embeddings), ``final_norm``, ``relative_bias`` (T5's bucketed bias table),
   ``rope.inv_freq`` (computed);
-- per model: ``embed.tokens``, ``embed.token_types``, ``lm_head``, ``lm_head.bias``, ``pooler``.
+- per model: ``embed.tokens``, ``embed.token_types``, ``embed.project`` (maps normed embeddings of
+  ``embedding_size`` into ``hidden_size`` when the tables are narrower: ELECTRA, ALBERT), ``lm_head``,
+  ``lm_head.bias``, ``pooler``.
 
-Matrix weights are in nn.Linear layout [out_features, in_features].
+The embedding tables, ``embed.norm`` and the input of ``embed.project`` are ``embedding_size`` wide
+(``hidden_size`` unless a family says otherwise). Matrix weights are in nn.Linear layout [out_features, in_features].
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq"
 
 #: Canonical weights that multiply activations (quantized or stored in 16 bits by the dtype policy).
 MATMUL = frozenset({"attn.q", "attn.k", "attn.v", "attn.o", "cross.q", "cross.k", "cross.v", "cross.o", "ffn.gate",
-                    "ffn.up", "ffn.down", "lm_head", "pooler"})
+                    "ffn.up", "ffn.down", "lm_head", "pooler", "embed.project"})
 #: Canonical norm weights (vectors of ones in a fresh checkpoint).
 NORMS = frozenset({"attn_norm", "cross_norm", "ffn_norm", "embed.norm", "final_norm", "attn.q_norm",
                    "attn.k_norm"})
@@ -79,10 +82,14 @@ class Hparams:
     max_distance: int = 128
     tie_word_embeddings: bool = True
     head_scale: float = 1.0  # logits = head_scale * lm_head(h)
+    embedding_size: int = 0  # width of the embedding tables and embed.norm (0: hidden_size); see embed.project
+    relative_bias: bool = False  # learned positions plus a bucketed relative bias in every layer (MPNet)
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == 0:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
+        if self.embedding_size == 0:
+            object.__setattr__(self, "embedding_size", self.hidden_size)
         assert self.kind in KINDS and self.norm in NORM_KINDS and self.positions in POSITION_KINDS
         assert self.activation in ACTIVATIONS, self.activation
 
@@ -138,7 +145,7 @@ class Arch:
         raise NotImplementedError
 
     def model_tensors(self, config: Mapping[str, Any], hp: Hparams) -> Dict[str, Source]:
-        """embed.tokens, embed.token_types, lm_head, lm_head.bias, pooler."""
+        """embed.tokens, embed.token_types, embed.project, lm_head, lm_head.bias, pooler."""
         raise NotImplementedError
 
     def stack_tensors(self, config: Mapping[str, Any], hp: Hparams, stack: str) -> Dict[str, Source]:
@@ -176,17 +183,20 @@ def bias_of(name: str) -> str:
 
 def canonical_shape(name: str, hp: Hparams) -> Tuple[int, ...]:
     """The shape cpuformer uses for canonical weight ``name`` of a model with hyperparameters ``hp``."""
-    H, D, F = hp.hidden_size, hp.head_dim, hp.intermediate_size
+    H, D, F, E = hp.hidden_size, hp.head_dim, hp.intermediate_size, hp.embedding_size
     if name.endswith(".bias") and name != "lm_head.bias":
         return canonical_shape(bias_of(name), hp)[:1]
+    if name == "embed.norm":
+        return (E,)
     if name in NORMS:
         return (D,) if name in ("attn.q_norm", "attn.k_norm") else (H,)
     shapes: Dict[str, Tuple[int, ...]] = {
         "attn.q": (hp.num_heads * D, H), "attn.k": (hp.num_kv_heads * D, H), "attn.v": (hp.num_kv_heads * D, H),
         "attn.o": (H, hp.num_heads * D), "cross.q": (hp.num_heads * D, H), "cross.k": (hp.num_heads * D, H),
         "cross.v": (hp.num_heads * D, H), "cross.o": (H, hp.num_heads * D), "ffn.gate": (F, H), "ffn.up": (F, H),
-        "ffn.down": (H, F), "embed.tokens": (hp.vocab_size, H), "embed.token_types": (hp.type_vocab_size, H),
-        "embed.positions": (hp.max_positions + hp.position_offset, H), "lm_head": (hp.vocab_size, H),
+        "ffn.down": (H, F), "embed.tokens": (hp.vocab_size, E), "embed.token_types": (hp.type_vocab_size, E),
+        "embed.positions": (hp.max_positions + hp.position_offset, E), "embed.project": (H, E),
+        "lm_head": (hp.vocab_size, H),
         "lm_head.bias": (hp.vocab_size,), "pooler": (H, H), "relative_bias": (hp.num_buckets, hp.num_heads),
     }
     return shapes[name]

@@ -18,7 +18,7 @@ from .. import _core
 from .._arguments import check_num_threads
 from .._model_dir import ModelDir
 from ..arch import Arch, Hparams, find, wrong_kind
-from ..arch.heads import TASK_TEXT, Head, task_of
+from ..arch.heads import Head, task_of
 from ..weights import Checkpoint, check_dtype, resolve_dtype
 from . import _graph
 from ._heads import TaskHead
@@ -57,9 +57,9 @@ def _task_head(arch: Arch, name: str, config: Any, hp: Hparams) -> Optional[Head
         return None
     head = arch.head(config, hp, task) if task else None
     if head is None:
-        what = f"{TASK_TEXT[task]} head" if task else "head (" + name[name.index("For") + 3:] + ")"
-        raise NotImplementedError(f"{name}: cpuformer does not run the {what} of {arch.title} checkpoints; "
-                                  "cpuformer.Encoder(path, head=False) opens the encoder without its head")
+        raise NotImplementedError(f"{name}: cpuformer does not run the {name[name.index('For') + 3:]} head of "
+                                  f"{arch.title} checkpoints; cpuformer.Encoder(path, head=False) opens the encoder "
+                                  "without its head")
     return head
 
 
