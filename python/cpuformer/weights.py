@@ -42,6 +42,7 @@ import numpy as np
 
 from . import _core
 from ._model_dir import _STORAGE_DTYPES, CONFIG_FILE, WEIGHTS_FILE, ModelDir, save_safetensors
+from ._sentence import module_directories
 from .arch import MATMUL, Arch, Hparams, Source, Tensor, canonical_shape, find
 from .arch.heads import Head
 from .arch.spec import bias_of
@@ -437,8 +438,6 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
                 for file in _COPIED:
                     if (md.path / file).is_file():
                         shutil.copyfile(md.path / file, work / file)
-                from .models._sentence import module_directories  # here: models imports this module
-
                 for sub in dict.fromkeys(_COPIED_DIRS + tuple(module_directories(md.path))):
                     if (md.path / sub).is_dir():
                         shutil.copytree(md.path / sub, work / sub)

@@ -14,14 +14,14 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import _sentence
 from .._arguments import integer_array, token_id_range_error
 from .._model_dir import ModelDir
 from .._tokenizer import load_tokenizer, read_length_limit
-from . import _sentence
 from ._base import ModelBase, TokenIds
 from ._tasks import TaskMixin
 
-# embed()'s explicit pooling names -> sentence-transformers' mode names (models/_sentence.py)
+# embed()'s explicit pooling names -> sentence-transformers' mode names (_sentence.py)
 _POOLINGS = {"mean": "mean", "cls": "cls", "max": "max", "last": "lasttoken"}
 _NOT_READ = object()
 

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from .._model_dir import (
+from ._model_dir import (
     MAX_JSON_FILE_BYTES,
     _describe,
     _open_regular_file,
