@@ -78,6 +78,13 @@ def test_padded_batches_match_transformers(tmp_path, left, attn_implementation):
                                atol=1e-4 * float(np.abs(_reference(hf, ids, full)).max()))
 
 
+def test_long_sequences_with_a_wide_window(tmp_path):
+    """Sequences of several of the attention kernel's key blocks, the window spanning block edges."""
+    hf = _save(tmp_path, seed=8, local_attention=40, max_position_embeddings=300)
+    ids, mask = _batch(CONFIG["vocab_size"], [200, 131], 200, seed=8)
+    _assert_unpadded_close(cf.load(tmp_path)(ids, mask), _reference(hf, ids, mask), mask)
+
+
 def test_ragged_lists_and_embed(tmp_path):
     hf = _save(tmp_path)
     ids, mask = _batch(CONFIG["vocab_size"], [11, 6], 11)
