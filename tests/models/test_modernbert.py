@@ -204,6 +204,9 @@ def test_refusals_name_the_key(overrides, message):
     (dict(pad_token_id=89), r"config.json: pad_token_id 89 must be < vocab_size 89"),
     (dict(layer_types=["full_attention"]), r"config.json: layer_types must list 4 entries \(num_hidden_layers\)"),
     (dict(local_attention=-2), r"config.json: 'local_attention' must be an integer >= 0, got -2"),
+    (dict(rope_parameters={"rope_type": "default", "rope_theta": 10.0}),
+     r"config.json: rope_parameters must map the layer types full_attention, sliding_attention to their RoPE "
+     r"parameters, got the keys rope_theta, rope_type"),
 ])
 def test_invalid_values_name_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):

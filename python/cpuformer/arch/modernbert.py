@@ -64,6 +64,10 @@ def _rope_theta(config: Mapping[str, Any], layer_type: str) -> float:
     params = config.get("rope_parameters") or {}
     if not isinstance(params, dict):
         raise ValueError(f"config.json: rope_parameters must be an object, got {params!r}")
+    unknown = sorted(set(params) - set(_LAYER_TYPES))
+    if unknown:
+        raise ValueError(f"config.json: rope_parameters must map the layer types {', '.join(_LAYER_TYPES)} to "
+                         f"their RoPE parameters, got the keys {', '.join(map(str, unknown))}")
     own = params.get(layer_type) or {}
     scaling = config.get("rope_scaling") or {}
     for key, values in ((f"rope_parameters[{layer_type!r}]", own), ("rope_scaling", scaling)):
