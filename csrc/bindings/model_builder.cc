@@ -61,6 +61,8 @@ StackTensors ModelBuilder::stack_tensors(const py::dict& tensors, const Transfor
   }
   if (c.positions == Positions::kRope)
     s.rope_inv_freq = vector(tensors, p + "rope.inv_freq", {c.head_dim / 2}, true, used);
+  if (c.positions == Positions::kRope && c.global_attention_every > 0)
+    s.rope_local_inv_freq = vector(tensors, p + "rope.local_inv_freq", {c.head_dim / 2}, true, used);
   return s;
 }
 
@@ -95,7 +97,9 @@ BlockTensors ModelBuilder::block_tensors(const py::dict& tensors, const Transfor
   b.k = linear(tensors, "attn.k", kvw, H, true, c, used);
   b.v = linear(tensors, "attn.v", kvw, H, true, c, used);
   b.o = linear(tensors, "attn.o", H, qw, true, c, used);
-  b.attn_norm = norm(tensors, "attn_norm", H, true, used);
+  // A pre-norm layer may have no attention norm (ModernBERT's first layer: the embedding norm
+  // precedes it); its attention then reads h itself.
+  b.attn_norm = norm(tensors, "attn_norm", H, !c.pre_norm, used);
   if (c.qk_norm) {
     b.q_norm = vector(tensors, "attn.q_norm", {c.head_dim}, true, used);
     b.k_norm = vector(tensors, "attn.k_norm", {c.head_dim}, true, used);

@@ -36,7 +36,7 @@ TransformerBlock::TransformerBlock(const TransformerConfig& c, const BlockTensor
 
 const float* TransformerBlock::input(const TransformerConfig& c, const NormWeights& norm, const float* h,
                                      BlockWorkspace& ws, long rows) const {
-  if (!c.pre_norm) return h;
+  if (!c.pre_norm || norm.empty()) return h;  // (a pre-norm layer without this norm)
   float* x = ws.x.reserve({rows, c.hidden_size});
   norm.apply(c, h, x, rows);
   return x;

@@ -1,6 +1,7 @@
 // The transformer block every stack of every model is made of.
 //
 //   self-attention   h = h + o(attn(q, k, v))         pre-norm: q, k, v from attn_norm(h)
+//                                                     (from h when the layer has no attn_norm)
 //                    h = attn_norm(h + o(attn(...)))  post-norm: q, k, v from h
 //   cross-attention  the same with q from h and k, v from the encoder output (seq2seq decoders)
 //   feed-forward     down(act(up(x)))  or gated  down(act(gate(x)) ⊙ up(x)),  x = ffn_norm(h) or h

@@ -1,10 +1,12 @@
 #include "models/encoder.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 
 #include "layers/relative_position.h"
+#include "layers/rope.h"
 #include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
@@ -17,8 +19,18 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
       token_type_embeddings_(config.type_vocab_size > 0 ? t.token_types : nullptr) {
   config_.validate();
   const long H = config_.hidden_size, E = config_.embedding_width();
-  if (!config_.has_position_table() || position_embeddings_ == nullptr) {
-    throw std::invalid_argument("an encoder needs a position table");
+  const long half = config_.head_dim / 2;
+  if (config_.positions == Positions::kRope) {
+    if (t.encoder.rope_inv_freq == nullptr) throw std::invalid_argument("RoPE needs its inverse frequencies");
+    rope_inv_freq_.assign(t.encoder.rope_inv_freq, t.encoder.rope_inv_freq + half);
+    if (config_.global_attention_every > 0) {
+      if (t.encoder.rope_local_inv_freq == nullptr)
+        throw std::invalid_argument("the windowed layers need their RoPE inverse frequencies");
+      rope_local_inv_freq_.assign(t.encoder.rope_local_inv_freq, t.encoder.rope_local_inv_freq + half);
+    }
+    position_embeddings_ = nullptr;
+  } else if (!config_.has_position_table() || position_embeddings_ == nullptr) {
+    throw std::invalid_argument("an encoder needs a position table or RoPE");
   }
   if (config_.embedding_norm)
     embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, E);
@@ -66,12 +78,18 @@ void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids
           position = id != pad ? pad + count : pad;
         }
         const float* word = word_embeddings_ + id * E;
-        const float* pos = position_embeddings_ + (config_.position_offset + position) * E;
         float* row = h + r * E;
-        if (scale != 1.0f) {
-          for (long j = 0; j < E; ++j) row[j] = word[j] * scale + pos[j];
+        if (position_embeddings_ == nullptr && scale != 1.0f) {  // RoPE: positions enter in the attention
+          for (long j = 0; j < E; ++j) row[j] = word[j] * scale;
+        } else if (position_embeddings_ == nullptr) {
+          std::memcpy(row, word, E * sizeof(float));
         } else {
-          for (long j = 0; j < E; ++j) row[j] = word[j] + pos[j];
+          const float* pos = position_embeddings_ + (config_.position_offset + position) * E;
+          if (scale != 1.0f) {
+            for (long j = 0; j < E; ++j) row[j] = word[j] * scale + pos[j];
+          } else {
+            for (long j = 0; j < E; ++j) row[j] = word[j] + pos[j];
+          }
         }
         if (token_type_embeddings_) {
           const float* type = token_type_embeddings_ + (token_type_ids ? token_type_ids[r] : 0) * E;
@@ -82,6 +100,18 @@ void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids
   });
   if (config_.embedding_norm) embedding_norm_.apply(config_, h, h, rows);
   if (has_embed_project_) embed_project_.apply(h, rows, E, hidden, config_.hidden_size);
+}
+
+const float* EncoderModel::rope_table(const std::vector<float>& inv_freq, long batch, long seq_len,
+                                      ScratchBuffer& buffer) const {
+  const long D = config_.head_dim;
+  float* cos_sin = buffer.reserve({batch, seq_len, D});
+  parallel_ranges(seq_len, 16, [&](long t0, long t1) {
+    for (long t = t0; t < t1; ++t) rope_angles(inv_freq.data(), D / 2, t, cos_sin + t * D);
+  });
+  // Every sequence has positions 0..T-1 (padding included, as transformers' position_ids).
+  for (long b = 1; b < batch; ++b) std::memcpy(cos_sin + b * seq_len * D, cos_sin, seq_len * D * sizeof(float));
+  return cos_sin;
 }
 
 void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
@@ -132,9 +162,18 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     in.args.mask_stride_q = 0;
     in.args.mask_stride_k = 1;
   }
-  for (const TransformerBlock& layer : layers_) {
-    layer.self_attention(config_, h, in, ws.block);
-    layer.ffn(config_, h, rows, ws.block);
+  const float* rope = nullptr;  // cos | sin of every token's position t, per table
+  const float* local_rope = nullptr;
+  if (config_.positions == Positions::kRope) {
+    rope = rope_table(rope_inv_freq_, batch, seq_len, ws.rope);
+    local_rope = rope_local_inv_freq_.empty() ? rope : rope_table(rope_local_inv_freq_, batch, seq_len, ws.local_rope);
+  }
+  for (long l = 0; l < static_cast<long>(layers_.size()); ++l) {
+    const bool windowed = config_.windowed_layer(l);
+    in.args.window = windowed ? config_.sliding_window : 0;
+    in.rope = windowed ? local_rope : rope;
+    layers_[l].self_attention(config_, h, in, ws.block);
+    layers_[l].ffn(config_, h, rows, ws.block);
   }
   if (config_.final_norm) final_norm_.apply(config_, h, h, rows);
 

@@ -6,7 +6,11 @@
 //   position bias [heads, T, T] when config.relative_bias (MPNet); feed-forward)
 //   (final norm); pooler (BERT): tanh(W · h[:, 0] + b)
 //
-// Positions are t (arange) or RoBERTa's pad + running count of non-pad tokens.
+// Positions are t (arange) or RoBERTa's pad + running count of non-pad tokens: rows of a
+// position table, or rotary angles of q and k (RoPE, no table; positions t). With a
+// sliding_window, a layer attends to the keys within sliding_window - 1 positions on both sides;
+// global_attention_every makes every n-th layer attend to all keys, with its own RoPE
+// frequencies (ModernBERT: rope.inv_freq for the global layers, rope.local_inv_freq for the others).
 #pragma once
 
 #include <cstdint>
@@ -40,10 +44,13 @@ class EncoderModel {
   struct Workspace {
     BlockWorkspace block;
     ScratchBuffer key_mask;
-    ScratchBuffer embeddings;     // [B·T, E] before embed.project
-    ScratchBuffer relative_bias;  // [B or 1, heads, T, T] (relative_bias)
+    ScratchBuffer embeddings;        // [B·T, E] before embed.project
+    ScratchBuffer relative_bias;     // [B or 1, heads, T, T] (relative_bias)
+    ScratchBuffer rope, local_rope;  // cos | sin [B·T, head_dim]
   };
 
+  // cos | sin [batch, seq_len, head_dim] of positions t with `inv_freq`, into `buffer`.
+  const float* rope_table(const std::vector<float>& inv_freq, long batch, long seq_len, ScratchBuffer& buffer) const;
   void embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h,
              Workspace& ws) const;
   void run(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
@@ -53,6 +60,7 @@ class EncoderModel {
   const float* word_embeddings_;
   const float* position_embeddings_;
   const float* token_type_embeddings_;
+  std::vector<float> rope_inv_freq_, rope_local_inv_freq_;  // [head_dim / 2] (RoPE; local: windowed layers)
   NormWeights embedding_norm_, final_norm_;
   bool has_embed_project_ = false;
   Linear embed_project_;              // [hidden, E] (has_embed_project_)

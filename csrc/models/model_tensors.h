@@ -13,6 +13,8 @@ struct StackTensors {
   NormTensors final_norm;                // final_norm
   const float* relative_bias = nullptr;  // relative_bias [num_buckets, num_heads] (has_relative_bias())
   const float* rope_inv_freq = nullptr;  // rope.inv_freq [head_dim / 2] (RoPE)
+  // rope.local_inv_freq [head_dim / 2]: the windowed layers' own (RoPE encoders with global_attention_every)
+  const float* rope_local_inv_freq = nullptr;
 };
 
 struct GlobalTensors {

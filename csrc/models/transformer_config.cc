@@ -35,6 +35,11 @@ void TransformerConfig::validate() const {
   at_least(type_vocab_size, 0, "type_vocab_size");
   at_least(sliding_window, 0, "sliding_window");
   at_least(embedding_size, 0, "embedding_size");
+  at_least(global_attention_every, 0, "global_attention_every");
+  if (global_attention_every > 0) {
+    require(kind == ModelKind::kEncoder && sliding_window > 0,
+            "global_attention_every needs an encoder with a sliding_window");
+  }
   require(num_heads % num_kv_heads == 0, "num_heads (" + std::to_string(num_heads) +
                                              ") must be a multiple of num_kv_heads (" + std::to_string(num_kv_heads) +
                                              ")");

@@ -48,11 +48,17 @@ struct TransformerConfig {
   bool final_norm = false;       // a norm after the last layer of each stack
   float embed_scale = 1.0f;      // embeddings are multiplied by it (√hidden: Marian, Gemma)
   float attention_scale = 0.0f;  // multiplies q·kᵀ; 0: 1/√head_dim
-  long sliding_window = 0;       // 0: full causal attention
+  // Keys within sliding_window - 1 positions: the last sliding_window keys of a causal stack
+  // (Mistral), both sides in an encoder (ModernBERT's local layers). 0: no window.
+  long sliding_window = 0;
   bool qk_norm = false;          // RMSNorm over each q and k head (Qwen3)
   long num_buckets = 32, max_distance = 128;  // relative positions
   bool tie_word_embeddings = true;
   float head_scale = 1.0f;  // logits = lm_head(head_scale · h) (T5 with a tied head)
+  // Encoders with a sliding_window: layer l with l % global_attention_every == 0 attends to every
+  // key (and uses rope.inv_freq), the others to the window (and rope.local_inv_freq) — ModernBERT.
+  // 0: every layer uses the window.
+  long global_attention_every = 0;
   // Storage of every projection weight and of the LM head; embeddings, norms and biases stay
   // float32 (docs/precision.md, "Which tensors are quantized").
   WeightType weight_type = WeightType::kFloat32;
@@ -96,6 +102,7 @@ struct TransformerConfig {
     v("max_distance", max_distance);
     v("tie_word_embeddings", tie_word_embeddings);
     v("head_scale", head_scale);
+    v("global_attention_every", global_attention_every);
     v("dtype", weight_type);
     v("embedding_size", embedding_size);
     v("relative_bias", relative_bias);
@@ -111,6 +118,10 @@ struct TransformerConfig {
     return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   // Longest sequence a position table covers (RoBERTa-style ids reserve pad + 1 rows).
+  // Whether encoder layer `layer` attends through the sliding window (otherwise to every key).
+  bool windowed_layer(long layer) const {
+    return sliding_window > 0 && (global_attention_every == 0 || layer % global_attention_every != 0);
+  }
   long max_seq_len() const {
     return position_ids == PositionIds::kArange ? max_positions : max_positions - pad_token_id - 1;
   }

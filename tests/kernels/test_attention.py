@@ -35,6 +35,11 @@ def reference(q, k, v, causal=False, mask=None, scale=None, causal_offset=None, 
         if window > 0:
             visible &= j > i + offset - window
         scores = np.where(visible, scores, NEG_INF)
+    elif window > 0:  # bidirectional window: keys within window - 1 positions on both sides
+        offset = 0 if causal_offset is None else causal_offset
+        i = np.arange(q_len)[:, None]
+        j = np.arange(kv_len)[None, :]
+        scores = np.where(np.abs(j - (i + offset)) < window, scores, NEG_INF)
     row_max = scores.max(axis=-1, keepdims=True)
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)
     weights = np.exp(scores - row_max)
@@ -275,12 +280,35 @@ def test_views_causal_offset_and_window(rng, offset, window):
     assert_close(out, reference(q, k, v, causal=True, causal_offset=offset, window=window))
 
 
+@pytest.mark.parametrize("offset,window", [(0, 1), (0, 3), (0, 5), (4, 2), (-6, 4), (0, 40), (25, 3)])
+@pytest.mark.parametrize("heads,kv_heads,q_len,dim", [(8, 2, 20, 24), (3, 3, 37, 17), (4, 4, 1, 16)])
+def test_views_bidirectional_window(rng, offset, window, heads, kv_heads, q_len, dim):
+    # Tiles of query rows whose key ranges differ at both ends; odd sizes leave vector tails.
+    q, k, v = make_qkv(rng, 2, heads, kv_heads, q_len, 33, dim)
+    out = np.empty_like(q)
+    attention_views(q, k, v, out, causal_offset=offset, window=window)
+    assert_close(out, reference(q, k, v, causal_offset=offset, window=window))
+
+
+def test_views_bidirectional_window_with_padding_mask(rng):
+    q, k, v = make_qkv(rng, 2, 4, 4, 29, 29, 20)
+    valid = np.ones((2, 29), dtype=bool)
+    valid[1, 17:] = False  # right padding, as the encoders pass it: [B, 1, 1, T]
+    small = np.where(valid, 0.0, NEG_INF).astype(np.float32)[:, None, None, :]
+    mask = np.broadcast_to(small, (2, 4, 29, 29))
+    out = np.empty_like(q)
+    attention_views(q, k, v, out, window=3, mask=mask)
+    assert_close(out, reference(q, k, v, causal_offset=0, window=3, mask=small))
+
+
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("q_len,kv_len", [(1, 3000), (2, 4097)])
-def test_views_window_with_split_keys(rng, q_len, kv_len):
+def test_views_window_with_split_keys(rng, q_len, kv_len, causal):
     q, k, v = make_qkv(rng, 1, 8, 2, q_len, kv_len, 64)
     out = np.empty_like(q)
-    attention_views(q, k, v, out, causal=True, window=1500)
-    assert_close(out, reference(q, k, v, causal=True, window=1500))
+    offset = kv_len - q_len if causal else 2000
+    attention_views(q, k, v, out, causal=causal, causal_offset=offset, window=1500)
+    assert_close(out, reference(q, k, v, causal=causal, causal_offset=offset, window=1500))
 
 
 @pytest.mark.parametrize("mask_shape", [(2, 1, 1, 33), (1, 8, 20, 33), (2, 8, 20, 33), (1, 1, 20, 1)])

@@ -37,6 +37,10 @@ FAMILIES = {
     "electra": ("Electra", "ElectraConfig", dict(vocab_size=93, embedding_size=24, hidden_size=40,
                                                  num_hidden_layers=2, num_attention_heads=4, intermediate_size=51,
                                                  max_position_embeddings=40)),
+    "modernbert": ("ModernBert", "ModernBertConfig", dict(vocab_size=97, hidden_size=60, num_hidden_layers=3,
+                                                          num_attention_heads=5, intermediate_size=37,
+                                                          max_position_embeddings=64, global_attn_every_n_layers=2,
+                                                          local_attention=4, pad_token_id=0)),
 }
 HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMaskedLM")
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
@@ -384,3 +388,14 @@ def test_mean_step_averages_only_unpadded_tokens():
     expected = np.stack([hidden[0].mean(axis=0), hidden[1, :3].mean(axis=0)]) @ weight.T
     np.testing.assert_allclose(run(hidden, None, mask), expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(run(hidden[:1]), expected[:1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("extra", [dict(classifier_pooling="mean"),
+                                   dict(classifier_bias=True, norm_bias=True, classifier_activation="tanh")])
+def test_modernbert_classifier_variants(tmp_path, extra):
+    prefix, config_class, config = FAMILIES["modernbert"]
+    model = _save(tmp_path, "ModernBertForSequenceClassification", config_class, **config, **extra, id2label=LABELS)
+    ids, mask = _batch(np.random.default_rng(7), config["vocab_size"], 0, [9, 4, 13])
+    with torch.inference_mode():
+        reference = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    _close(cf.load(tmp_path).logits(ids, mask), reference)

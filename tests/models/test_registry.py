@@ -45,6 +45,13 @@ PARITY = {
     "electra": ("ElectraModel", "ElectraConfig",
                 dict(vocab_size=95, embedding_size=24, hidden_size=40, num_hidden_layers=2, num_attention_heads=5,
                      intermediate_size=37, max_position_embeddings=40, type_vocab_size=3)),
+    # Global, local, global layers (global_attn_every_n_layers=2) with a window of |i - j| <= 2,
+    # shorter than the sequences, and RoPE thetas small enough to matter over 9 positions.
+    "modernbert": ("ModernBertModel", "ModernBertConfig",
+                   dict(vocab_size=97, hidden_size=60, num_hidden_layers=3, num_attention_heads=5,
+                        intermediate_size=37, max_position_embeddings=64, global_attn_every_n_layers=2,
+                        local_attention=4, global_rope_theta=1000.0, local_rope_theta=50.0, pad_token_id=0,
+                        bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, initializer_range=0.2)),
     "gpt2": ("GPT2LMHeadModel", "GPT2Config",
              dict(vocab_size=101, n_embd=48, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2,
                   bos_token_id=1, eos_token_id=2)),

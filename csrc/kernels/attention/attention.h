@@ -8,7 +8,9 @@
 // ([B, T, 3, H, D]) or into a preallocated KV cache ([B, Hkv, Tmax, D] with Tk ≤ Tmax).
 // Masking, all optional and combinable:
 //   causal: query i sees key j iff j ≤ i + causal_offset (decode with a cache: Tk - Tq)
-//   window > 0: additionally j > i + causal_offset - window (sliding window, Mistral)
+//   window > 0: with causal, additionally j > i + causal_offset - window (sliding window,
+//               Mistral); without causal, |j - (i + causal_offset)| < window (a bidirectional
+//               window, ModernBERT's local layers)
 //   mask: additive float mask, element (b, h, i, j) at b·mask_stride_b + h·mask_stride_h +
 //         i·mask_stride_q + j·mask_stride_k; stride 0 broadcasts (a key-padding mask is
 //         [B, 1, 1, Tk]: strides (Tk, 0, 0, 1)). -inf removes a key.

@@ -37,6 +37,10 @@ void attention(const AttentionArgs& a) {
         const long last = i + a.causal_offset;  // last visible key
         end = last + 1 < end ? last + 1 : end;
         if (a.window > 0 && last - a.window + 1 > begin) begin = last - a.window + 1;
+      } else if (a.window > 0) {
+        const long center = i + a.causal_offset;  // keys within window - 1 positions on both sides
+        if (center - a.window + 1 > begin) begin = center - a.window + 1;
+        if (center + a.window < end) end = center + a.window;
       }
       float m = neg_inf, l = 0.0f;
       for (long d = 0; d < a.head_dim; ++d) acc[d] = 0.0f;

@@ -134,6 +134,10 @@ void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t)
       const long diagonal = i + a.causal_offset;
       last = min_l(last, diagonal);
       if (a.window > 0) first = max_l(first, diagonal - a.window + 1);
+    } else if (a.window > 0) {  // bidirectional: keys within window - 1 positions on both sides
+      const long center = i + a.causal_offset;
+      first = max_l(first, center - a.window + 1);
+      last = min_l(last, center + a.window - 1);
     }
     if (last < first) first = 0, last = -1;  // sees nothing; keeps both in int range
     t->first[r] = static_cast<int>(first);

@@ -13,7 +13,8 @@ model kind is built from. Canonical weight names are the same for every family:
   otherwise); a ``.bias`` suffix names a bias;
 - per stack (the encoder or the decoder): ``embed.positions``, ``embed.norm`` (the norm applied
   to the embeddings), ``final_norm``, ``relative_bias`` (T5's bucketed bias table),
-  ``rope.inv_freq`` (computed);
+  ``rope.inv_freq`` (computed), ``rope.local_inv_freq`` (computed: the windowed layers' own, with
+  ``global_attention_every``);
 - per model: ``embed.tokens``, ``embed.token_types``, ``embed.project`` (maps normed embeddings of
   ``embedding_size`` into ``hidden_size`` when the tables are narrower: ELECTRA, ALBERT), ``lm_head``,
   ``lm_head.bias``, ``pooler``.
@@ -76,7 +77,9 @@ class Hparams:
     final_norm: bool = False
     embed_scale: float = 1.0
     attention_scale: float = 0.0  # 0: 1 / sqrt(head_dim)
-    sliding_window: int = 0  # 0: none
+    # Keys within sliding_window - 1 positions: the last sliding_window keys in a decoder (Mistral),
+    # both sides in an encoder (ModernBERT's local layers). 0: no window.
+    sliding_window: int = 0
     qk_norm: bool = False
     num_buckets: int = 32  # relative positions
     max_distance: int = 128
@@ -84,6 +87,9 @@ class Hparams:
     head_scale: float = 1.0  # logits = head_scale * lm_head(h)
     embedding_size: int = 0  # width of the embedding tables and embed.norm (0: hidden_size); see embed.project
     relative_bias: bool = False  # learned positions plus a bucketed relative bias in every layer (MPNet)
+    # Encoders with a sliding_window: layers l % n == 0 attend to every key and use rope.inv_freq,
+    # the others the window and rope.local_inv_freq (ModernBERT). 0: every layer uses the window.
+    global_attention_every: int = 0
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == 0:
