@@ -18,6 +18,7 @@ from .._arguments import integer_array, token_id_range_error
 from .._model_dir import ModelDir
 from .._tokenizer import load_tokenizer, read_length_limit
 from ._base import ModelBase, TokenIds
+from ._spans import SpanMixin
 from ._tasks import TaskMixin
 
 _POOLINGS = ("mean", "cls")
@@ -25,7 +26,7 @@ _POOLINGS = ("mean", "cls")
 PathLike = Union[str, os.PathLike]
 
 
-class Encoder(TaskMixin, ModelBase):
+class Encoder(SpanMixin, TaskMixin, ModelBase):
     """An encoder loaded from a Hugging Face model directory.
 
     ``Encoder(path, dtype=None, num_threads=None, head=True)``: ``path`` holds config.json and
