@@ -15,7 +15,7 @@ encoder together, in batches sorted by length.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -32,6 +32,10 @@ class SpanMixin(TaskMixin):
     """``tag`` and ``answer`` of ``Encoder`` (models/encoder.py)."""
 
     _windows_tokenizer: Any = None
+
+    if TYPE_CHECKING:  # provided by Encoder (declared here only for the type checker)
+        @property
+        def max_tokens(self) -> int: ...
 
     # ---- tokenizer ---------------------------------------------------------------------------
 
@@ -103,7 +107,7 @@ class SpanMixin(TaskMixin):
         single = isinstance(inputs, str)
         if not single and not isinstance(inputs, (list, tuple)):
             raise TypeError(f"tag() takes a string or a list of strings, got {_describe(inputs)}")
-        items = [inputs] if single else list(inputs)
+        items: List[Any] = [inputs] if single else list(inputs)
         if not items:
             raise ValueError("tag() needs at least one text, got an empty list")
         for index, item in enumerate(items):
@@ -185,6 +189,7 @@ class SpanMixin(TaskMixin):
         ``{"answer": "", "start": 0, "end": 0}`` with the lowest null score of the windows."""
         head = self._require("answer", "question_answering")
         single = isinstance(question, str) or context is not None
+        pairs: List[Any]
         if single:
             pairs = [(question, context)]
         elif isinstance(question, (list, tuple)):
@@ -203,9 +208,9 @@ class SpanMixin(TaskMixin):
                     raise TypeError(f"answer(): {where}the {name} must be a string, got {_describe(value)}")
                 if not value.strip():
                     raise ValueError(f"answer(): {where}the {name} is empty")
-        top_k = _check_top_k(top_k)
-        max_answer_len = _check_top_k(max_answer_len, "max_answer_len")
-        max_question_len = _check_top_k(max_question_len, "max_question_len")
+        top_k = int(_check_top_k(top_k))  # type: ignore[arg-type]
+        max_answer_len = int(_check_top_k(max_answer_len, "max_answer_len"))  # type: ignore[arg-type]
+        max_question_len = int(_check_top_k(max_question_len, "max_question_len"))  # type: ignore[arg-type]
         batch_size = _check_batch_size(batch_size)
         if not isinstance(handle_impossible_answer, bool):
             raise TypeError(f"handle_impossible_answer must be True or False, got {handle_impossible_answer!r}")
