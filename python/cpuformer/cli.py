@@ -231,6 +231,142 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- task heads -------------------------------------------------------------------------------
+
+#: task -> the command that runs it, and what the messages call a model with that head.
+_TASK_COMMAND = {"sequence_classification": "classify` or `cpuformer rerank", "token_classification": "tag",
+                 "question_answering": "answer", "masked_lm": "fill-mask"}
+
+
+def _open_task_model(args: argparse.Namespace, command: str, task: str):
+    """Loads an encoder with the task head ``command`` needs, and its tokenizer.json."""
+    from .arch.heads import TASK_TEXT
+
+    model = _open_model(args.model_dir, "encoder", command, args.dtype, args.threads)
+    try:
+        if model.task != task:
+            if model.task is None:
+                other = "an encoder without a task head (use `cpuformer embed` for sentence embeddings)"
+            else:
+                other = (f"a {TASK_TEXT[model.task]} head (use `cpuformer {_TASK_COMMAND[model.task]}`)")
+            raise UserError(f"{args.model_dir} holds {model.architecture}, {other}; `cpuformer {command}` needs a "
+                            f"{TASK_TEXT[task]} head")
+        if model._model_dir.tokenizer_path is None:
+            raise UserError(f"{args.model_dir} has no tokenizer.json; `cpuformer {command}` needs it to read text")
+        return model
+    except BaseException:
+        model.close()
+        raise
+
+
+def _print_json_lines(rows: Sequence[Any]) -> None:
+    for row in rows:
+        print(json.dumps(row, ensure_ascii=False))
+    sys.stdout.flush()
+
+
+def _run_in_chunks(texts: Sequence[Any], batch_size: int, command: str, run: Callable[[List[Any]], List[Any]]) -> None:
+    """Runs ``run`` on chunks of the inputs (a progress bar per chunk) and prints one JSON line per
+    input, in input order."""
+    chunk = max(8 * batch_size, 256)  # each call sorts its inputs by length; chunks give a progress bar
+    for start in _progress(range(0, len(texts), chunk), command):
+        _print_json_lines(run(list(texts[start:start + chunk])))
+
+
+def _cmd_classify(args: argparse.Namespace) -> int:
+    texts = _texts(args)
+    with _open_task_model(args, "classify", "sequence_classification") as model:
+        _run_in_chunks(texts, args.batch_size, "classify",
+                       lambda chunk: model.classify(chunk, top_k=args.top_k or None, function_to_apply=args.function,
+                                                    batch_size=args.batch_size))
+    return 0
+
+
+def _cmd_rerank(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    passages = _texts(args)
+    with _open_task_model(args, "rerank", "sequence_classification") as model:
+        if len(model.labels) != 1:
+            raise UserError(f"{args.model_dir} has {len(model.labels)} labels; `cpuformer rerank` needs a "
+                            "cross-encoder with one score per pair (use `cpuformer classify`)")
+        chunk = max(8 * args.batch_size, 256)
+        scores = np.concatenate([model.score([(args.query, p) for p in passages[i:i + chunk]],
+                                             batch_size=args.batch_size)
+                                 for i in _progress(range(0, len(passages), chunk), "rerank")])
+    order = np.argsort(-scores, kind="stable")[:args.top_k or None]
+    _print_json_lines([{"index": int(i), "score": float(scores[i]), "text": passages[i]} for i in order])
+    return 0
+
+
+def _cmd_tag(args: argparse.Namespace) -> int:
+    texts = _texts(args)
+    ignore = [label for label in args.ignore_labels.split(",") if label]
+    with _open_task_model(args, "tag", "token_classification") as model:
+        _run_in_chunks(texts, args.batch_size, "tag",
+                       lambda chunk: model.tag(chunk, aggregation_strategy=args.aggregation, ignore_labels=ignore,
+                                               stride=args.stride, batch_size=args.batch_size))
+    return 0
+
+
+def _cmd_answer(args: argparse.Namespace) -> int:
+    pairs = _question_pairs(args)
+    options = dict(top_k=args.top_k, doc_stride=args.doc_stride, max_answer_len=args.max_answer_len,
+                   handle_impossible_answer=args.handle_impossible, batch_size=args.batch_size)
+    with _open_task_model(args, "answer", "question_answering") as model:
+        _run_in_chunks(pairs, args.batch_size, "answer", lambda chunk: model.answer(chunk, **options))
+    return 0
+
+
+def _question_pairs(args: argparse.Namespace) -> List[Any]:
+    """(question, context) pairs: --question with --context or --context-file, or the JSON lines of
+    --file ({"question": ..., "context": ...} each)."""
+    if args.file is not None:
+        if args.question is not None or args.context is not None or args.context_file is not None:
+            raise UserError("give --file, or --question with --context / --context-file, not both")
+        pairs = []
+        for number, line in enumerate(_texts(argparse.Namespace(file=args.file, texts=[])), 1):
+            try:
+                item = json.loads(line)
+            except ValueError:
+                item = None
+            if not isinstance(item, dict) or not isinstance(item.get("question"), str) or \
+                    not isinstance(item.get("context"), str):
+                raise UserError(f"--file {args.file}: line {number} is not a JSON object with string fields "
+                                '"question" and "context"')
+            pairs.append((item["question"], item["context"]))
+        return pairs
+    if args.question is None:
+        raise UserError("no input: give --question with --context or --context-file, or --file PATH")
+    if (args.context is None) == (args.context_file is None):
+        raise UserError("give the context with --context TEXT or --context-file PATH (one of the two)")
+    context = args.context
+    if args.context_file is not None:
+        try:
+            if args.context_file == "-":
+                if sys.stdin is None:
+                    raise UserError("--context-file -: standard input is closed")
+                context = sys.stdin.read()
+            else:
+                with open(args.context_file, encoding="utf-8") as f:
+                    context = f.read()
+        except FileNotFoundError:
+            raise UserError(f"--context-file {args.context_file} does not exist") from None
+        except IsADirectoryError:
+            raise UserError(f"--context-file {args.context_file} is a directory") from None
+        except (OSError, ValueError) as error:
+            raise UserError(f"--context-file {args.context_file}: cannot read ({_one_line(error)})") from None
+    return [(args.question, context)]
+
+
+def _cmd_fill_mask(args: argparse.Namespace) -> int:
+    texts = _texts(args)
+    with _open_task_model(args, "fill-mask", "masked_lm") as model:
+        _run_in_chunks(texts, args.batch_size, "fill-mask",
+                       lambda chunk: model.fill_mask(chunk, top_k=args.top_k, batch_size=args.batch_size))
+    return 0
+
+
 # ---- convert ----------------------------------------------------------------------------------
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -362,6 +498,93 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(embed)
     embed.set_defaults(func=_cmd_embed)
 
+    cls = sub.add_parser("classify", help="text classification with a sequence classification head (JSON lines)",
+                         description="Classifies each text with an encoder checkpoint that has a sequence "
+                                     "classification head (...ForSequenceClassification; needs tokenizer.json), "
+                                     "as transformers' text-classification pipeline: one JSON line per input, "
+                                     'a list of {"label", "score"}, best first.')
+    cls.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    _add_text_inputs(cls, "texts to classify")
+    cls.add_argument("--top-k", type=_non_negative_int, default=1, metavar="K",
+                     help="labels per input (default 1; 0: all)")
+    cls.add_argument("--function", choices=("softmax", "sigmoid", "none"), default=None,
+                     help="score function (default: as the pipeline, from the config's problem_type and labels)")
+    cls.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="texts per batch")
+    _add_model_options(cls)
+    cls.set_defaults(func=_cmd_classify)
+
+    rerank = sub.add_parser("rerank", help="rerank passages for a query with a cross-encoder (JSON lines)",
+                            description="Scores (query, passage) pairs with a cross-encoder (a "
+                                        "...ForSequenceClassification checkpoint with one label; needs "
+                                        "tokenizer.json), as sentence-transformers' CrossEncoder.predict, and "
+                                        'prints the passages best first: one JSON line {"index", "score", "text"} '
+                                        "each (index: the passage's position in the input).")
+    rerank.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    rerank.add_argument("--query", required=True, metavar="TEXT", help="the query")
+    _add_text_inputs(rerank, "passages")
+    rerank.add_argument("--top-k", type=_non_negative_int, default=0, metavar="K",
+                        help="print only the K best passages (default 0: all)")
+    rerank.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="pairs per batch")
+    _add_model_options(rerank)
+    rerank.set_defaults(func=_cmd_rerank)
+
+    tag = sub.add_parser("tag", help="token classification: named entities, parts of speech (JSON lines)",
+                         description="Tags the tokens of each text with an encoder checkpoint that has a token "
+                                     "classification head (...ForTokenClassification; needs tokenizer.json), as "
+                                     "transformers' token-classification pipeline: one JSON line per input, a list "
+                                     'of entities {"entity_group", "score", "word", "start", "end"} (with '
+                                     '--aggregation none: {"entity", "score", "index", "word", "start", "end"} per '
+                                     "token); start and end are character offsets in the text.")
+    tag.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    _add_text_inputs(tag, "texts to tag")
+    tag.add_argument("--aggregation", choices=("none", "simple", "first", "average", "max"), default="simple",
+                     help="how tokens are grouped into entities (default simple)")
+    tag.add_argument("--ignore-labels", default="O", metavar="LABELS",
+                     help="comma-separated labels to leave out (default O; '' keeps every label)")
+    tag.add_argument("--stride", type=_non_negative_int, default=None, metavar="N",
+                     help="read texts longer than the model in windows overlapping by N tokens (default: "
+                          "truncate them)")
+    tag.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="windows per batch")
+    _add_model_options(tag)
+    tag.set_defaults(func=_cmd_tag)
+
+    answer = sub.add_parser("answer", help="extractive question answering (JSON lines)",
+                            description="Finds the answer to a question in a context with an encoder checkpoint "
+                                        "that has a question answering head (...ForQuestionAnswering; needs "
+                                        "tokenizer.json), as transformers' question-answering pipeline: one JSON "
+                                        'line per question, {"score", "start", "end", "answer"} (a list of them '
+                                        "with --top-k > 1); start and end are character offsets in the context. "
+                                        "A long context is read in overlapping windows.")
+    answer.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    answer.add_argument("--question", metavar="TEXT", help="the question")
+    answer.add_argument("--context", metavar="TEXT", help="the text that holds the answer")
+    answer.add_argument("--context-file", metavar="PATH", help="read the context from PATH ('-': stdin)")
+    answer.add_argument("--file", metavar="PATH", help='JSON lines {"question": ..., "context": ...}, one '
+                        "question per line ('-': stdin)")
+    answer.add_argument("--top-k", type=_positive_int, default=1, metavar="K", help="answers per question (default 1)")
+    answer.add_argument("--doc-stride", type=_non_negative_int, default=None, metavar="N",
+                        help="tokens of overlap between the windows of a long context (default "
+                             "min(window // 2, 128))")
+    answer.add_argument("--max-answer-len", type=_positive_int, default=15, metavar="N",
+                        help="longest answer in tokens (default 15)")
+    answer.add_argument("--handle-impossible", action="store_true",
+                        help='also offer the empty answer ("no answer in the context")')
+    answer.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="windows per batch")
+    _add_model_options(answer)
+    answer.set_defaults(func=_cmd_answer)
+
+    fill = sub.add_parser("fill-mask", help="fill the mask token of each text with a masked LM (JSON lines)",
+                          description="Predicts the mask token ([MASK] or <mask>; exactly one per text) with an "
+                                      "encoder checkpoint that has a masked-LM head (...ForMaskedLM; needs "
+                                      "tokenizer.json), as transformers' fill-mask pipeline: one JSON line per "
+                                      'input, a list of {"score", "token", "token_str", "sequence"}, best first.')
+    fill.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    _add_text_inputs(fill, "texts with one mask token each")
+    fill.add_argument("--top-k", type=_positive_int, default=5, metavar="K", help="fillings per text (default 5)")
+    fill.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="texts per batch")
+    _add_model_options(fill)
+    fill.set_defaults(func=_cmd_fill_mask)
+
     gen = sub.add_parser("generate", help="generate text from a prompt, streamed as it is produced",
                          description=f"Continues PROMPT with a decoder model directory ({titles('decoder')}; "
                                      "needs tokenizer.json unless --ids), writing tokens to stdout "
@@ -414,7 +637,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # argparse takes the positional texts only before the first option (`rerank M --query Q p1
+        # p2` leaves p1 p2 over); texts after an option are texts too, in their order.
+        if getattr(args, "texts", None) is not None and not any(e.startswith("-") for e in extra):
+            args.texts = list(args.texts) + extra
+        else:
+            parser.parse_args(argv)  # reports the unrecognized arguments
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -19,6 +19,7 @@ from .._arguments import integer_array, token_id_range_error
 from .._model_dir import ModelDir
 from .._tokenizer import load_tokenizer, read_length_limit
 from ._base import ModelBase, TokenIds
+from ._spans import SpanMixin
 from ._tasks import TaskMixin
 
 # embed()'s explicit pooling names -> sentence-transformers' mode names (_sentence.py)
@@ -28,7 +29,7 @@ _NOT_READ = object()
 PathLike = Union[str, os.PathLike]
 
 
-class Encoder(TaskMixin, ModelBase):
+class Encoder(SpanMixin, TaskMixin, ModelBase):
     """An encoder loaded from a Hugging Face model directory.
 
     ``Encoder(path, dtype=None, num_threads=None, head=True)``: ``path`` holds config.json and
