@@ -44,7 +44,7 @@ class PyEncoderModel : private ModelBuilder {
     const TransformerConfig& c = model_->config();
     if (stack != "encoder") throw py::value_error("an encoder has one stack, 'encoder'; got '" + stack + "'");
     if (model_->complete()) {
-      throw py::value_error("the encoder already has its " + std::to_string(c.num_layers) + " layers");
+      throw py::value_error("the encoder already has its " + std::to_string(c.distinct_layers()) + " layers");
     }
     const BlockTensors b = block_tensors(tensors, c, /*cross=*/false);
     GilReleased release;  // packing is the slow part of loading
@@ -56,7 +56,7 @@ class PyEncoderModel : private ModelBuilder {
     const TransformerConfig& c = model_->config();
     if (!model_->complete()) {
       throw py::value_error("the encoder has " + std::to_string(model_->num_layers_added()) + " of its " +
-                            std::to_string(c.num_layers) + " layers; add_layer() the rest before calling it");
+                            std::to_string(c.distinct_layers()) + " layers; add_layer() the rest before calling it");
     }
     IdArray ids = as_ids(input_ids, "input_ids");
     const long B = static_cast<long>(ids.shape(0)), T = static_cast<long>(ids.shape(1));

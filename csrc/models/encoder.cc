@@ -49,7 +49,7 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
     pooler_ = Linear({{t.pooler.weight, t.pooler.bias, H}}, H, config_.weight_type);
     has_pooler_ = true;
   }
-  layers_.reserve(config_.num_layers);
+  layers_.reserve(config_.distinct_layers());
 }
 
 void EncoderModel::add_layer(const BlockTensors& t) {
@@ -168,12 +168,14 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     rope = rope_table(rope_inv_freq_, batch, seq_len, ws.rope);
     local_rope = rope_local_inv_freq_.empty() ? rope : rope_table(rope_local_inv_freq_, batch, seq_len, ws.local_rope);
   }
-  for (long l = 0; l < static_cast<long>(layers_.size()); ++l) {
+  const long repeats = config_.num_layers / config_.distinct_layers();  // > 1: shared layers (ALBERT)
+  for (long l = 0; l < config_.num_layers; ++l) {
     const bool windowed = config_.windowed_layer(l);
     in.args.window = windowed ? config_.sliding_window : 0;
     in.rope = windowed ? local_rope : rope;
-    layers_[l].self_attention(config_, h, in, ws.block);
-    layers_[l].ffn(config_, h, rows, ws.block);
+    const TransformerBlock& layer = layers_[l / repeats];
+    layer.self_attention(config_, h, in, ws.block);
+    layer.ffn(config_, h, rows, ws.block);
   }
   if (config_.final_norm) final_norm_.apply(config_, h, h, rows);
 

@@ -31,7 +31,7 @@ class EncoderModel {
   void add_layer(const BlockTensors& layer);
 
   const TransformerConfig& config() const { return config_; }
-  bool complete() const { return static_cast<long>(layers_.size()) == config_.num_layers; }
+  bool complete() const { return static_cast<long>(layers_.size()) == config_.distinct_layers(); }
   long num_layers_added() const { return static_cast<long>(layers_.size()); }
   bool has_pooler() const { return has_pooler_; }
 

@@ -36,6 +36,13 @@ void TransformerConfig::validate() const {
   at_least(sliding_window, 0, "sliding_window");
   at_least(embedding_size, 0, "embedding_size");
   at_least(global_attention_every, 0, "global_attention_every");
+  at_least(layer_groups, 0, "layer_groups");
+  if (layer_groups > 0) {
+    require(kind == ModelKind::kEncoder, "layer_groups (shared layers) is implemented for encoders only");
+    require(num_layers % layer_groups == 0, "num_layers (" + std::to_string(num_layers) +
+                                                ") must be a multiple of layer_groups (" +
+                                                std::to_string(layer_groups) + ")");
+  }
   if (global_attention_every > 0) {
     require(kind == ModelKind::kEncoder && sliding_window > 0,
             "global_attention_every needs an encoder with a sliding_window");

@@ -68,6 +68,9 @@ struct TransformerConfig {
   // Learned positions plus a bidirectional bucketed relative bias (num_buckets, max_distance), one
   // table per stack added to every layer's attention scores (MPNet; encoders only).
   bool relative_bias = false;
+  // Encoders whose consecutive layers share weights (ALBERT's num_hidden_groups): layer_groups
+  // distinct layers, each run num_layers / layer_groups times in a row. 0: every layer its own.
+  long layer_groups = 0;
 
   // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
   template <class Visitor>
@@ -106,6 +109,7 @@ struct TransformerConfig {
     v("dtype", weight_type);
     v("embedding_size", embedding_size);
     v("relative_bias", relative_bias);
+    v("layer_groups", layer_groups);
   }
 
   long q_width() const { return num_heads * head_dim; }
@@ -117,11 +121,13 @@ struct TransformerConfig {
   float scale() const {
     return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
-  // Longest sequence a position table covers (RoBERTa-style ids reserve pad + 1 rows).
   // Whether encoder layer `layer` attends through the sliding window (otherwise to every key).
   bool windowed_layer(long layer) const {
     return sliding_window > 0 && (global_attention_every == 0 || layer % global_attention_every != 0);
   }
+  // The layers with weights of their own: layer l runs distinct layer l / (num_layers / distinct_layers()).
+  long distinct_layers() const { return layer_groups > 0 ? layer_groups : num_layers; }
+  // Longest sequence a position table covers (RoBERTa-style ids reserve pad + 1 rows).
   long max_seq_len() const {
     return position_ids == PositionIds::kArange ? max_positions : max_positions - pad_token_id - 1;
   }

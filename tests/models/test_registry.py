@@ -41,6 +41,11 @@ PARITY = {
     "mpnet": ("MPNetModel", "MPNetConfig",
               dict(vocab_size=87, hidden_size=45, num_hidden_layers=2, num_attention_heads=3, intermediate_size=53,
                    max_position_embeddings=44, initializer_range=0.2)),
+    # Four layers sharing two groups' weights (0, 0, 1, 1), tables of 20 projected to 36.
+    "albert": ("AlbertModel", "AlbertConfig",
+               dict(vocab_size=91, embedding_size=20, hidden_size=36, num_hidden_layers=4, num_hidden_groups=2,
+                    num_attention_heads=3, intermediate_size=41, max_position_embeddings=40, type_vocab_size=2,
+                    initializer_range=0.2)),
     # Embedding tables narrower than the hidden size: embeddings_project maps 24 -> 40.
     "electra": ("ElectraModel", "ElectraConfig",
                 dict(vocab_size=95, embedding_size=24, hidden_size=40, num_hidden_layers=2, num_attention_heads=5,

@@ -90,6 +90,9 @@ class Hparams:
     # Encoders with a sliding_window: layers l % n == 0 attend to every key and use rope.inv_freq,
     # the others the window and rope.local_inv_freq (ModernBERT). 0: every layer uses the window.
     global_attention_every: int = 0
+    # Encoders whose consecutive layers share weights (ALBERT): layer_groups distinct layers, each
+    # run num_layers / layer_groups times in a row. 0: every layer has its own.
+    layer_groups: int = 0
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == 0:
@@ -170,10 +173,10 @@ class Arch:
     # ---- derived -----------------------------------------------------------------------------
 
     def stacks(self, hp: Hparams) -> Tuple[Tuple[str, int], ...]:
-        """(stack name, layer count) in load order."""
+        """(stack name, count of layers with weights of their own) in load order."""
         if self.kind == "seq2seq":
             return (("encoder", hp.num_layers), ("decoder", hp.num_decoder_layers))
-        return ((self.kind, hp.num_layers),)
+        return ((self.kind, hp.layer_groups or hp.num_layers),)
 
     def claims(self, architecture: str) -> bool:
         return architecture in self.architectures
