@@ -221,6 +221,13 @@ def test_sequence_classifier_without_pooler(tmp_path):
         cf.load(tmp_path)
 
 
+def test_text_methods_need_a_tokenizer(tmp_path):
+    prefix, config_class, config = FAMILIES["bert"]
+    _save(tmp_path, "BertForSequenceClassification", config_class, **config)
+    with pytest.raises(ValueError, match=r"^classify\(\) needs the model directory's tokenizer.json, but .* has none$"):
+        cf.load(tmp_path).classify(["text"])
+
+
 def test_task_methods_need_their_head(tmp_path):
     prefix, config_class, config = FAMILIES["bert"]
     _save(tmp_path, "BertForTokenClassification", config_class, **config)

@@ -68,7 +68,7 @@ class TaskMixin:
         def _live(self) -> Any: ...
         def _forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any,
                      return_pooler: bool) -> Tuple[Any, Optional[np.ndarray]]: ...
-        def _get_tokenizer(self) -> Any: ...
+        def _get_tokenizer(self, method: str = "embed") -> Any: ...
 
     @property
     def task(self) -> Optional[str]:
@@ -124,7 +124,7 @@ class TaskMixin:
             else:
                 raise TypeError(f"{method}() takes strings or (text, text_pair) pairs of strings; inputs[{index}] "
                                 f"is {_describe(item)}")
-        return self._get_tokenizer().encode_batch(encoded)
+        return self._get_tokenizer(method).encode_batch(encoded)
 
     def _batches(self, encodings: List[Any], batch_size: int,
                  pooler: bool) -> Iterator[Tuple[List[int], np.ndarray, Optional[np.ndarray], np.ndarray]]:
@@ -263,7 +263,7 @@ class TaskMixin:
         for index, item in enumerate(items):
             if not isinstance(item, str):
                 raise TypeError(f"fill_mask() takes strings; inputs[{index}] is {_describe(item)}")
-        tokenizer = self._get_tokenizer()
+        tokenizer = self._get_tokenizer("fill_mask")
         mask_token, mask_id = self._mask_token()
         encodings = tokenizer.encode_batch(items)
         positions = []

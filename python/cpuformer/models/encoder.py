@@ -1,6 +1,7 @@
-"""``cpuformer.Encoder``: BERT-family encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT).
+"""``cpuformer.Encoder``: the registry's encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet,
+ELECTRA, ALBERT, ModernBERT) and their task heads (models/_tasks.py, models/_spans.py).
 
-The families are declared in ``arch/bert.py``; loading (``weights.py``, ``models/_graph.py``)
+The families are declared in ``arch/``; loading (``weights.py``, ``models/_graph.py``)
 packs the projection weights one layer at a time and releases each layer's source pages right
 after, so loading peaks near one copy of the weights. The embedding tables are copied into memory
 the C++ model owns, and the weights maps are closed when loading ends: a loaded model does not
@@ -102,10 +103,13 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
 
     # ---- sentence embeddings ---------------------------------------------------------------
 
-    def _get_tokenizer(self):
+    def _get_tokenizer(self, method: str = "embed"):
         if self._tokenizer is None:
             path = self._model_dir.tokenizer_path
             if path is None:
+                if method != "embed":
+                    raise ValueError(f"{method}() needs the model directory's tokenizer.json, but "
+                                     f"{self._model_dir.path} has none")
                 raise ValueError(f"embed() was given strings, but {self._model_dir.path} has no tokenizer.json; "
                                  "pass lists of token ids instead")
             tokenizer = load_tokenizer(path)
