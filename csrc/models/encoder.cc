@@ -16,8 +16,18 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
       token_type_embeddings_(config.type_vocab_size > 0 ? t.token_types : nullptr) {
   config_.validate();
   const long H = config_.hidden_size;
-  if (!config_.has_position_table() || position_embeddings_ == nullptr) {
-    throw std::invalid_argument("an encoder needs a position table");
+  if (config_.positions != Positions::kNone && (!config_.has_position_table() || position_embeddings_ == nullptr)) {
+    throw std::invalid_argument("an encoder needs a position table (or positions 'none')");
+  }
+  if (config_.disentangled_attention()) {
+    if (t.encoder.relative_embeddings == nullptr) throw std::invalid_argument("disentangled attention needs its table");
+    const long rows = 2 * config_.relative_span();
+    relative_embeddings_.assign(t.encoder.relative_embeddings, t.encoder.relative_embeddings + rows * H);
+    if (config_.relative_embedding_norm) {
+      NormWeights(config_, t.encoder.relative_norm.weight, t.encoder.relative_norm.bias, H)
+          .apply(config_, relative_embeddings_.data(), relative_embeddings_.data(), rows);
+    }
+    disentangled_.reserve(config_.num_layers);
   }
   if (config_.embedding_norm)
     embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, H);
@@ -31,7 +41,13 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
 
 void EncoderModel::add_layer(const BlockTensors& t) {
   if (complete()) throw std::logic_error("the encoder already has all its layers");
+  if (config_.disentangled_attention()) {
+    const bool shared = config_.share_attention_key;
+    disentangled_.emplace_back(config_, relative_embeddings_.data(), shared ? t.q : t.position_q,
+                               shared ? t.k : t.position_k);
+  }
   layers_.emplace_back(config_, t, /*cross=*/false);
+  if (complete()) std::vector<float>().swap(relative_embeddings_);  // projected into every layer
 }
 
 void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len,
@@ -52,11 +68,14 @@ void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids
           position = id != pad ? pad + count : pad;
         }
         const float* word = word_embeddings_ + id * H;
-        const float* pos = position_embeddings_ + (config_.position_offset + position) * H;
         float* row = h + r * H;
-        if (scale != 1.0f) {
+        if (!position_embeddings_) {
+          for (long j = 0; j < H; ++j) row[j] = scale != 1.0f ? word[j] * scale : word[j];
+        } else if (scale != 1.0f) {
+          const float* pos = position_embeddings_ + (config_.position_offset + position) * H;
           for (long j = 0; j < H; ++j) row[j] = word[j] * scale + pos[j];
         } else {
+          const float* pos = position_embeddings_ + (config_.position_offset + position) * H;
           for (long j = 0; j < H; ++j) row[j] = word[j] + pos[j];
         }
         if (token_type_embeddings_) {
@@ -113,9 +132,16 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     in.args.mask_stride_q = 0;
     in.args.mask_stride_k = 1;
   }
-  for (const TransformerBlock& layer : layers_) {
-    layer.self_attention(config_, h, in, ws.block);
-    layer.ffn(config_, h, rows, ws.block);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (!disentangled_.empty()) {
+      DisentangledAttentionCall hook(config_, disentangled_[l], ws.disentangled);
+      in.hook = &hook;
+      layers_[l].self_attention(config_, h, in, ws.block);
+      in.hook = nullptr;
+    } else {
+      layers_[l].self_attention(config_, h, in, ws.block);
+    }
+    layers_[l].ffn(config_, h, rows, ws.block);
   }
   if (config_.final_norm) final_norm_.apply(config_, h, h, rows);
 

@@ -1,16 +1,19 @@
 // Encoder graph (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, and any encoder the registry declares):
 //
 //   h = word[ids] + position[pos] (+ token_type[types]) → embedding norm          h: [B·T, hidden]
-//   per layer: a TransformerBlock (self-attention over the unpadded keys, feed-forward)
+//   per layer: a TransformerBlock (self-attention over the unpadded keys, feed-forward); DeBERTa's
+//   disentangled attention (layers/disentangled_attention.h) through the block's attention hook
 //   (final norm); pooler (BERT): tanh(W · h[:, 0] + b)
 //
-// Positions are t (arange) or RoBERTa's pad + running count of non-pad tokens.
+// Positions are t (arange) or RoBERTa's pad + running count of non-pad tokens; an encoder without
+// a position table (Positions::kNone) adds none.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
+#include "layers/disentangled_attention.h"
 #include "layers/norm.h"
 #include "layers/transformer_block.h"
 #include "models/model_tensors.h"
@@ -38,6 +41,7 @@ class EncoderModel {
   struct Workspace {
     BlockWorkspace block;
     ScratchBuffer key_mask;
+    DisentangledWorkspace disentangled;
   };
 
   void embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h) const;
@@ -50,6 +54,8 @@ class EncoderModel {
   const float* token_type_embeddings_;
   NormWeights embedding_norm_, final_norm_;
   std::vector<TransformerBlock> layers_;
+  std::vector<float> relative_embeddings_;                // normed [2·span, hidden], until the last layer
+  std::vector<DisentangledAttention> disentangled_;  // per layer (disentangled attention)
   bool has_pooler_ = false;
   Linear pooler_;
 

@@ -13,6 +13,8 @@ struct StackTensors {
   NormTensors final_norm;                // final_norm
   const float* relative_bias = nullptr;  // relative_bias [num_buckets, num_heads] (relative positions)
   const float* rope_inv_freq = nullptr;  // rope.inv_freq [head_dim / 2] (RoPE)
+  const float* relative_embeddings = nullptr;  // [2 · relative_span(), hidden] (disentangled attention)
+  NormTensors relative_norm;                   // relative_embedding_norm
 };
 
 struct GlobalTensors {
