@@ -87,6 +87,7 @@ def test_against_transformers_with_padding(name, tmp_path):
     # A padded batch gives each sequence what it gives alone.
     alone = model(ids[2:, :6], None, None if types is None else types[2:, :6])
     _close(ours[2, :6], alone[0], tolerance=1e-5)
+    _compare(model, hf, ids[:1, :1], mask[:1, :1], None if types is None else types[:1, :1])  # one token
 
 
 def test_v3_bucket_configuration_over_512_tokens(tmp_path):
