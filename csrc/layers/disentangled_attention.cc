@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kernels/attention/attention.h"
 #include "layers/linear.h"
@@ -98,21 +99,31 @@ void DisentangledAttention::attend(const TransformerConfig& c, const AttentionAr
         const long first = h * rows + s * T;  // this sequence's first row in the [heads, rows, window] buffers
         float* out = bias + n * T;
         const long* delta = index + i;  // delta[-j] = δ(i, j)
-        for (long j = 0; j < T; ++j) out[j] = 0.0f;
-        if (c2p) {
-          const float* row = content_to_position + (first + i) * window - lowest;
-          for (long j = 0; j < T; ++j) out[j] += row[delta[-j]];
-        }
-        if (p2c) {
-          const float* rows_j = position_to_content + first * window - lowest;
-          for (long j = 0; j < T; ++j) out[j] += rows_j[j * window + delta[-j]];
-        }
         const float* mask =
             a.mask ? a.mask + (b0 + s) * a.mask_stride_b + h * a.mask_stride_h + i * a.mask_stride_q : nullptr;
+        // c2p reads row i; p2c reads rows j (row j, column δ(i, j)): one pass over the keys.
+        const float* row_i = c2p ? content_to_position + (first + i) * window - lowest : nullptr;
+        const float* rows_j = p2c ? position_to_content + first * window - lowest : nullptr;
+        const long mask_stride = a.mask_stride_k;
+        auto fill = [&](auto with_c2p, auto with_p2c, auto with_mask) {
+          for (long j = 0; j < T; ++j) {
+            const long d = delta[-j];
+            float sum = 0.0f;
+            if (with_c2p) sum += row_i[d];
+            if (with_p2c) sum += rows_j[j * window + d];
+            out[j] = with_mask ? sum * scale + mask[j * mask_stride] : sum * scale;
+          }
+        };
+        using Yes = std::true_type;
+        using No = std::false_type;
         if (mask) {
-          for (long j = 0; j < T; ++j) out[j] = out[j] * scale + mask[j * a.mask_stride_k];
+          if (c2p && p2c) fill(Yes(), Yes(), Yes());
+          else if (c2p) fill(Yes(), No(), Yes());
+          else fill(No(), Yes(), Yes());
         } else {
-          for (long j = 0; j < T; ++j) out[j] *= scale;
+          if (c2p && p2c) fill(Yes(), Yes(), No());
+          else if (c2p) fill(Yes(), No(), No());
+          else fill(No(), Yes(), No());
         }
       }
     });
