@@ -51,7 +51,8 @@ struct Reader {
                                     {{"learned", Positions::kLearned},
                                      {"sinusoidal", Positions::kSinusoidal},
                                      {"rope", Positions::kRope},
-                                     {"relative", Positions::kRelative}});
+                                     {"relative", Positions::kRelative},
+                                     {"none", Positions::kNone}});
   }
   void operator()(const char* name, PositionIds& field) {
     field = parse_choice<PositionIds>(

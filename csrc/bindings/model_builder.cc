@@ -63,6 +63,10 @@ StackTensors ModelBuilder::stack_tensors(const py::dict& tensors, const Transfor
     s.rope_inv_freq = vector(tensors, p + "rope.inv_freq", {c.head_dim / 2}, true, used);
   if (c.positions == Positions::kRope && c.global_attention_every > 0)
     s.rope_local_inv_freq = vector(tensors, p + "rope.local_inv_freq", {c.head_dim / 2}, true, used);
+  if (c.disentangled_attention()) {
+    s.relative_embeddings = vector(tensors, p + "relative_embeddings", {2 * c.relative_span(), H}, true, used);
+    if (c.relative_embedding_norm) s.relative_norm = norm(tensors, p + "relative_norm", H, true, used);
+  }
   return s;
 }
 
@@ -119,6 +123,10 @@ BlockTensors ModelBuilder::block_tensors(const py::dict& tensors, const Transfor
   }
   b.down = linear(tensors, "ffn.down", H, I, true, c, used);
   b.ffn_norm = norm(tensors, "ffn_norm", H, true, used);
+  if (c.disentangled_attention() && !c.share_attention_key) {
+    if (c.position_to_content) b.position_q = linear(tensors, "attn.position_q", qw, H, true, c, used);
+    if (c.content_to_position) b.position_k = linear(tensors, "attn.position_k", qw, H, true, c, used);
+  }
   reject_unused(tensors, used, "layer");
   return b;
 }

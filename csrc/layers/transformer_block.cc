@@ -122,7 +122,11 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   a.out_stride_b = t_new * qw;
   a.out_stride_h = D;
   a.out_stride_t = qw;
-  attention(a);
+  if (in.hook) {
+    in.hook->attend(a);
+  } else {
+    attention(a);
+  }
   residual(c, out_, attn_norm_, context, h, N, ws);
 }
 

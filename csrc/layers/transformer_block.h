@@ -48,6 +48,20 @@ struct BlockTensors {
   NormTensors cross_norm;
   LinearTensors gate, up, down;  // gate: gated_ffn only
   NormTensors ffn_norm;
+  // Disentangled attention without share_attention_key: the relative embeddings' own projections.
+  LinearTensors position_q, position_k;
+};
+
+// Runs self-attention in place of the plain fused kernel, for mathematics that needs the projected
+// queries and keys before the scores (DeBERTa's disentangled attention adds a bias computed from
+// them). `args` is complete as the block would pass it to attention(); the hook may change its
+// mask and scale, split the batch, and must write args.out.
+class AttentionHook {
+ public:
+  virtual void attend(AttentionArgs& args) = 0;
+
+ protected:
+  ~AttentionHook() = default;
 };
 
 // Scratch space of the blocks of one call (buffers only grow).
@@ -63,6 +77,7 @@ struct SelfAttentionInput {
   KvCache* cache = nullptr;      // keys/values appended at slots [start, start + q_len) of `layer`; null:
   long layer = 0, start = 0;     // read in place from the fused projection
   const float* rope = nullptr;   // cos | sin [tokens, head_dim] (rope_angles) or null
+  AttentionHook* hook = nullptr;  // runs the attention instead of attention(args) when set
 };
 
 class TransformerBlock {

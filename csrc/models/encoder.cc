@@ -29,8 +29,19 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
       rope_local_inv_freq_.assign(t.encoder.rope_local_inv_freq, t.encoder.rope_local_inv_freq + half);
     }
     position_embeddings_ = nullptr;
-  } else if (!config_.has_position_table() || position_embeddings_ == nullptr) {
-    throw std::invalid_argument("an encoder needs a position table or RoPE");
+  } else if (config_.positions != Positions::kNone &&
+             (!config_.has_position_table() || position_embeddings_ == nullptr)) {
+    throw std::invalid_argument("an encoder needs a position table, RoPE or positions 'none'");
+  }
+  if (config_.disentangled_attention()) {
+    if (t.encoder.relative_embeddings == nullptr) throw std::invalid_argument("disentangled attention needs its table");
+    const long rows = 2 * config_.relative_span();
+    relative_embeddings_.assign(t.encoder.relative_embeddings, t.encoder.relative_embeddings + rows * H);
+    if (config_.relative_embedding_norm) {
+      NormWeights(config_, t.encoder.relative_norm.weight, t.encoder.relative_norm.bias, H)
+          .apply(config_, relative_embeddings_.data(), relative_embeddings_.data(), rows);
+    }
+    disentangled_.reserve(config_.num_layers);
   }
   if (config_.embedding_norm)
     embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, E);
@@ -54,7 +65,13 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
 
 void EncoderModel::add_layer(const BlockTensors& t) {
   if (complete()) throw std::logic_error("the encoder already has all its layers");
+  if (config_.disentangled_attention()) {
+    const bool shared = config_.share_attention_key;
+    disentangled_.emplace_back(config_, relative_embeddings_.data(), shared ? t.q : t.position_q,
+                               shared ? t.k : t.position_k);
+  }
   layers_.emplace_back(config_, t, /*cross=*/false);
+  if (complete()) std::vector<float>().swap(relative_embeddings_);  // projected into every layer
 }
 
 void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h,
@@ -174,7 +191,14 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     in.args.window = windowed ? config_.sliding_window : 0;
     in.rope = windowed ? local_rope : rope;
     const TransformerBlock& layer = layers_[l / repeats];
-    layer.self_attention(config_, h, in, ws.block);
+    if (!disentangled_.empty()) {
+      DisentangledAttentionCall hook(config_, disentangled_[l / repeats], ws.disentangled);
+      in.hook = &hook;
+      layer.self_attention(config_, h, in, ws.block);
+      in.hook = nullptr;
+    } else {
+      layer.self_attention(config_, h, in, ws.block);
+    }
     layer.ffn(config_, h, rows, ws.block);
   }
   if (config_.final_norm) final_norm_.apply(config_, h, h, rows);

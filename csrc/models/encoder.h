@@ -11,12 +11,15 @@
 // sliding_window, a layer attends to the keys within sliding_window - 1 positions on both sides;
 // global_attention_every makes every n-th layer attend to all keys, with its own RoPE
 // frequencies (ModernBERT: rope.inv_freq for the global layers, rope.local_inv_freq for the others).
+// An encoder without a position table (Positions::kNone) adds none. DeBERTa's disentangled
+// attention (layers/disentangled_attention.h) runs through the block's attention hook.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <vector>
 
+#include "layers/disentangled_attention.h"
 #include "layers/norm.h"
 #include "layers/transformer_block.h"
 #include "models/model_tensors.h"
@@ -47,6 +50,7 @@ class EncoderModel {
     ScratchBuffer embeddings;        // [B·T, E] before embed.project
     ScratchBuffer relative_bias;     // [B or 1, heads, T, T] (relative_bias)
     ScratchBuffer rope, local_rope;  // cos | sin [B·T, head_dim]
+    DisentangledWorkspace disentangled;
   };
 
   // cos | sin [batch, seq_len, head_dim] of positions t with `inv_freq`, into `buffer`.
@@ -66,6 +70,8 @@ class EncoderModel {
   Linear embed_project_;              // [hidden, E] (has_embed_project_)
   std::vector<float> relative_bias_;  // [num_buckets, heads] (config.relative_bias)
   std::vector<TransformerBlock> layers_;
+  std::vector<float> relative_embeddings_;                // normed [2·span, hidden], until the last layer
+  std::vector<DisentangledAttention> disentangled_;  // per layer (disentangled attention)
   bool has_pooler_ = false;
   Linear pooler_;
 

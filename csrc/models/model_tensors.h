@@ -15,6 +15,8 @@ struct StackTensors {
   const float* rope_inv_freq = nullptr;  // rope.inv_freq [head_dim / 2] (RoPE)
   // rope.local_inv_freq [head_dim / 2]: the windowed layers' own (RoPE encoders with global_attention_every)
   const float* rope_local_inv_freq = nullptr;
+  const float* relative_embeddings = nullptr;  // [2 · relative_span(), hidden] (disentangled attention)
+  NormTensors relative_norm;                   // relative_embedding_norm
 };
 
 struct GlobalTensors {

@@ -63,6 +63,17 @@ void TransformerConfig::validate() const {
     at_least(num_buckets, 2, "num_buckets");
     at_least(max_distance, 2, "max_distance");
   }
+  if (disentangled_attention()) {
+    require(kind == ModelKind::kEncoder, "disentangled attention is an encoder's");
+    at_least(max_relative_positions, 1, "max_relative_positions");
+    if (position_buckets > 0) {
+      // make_log_bucket_position divides by log((max_relative_positions - 1) / (position_buckets / 2)).
+      at_least(position_buckets, 2, "position_buckets");
+      require(max_relative_positions - 1 > position_buckets / 2,
+              "max_relative_positions - 1 must exceed position_buckets / 2 for log buckets");
+    }
+    checked_multiply(2 * relative_span(), q_width(), "the relative position projections (2 × span × heads × head_dim)");
+  }
   if (kind == ModelKind::kEncoder) {
     require(pad_token_id < vocab_size, "pad_token_id must be < vocab_size");
     require(max_seq_len() >= 1, "max_positions leaves no positions after the padding id");

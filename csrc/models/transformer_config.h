@@ -21,6 +21,7 @@ enum class Positions : int {
   kSinusoidal = 1,  // a fixed table per stack, computed by the loader (Marian)
   kRope = 2,        // rotary embeddings of q and k (Llama family); inverse frequencies from the loader
   kRelative = 3,    // T5's bucketed relative position bias, one table per stack
+  kNone = 4,        // no position in the embeddings (DeBERTa-v3: positions enter through disentangled attention)
 };
 enum class PositionIds : int {
   kArange = 0,         // position = t
@@ -71,6 +72,16 @@ struct TransformerConfig {
   // Encoders whose consecutive layers share weights (ALBERT's num_hidden_groups): layer_groups
   // distinct layers, each run num_layers / layer_groups times in a row. 0: every layer its own.
   long layer_groups = 0;
+  // DeBERTa's disentangled attention (layers/disentangled_attention.h): scores gain the
+  // content-to-position and/or position-to-content terms over relative position embeddings
+  // [2·relative_span(), hidden] (a stack tensor), optionally LayerNormed; the position projections
+  // are the layer's own q and k (share_attention_key) or separate attn.position_q / position_k.
+  bool content_to_position = false;
+  bool position_to_content = false;
+  long position_buckets = 0;        // > 0: log-bucketed relative positions (make_log_bucket_position)
+  long max_relative_positions = 0;  // the log buckets' largest position; the span without buckets
+  bool relative_embedding_norm = false;
+  bool share_attention_key = true;
 
   // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
   template <class Visitor>
@@ -110,6 +121,12 @@ struct TransformerConfig {
     v("embedding_size", embedding_size);
     v("relative_bias", relative_bias);
     v("layer_groups", layer_groups);
+    v("content_to_position", content_to_position);
+    v("position_to_content", position_to_content);
+    v("position_buckets", position_buckets);
+    v("max_relative_positions", max_relative_positions);
+    v("relative_embedding_norm", relative_embedding_norm);
+    v("share_attention_key", share_attention_key);
   }
 
   long q_width() const { return num_heads * head_dim; }
@@ -118,6 +135,10 @@ struct TransformerConfig {
   long embedding_width() const { return embedding_size > 0 ? embedding_size : hidden_size; }
   bool has_relative_bias() const { return positions == Positions::kRelative || relative_bias; }
   bool has_position_table() const { return positions == Positions::kLearned || positions == Positions::kSinusoidal; }
+  bool disentangled_attention() const { return content_to_position || position_to_content; }
+  // Rows of each half of the relative embedding table: relative positions are clamped to
+  // [-span, span - 1] (after bucketing).
+  long relative_span() const { return position_buckets > 0 ? position_buckets : max_relative_positions; }
   float scale() const {
     return attention_scale != 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }

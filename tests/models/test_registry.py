@@ -57,6 +57,14 @@ PARITY = {
                         intermediate_size=37, max_position_embeddings=64, global_attn_every_n_layers=2,
                         local_attention=4, global_rope_theta=1000.0, local_rope_theta=50.0, pad_token_id=0,
                         bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, initializer_range=0.2)),
+    # Disentangled attention with 8 log buckets (relative positions up to 4 exact, then bucketed up
+    # to max_relative_positions 20): the 9-token inputs reach the bucketed distances.
+    "deberta-v2": ("DebertaV2ForSequenceClassification", "DebertaV2Config",
+                   dict(vocab_size=93, hidden_size=45, num_hidden_layers=2, num_attention_heads=5, intermediate_size=39,
+                        max_position_embeddings=48, relative_attention=True, position_buckets=8,
+                        max_relative_positions=20, pos_att_type="p2c|c2p", share_att_key=True,
+                        norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
+                        initializer_range=0.3)),
     "gpt2": ("GPT2LMHeadModel", "GPT2Config",
              dict(vocab_size=101, n_embd=48, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2,
                   bos_token_id=1, eos_token_id=2)),

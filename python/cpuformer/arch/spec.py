@@ -14,7 +14,10 @@ model kind is built from. Canonical weight names are the same for every family:
 - per stack (the encoder or the decoder): ``embed.positions``, ``embed.norm`` (the norm applied
   to the embeddings), ``final_norm``, ``relative_bias`` (T5's bucketed bias table),
   ``rope.inv_freq`` (computed), ``rope.local_inv_freq`` (computed: the windowed layers' own, with
-  ``global_attention_every``);
+  ``global_attention_every``), ``relative_embeddings`` and ``relative_norm`` (DeBERTa's relative
+  position embeddings and their LayerNorm);
+- per layer of disentangled attention without a shared key: ``attn.position_q``
+  ``attn.position_k`` (the relative embeddings' own projections);
 - per model: ``embed.tokens``, ``embed.token_types``, ``embed.project`` (maps normed embeddings of
   ``embedding_size`` into ``hidden_size`` when the tables are narrower: ELECTRA, ALBERT), ``lm_head``,
   ``lm_head.bias``, ``pooler``.
@@ -38,13 +41,14 @@ KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq"
 
 #: Canonical weights that multiply activations (quantized or stored in 16 bits by the dtype policy).
 MATMUL = frozenset({"attn.q", "attn.k", "attn.v", "attn.o", "cross.q", "cross.k", "cross.v", "cross.o", "ffn.gate",
-                    "ffn.up", "ffn.down", "lm_head", "pooler", "embed.project"})
+                    "ffn.up", "ffn.down", "lm_head", "pooler", "embed.project", "attn.position_q",
+                    "attn.position_k"})
 #: Canonical norm weights (vectors of ones in a fresh checkpoint).
 NORMS = frozenset({"attn_norm", "cross_norm", "ffn_norm", "embed.norm", "final_norm", "attn.q_norm",
-                   "attn.k_norm"})
+                   "attn.k_norm", "relative_norm"})
 
 NORM_KINDS = ("layer", "rms")
-POSITION_KINDS = ("learned", "sinusoidal", "rope", "relative")
+POSITION_KINDS = ("learned", "sinusoidal", "rope", "relative", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 
 
@@ -65,8 +69,8 @@ class Hparams:
     pre_norm: bool
     activation: str
     gated_ffn: bool  # down(act(gate(x)) * up(x)) instead of down(act(up(x)))
-    positions: str  # POSITION_KINDS
-    max_positions: int  # rows of the position table (0: no limit, relative positions)
+    positions: str  # POSITION_KINDS ("none": no position in the embeddings, DeBERTa-v3)
+    max_positions: int  # rows of the position table (0: no limit, relative positions); "none": longest sequence
     num_kv_heads: int = 0  # 0: num_heads
     num_decoder_layers: int = 0  # seq2seq only
     position_offset: int = 0  # learned tables whose first rows are reserved (BART: 2)
@@ -93,6 +97,18 @@ class Hparams:
     # Encoders whose consecutive layers share weights (ALBERT): layer_groups distinct layers, each
     # run num_layers / layer_groups times in a row. 0: every layer has its own.
     layer_groups: int = 0
+    # DeBERTa's disentangled attention (csrc/layers/disentangled_attention.h): the content-to-position
+    # (c2p) and position-to-content (p2c) terms over relative embeddings [2 * relative_span, hidden].
+    content_to_position: bool = False
+    position_to_content: bool = False
+    position_buckets: int = 0  # > 0: log-bucketed relative positions
+    max_relative_positions: int = 0  # the log buckets' largest position; the span without buckets
+    relative_embedding_norm: bool = False  # LayerNorm over the relative embeddings
+    share_attention_key: bool = True  # project them with attn.q / attn.k (else attn.position_q / position_k)
+
+    @property
+    def relative_span(self) -> int:
+        return self.position_buckets if self.position_buckets > 0 else self.max_relative_positions
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == 0:
@@ -207,6 +223,8 @@ def canonical_shape(name: str, hp: Hparams) -> Tuple[int, ...]:
         "embed.positions": (hp.max_positions + hp.position_offset, E), "embed.project": (H, E),
         "lm_head": (hp.vocab_size, H),
         "lm_head.bias": (hp.vocab_size,), "pooler": (H, H), "relative_bias": (hp.num_buckets, hp.num_heads),
+        "relative_embeddings": (2 * hp.relative_span, H), "attn.position_q": (hp.num_heads * D, H),
+        "attn.position_k": (hp.num_heads * D, H),
     }
     return shapes[name]
 
