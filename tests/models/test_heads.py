@@ -415,3 +415,15 @@ def test_modernbert_classifier_variants(tmp_path, extra):
     with torch.inference_mode():
         reference = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
     _close(cf.load(tmp_path).logits(ids, mask), reference)
+
+
+@pytest.mark.parametrize("model_class, extra", [("DebertaV2ForMaskedLM", dict(legacy=False)),
+                                                ("DebertaV2ForSequenceClassification",
+                                                 dict(pooler_hidden_act="tanh", id2label=LABELS))])
+def test_deberta_head_variants(tmp_path, model_class, extra):
+    prefix, config_class, config = FAMILIES["deberta-v2"]
+    model = _save(tmp_path, model_class, config_class, **config, **extra)
+    ids, mask = _batch(np.random.default_rng(8), config["vocab_size"], 0, [9, 4, 13])
+    with torch.inference_mode():
+        reference = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+    _close(cf.load(tmp_path).logits(ids, mask), reference, mask if reference.ndim == 3 else None)
