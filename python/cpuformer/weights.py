@@ -203,7 +203,7 @@ class Checkpoint:
         if stray:
             shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
             raise ValueError(f"{self.md.path}: the checkpoint has tensors that {self.arch.title} models do not "
-                             f"use: {shown}; config.json describes a {self.arch.title} model, so either it does "
+                             f"use: {shown}; config.json names the {self.arch.title} architecture, so either it does "
                              "not match the weights, or this is a variant (a task head, a checkpoint format) that "
                              "cpuformer does not support yet")
 
