@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional
 
 from .._model_dir import config_float, config_int
-from .heads import Head, HeadBuilder, labels
+from .heads import Head, HeadBuilder, labels, linear_head
 from .spec import Arch, Hparams, Source, Tensor, mapped, weight_and_bias
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
@@ -94,12 +94,8 @@ class Bert(Arch):
         if task == "sequence_classification":
             names = labels(config)
             return self.sequence_head(HeadBuilder(task, names), H, len(names)).build()
-        if task == "token_classification":
-            names = labels(config)
-            return HeadBuilder(task, names).dense("classifier", "classifier.weight", (len(names), H),
-                                                  rows_key="id2label").build()
-        if task == "question_answering":
-            return HeadBuilder(task).dense("qa_outputs", "qa_outputs.weight", (2, H)).build()
+        if task in ("token_classification", "question_answering"):
+            return linear_head(config, task, H)
         if task == "masked_lm":
             E = hp.embedding_size  # the transform maps into the word embeddings' width (ELECTRA's is narrower)
             builder = HeadBuilder(task).dense("transform", self.mlm_transform + ".weight", (E, H))

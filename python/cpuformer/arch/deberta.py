@@ -21,7 +21,7 @@ import numpy as np
 
 from .._model_dir import config_float, config_int
 from .bert import _ACTIVATIONS, _HEADS
-from .heads import Head, HeadBuilder, labels
+from .heads import Head, HeadBuilder, labels, linear_head
 from .spec import Arch, Hparams, Source, Tensor, mapped, not_supported, weight_and_bias
 
 _POSITION_TERMS = ("c2p", "p2c")
@@ -167,12 +167,8 @@ class DebertaV2(Arch):
             return (HeadBuilder(task, names).first().dense("pooler", "pooler.dense.weight", (pooled, H))
                     .act(activation).dense("classifier", "classifier.weight", (len(names), pooled),
                                            rows_key="id2label").build())
-        if task == "token_classification":
-            names = labels(config)
-            return HeadBuilder(task, names).dense("classifier", "classifier.weight", (len(names), H),
-                                                  rows_key="id2label").build()
-        if task == "question_answering":
-            return HeadBuilder(task).dense("qa_outputs", "qa_outputs.weight", (2, H)).build()
+        if task in ("token_classification", "question_answering"):
+            return linear_head(config, task, H)
         if task == "masked_lm":
             # legacy (the default): cls.predictions (its decoder tied to the word embeddings);
             # otherwise lm_predictions.lm_head, which multiplies by the word embeddings itself.

@@ -123,6 +123,18 @@ class HeadBuilder:
         return Head(self.task, tuple(self.steps), dict(self.tensors), dict(self.shapes), self.labels)
 
 
+def linear_head(config: Mapping[str, Any], task: str, hidden: int) -> Head:
+    """The heads that are one linear layer on every token's hidden state, as most families have
+    them: token classification (``classifier``, a row per label) and question answering
+    (``qa_outputs``: start and end logits)."""
+    if task == "token_classification":
+        names = labels(config)
+        return HeadBuilder(task, names).dense("classifier", "classifier.weight", (len(names), hidden),
+                                              rows_key="id2label").build()
+    assert task == "question_answering", task
+    return HeadBuilder(task).dense("qa_outputs", "qa_outputs.weight", (2, hidden)).build()
+
+
 def labels(config: Mapping[str, Any]) -> Tuple[str, ...]:
     """The class labels of a classification checkpoint in id order: config.json's ``id2label``
     (keys 0..n-1), else ``LABEL_0``... for ``num_labels`` (default 2, as transformers)."""
@@ -149,4 +161,5 @@ def labels(config: Mapping[str, Any]) -> Tuple[str, ...]:
     return tuple(by_id[i] for i in range(len(by_id)))
 
 
-__all__ = ["HEAD_ACTIVATIONS", "TASKS", "TASK_SUFFIXES", "TASK_TEXT", "Head", "HeadBuilder", "labels", "task_of"]
+__all__ = ["HEAD_ACTIVATIONS", "TASKS", "TASK_SUFFIXES", "TASK_TEXT", "Head", "HeadBuilder", "labels", "linear_head",
+           "task_of"]
