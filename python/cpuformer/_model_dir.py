@@ -197,8 +197,9 @@ def _parse_json(data: bytes, path: pathlib.Path, *, reject_duplicate_keys: bool)
         raise ValueError(f"{path}: invalid JSON ({error})") from None
 
 
-def _read_json_object(path: pathlib.Path, *, reject_duplicate_keys: bool = False) -> Dict[str, Any]:
-    """Reads a JSON file whose top level must be an object."""
+def _read_json(path: pathlib.Path, *, reject_duplicate_keys: bool = False) -> Any:
+    """Reads any JSON value from a regular file of at most MAX_JSON_FILE_BYTES; ValueError naming
+    the file for every defect."""
     fd = _open_regular_file(path)
     try:
         size = os.fstat(fd).st_size
@@ -215,7 +216,12 @@ def _read_json_object(path: pathlib.Path, *, reject_duplicate_keys: bool = False
             remaining -= len(chunk)
     finally:
         os.close(fd)
-    value = _parse_json(b"".join(chunks), path, reject_duplicate_keys=reject_duplicate_keys)
+    return _parse_json(b"".join(chunks), path, reject_duplicate_keys=reject_duplicate_keys)
+
+
+def _read_json_object(path: pathlib.Path, *, reject_duplicate_keys: bool = False) -> Dict[str, Any]:
+    """Reads a JSON file whose top level must be an object."""
+    value = _read_json(path, reject_duplicate_keys=reject_duplicate_keys)
     if not isinstance(value, dict):
         raise ValueError(f"{path}: must contain a JSON object, got {type(value).__name__}")
     return value

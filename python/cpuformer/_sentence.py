@@ -21,14 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ._model_dir import (
-    MAX_JSON_FILE_BYTES,
-    _describe,
-    _open_regular_file,
-    _parse_json,
-    _read_json_object,
-    _SafetensorsFile,
-)
+from ._model_dir import _describe, _read_json, _read_json_object, _SafetensorsFile
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -60,21 +53,6 @@ _EMBEDDING = "sentence_embedding"  # the feature Dense and Normalize must read a
 
 
 # ---- reading -------------------------------------------------------------------------------------
-
-def _read_json(path: pathlib.Path) -> Any:
-    """Any JSON value (modules.json is a list); ValueError naming the file for every defect."""
-    fd = _open_regular_file(path)
-    try:
-        size = os.fstat(fd).st_size
-        if size > MAX_JSON_FILE_BYTES:
-            raise ValueError(f"{path}: {size} bytes is larger than the {MAX_JSON_FILE_BYTES} byte limit "
-                             "for a JSON file")
-        with os.fdopen(os.dup(fd), "rb") as file:
-            data = file.read(size)
-    finally:
-        os.close(fd)
-    return _parse_json(data, path, reject_duplicate_keys=False)
-
 
 def _module_directory(root: pathlib.Path, relative: Any, source: pathlib.Path, index: int) -> pathlib.Path:
     if not isinstance(relative, str):
