@@ -41,7 +41,7 @@ JOBS=${CPUFORMER_SANITIZE_JOBS:-2}
 
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-# RelWithDebInfo: -g for symbolised reports; the target's own -O3 still applies.
+# CPUFORMER_SANITIZE=ON compiles at -O1 -g1 (CMakeLists.txt): line tables for symbolised reports.
 cmake -S "$ROOT" -B "$BUILD" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCPUFORMER_SANITIZE=ON \
   -DCPUFORMER_DEV_INPLACE=OFF -DPython_EXECUTABLE="$(command -v "$PYTHON")" >/dev/null
 cmake --build "$BUILD" -j "$JOBS"
