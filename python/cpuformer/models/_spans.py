@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
+from .._arguments import check_integer
 from .._model_dir import _read_json_object
-from ._tasks import TaskMixin, _check_batch_size, _check_top_k, _describe, _softmax
+from ._tasks import TaskMixin, _describe, _softmax
 
 STRATEGIES = ("none", "simple", "first", "average", "max")
 
@@ -102,7 +103,7 @@ class SpanMixin(TaskMixin):
         if aggregation_strategy not in STRATEGIES:
             raise ValueError(f"aggregation_strategy must be one of {', '.join(map(repr, STRATEGIES))}, "
                              f"got {aggregation_strategy!r}")
-        batch_size = _check_batch_size(batch_size)
+        batch_size = check_integer("batch_size", batch_size, 1)
         ignore = ["O"] if ignore_labels is None else _string_list(ignore_labels, "ignore_labels")
         single = isinstance(inputs, str)
         if not single and not isinstance(inputs, (list, tuple)):
@@ -208,10 +209,10 @@ class SpanMixin(TaskMixin):
                     raise TypeError(f"answer(): {where}the {name} must be a string, got {_describe(value)}")
                 if not value.strip():
                     raise ValueError(f"answer(): {where}the {name} is empty")
-        top_k = int(_check_top_k(top_k))  # type: ignore[arg-type]
-        max_answer_len = int(_check_top_k(max_answer_len, "max_answer_len"))  # type: ignore[arg-type]
-        max_question_len = int(_check_top_k(max_question_len, "max_question_len"))  # type: ignore[arg-type]
-        batch_size = _check_batch_size(batch_size)
+        top_k = check_integer("top_k", top_k, 1)
+        max_answer_len = check_integer("max_answer_len", max_answer_len, 1)
+        max_question_len = check_integer("max_question_len", max_question_len, 1)
+        batch_size = check_integer("batch_size", batch_size, 1)
         if not isinstance(handle_impossible_answer, bool):
             raise TypeError(f"handle_impossible_answer must be True or False, got {handle_impossible_answer!r}")
         limit = self.max_tokens

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, 
 
 import numpy as np
 
+from .._arguments import check_integer
 from .._model_dir import _read_json_object
 from ..arch.heads import TASK_TEXT
 
@@ -37,20 +38,6 @@ def _apply(function: str, logits: np.ndarray) -> np.ndarray:
     if function == "sigmoid":
         return _sigmoid(logits)
     return logits
-
-
-def _check_batch_size(batch_size: Any) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    return int(batch_size)
-
-
-def _check_top_k(top_k: Any, name: str = "top_k", allow_none: bool = False) -> Optional[int]:
-    if top_k is None and allow_none:
-        return None
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-        raise ValueError(f"{name} must be an integer >= 1{' or None' if allow_none else ''}, got {top_k!r}")
-    return int(top_k)
 
 
 class TaskMixin:
@@ -168,8 +155,8 @@ class TaskMixin:
         None chooses as the pipeline does: none for problem_type "regression", sigmoid for
         "multi_label_classification" or a single label, softmax otherwise."""
         head = self._require("classify", "sequence_classification")
-        top_k = _check_top_k(top_k, allow_none=True)
-        batch_size = _check_batch_size(batch_size)
+        top_k = None if top_k is None else check_integer("top_k", top_k, 1, note=" or None")
+        batch_size = check_integer("batch_size", batch_size, 1)
         function = self._classification_function(function_to_apply)
         single = isinstance(inputs, str) or (isinstance(inputs, tuple) and len(inputs) == 2
                                              and all(isinstance(t, str) for t in inputs))
@@ -207,7 +194,7 @@ class TaskMixin:
         sbert_ce_default_activation_function): Sigmoid, Identity, Softmax or Tanh — and otherwise
         applies sigmoid to a single-label head and nothing to others, as CrossEncoder does."""
         head = self._require("score", "sequence_classification")
-        batch_size = _check_batch_size(batch_size)
+        batch_size = check_integer("batch_size", batch_size, 1)
         if isinstance(pairs, (str, bytes)) or (isinstance(pairs, tuple) and len(pairs) == 2
                                                and all(isinstance(t, str) for t in pairs)):
             raise TypeError("score() takes a list of (query, passage) pairs; wrap a single pair in a list")
@@ -254,8 +241,8 @@ class TaskMixin:
         list of results) or a list of strings (a list of them). A text needs exactly one mask token
         (the tokenizer's, e.g. "[MASK]" or "<mask>")."""
         head = self._require("fill_mask", "masked_lm")
-        top_k = _check_top_k(top_k)
-        batch_size = _check_batch_size(batch_size)
+        top_k = check_integer("top_k", top_k, 1)
+        batch_size = check_integer("batch_size", batch_size, 1)
         single = isinstance(inputs, str)
         items = [inputs] if single else list(inputs)  # type: ignore[list-item]
         if not items:

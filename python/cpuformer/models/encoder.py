@@ -16,7 +16,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .. import _sentence
-from .._arguments import integer_array, token_id_range_error
+from .._arguments import check_integer, integer_array, token_id_range_error
 from .._model_dir import ModelDir
 from .._tokenizer import load_tokenizer, read_length_limit
 from ._base import ModelBase, TokenIds
@@ -176,8 +176,7 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
             raise ValueError(f"pooling must be None, 'mean', 'cls', 'max' or 'last', got {pooling!r}")
         if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
             raise TypeError(f"normalize must be None, True or False, got {normalize!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        batch_size = check_integer("batch_size", batch_size, 1)
         if isinstance(inputs, (str, bytes)):
             raise TypeError("embed() takes a list of strings or of token-id lists; wrap a single string in a list")
         inputs = list(inputs)
