@@ -20,6 +20,8 @@ void register_models_seq2seq(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "cpuformer native core: kernels, runtime and models";
+  // pyproject.toml's version (CMakeLists.txt): cpuformer.__version__ and `cpuformer --version` read it.
+  m.attr("__version__") = CPUFORMER_VERSION;
   // A size that overflows or cannot be allocated (runtime/checked_size.h) is the caller's request
   // being too large: ValueError, with the message naming the argument. Registered once here for
   // every binding (std::length_error would also map to ValueError; this makes it explicit).

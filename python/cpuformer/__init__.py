@@ -7,8 +7,6 @@ exposed as ``cpuformer._core``; this package loads models and offers the user AP
 from __future__ import annotations
 
 import os as _os
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
 
 
 def _import_core():
@@ -23,14 +21,45 @@ def _import_core():
     other libraries loaded later see the environment the user gave.
     """
     if "OMP_WAIT_POLICY" in _os.environ or "GOMP_SPINCOUNT" in _os.environ:
-        from . import _core
-        return _core
+        return _load_core()
     _os.environ["GOMP_SPINCOUNT"] = str(_SPIN_COUNT)
     try:
-        from . import _core
+        return _load_core()
     finally:
         del _os.environ["GOMP_SPINCOUNT"]
+
+
+def _load_core():
+    """``from . import _core``, with an ImportError that says what is wrong instead of a bare
+    dlopen message: the module missing (a source tree that was not built, an incomplete install),
+    a library it needs missing (a wheel's vendored OpenMP runtime in ``cpuformer.libs/``, or
+    libgomp for a source build), or a damaged file."""
+    try:
+        from . import _core
+    except ImportError as error:
+        _raise_core_error(error)
     return _core
+
+
+def _raise_core_error(error: ImportError):
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    here = _os.path.dirname(__file__)
+    if not any(_os.path.exists(_os.path.join(here, "_core" + suffix)) for suffix in EXTENSION_SUFFIXES):
+        raise ImportError(
+            f"cpuformer: its compiled core (cpuformer/_core*.so) is missing from {here}: the "
+            "installation is incomplete (reinstall: pip install --force-reinstall cpuformer) or this is a source tree "
+            "that was not built (README, 'Developing')") from None
+    message = str(error)
+    if "cannot open shared object file" in message:
+        library = message.split(":", 1)[0].strip()
+        raise ImportError(
+            f"cpuformer: its compiled core needs {library}, which is missing ({message}). A wheel carries its "
+            "OpenMP runtime in site-packages/cpuformer.libs/: reinstall it (pip install --force-reinstall "
+            "cpuformer); a build from source needs gcc's OpenMP runtime (libgomp) installed") from None
+    raise ImportError(
+        f"cpuformer: its compiled core could not be loaded ({message}); the file may be damaged or built for "
+        "another platform or Python: reinstall (pip install --force-reinstall cpuformer)") from None
 
 
 _SPIN_COUNT = 1000
@@ -46,10 +75,9 @@ from .api import load  # noqa: E402
 from .models import Encoder, Generator, Seq2Seq  # noqa: E402
 from .weights import convert  # noqa: E402
 
-try:
-    __version__ = _version("cpuformer")
-except PackageNotFoundError:  # running from a source tree (PYTHONPATH=python)
-    __version__ = "0+unknown"
+# One version string, pyproject.toml's, compiled into _core (CMakeLists.txt): the same in a source
+# tree (PYTHONPATH=python) as in the installed package's metadata (tests/test_release.py).
+__version__: str = _core.__version__
 
 
 def cpu_info() -> dict:

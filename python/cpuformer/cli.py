@@ -440,6 +440,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 # ---- the parser -------------------------------------------------------------------------------
 
+class _VersionAction(argparse.Action):
+    """``--version``: imports cpuformer only when asked (the version is compiled into _core)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import cpuformer
+
+        print(f"cpuformer {cpuformer.__version__}")
+        parser.exit(0)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line (argparse prints the usage first), exit code 2
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -475,6 +488,7 @@ def _add_generation_options(p: argparse.ArgumentParser, default_new: int) -> Non
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cpuformer", description="Fast CPU inference for transformer models.")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     info = sub.add_parser("info", help="version, ISA level in use, CPU features, threads",
