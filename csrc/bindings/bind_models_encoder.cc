@@ -93,7 +93,7 @@ class PyEncoderModel : private ModelBuilder {
       }
     }
     if (!token_type_ids.is_none()) {
-      if (c.type_vocab_size == 0) {
+      if (c.type_vocab_size == 0 && !c.transformer_xl_attention) {
         throw py::value_error("this model has no token type embeddings; token_type_ids must be None");
       }
       types = as_ids(token_type_ids, "token_type_ids");
@@ -102,7 +102,8 @@ class PyEncoderModel : private ModelBuilder {
                               shape_string(types));
       }
       const int64_t* tt = types.data();
-      for (long r = 0; r < rows; ++r) {
+      // (Transformer-XL compares token types for equality: any value is a segment id)
+      for (long r = 0; r < rows && c.type_vocab_size > 0; ++r) {
         if (tt[r] < 0 || tt[r] >= c.type_vocab_size) {
           throw py::value_error("token_type_ids" + at_index(r, T) + " = " + std::to_string(tt[r]) +
                                 " is out of range; token type ids must be in [0, " + std::to_string(c.type_vocab_size) +

@@ -42,11 +42,12 @@ HEAD_ACTIVATIONS = ("tanh", "gelu", "gelu_tanh", "relu", "silu")
 
 def task_of(architecture: str) -> Optional[str]:
     """The task of a checkpoint class name ("BertForTokenClassification" -> "token_classification");
-    None for a base model; "" for a task class cpuformer has no head for (ForMultipleChoice, ...)."""
+    None for a base model; "" for a task class cpuformer has no head for (ForMultipleChoice, ...,
+    and XLNetLMHeadModel's permutation language model)."""
     for suffix, task in TASK_SUFFIXES.items():
         if architecture.endswith(suffix):
             return task
-    return "" if "For" in architecture else None
+    return "" if "For" in architecture or architecture.endswith("LMHeadModel") else None
 
 
 @dataclasses.dataclass(frozen=True)
