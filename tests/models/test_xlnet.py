@@ -115,8 +115,12 @@ def test_segment_limit(tmp_path):
     _build(tmp_path, dict(_BASE, n_layer=1))
     model = cf.load(tmp_path)
     assert model.max_seq_len == 4096
-    with pytest.raises(ValueError, match=r"sequence length 4097 exceeds the model's maximum of 4096 tokens"):
-        model(np.ones((1, 4097), dtype=np.int64))
+    too_long = np.ones((1, 4097), dtype=np.int64)
+    message = r"sequence length 4097 exceeds the model's maximum of 4096 tokens \(cpuformer's longest XLNet segment; "
+    with pytest.raises(ValueError, match=message + r".*encode_with_memory\)"):
+        model(too_long)
+    with pytest.raises(ValueError, match=message):
+        model.encode_with_memory(too_long)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +154,18 @@ def test_int8_and_16_bit_bounds(quantized_dir):
         ours = cf.load(quantized_dir, dtype=dtype)(ids, None, types)
         err = np.abs(ours - ref).max()
         assert 0 < err <= bound * np.abs(ref).max(), (dtype, err)
+
+
+def test_int8_with_memory(quantized_dir):
+    """The memory's keys and values go through the same quantized projections: the second
+    segment's hidden states keep the int8 bound."""
+    ids = _ids()
+    outputs = {}
+    for dtype in ("float32", "int8"):
+        model = cf.load(quantized_dir, dtype=dtype)
+        _, mems = model.encode_with_memory(ids[:, :12])
+        outputs[dtype] = model.encode_with_memory(ids[:, 12:], mems=mems)[0]
+    assert _cosine_rows(outputs["int8"], outputs["float32"]).min() >= 0.99
 
 
 @pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
@@ -200,3 +216,93 @@ def test_shape_errors_name_the_weight(tmp_path):
     _with_config(tmp_path, n_head=4, d_head=9)
     with pytest.raises(ValueError, match=r"layer\.0\.rel_attn\.q.* has shape \[36, 3, 12\], expected \[36, 4, 9\]"):
         cf.load(tmp_path)
+
+
+# ---- memory (Transformer-XL segment recurrence) ----------------------------------------------------
+
+def _hf_mems(mems):
+    """cpuformer's batch-first mems [B, M, H] as transformers' [M, B, H]."""
+    return None if mems is None else [np.ascontiguousarray(m.transpose(1, 0, 2)) for m in mems]
+
+
+@pytest.mark.parametrize("memory, kept", [(dict(), 9 + 6 + 4), (dict(mem_len=7), 7),
+                                          (dict(mem_len=30, reuse_len=4), 4 + 4 + 4)],
+                         ids=["keep_all", "mem_len", "reuse_len"])
+@pytest.mark.parametrize("left", [True, False], ids=["left_padded", "right_padded"])
+def test_segments_with_memory_against_transformers(tmp_path, memory, kept, left):
+    """Three consecutive segments, each attending to the memory of the ones before: outputs and
+    new mems equal transformers' XLNetModel(mems=..., use_mems=True)."""
+    kwargs = dict(CONFIGS["relu_clamped"], clamp_len=-1, **memory)  # distances beyond ±4 too
+    if "mem_len" not in memory:
+        kwargs["mem_len"] = None
+    hf = _build(tmp_path, kwargs)
+    model = cf.load(tmp_path)
+    rng = np.random.default_rng(5)
+    mems = ref_mems = None
+    for segment, lengths in enumerate(([9, 5], [6, 6], [4, 2])):
+        ids, mask = _padded(rng, kwargs["vocab_size"], lengths, left)
+        types = rng.integers(0, 2, size=ids.shape) if segment != 1 else None
+        ours, mems = model.encode_with_memory(ids, mask, types, mems)
+        ref, ref_mems = _reference(hf, ids, mask, types, ref_mems)
+        _close(ours, ref)
+        assert len(mems) == kwargs["n_layer"]
+        for layer, (m, r) in enumerate(zip(mems, ref_mems)):
+            assert m.dtype == np.float32 and m.flags.c_contiguous
+            assert m.shape == (2, r.shape[0], kwargs["d_model"]), layer
+            _close(m, r.transpose(1, 0, 2))
+        ref_mems = [r.copy() for r in ref_mems]
+    assert mems[0].shape[1] == kept
+
+
+def test_memory_of_one_segment_is_the_plain_call(tmp_path):
+    hf = _build(tmp_path, dict(_BASE, mem_len=None))
+    model = cf.load(tmp_path)
+    ids, mask = _padded(np.random.default_rng(6), 91, [8, 3], left=True)
+    out, mems = model.encode_with_memory(ids, mask)
+    np.testing.assert_array_equal(out, model(ids, mask))
+    assert [m.shape for m in mems] == [(2, 8, 36)] * 2
+    # Layer 0's memory is the word embeddings themselves.
+    np.testing.assert_array_equal(mems[0], hf.word_embedding.weight.detach().numpy()[ids])
+
+
+@pytest.fixture(scope="module")
+def memory_model(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("xlnet_memory")
+    _build(directory, dict(_BASE, mem_len=None))
+    model = cf.load(directory)
+    ids = np.random.default_rng(7).integers(0, 91, size=(2, 5))
+    return model, ids, model.encode_with_memory(ids)[1]
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda m: m[:1], ValueError, r"mems must hold one array per layer: 2 \(n_layer\), got 1"),
+    (lambda m: m + m[:1], ValueError, r"mems must hold one array per layer: 2 \(n_layer\), got 3"),
+    (lambda m: [x[:1] for x in m], ValueError, r"mems\[0\] must have shape \[batch 2, memory length, hidden 36\] "
+                                               r"\(batch first\), got \[1, 5, 36\]"),
+    (lambda m: [x[:, :, :35] for x in m], ValueError, r"mems\[0\] must have shape .*got \[2, 5, 35\]"),
+    (lambda m: [x.transpose(1, 0, 2) for x in m], ValueError, r"mems\[0\] must have shape .*got \[5, 2, 36\]"),
+    (lambda m: [m[0], m[1][:, :4]], ValueError, r"mems\[1\] holds 4 tokens but mems\[0\] holds 5; every layer's "
+                                                r"memory has the same length"),
+    (lambda m: [x.astype(np.float64) for x in m], ValueError, r"mems\[0\] must have dtype float32 \(as "
+                                                              r"encode_with_memory returns it\), got float64"),
+    (lambda m: [m[0], m[1].astype(np.int64)], ValueError, r"mems\[1\] must have dtype float32"),
+    (lambda m: [m[0], np.where(np.arange(36) == 3, np.nan, m[1]).astype(np.float32)], ValueError,
+     r"mems\[1\] holds non-finite values \(NaN or ±inf\)"),
+    (lambda m: [np.full_like(m[0], np.inf), m[1]], ValueError, r"mems\[0\] holds non-finite values"),
+    (lambda m: m[0], TypeError, r"mems must be None or a list of 2 arrays"),
+    (lambda m: [x.tolist() for x in m], TypeError, r"mems\[0\] must be a NumPy array, got list"),
+])
+def test_bad_mems(memory_model, change, error, message):
+    model, ids, mems = memory_model
+    with pytest.raises(error, match=message):
+        model.encode_with_memory(ids, None, None, change(mems))
+
+
+def test_memory_needs_a_transformer_xl_family(tmp_path):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=20, max_position_embeddings=16)
+    transformers.BertModel(config).save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(NotImplementedError, match=r"encode_with_memory needs a model with a Transformer-XL memory "
+                                                  r"\(XLNet\); BERT models have none"):
+        cf.load(tmp_path).encode_with_memory(np.ones((1, 3), dtype=np.int64))

@@ -198,6 +198,11 @@ class Arch:
         checkpoint is then refused, naming the task)."""
         return None
 
+    def memory(self, config: Mapping[str, Any]) -> Optional[Any]:
+        """How a family with a Transformer-XL memory keeps it between calls (XLNet: ``Memory``,
+        mem_len and reuse_len), or None for a family without one."""
+        return None
+
     # ---- derived -----------------------------------------------------------------------------
 
     def stacks(self, hp: Hparams) -> Tuple[Tuple[str, int], ...]:
