@@ -56,7 +56,7 @@ FAMILIES = {
 }
 HEADS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMaskedLM")
 #: The heads of the families that do not have all of HEADS.
-FAMILY_HEADS = {"xlnet": ()}
+FAMILY_HEADS = {"xlnet": ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnsweringSimple")}
 LABELS = {0: "negative", 1: "neutral", 2: "positive"}
 
 
@@ -110,7 +110,7 @@ def test_logits_match_transformers(tmp_path, family, head):
     m = cf.load(tmp_path)
     assert m.task == TASK_SUFFIXES[head]
     ours = m.logits(ids, mask)
-    if head == "ForQuestionAnswering":
+    if head.startswith("ForQuestionAnswering"):
         _close(ours[0], reference.start_logits.numpy(), mask)
         _close(ours[1], reference.end_logits.numpy(), mask)
     elif head == "ForSequenceClassification":
@@ -167,6 +167,43 @@ def test_converted_directory_keeps_its_head(tmp_path):
     ids, _ = _batch(np.random.default_rng(5), config["vocab_size"], 1, [10, 10])
     np.testing.assert_array_equal(cf.load(tmp_path / "int8").logits(ids),
                                   cf.load(tmp_path / "src", dtype="int8").logits(ids))
+
+
+@pytest.mark.parametrize("extra", [dict(), dict(summary_type="first", summary_activation="relu"),
+                                   dict(summary_type="cls_index", summary_use_proj=False, summary_activation="linear"),
+                                   dict(summary_activation="gelu_new")])
+def test_xlnet_sequence_summary_variants(tmp_path, extra):
+    """XLNetSequenceSummary's settings on a left-padded batch (XLNet's tokenizer pads on the left, so
+    the last position is every sequence's <cls>), with token types."""
+    prefix, config_class, config = FAMILIES["xlnet"]
+    model = _save(tmp_path, "XLNetForSequenceClassification", config_class, **config, **extra, id2label=LABELS)
+    rng = np.random.default_rng(9)
+    ids, mask = _batch(rng, config["vocab_size"], 5, [9, 4, 13])
+    ids, mask = ids[:, ::-1].copy(), mask[:, ::-1].copy()
+    types = rng.integers(0, 3, size=ids.shape)
+    with torch.inference_mode():
+        reference = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                          token_type_ids=torch.tensor(types)).logits.numpy()
+    _close(cf.load(tmp_path).logits(ids, mask, types), reference)
+
+
+@pytest.mark.parametrize("model_class, extra, message", [
+    ("XLNetForSequenceClassification", dict(summary_type="mean"),
+     r"summary_type 'mean' is not supported; use 'last', 'first' or 'cls_index'"),
+    ("XLNetForSequenceClassification", dict(summary_proj_to_labels=True, num_labels=3),
+     r"summary_proj_to_labels true .* is not supported"),
+    ("XLNetForSequenceClassification", dict(summary_activation="sigmoid"),
+     r"summary_activation 'sigmoid' is not supported"),
+    ("XLNetForQuestionAnswering", dict(), r"^XLNetForQuestionAnswering: cpuformer does not run the QuestionAnswering "
+                                          r"head of XLNet checkpoints"),
+    ("XLNetForMultipleChoice", dict(), r"^XLNetForMultipleChoice: cpuformer does not run the MultipleChoice head"),
+])
+def test_xlnet_heads_refused(tmp_path, model_class, extra, message):
+    prefix, config_class, config = FAMILIES["xlnet"]
+    _save(tmp_path, model_class, config_class, **config, **extra)
+    with pytest.raises(NotImplementedError, match=message):
+        cf.load(tmp_path)
+    assert cf.Encoder(tmp_path, head=False).task is None  # the encoder opens without the head
 
 
 # ---- refusals --------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ classes) computes on top of the encoder's hidden states, declared per family lik
 A head is a short list of steps applied to the last hidden state h [B, T, H]:
 
 - ``("first",)``: h[:, 0] (the first token's state; [B, H]);
+- ``("last",)``: h[:, -1] (the last position's state, padded or not, as XLNet's sequence summary
+  takes it: XLNet's inputs are left-padded and end with ``<cls>``; [B, H]);
 - ``("mean",)``: the mean of h over each sequence's unpadded tokens ([B, H]);
 - ``("pooler",)``: the encoder's own pooler output tanh(pooler(h[:, 0])) (BERT);
 - ``("dense", name)``: the linear layer ``head.<name>`` (weight [out, in] and its bias);
@@ -31,6 +33,7 @@ from .spec import Tensor
 TASK_SUFFIXES = {"ForSequenceClassification": "sequence_classification",
                  "ForTokenClassification": "token_classification",
                  "ForQuestionAnswering": "question_answering",
+                 "ForQuestionAnsweringSimple": "question_answering",  # XLNet's one-layer head
                  "ForMaskedLM": "masked_lm",
                  "ForPreTraining": "masked_lm"}
 TASKS = ("sequence_classification", "token_classification", "question_answering", "masked_lm")
@@ -77,6 +80,10 @@ class HeadBuilder:
 
     def first(self) -> "HeadBuilder":
         self.steps.append(("first",))
+        return self
+
+    def last(self) -> "HeadBuilder":
+        self.steps.append(("last",))
         return self
 
     def mean(self) -> "HeadBuilder":

@@ -13,6 +13,13 @@ The projections are stored [d_model, n_head, d_head] (``q``, ``k``, ``v``, ``r``
 nn.Linear layout; ``o`` is [out, in] already): ``stored_shape`` edits. What XLNet pretraining
 alone uses is refused or ignored: ``attn_type`` "uni" and ``bi_data`` are NotImplementedError,
 ``mask_emb`` (the query stream of two-stream attention) is not read.
+
+Task-head checkpoints hold the encoder under "transformer."; ``head`` declares
+XLNetForSequenceClassification (the sequence summary: the last or first position, its
+projection and activation, then ``logits_proj``), XLNetForTokenClassification and
+XLNetForQuestionAnsweringSimple. XLNetForQuestionAnswering (beam search over start and end),
+XLNetForMultipleChoice and XLNetLMHeadModel (the permutation LM) are refused (head=False opens
+their encoder).
 """
 
 from __future__ import annotations
@@ -21,10 +28,13 @@ import dataclasses
 from typing import Any, Dict, Mapping, Optional
 
 from .._model_dir import config_float, config_int
+from .heads import Head, HeadBuilder, labels, linear_head
 from .spec import Arch, Hparams, Source, Tensor, mapped, not_supported, weight_and_bias
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                 "silu": "silu", "swish": "silu"}
+#: summary_activation (transformers' get_activation) -> head activation; "linear" is none.
+_SUMMARY_ACTIVATIONS = dict(_ACTIVATIONS, tanh="tanh")
 
 #: The longest segment cpuformer runs in one call. XLNet has no position table, so transformers
 #: sets no limit; the attention costs grow with segment × (memory + segment), and longer texts
@@ -121,7 +131,41 @@ class XLNet(Arch):
         })
         return out
 
-    def head(self, config: Mapping[str, Any], hp: Hparams, task: str) -> Optional[Any]:
+    # ---- task heads (transformers' XLNetFor* classes) -----------------------------------------
+
+    def head(self, config: Mapping[str, Any], hp: Hparams, task: str) -> Optional[Head]:
+        H = hp.hidden_size
+        if task == "sequence_classification":
+            # XLNetSequenceSummary (summary_type, summary_use_proj, summary_activation with
+            # XLNetConfig's defaults), then logits_proj.
+            names = labels(config)
+            builder = HeadBuilder(task, names)
+            summary = config.get("summary_type", "last")
+            if summary in ("last", "cls_index"):  # (cls_index without an index: the last token)
+                builder.last()
+            elif summary == "first":
+                builder.first()
+            else:
+                raise NotImplementedError(f"config.json: summary_type {summary!r} is not supported; use 'last', "
+                                          "'first' or 'cls_index'")
+            not_supported(config.get("summary_proj_to_labels"),
+                          "summary_proj_to_labels true (a summary projected to the labels before logits_proj) is "
+                          "not supported")
+            if config.get("summary_use_proj", True):
+                builder.dense("summary", "sequence_summary.summary.weight", (H, H))
+            if config.get("summary_activation", "tanh") not in (None, "", "linear"):  # (those: no activation)
+                builder.act(mapped(config, "summary_activation", "tanh", _SUMMARY_ACTIVATIONS,
+                                   error=NotImplementedError))
+            return builder.dense("logits_proj", "logits_proj.weight", (len(names), H), rows_key="id2label").build()
+        if task == "token_classification":
+            return linear_head(config, task, H)
+        if task == "question_answering":
+            # XLNetForQuestionAnsweringSimple (qa_outputs); XLNetForQuestionAnswering's beam-search
+            # head (start_n_top / end_n_top) is refused.
+            architectures = config.get("architectures") or []
+            if "XLNetForQuestionAnsweringSimple" not in architectures:
+                return None
+            return linear_head(config, task, H)
         return None
 
 

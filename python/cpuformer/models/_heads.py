@@ -42,6 +42,8 @@ class TaskHead:
                 self._steps.append(_norm(arrays[step[1]], arrays.get(step[1] + ".bias"), step[2]))
             elif step[0] == "first":
                 self._steps.append(lambda x, pooled, mask: np.ascontiguousarray(x[:, 0]))
+            elif step[0] == "last":
+                self._steps.append(lambda x, pooled, mask: np.ascontiguousarray(x[:, -1]))
             elif step[0] == "mean":
                 self._steps.append(_masked_mean)
             elif step[0] == "pooler":
