@@ -110,9 +110,9 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
         no mask to them, so padding of an earlier segment stays visible). ``new_mems``: per layer,
         the previous mems followed by this call's layer input (its first ``reuse_len`` tokens when
         config.json sets reuse_len), of which the last ``mem_len`` tokens are kept when config.json
-        sets mem_len (null or 0: all), as transformers' ``cache_mem``. The result equals
-        transformers' ``XLNetModel(input_ids, attention_mask, token_type_ids=..., mems=[m.transpose(1,
-        0, 2) for m in mems], use_mems=True)`` with its mems transposed back.
+        sets mem_len (null or 0: all), as transformers' ``cache_mem``. The result equals the
+        transformers model's called with ``mems=[m.transpose(1, 0, 2) for m in mems], use_mems=True``,
+        with its mems transposed back (docs/encoders.md, "XLNet memory").
         Other inputs are as for ``__call__``. Bad mems (not one per layer, another batch or hidden
         size, lengths that differ, a dtype other than float32, NaN or ±inf) are ValueErrors.
         """
