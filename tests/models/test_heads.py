@@ -105,6 +105,8 @@ def test_logits_match_transformers(tmp_path, family, head):
     rng = np.random.default_rng(1)
     pad = config.get("pad_token_id", 0)
     ids, mask = _batch(rng, config["vocab_size"], pad, [9, 4, 13])
+    if family == "xlnet":  # left-padded, as XLNet's tokenizer pads (see test_xlnet_summary_of_right_padding)
+        ids, mask = ids[:, ::-1].copy(), mask[:, ::-1].copy()
     with torch.inference_mode():
         reference = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
     m = cf.load(tmp_path)
@@ -185,6 +187,22 @@ def test_xlnet_sequence_summary_variants(tmp_path, extra):
         reference = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
                           token_type_ids=torch.tensor(types)).logits.numpy()
     _close(cf.load(tmp_path).logits(ids, mask, types), reference)
+
+
+def test_xlnet_summary_of_right_padding(tmp_path):
+    """The "last" summary reads each sequence's last unpadded token (its <cls>): a right-padded batch
+    (cpuformer pads ragged input on the right) gives every row the logits of the sequence alone.
+    (transformers reads the last position, a pad in the shorter rows of such a batch.)"""
+    prefix, config_class, config = FAMILIES["xlnet"]
+    model = _save(tmp_path, "XLNetForSequenceClassification", config_class, **config, id2label=LABELS)
+    ids, mask = _batch(np.random.default_rng(10), config["vocab_size"], 5, [9, 4, 13])
+    ours = cf.load(tmp_path).logits(ids, mask)
+    for row, length in enumerate(mask.sum(axis=1)):
+        with torch.inference_mode():
+            alone = model(input_ids=torch.tensor(ids[row:row + 1, :length])).logits.numpy()
+        _close(ours[row:row + 1], alone)
+    ragged = [list(ids[row, :length]) for row, length in enumerate(mask.sum(axis=1))]
+    _close(cf.load(tmp_path).logits(ragged), ours)
 
 
 @pytest.mark.parametrize("model_class, extra, message", [

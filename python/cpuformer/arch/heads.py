@@ -4,8 +4,9 @@ classes) computes on top of the encoder's hidden states, declared per family lik
 A head is a short list of steps applied to the last hidden state h [B, T, H]:
 
 - ``("first",)``: h[:, 0] (the first token's state; [B, H]);
-- ``("last",)``: h[:, -1] (the last position's state, padded or not, as XLNet's sequence summary
-  takes it: XLNet's inputs are left-padded and end with ``<cls>``; [B, H]);
+- ``("last",)``: each sequence's last unpadded token (XLNet's sequence summary: its inputs end
+  with ``<cls>``; transformers takes h[:, -1], the same token in XLNet's left-padded batches;
+  [B, H]);
 - ``("mean",)``: the mean of h over each sequence's unpadded tokens ([B, H]);
 - ``("pooler",)``: the encoder's own pooler output tanh(pooler(h[:, 0])) (BERT);
 - ``("dense", name)``: the linear layer ``head.<name>`` (weight [out, in] and its bias);
