@@ -306,3 +306,29 @@ def test_memory_needs_a_transformer_xl_family(tmp_path):
     with pytest.raises(NotImplementedError, match=r"encode_with_memory needs a model with a Transformer-XL memory "
                                                   r"\(XLNet\); BERT models have none"):
         cf.load(tmp_path).encode_with_memory(np.ones((1, 3), dtype=np.int64))
+
+
+def test_binding_checks_the_memory(memory_model, tmp_path):
+    """The C++ binding checks what it is given too (the Python layer checks first and words it for users)."""
+    model, ids, mems = memory_model
+    graph = model._live()
+    with pytest.raises(TypeError, match=r"memory must be None or a list of 2 arrays, got numpy.ndarray"):
+        graph.forward_memory(ids, None, None, mems[0])
+    with pytest.raises(ValueError, match=r"memory must hold one array per layer \(2\), got 1"):
+        graph.forward_memory(ids, None, None, mems[:1])
+    with pytest.raises(TypeError, match=r"memory\[1\] must have dtype float32, got float64"):
+        graph.forward_memory(ids, None, None, [mems[0], mems[1].astype(np.float64)])
+    with pytest.raises(ValueError, match=r"memory\[0\] must have 3 dimensions \[batch, memory_len, hidden\]"):
+        graph.forward_memory(ids, None, None, [mems[0][0], mems[1]])
+    with pytest.raises(ValueError, match=r"memory\[1\] must have shape \[2, 5, 36\] \(batch, the memory length of "
+                                         r"memory\[0\], hidden\), got \[2, 4, 36\]"):
+        graph.forward_memory(ids, None, None, [mems[0], mems[1][:, 1:]])
+    out, layer_inputs = graph.forward_memory(ids, None, None, [m[:, :0] for m in mems])  # an empty memory
+    np.testing.assert_array_equal(out, model(ids))
+    assert layer_inputs.shape == (2, 2, 5, 36)
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=20, max_position_embeddings=16)
+    transformers.BertModel(config).save_pretrained(tmp_path, safe_serialization=True)
+    with pytest.raises(ValueError, match=r"forward_memory needs a model with Transformer-XL attention \(XLNet\)"):
+        cf.load(tmp_path)._live().forward_memory(np.ones((1, 3), dtype=np.int64))
