@@ -348,6 +348,47 @@ def test_classify_matches_the_pipeline(tmp_path, minilm_dir, labels, problem_typ
     assert [r["label"] for r in single] == [r["label"] for r in m.classify([TEXTS[0]])[0]]
 
 
+def _xlnet_tokenizer(directory):
+    """A word-level tokenizer with XLNet's template (text <sep> [pair <sep>] <cls>, segment ids 0, 1
+    and 2 for <cls>), written as the directory's tokenizer.json; the transformers tokenizer pads on
+    the left and returns no token types, as XLNet's do."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    words = sorted({w for text in TEXTS + ["A man is eating.", "Someone eats food."]
+                    for w in text.replace(".", " .").replace(",", " ,").split()})
+    vocab = {token: i for i, token in enumerate(["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>"] + words)}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A:0 <sep>:0 <cls>:2", pair="$A:0 <sep>:0 $B:1 <sep>:1 <cls>:2",
+        special_tokens=[("<sep>", vocab["<sep>"]), ("<cls>", vocab["<cls>"])])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return len(vocab), transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(directory / "tokenizer.json"), unk_token="<unk>", pad_token="<pad>", cls_token="<cls>",
+        sep_token="<sep>", padding_side="left")
+
+
+def test_xlnet_classify_matches_the_pipeline(tmp_path):
+    """XLNet through the text methods: cpuformer's right-padded batches classify as transformers'
+    left-padded ones, and no token types are passed (transformers' XLNet tokenizers return none:
+    their model_input_names are input_ids and attention_mask), so there is no segment term."""
+    vocab, tokenizer = _xlnet_tokenizer(tmp_path)
+    prefix, config_class, config = FAMILIES["xlnet"]
+    # (use_mems_eval false: transformers' pipelines cannot batch the mems its model returns otherwise)
+    # (initializer_range 0.3: a segment term, if one were added, would change the scores beyond the tolerance)
+    _save(tmp_path, "XLNetForSequenceClassification", config_class, **dict(config, vocab_size=vocab),
+          initializer_range=0.3, id2label=LABELS, use_mems_eval=False)
+    pipe = transformers.pipeline("text-classification", model=str(tmp_path), tokenizer=tokenizer, device="cpu")
+    m = cf.load(tmp_path)
+    expected = pipe(TEXTS, top_k=None, batch_size=4)
+    ours = m.classify(TEXTS, top_k=None, batch_size=3)
+    pairs = [("A man is eating.", "Someone eats food."), ("Okay.", "The movie was wonderful.")]
+    expected += [pipe({"text": a, "text_pair": b}, top_k=None) for a, b in pairs]
+    ours += m.classify(pairs, top_k=None)
+    for a, b in zip(ours, expected):
+        assert [r["label"] for r in a] == [r["label"] for r in b]
+        np.testing.assert_allclose([r["score"] for r in a], [r["score"] for r in b], rtol=1e-4, atol=1e-5)
+
+
 def test_classify_text_pairs(tmp_path, minilm_dir):
     _save(tmp_path, "BertForSequenceClassification", "BertConfig", **_WORDPIECE_BERT, id2label=LABELS)
     _with_tokenizer(tmp_path, minilm_dir)
