@@ -53,6 +53,100 @@ class PyEncoderModel : private ModelBuilder {
 
   py::object forward(const py::object& input_ids, const py::object& attention_mask, const py::object& token_type_ids,
                      bool return_pooler, int num_threads) const {
+    const Inputs in = inputs(input_ids, attention_mask, token_type_ids, num_threads);
+    const TransformerConfig& c = model_->config();
+    if (return_pooler && !model_->has_pooler()) {
+      throw py::value_error("this checkpoint has no pooler (pooler.dense weights); return_pooler needs one");
+    }
+    const std::string request = "input_ids of shape " + shape_string(in.ids);
+    py::array_t<float> out = sized_output({in.batch, in.seq_len, c.hidden_size}, request, "the hidden states");
+    py::array_t<float> pooled;
+    if (return_pooler) pooled = py::array_t<float>({in.batch, c.hidden_size});
+    float* op = out.mutable_data();
+    float* pp = return_pooler ? pooled.mutable_data() : nullptr;
+    {
+      GilReleased release;
+      ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
+      with_size_context([&] { return request; },
+                        [&] { model_->forward(in.id, in.mask, in.types, in.batch, in.seq_len, op, pp); });
+    }
+    if (return_pooler) return py::make_tuple(out, pooled);
+    return std::move(out);
+  }
+
+  // Transformer-XL models: (hidden states [B, T, H], every layer's input [layers, B, T, H]) with
+  // the keys and values of layer l extended by memory[l] [B, M, H] (None or an empty M: none).
+  py::tuple forward_memory(const py::object& input_ids, const py::object& attention_mask,
+                           const py::object& token_type_ids, const py::object& memory, int num_threads) const {
+    const TransformerConfig& c = model_->config();
+    if (!c.transformer_xl_attention) {
+      throw py::value_error("forward_memory needs a model with Transformer-XL attention (XLNet)");
+    }
+    const Inputs in = inputs(input_ids, attention_mask, token_type_ids, num_threads);
+    const long H = c.hidden_size, L = c.num_layers;
+    std::vector<FloatArray> layers;
+    std::vector<const float*> pointers;
+    long length = 0;
+    if (!memory.is_none()) {
+      if (!py::isinstance<py::list>(memory) && !py::isinstance<py::tuple>(memory)) {
+        throw py::type_error("memory must be None or a list of " + std::to_string(L) + " arrays, got " +
+                             type_name(memory));
+      }
+      const py::sequence items = py::reinterpret_borrow<py::sequence>(memory);
+      if (static_cast<long>(items.size()) != L) {
+        throw py::value_error("memory must hold one array per layer (" + std::to_string(L) + "), got " +
+                              std::to_string(items.size()));
+      }
+      for (long l = 0; l < L; ++l) {
+        const std::string name = "memory[" + std::to_string(l) + "]";
+        FloatArray a = as_float32(items[l], name.c_str());
+        require_ndim(a, 3, name.c_str(), "[batch, memory_len, hidden]");
+        if (l == 0) length = static_cast<long>(a.shape(1));
+        if (a.shape(0) != in.batch || a.shape(1) != length || a.shape(2) != H) {
+          throw py::value_error(name + " must have shape [" + std::to_string(in.batch) + ", " + std::to_string(length) +
+                                ", " + std::to_string(H) + "] (batch, the memory length of memory[0], hidden), got " +
+                                shape_string(a));
+        }
+        layers.push_back(a);
+      }
+      for (const FloatArray& a : layers) pointers.push_back(a.data());
+    }
+    const std::string request =
+        "input_ids of shape " + shape_string(in.ids) + " with a memory of " + std::to_string(length) + " tokens";
+    py::array_t<float> out = sized_output({in.batch, in.seq_len, H}, request, "the hidden states");
+    py::array_t<float> layer_inputs = sized_output({L, in.batch, in.seq_len, H}, request, "the layer inputs");
+    EncoderMemory m;
+    m.layers = length > 0 ? pointers.data() : nullptr;
+    m.length = length;
+    m.layer_inputs = layer_inputs.mutable_data();
+    float* op = out.mutable_data();
+    {
+      GilReleased release;
+      ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());
+      with_size_context([&] { return request; },
+                        [&] { model_->forward(in.id, in.mask, in.types, in.batch, in.seq_len, op, nullptr, &m); });
+    }
+    return py::make_tuple(out, layer_inputs);
+  }
+
+  long hidden_size() const { return model_->config().hidden_size; }
+  long max_seq_len() const { return model_->config().max_seq_len(); }
+  bool has_pooler() const { return model_->has_pooler(); }
+
+ private:
+  // Checked inputs of a forward call (the arrays keep the data alive).
+  struct Inputs {
+    IdArray ids, mask_array, type_array;
+    long batch = 0, seq_len = 0;
+    const int64_t* id = nullptr;
+    const int64_t* mask = nullptr;
+    const int64_t* types = nullptr;
+  };
+
+  Inputs inputs(const py::object& input_ids, const py::object& attention_mask, const py::object& token_type_ids,
+                int num_threads) const {
     const TransformerConfig& c = model_->config();
     if (!model_->complete()) {
       throw py::value_error("the encoder has " + std::to_string(model_->num_layers_added()) + " of its " +
@@ -66,7 +160,10 @@ class PyEncoderModel : private ModelBuilder {
     }
     if (T > c.max_seq_len()) {
       throw py::value_error("sequence length " + std::to_string(T) + " exceeds the model's maximum of " +
-                            std::to_string(c.max_seq_len()) + " tokens (max_position_embeddings)");
+                            std::to_string(c.max_seq_len()) + " tokens " +
+                            (c.transformer_xl_attention ? "(cpuformer's longest XLNet segment; read longer texts in "
+                                                          "segments that carry their memory: encode_with_memory)"
+                                                        : "(max_position_embeddings)"));
     }
     const int64_t* id = ids.data();
     const long rows = B * T;
@@ -93,7 +190,7 @@ class PyEncoderModel : private ModelBuilder {
       }
     }
     if (!token_type_ids.is_none()) {
-      if (c.type_vocab_size == 0) {
+      if (c.type_vocab_size == 0 && !c.transformer_xl_attention) {
         throw py::value_error("this model has no token type embeddings; token_type_ids must be None");
       }
       types = as_ids(token_type_ids, "token_type_ids");
@@ -102,7 +199,8 @@ class PyEncoderModel : private ModelBuilder {
                               shape_string(types));
       }
       const int64_t* tt = types.data();
-      for (long r = 0; r < rows; ++r) {
+      // (Transformer-XL compares token types for equality: any value is a segment id)
+      for (long r = 0; r < rows && c.type_vocab_size > 0; ++r) {
         if (tt[r] < 0 || tt[r] >= c.type_vocab_size) {
           throw py::value_error("token_type_ids" + at_index(r, T) + " = " + std::to_string(tt[r]) +
                                 " is out of range; token type ids must be in [0, " + std::to_string(c.type_vocab_size) +
@@ -110,36 +208,22 @@ class PyEncoderModel : private ModelBuilder {
         }
       }
     }
-    if (return_pooler && !model_->has_pooler()) {
-      throw py::value_error("this checkpoint has no pooler (pooler.dense weights); return_pooler needs one");
-    }
     if (num_threads < 0)
       throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
 
-    const std::string request = "input_ids of shape " + shape_string(ids);
-    py::array_t<float> out = sized_output({B, T, c.hidden_size}, request, "the hidden states");
-    py::array_t<float> pooled;
-    if (return_pooler) pooled = py::array_t<float>({B, c.hidden_size});
+    Inputs in;
+    in.ids = ids;
+    in.mask_array = mask;
+    in.type_array = types;
+    in.batch = B;
+    in.seq_len = T;
+    in.id = id;
     // (A default-constructed array_t is an empty array, not null: test the arguments instead.)
-    const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
-    const int64_t* tp = token_type_ids.is_none() ? nullptr : types.data();
-    float* op = out.mutable_data();
-    float* pp = return_pooler ? pooled.mutable_data() : nullptr;
-    {
-      GilReleased release;
-      ScopedNumThreads threads(num_threads);
-      ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      with_size_context([&] { return request; }, [&] { model_->forward(id, mp, tp, B, T, op, pp); });
-    }
-    if (return_pooler) return py::make_tuple(out, pooled);
-    return std::move(out);
+    in.mask = attention_mask.is_none() ? nullptr : mask.data();
+    in.types = token_type_ids.is_none() ? nullptr : types.data();
+    return in;
   }
 
-  long hidden_size() const { return model_->config().hidden_size; }
-  long max_seq_len() const { return model_->config().max_seq_len(); }
-  bool has_pooler() const { return model_->has_pooler(); }
-
- private:
   std::unique_ptr<EncoderModel> model_;
 };
 
@@ -151,6 +235,9 @@ void register_models_encoder(py::module_& m) {
       .def("add_layer", &PyEncoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("forward", &PyEncoderModel::forward, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("token_type_ids") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0)
+      .def("forward_memory", &PyEncoderModel::forward_memory, py::arg("input_ids"),
+           py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
+           py::arg("memory") = py::none(), py::arg("num_threads") = 0)
       .def_property_readonly("hidden_size", &PyEncoderModel::hidden_size)
       .def_property_readonly("max_seq_len", &PyEncoderModel::max_seq_len)
       .def_property_readonly("has_pooler", &PyEncoderModel::has_pooler);

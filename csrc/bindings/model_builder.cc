@@ -127,6 +127,13 @@ BlockTensors ModelBuilder::block_tensors(const py::dict& tensors, const Transfor
     if (c.position_to_content) b.position_q = linear(tensors, "attn.position_q", qw, H, true, c, used);
     if (c.content_to_position) b.position_k = linear(tensors, "attn.position_k", qw, H, true, c, used);
   }
+  if (c.transformer_xl_attention) {
+    b.position_k = linear(tensors, "attn.position_k", qw, H, true, c, used);
+    b.content_bias = vector(tensors, "attn.content_bias", {qw}, true, used);
+    b.position_bias = vector(tensors, "attn.position_bias", {qw}, true, used);
+    b.segment_bias = vector(tensors, "attn.segment_bias", {qw}, true, used);
+    b.segment_embed = vector(tensors, "attn.segment_embed", {2, qw}, true, used);
+  }
   reject_unused(tensors, used, "layer");
   return b;
 }

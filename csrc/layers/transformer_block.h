@@ -49,7 +49,14 @@ struct BlockTensors {
   LinearTensors gate, up, down;  // gate: gated_ffn only
   NormTensors ffn_norm;
   // Disentangled attention without share_attention_key: the relative embeddings' own projections.
+  // Transformer-XL attention: position_k is Wr, the projection of the relative sinusoids.
   LinearTensors position_q, position_k;
+  // Transformer-XL attention (layers/relative_attention_xl.h): the content, position and segment
+  // biases [heads·head_dim] (r_w_bias, r_r_bias, r_s_bias) and the segment embeddings [2, heads·head_dim].
+  const float* content_bias = nullptr;
+  const float* position_bias = nullptr;
+  const float* segment_bias = nullptr;
+  const float* segment_embed = nullptr;
 };
 
 // Runs self-attention in place of the plain fused kernel, for mathematics that needs the projected
@@ -97,6 +104,8 @@ class TransformerBlock {
 
   // The fused [k | v] projection of cross-attention, applied by the model to the encoder output.
   const Linear& cross_kv() const { return cross_kv_; }
+  // The fused [q | k | v] self-attention projection (Transformer-XL projects its memory with it).
+  const Linear& qkv() const { return qkv_; }
 
  private:
   // norm(h) into x (pre-norm), or h itself.

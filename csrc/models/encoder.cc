@@ -43,6 +43,7 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
     }
     disentangled_.reserve(config_.num_layers);
   }
+  if (config_.transformer_xl_attention) relative_xl_.reserve(config_.distinct_layers());
   if (config_.embedding_norm)
     embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, E);
   if (t.embed_project.weight) {
@@ -70,6 +71,7 @@ void EncoderModel::add_layer(const BlockTensors& t) {
     disentangled_.emplace_back(config_, relative_embeddings_.data(), shared ? t.q : t.position_q,
                                shared ? t.k : t.position_k);
   }
+  if (config_.transformer_xl_attention) relative_xl_.emplace_back(config_, t);
   layers_.emplace_back(config_, t, /*cross=*/false);
   if (complete()) std::vector<float>().swap(relative_embeddings_);  // projected into every layer
 }
@@ -132,20 +134,22 @@ const float* EncoderModel::rope_table(const std::vector<float>& inv_freq, long b
 }
 
 void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
-                           long batch, long seq_len, float* out, float* pooled) const {
+                           long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory) const {
   if (!complete()) throw std::logic_error("the encoder is missing layers");
+  if (memory && !config_.transformer_xl_attention) throw std::logic_error("only Transformer-XL attention has memory");
   if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
-    run(input_ids, attention_mask, token_type_ids, batch, seq_len, out, pooled, workspace_);
+    run(input_ids, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
-    run(input_ids, attention_mask, token_type_ids, batch, seq_len, out, pooled, own);
+    run(input_ids, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, own);
   }
 }
 
 void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
-                       long batch, long seq_len, float* out, float* pooled, Workspace& ws) const {
+                       long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory,
+                       Workspace& ws) const {
   const long H = config_.hidden_size;
   const long rows = checked_multiply(batch, seq_len, "the tokens of a batch (batch × seq_len)");
   float* h = out;  // the hidden state lives in the output array from the start
@@ -171,7 +175,7 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     // [B or 1, heads, T, T]: the bias of every (query, key) pair per head (+ each row's key mask)
     set_bidirectional_relative_mask(relative_bias_.data(), config_.num_heads, config_.num_buckets, config_.max_distance,
                                     key_mask, batch, seq_len, ws.relative_bias, in.args);
-  } else if (key_mask) {
+  } else if (key_mask && !config_.transformer_xl_attention) {  // (Transformer-XL masks in its hook)
     // [B, 1, 1, T]: one row of key biases per sequence, broadcast over heads and queries.
     in.args.mask = key_mask;
     in.args.mask_stride_b = seq_len;
@@ -185,6 +189,17 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     rope = rope_table(rope_inv_freq_, batch, seq_len, ws.rope);
     local_rope = rope_local_inv_freq_.empty() ? rope : rope_table(rope_local_inv_freq_, batch, seq_len, ws.local_rope);
   }
+  RelativeAttentionXLInput relative_xl;  // Transformer-XL: what every layer of the call shares
+  const long memory_len = memory ? memory->length : 0;
+  if (config_.transformer_xl_attention) {
+    const long keys = memory_len + seq_len;
+    float* sinusoids = ws.sinusoids.reserve({keys + seq_len - 1, H});
+    relative_sinusoids(H, keys, seq_len, config_.relative_clamp, sinusoids);
+    relative_xl.sinusoids = sinusoids;
+    relative_xl.token_types = token_type_ids;
+    relative_xl.key_mask = key_mask;
+    relative_xl.memory_len = memory_len;
+  }
   const long repeats = config_.num_layers / config_.distinct_layers();  // > 1: shared layers (ALBERT)
   for (long l = 0; l < config_.num_layers; ++l) {
     const bool windowed = config_.windowed_layer(l);
@@ -193,6 +208,16 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     const TransformerBlock& layer = layers_[l / repeats];
     if (!disentangled_.empty()) {
       DisentangledAttentionCall hook(config_, disentangled_[l / repeats], ws.disentangled);
+      in.hook = &hook;
+      layer.self_attention(config_, h, in, ws.block);
+      in.hook = nullptr;
+    } else if (config_.transformer_xl_attention) {
+      if (memory && memory->layer_inputs) {  // what the next call's memory is made of
+        std::memcpy(memory->layer_inputs + l * rows * H, h, rows * H * sizeof(float));
+      }
+      relative_xl.memory = memory_len > 0 ? memory->layers[l] : nullptr;
+      relative_xl.qkv = &layer.qkv();
+      RelativeAttentionXLCall hook(config_, relative_xl_[l / repeats], relative_xl, ws.relative_xl);
       in.hook = &hook;
       layer.self_attention(config_, h, in, ws.block);
       in.hook = nullptr;

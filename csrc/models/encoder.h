@@ -12,7 +12,9 @@
 // global_attention_every makes every n-th layer attend to all keys, with its own RoPE
 // frequencies (ModernBERT: rope.inv_freq for the global layers, rope.local_inv_freq for the others).
 // An encoder without a position table (Positions::kNone) adds none. DeBERTa's disentangled
-// attention (layers/disentangled_attention.h) runs through the block's attention hook.
+// attention (layers/disentangled_attention.h) and XLNet's Transformer-XL attention
+// (layers/relative_attention_xl.h, with its optional memory of earlier hidden states) run through
+// the block's attention hook.
 #pragma once
 
 #include <cstdint>
@@ -21,11 +23,21 @@
 
 #include "layers/disentangled_attention.h"
 #include "layers/norm.h"
+#include "layers/relative_attention_xl.h"
 #include "layers/transformer_block.h"
 #include "models/model_tensors.h"
 #include "models/transformer_config.h"
 
 namespace cpuformer {
+
+// Transformer-XL memory (config.transformer_xl_attention): per layer, `length` earlier hidden
+// states per sequence that the layer's keys and values extend over, and where each layer's input
+// hidden states (what transformers' cache_mem keeps) are written for the next call.
+struct EncoderMemory {
+  const float* const* layers = nullptr;  // [num_layers] pointers to [batch, length, hidden], or null (length 0)
+  long length = 0;
+  float* layer_inputs = nullptr;  // [num_layers, batch, seq_len, hidden], or null
+};
 
 class EncoderModel {
  public:
@@ -39,9 +51,9 @@ class EncoderModel {
   bool has_pooler() const { return has_pooler_; }
 
   // ids, mask, types [batch, seq_len] (mask, types may be null) → out [batch, seq_len, hidden],
-  // pooled [batch, hidden] when not null.
+  // pooled [batch, hidden] when not null. memory: Transformer-XL attention only (null: none).
   void forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
-               long seq_len, float* out, float* pooled) const;
+               long seq_len, float* out, float* pooled, const EncoderMemory* memory = nullptr) const;
 
  private:
   struct Workspace {
@@ -51,6 +63,8 @@ class EncoderModel {
     ScratchBuffer relative_bias;     // [B or 1, heads, T, T] (relative_bias)
     ScratchBuffer rope, local_rope;  // cos | sin [B·T, head_dim]
     DisentangledWorkspace disentangled;
+    ScratchBuffer sinusoids;  // [K + T - 1, hidden] (Transformer-XL)
+    RelativeAttentionXLWorkspace relative_xl;
   };
 
   // cos | sin [batch, seq_len, head_dim] of positions t with `inv_freq`, into `buffer`.
@@ -58,7 +72,7 @@ class EncoderModel {
   void embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h,
              Workspace& ws) const;
   void run(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
-           long seq_len, float* out, float* pooled, Workspace& ws) const;
+           long seq_len, float* out, float* pooled, const EncoderMemory* memory, Workspace& ws) const;
 
   TransformerConfig config_;
   const float* word_embeddings_;
@@ -72,6 +86,7 @@ class EncoderModel {
   std::vector<TransformerBlock> layers_;
   std::vector<float> relative_embeddings_;                // normed [2·span, hidden], until the last layer
   std::vector<DisentangledAttention> disentangled_;  // per layer (disentangled attention)
+  std::vector<RelativeAttentionXL> relative_xl_;     // per layer (Transformer-XL attention)
   bool has_pooler_ = false;
   Linear pooler_;
 

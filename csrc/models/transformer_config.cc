@@ -74,6 +74,16 @@ void TransformerConfig::validate() const {
     }
     checked_multiply(2 * relative_span(), q_width(), "the relative position projections (2 × span × heads × head_dim)");
   }
+  at_least(relative_clamp, 0, "relative_clamp");
+  if (transformer_xl_attention) {
+    require(kind == ModelKind::kEncoder, "Transformer-XL attention is an encoder's");
+    require(hidden_size % 2 == 0, "Transformer-XL attention needs an even hidden_size (sin | cos halves), got " +
+                                      std::to_string(hidden_size));
+    require(positions == Positions::kNone && !disentangled_attention() && !relative_bias && !pre_norm &&
+                type_vocab_size == 0 && num_kv_heads == num_heads,
+            "Transformer-XL attention needs positions 'none', no other relative scheme, post-norm layers, no "
+            "token-type table and num_kv_heads == num_heads");
+  }
   if (kind == ModelKind::kEncoder) {
     require(pad_token_id < vocab_size, "pad_token_id must be < vocab_size");
     require(max_seq_len() >= 1, "max_positions leaves no positions after the padding id");

@@ -82,6 +82,12 @@ struct TransformerConfig {
   long max_relative_positions = 0;  // the log buckets' largest position; the span without buckets
   bool relative_embedding_norm = false;
   bool share_attention_key = true;
+  // Transformer-XL relative attention (XLNet; layers/relative_attention_xl.h): sinusoidal relative
+  // positions projected per layer, content / position / segment biases, token types compared for
+  // equality (no token-type table), keys and values optionally extended by a memory of earlier
+  // hidden states. relative_clamp > 0 clamps the relative distances to ±relative_clamp.
+  bool transformer_xl_attention = false;
+  long relative_clamp = 0;
 
   // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
   template <class Visitor>
@@ -127,6 +133,8 @@ struct TransformerConfig {
     v("max_relative_positions", max_relative_positions);
     v("relative_embedding_norm", relative_embedding_norm);
     v("share_attention_key", share_attention_key);
+    v("transformer_xl_attention", transformer_xl_attention);
+    v("relative_clamp", relative_clamp);
   }
 
   long q_width() const { return num_heads * head_dim; }

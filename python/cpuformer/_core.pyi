@@ -73,6 +73,11 @@ class EncoderModel:
     def forward(self, input_ids: _I64, attention_mask: Optional[_I64] = None,
                 token_type_ids: Optional[_I64] = None, return_pooler: bool = False,
                 num_threads: int = 0) -> Union[_F32, Tuple[_F32, _F32]]: ...
+    # Transformer-XL models: (hidden states [B, T, H], every layer's input [layers, B, T, H]) with
+    # each layer's keys and values extended by memory[layer] [B, M, H].
+    def forward_memory(self, input_ids: _I64, attention_mask: Optional[_I64] = None,
+                       token_type_ids: Optional[_I64] = None, memory: Optional[Sequence[_F32]] = None,
+                       num_threads: int = 0) -> Tuple[_F32, _F32]: ...
     @property
     def hidden_size(self) -> int: ...
     @property

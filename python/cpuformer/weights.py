@@ -263,6 +263,9 @@ class Checkpoint:
                                  f"has shape {have} (expected {expected})")
         if tensor.as_row:
             return np.ascontiguousarray(md.tensor(name, shape=(1,) + shape).reshape(shape), dtype=np.float32)
+        if tensor.stored_shape is not None:
+            array = md.tensor(name, shape=tensor.stored_shape).reshape(shape[::-1] if tensor.transpose else shape)
+            return np.ascontiguousarray(array.T) if tensor.transpose else array
         if tensor.transpose:
             return np.ascontiguousarray(md.tensor(name, shape=shape[::-1]).T)
         return md.tensor(name, shape=shape)
@@ -411,6 +414,8 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
             stored, shape = md.tensor_info(name)
             if stored in _FLOATS and name in matrices:
                 w = md.tensor(name)
+                if matrices[name].stored_shape is not None:  # head axes split: [out or in, rest]
+                    w = w.reshape(w.shape[0], -1)
                 if matrices[name].transpose:
                     w = np.ascontiguousarray(w.T)
                 store(name, w)

@@ -65,6 +65,10 @@ PARITY = {
                         max_relative_positions=20, pos_att_type="p2c|c2p", share_att_key=True,
                         norm_rel_ebd="layer_norm", position_biased_input=False, type_vocab_size=0,
                         initializer_range=0.3)),
+    # Transformer-XL relative attention: three heads of 12 (hidden 36), distances clamped to ±5,
+    # shorter than the 9-token inputs.
+    "xlnet": ("XLNetModel", "XLNetConfig",
+              dict(vocab_size=91, d_model=36, n_layer=2, n_head=3, d_inner=41, clamp_len=5, initializer_range=0.3)),
     "gpt2": ("GPT2LMHeadModel", "GPT2Config",
              dict(vocab_size=101, n_embd=48, n_layer=2, n_head=4, n_positions=64, initializer_range=0.2,
                   bos_token_id=1, eos_token_id=2)),

@@ -39,6 +39,8 @@ def random_checkpoint(arch: Arch, config: Mapping[str, Any], rng: np.random.Gene
                 shape = shape[::-1]
             if tensor.as_row:
                 shape = (1,) + shape
+            if tensor.stored_shape is not None:
+                shape = tensor.stored_shape
             if bias_of(canonical) != canonical:
                 out[name] = np.zeros(shape, np.float32)
             elif canonical in NORMS:

@@ -4,6 +4,9 @@ classes) computes on top of the encoder's hidden states, declared per family lik
 A head is a short list of steps applied to the last hidden state h [B, T, H]:
 
 - ``("first",)``: h[:, 0] (the first token's state; [B, H]);
+- ``("last",)``: each sequence's last unpadded token (XLNet's sequence summary: its inputs end
+  with ``<cls>``; transformers takes h[:, -1], the same token in XLNet's left-padded batches;
+  [B, H]);
 - ``("mean",)``: the mean of h over each sequence's unpadded tokens ([B, H]);
 - ``("pooler",)``: the encoder's own pooler output tanh(pooler(h[:, 0])) (BERT);
 - ``("dense", name)``: the linear layer ``head.<name>`` (weight [out, in] and its bias);
@@ -31,6 +34,7 @@ from .spec import Tensor
 TASK_SUFFIXES = {"ForSequenceClassification": "sequence_classification",
                  "ForTokenClassification": "token_classification",
                  "ForQuestionAnswering": "question_answering",
+                 "ForQuestionAnsweringSimple": "question_answering",  # XLNet's one-layer head
                  "ForMaskedLM": "masked_lm",
                  "ForPreTraining": "masked_lm"}
 TASKS = ("sequence_classification", "token_classification", "question_answering", "masked_lm")
@@ -42,11 +46,12 @@ HEAD_ACTIVATIONS = ("tanh", "gelu", "gelu_tanh", "relu", "silu")
 
 def task_of(architecture: str) -> Optional[str]:
     """The task of a checkpoint class name ("BertForTokenClassification" -> "token_classification");
-    None for a base model; "" for a task class cpuformer has no head for (ForMultipleChoice, ...)."""
+    None for a base model; "" for a task class cpuformer has no head for (ForMultipleChoice, ...,
+    and XLNetLMHeadModel's permutation language model)."""
     for suffix, task in TASK_SUFFIXES.items():
         if architecture.endswith(suffix):
             return task
-    return "" if "For" in architecture else None
+    return "" if "For" in architecture or architecture.endswith("LMHeadModel") else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,10 @@ class HeadBuilder:
 
     def first(self) -> "HeadBuilder":
         self.steps.append(("first",))
+        return self
+
+    def last(self) -> "HeadBuilder":
+        self.steps.append(("last",))
         return self
 
     def mean(self) -> "HeadBuilder":

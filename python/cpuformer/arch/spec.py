@@ -18,6 +18,9 @@ model kind is built from. Canonical weight names are the same for every family:
   position embeddings and their LayerNorm);
 - per layer of disentangled attention without a shared key: ``attn.position_q``
   ``attn.position_k`` (the relative embeddings' own projections);
+- per layer of Transformer-XL attention (XLNet): ``attn.position_k`` (the projection of the
+  relative sinusoids), ``attn.content_bias`` ``attn.position_bias`` ``attn.segment_bias``
+  [heads * head_dim] and ``attn.segment_embed`` [2, heads * head_dim];
 - per model: ``embed.tokens``, ``embed.token_types``, ``embed.project`` (maps normed embeddings of
   ``embedding_size`` into ``hidden_size`` when the tables are narrower: ELECTRA, ALBERT), ``lm_head``,
   ``lm_head.bias``, ``pooler``.
@@ -105,6 +108,12 @@ class Hparams:
     max_relative_positions: int = 0  # the log buckets' largest position; the span without buckets
     relative_embedding_norm: bool = False  # LayerNorm over the relative embeddings
     share_attention_key: bool = True  # project them with attn.q / attn.k (else attn.position_q / position_k)
+    # XLNet's Transformer-XL relative attention (csrc/layers/relative_attention_xl.h): sinusoidal
+    # relative positions projected by attn.position_k, the biases attn.content_bias,
+    # attn.position_bias, attn.segment_bias and the segment embeddings attn.segment_embed; token
+    # types are compared for equality (no table); relative_clamp > 0 clamps the distances.
+    transformer_xl_attention: bool = False
+    relative_clamp: int = 0
 
     @property
     def relative_span(self) -> int:
@@ -136,6 +145,9 @@ class Tensor:
     as_row: bool = False  # a vector stored as one row [1, n]
     fallbacks: Tuple[str, ...] = ()  # other names that hold the same tensor, tried in order
     rows_key: str = ""  # the config.json key that sets the row count (named when the shapes disagree)
+    # The shape the checkpoint stores, when its head axes are split (XLNet's [hidden, heads,
+    # head_dim]): read with that shape and reshaped (row-major) to the canonical one, before transposing.
+    stored_shape: Optional[Tuple[int, ...]] = None
 
 
 #: A canonical weight's source: a checkpoint tensor, or an array computed from the config.
@@ -186,6 +198,11 @@ class Arch:
         checkpoint is then refused, naming the task)."""
         return None
 
+    def memory(self, config: Mapping[str, Any]) -> Optional[Any]:
+        """How a family with a Transformer-XL memory keeps it between calls (XLNet: ``Memory``,
+        mem_len and reuse_len), or None for a family without one."""
+        return None
+
     # ---- derived -----------------------------------------------------------------------------
 
     def stacks(self, hp: Hparams) -> Tuple[Tuple[str, int], ...]:
@@ -224,7 +241,9 @@ def canonical_shape(name: str, hp: Hparams) -> Tuple[int, ...]:
         "lm_head": (hp.vocab_size, H),
         "lm_head.bias": (hp.vocab_size,), "pooler": (H, H), "relative_bias": (hp.num_buckets, hp.num_heads),
         "relative_embeddings": (2 * hp.relative_span, H), "attn.position_q": (hp.num_heads * D, H),
-        "attn.position_k": (hp.num_heads * D, H),
+        "attn.position_k": (hp.num_heads * D, H), "attn.content_bias": (hp.num_heads * D,),
+        "attn.position_bias": (hp.num_heads * D,), "attn.segment_bias": (hp.num_heads * D,),
+        "attn.segment_embed": (2, hp.num_heads * D),
     }
     return shapes[name]
 

@@ -57,7 +57,8 @@ def _task_head(arch: Arch, name: str, config: Any, hp: Hparams) -> Optional[Head
         return None
     head = arch.head(config, hp, task) if task else None
     if head is None:
-        raise NotImplementedError(f"{name}: cpuformer does not run the {name[name.index('For') + 3:]} head of "
+        what = name[name.index("For") + 3:] if "For" in name else "language-model"
+        raise NotImplementedError(f"{name}: cpuformer does not run the {what} head of "
                                   f"{arch.title} checkpoints; cpuformer.Encoder(path, head=False) opens the encoder "
                                   "without its head")
     return head

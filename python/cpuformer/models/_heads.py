@@ -42,6 +42,8 @@ class TaskHead:
                 self._steps.append(_norm(arrays[step[1]], arrays.get(step[1] + ".bias"), step[2]))
             elif step[0] == "first":
                 self._steps.append(lambda x, pooled, mask: np.ascontiguousarray(x[:, 0]))
+            elif step[0] == "last":
+                self._steps.append(_last_token)
             elif step[0] == "mean":
                 self._steps.append(_masked_mean)
             elif step[0] == "pooler":
@@ -58,6 +60,15 @@ class TaskHead:
         for step in self._steps:
             x = step(x, pooled, mask)
         return x
+
+
+def _last_token(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray]) -> np.ndarray:
+    """Each sequence's last unpadded token (the last position without a mask, or for a row with no
+    token at all)."""
+    if mask is None:
+        return np.ascontiguousarray(x[:, -1])
+    last = x.shape[1] - 1 - np.argmax(mask[:, ::-1] != 0, axis=1)
+    return np.ascontiguousarray(x[np.arange(x.shape[0]), last])
 
 
 def _masked_mean(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray]) -> np.ndarray:

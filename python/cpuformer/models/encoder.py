@@ -1,5 +1,5 @@
 """``cpuformer.Encoder``: the registry's encoders (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet,
-ELECTRA, ALBERT, ModernBERT) and their task heads (models/_tasks.py, models/_spans.py).
+ELECTRA, ALBERT, DeBERTa, ModernBERT, XLNet) and their task heads (models/_tasks.py, models/_spans.py).
 
 The families are declared in ``arch/``; loading (``weights.py``, ``models/_graph.py``)
 packs the projection weights one layer at a time and releases each layer's source pages right
@@ -55,6 +55,8 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
             raise TypeError(f"head must be True or False, got {head!r}")
         self._tokenizer = None
         self._open(path, dtype, num_threads, "encoder", head=head)
+        #: Transformer-XL memory settings (XLNet: arch.xlnet.Memory), None for other families.
+        self._memory = self._arch.memory(self._model_dir.config)
 
     @property
     def hidden_size(self) -> int:
@@ -95,6 +97,44 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
         ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id,
                                            self.config["vocab_size"])
         return model.forward(ids, mask, types, return_pooler, self.num_threads), mask
+
+    def encode_with_memory(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
+                           token_type_ids: Optional[TokenIds] = None,
+                           mems: Optional[Sequence[np.ndarray]] = None) -> Tuple[np.ndarray, List[np.ndarray]]:
+        """Transformer-XL segment recurrence (XLNet): ``(last_hidden_state [B, T, H], new_mems)``.
+
+        ``mems``: None (a first segment), or what the previous call returned: one float32 array
+        [B, M, H] per layer (batch first, like the rest of cpuformer; transformers' are [M, B, H]),
+        the hidden states of earlier tokens that each layer's keys and values extend over; the
+        relative positions then span M + T. Every memory token is attended (transformers applies
+        no mask to them, so padding of an earlier segment stays visible). ``new_mems``: per layer,
+        the previous mems followed by this call's layer input (its first ``reuse_len`` tokens when
+        config.json sets reuse_len), of which the last ``mem_len`` tokens are kept when config.json
+        sets mem_len (null or 0: all), as transformers' ``cache_mem``. The result equals the
+        transformers model's called with ``mems=[m.transpose(1, 0, 2) for m in mems], use_mems=True``,
+        with its mems transposed back (docs/encoders.md, "XLNet memory").
+        Other inputs are as for ``__call__``. Bad mems (not one per layer, another batch or hidden
+        size, lengths that differ, a dtype other than float32, NaN or ±inf) are ValueErrors.
+        """
+        model = self._live()
+        if self._memory is None:
+            raise NotImplementedError(f"encode_with_memory needs a model with a Transformer-XL memory (XLNet); "
+                                      f"{self._arch.title} models have none")
+        ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id,
+                                           self.config["vocab_size"])
+        memory = None if mems is None else _check_mems(mems, self.config["num_layers"], ids.shape[0],
+                                                       self.hidden_size)
+        out, layer_inputs = model.forward_memory(ids, mask, types, memory, self.num_threads)
+        keep, reuse = self._memory.mem_len, self._memory.reuse_len
+        new_mems = []
+        for layer, current in enumerate(layer_inputs):
+            if reuse:
+                current = current[:, :reuse]
+            joined = current if memory is None else np.concatenate([memory[layer], current], axis=1)
+            if keep:
+                joined = joined[:, -keep:]
+            new_mems.append(np.ascontiguousarray(joined))
+        return out, new_mems
 
     def pooler_output(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
                       token_type_ids: Optional[TokenIds] = None) -> np.ndarray:
@@ -218,6 +258,33 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
 
 
 # ---- input preparation -------------------------------------------------------------------------
+
+def _check_mems(mems, layers: int, batch: int, hidden: int) -> List[np.ndarray]:
+    """encode_with_memory's mems, checked: one float32 [batch, M, hidden] array per layer, the same
+    M in all of them, every value finite."""
+    if not isinstance(mems, (list, tuple)):
+        raise TypeError(f"mems must be None or a list of {layers} arrays (one per layer, as encode_with_memory "
+                        f"returns them), got {type(mems).__name__}")
+    if len(mems) != layers:
+        raise ValueError(f"mems must hold one array per layer: {layers} (n_layer), got {len(mems)}")
+    length = None
+    for layer, m in enumerate(mems):
+        if not isinstance(m, np.ndarray):
+            raise TypeError(f"mems[{layer}] must be a NumPy array, got {type(m).__name__}")
+        if m.dtype != np.float32:
+            raise ValueError(f"mems[{layer}] must have dtype float32 (as encode_with_memory returns it), got {m.dtype}")
+        if m.ndim != 3 or m.shape[0] != batch or m.shape[2] != hidden:
+            raise ValueError(f"mems[{layer}] must have shape [batch {batch}, memory length, hidden {hidden}] "
+                             f"(batch first), got {list(m.shape)}")
+        if length is None:
+            length = m.shape[1]
+        elif m.shape[1] != length:
+            raise ValueError(f"mems[{layer}] holds {m.shape[1]} tokens but mems[0] holds {length}; every layer's "
+                             "memory has the same length")
+        if not np.isfinite(m).all():
+            raise ValueError(f"mems[{layer}] holds non-finite values (NaN or ±inf)")
+    return [np.ascontiguousarray(m) for m in mems]
+
 
 def _id_list(x, index: int, vocab_size: int) -> List[int]:
     if isinstance(x, np.ndarray):
