@@ -15,6 +15,8 @@ import cpuformer as cf
 from cpuformer._model_dir import ModelDir, save_safetensors
 from cpuformer.arch import by_family
 
+from ._hf import assert_close, save_random_model
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -27,15 +29,8 @@ BOUND_16 = {"float16": 0.005, "bfloat16": 0.02}
 
 
 def _build(directory, model_class, config_class, seed=0, **config):
-    """A random transformers model saved to ``directory``; constant vectors (norms, biases) get noise."""
-    torch.manual_seed(seed)
-    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config)).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 1 and bool((parameter == parameter.flatten()[0]).all()):
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-    model.save_pretrained(directory, safe_serialization=True)
-    return model
+    config_object = getattr(transformers, config_class)(**config)
+    return save_random_model(directory, getattr(transformers, model_class), config_object, seed)
 
 
 def _base(model):
@@ -52,9 +47,7 @@ def _reference(model, ids, mask=None, types=None):
         return _base(model)(**kwargs).last_hidden_state.numpy()
 
 
-def _close(ours, reference):
-    scale = float(np.abs(reference).max())
-    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-4 * scale)
+_close = assert_close
 
 
 def _cosine_rows(a, b):

@@ -15,6 +15,8 @@ import pytest
 import cpuformer as cf
 from cpuformer.arch import ARCHS, by_family
 
+from ._hf import assert_close, save_random_model
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -101,25 +103,18 @@ def test_every_family_has_a_parity_row():
 
 def _build(family, directory):
     model_class, config_class, kwargs = PARITY[family]
-    torch.manual_seed(sorted(PARITY).index(family))
-    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**kwargs)).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            # Constant-initialised tensors (norms, biases) get noise: a tensor read from the wrong
-            # place, or not read at all, then changes the outputs.
-            if parameter.dim() == 1 and bool((parameter == parameter.flatten()[0]).all()):
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-        buffers = dict(model.named_buffers())
-        if "final_logits_bias" in buffers:
-            buffers["final_logits_bias"].normal_(0.0, 1.0)
-    model.save_pretrained(directory, safe_serialization=True)
-    return model
+    return save_random_model(directory, getattr(transformers, model_class),
+                             getattr(transformers, config_class)(**kwargs), sorted(PARITY).index(family),
+                             prepare=_noise_final_logits_bias)
 
 
-def _close(ours, reference):
-    reference = np.asarray(reference, dtype=np.float32)
-    scale = float(np.abs(reference).max())
-    np.testing.assert_allclose(ours, reference, rtol=1e-4, atol=1e-4 * scale)
+def _noise_final_logits_bias(model):
+    buffers = dict(model.named_buffers())  # a buffer, not a parameter: zeros unless set here
+    if "final_logits_bias" in buffers:
+        buffers["final_logits_bias"].normal_(0.0, 1.0)
+
+
+_close = assert_close
 
 
 @pytest.mark.parametrize("family", sorted(PARITY))

@@ -21,6 +21,8 @@ import pytest  # noqa: E402
 
 import cpuformer as cf  # noqa: E402
 
+from ._hf import assert_close, save_random_model
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -39,20 +41,11 @@ CONFIGS = {
 
 
 def _build(directory, kwargs, model_class="XLNetModel", seed=0):
-    torch.manual_seed(seed)
-    model = getattr(transformers, model_class)(transformers.XLNetConfig(**kwargs)).eval()
-    with torch.no_grad():
-        for parameter in model.parameters():
-            # Constant-initialised tensors (norms, biases) get noise: one read from the wrong place changes the outputs.
-            if parameter.dim() == 1 and bool((parameter == parameter.flatten()[0]).all()):
-                parameter.add_(torch.randn_like(parameter) * 0.1)
-    model.save_pretrained(directory, safe_serialization=True)
+    model = save_random_model(directory, getattr(transformers, model_class), transformers.XLNetConfig(**kwargs), seed)
     return getattr(model, "transformer", model)
 
 
-def _close(ours, reference, tolerance=1e-4):
-    scale = float(np.abs(reference).max())
-    np.testing.assert_allclose(ours, reference, rtol=tolerance, atol=tolerance * scale)
+_close = assert_close
 
 
 def _reference(hf, ids, mask=None, types=None, mems=None):
