@@ -8,7 +8,12 @@ constexpr long kNR = 16;
 // fits the 256 KB L2 of the oldest AVX2 cores.
 constexpr long kKC = 256;
 constexpr long kMCMax = 28 * kMR;
-constexpr long kPrivateRowsMaxCBytes = 1L << 19;
+// A thread's C block (kMCMax rows × N floats) stays in L2 across K slices only when it fits half of
+// it: AVX2-only cores have 256-512 KB of L2 (Haswell-Comet Lake, Zen 2-3), hence 256 KB. With 512 KB
+// here, N = 768 took the private-rows path with a 516 KB C block that streamed from L3 every slice:
+// on Zen 3 (512 KB L2, 2026-11-26) BERT's 768 → 768 and 3072 → 768 GEMMs ran 5-15 % faster at 256 KB
+// (best of 40 calls, alternating builds; noisy host).
+constexpr long kPrivateRowsMaxCBytes = 1L << 18;
 constexpr long kGemvMaxRows = 6;
 // Up to kGemvChunkedMaxRowsF32 (float32 W) or kGemvChunkedMaxRows16 (16-bit W) rows go through the
 // GEMV kernel in chunks of at most kGemvMaxRows (gemm_driver_inl.h, gemv). Measured on Zen 4 at BERT-base shapes, both
