@@ -6,7 +6,8 @@
 # 1. `python -m build`: the sdist, then the wheel built FROM the unpacked sdist (so the sdist is
 #    proven to build from a clean unpack), in a temporary directory.
 # 2. The sdist must carry the sources and the tests (pyproject.toml, CMakeLists.txt, csrc/, python/,
-#    tests/, README.md, CHANGELOG.md) and nothing from build/.
+#    tests/, README.md, CHANGELOG.md) and nothing from build/ or dist/; in a git checkout, exactly
+#    the files git tracks (or would track), so the tests of the checkout are those of the sdist.
 # 3. `auditwheel repair`: the OpenMP runtime (libgomp) is vendored into cpuformer.libs/ under a
 #    private name, as the manylinux policy requires, giving a manylinux_*_x86_64 wheel;
 #    `auditwheel show` is printed and the size checked (at most 15 MB).
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
     --no-isolation) isolation=(--no-isolation); shift ;;
     --keep) keep=1; shift ;;
     --install) install=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "build-wheel.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +72,15 @@ for required in pyproject.toml CMakeLists.txt README.md CHANGELOG.md csrc/bindin
   grep -q -x "cpuformer-$version/$required" <<<"$listing" || fail "the sdist lacks $required"
 done
 if grep -q -E "^cpuformer-$version/(build|dist)/" <<<"$listing"; then fail "the sdist carries build/ or dist/"; fi
+# In a git checkout the sdist must hold exactly the tracked files (plus PKG-INFO): then the tests
+# that pass in the checkout are the tests of a clean unpack of the sdist.
+if git -C "$ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1; then
+  sdist_files=$(sed -n "s|^cpuformer-$version/||p" <<<"$listing" | grep -v -e '/$' -e '^$' -e '^PKG-INFO$' | sort)
+  tracked=$(git -C "$ROOT" ls-files --cached --others --exclude-standard | sort)
+  difference=$(diff <(echo "$sdist_files") <(echo "$tracked") || true)
+  [ -z "$difference" ] || fail "the sdist differs from the checkout's files (< only in the sdist, > only in git):
+$difference"
+fi
 say "sdist $(basename "$sdist"): $(wc -l <<<"$listing") entries, $(du -k "$sdist" | cut -f1) KB"
 
 # 3. Repair: vendor libgomp, manylinux tag.
