@@ -81,20 +81,35 @@ inline __m256 i8_activate(__m256 v) {
   }
 }
 
+// Eight columns from j of a finished row; kTail: fewer than eight are left (mask says which).
+template <Activation kAct, bool kTail>
+__attribute__((always_inline)) inline void finish_chunk(const int32_t* acc, const int32_t* comp, __m256 vsa,
+                                                        const float* scales, const float* bias, const float* residual,
+                                                        float* c, long j, __m256i mask) {
+  __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc + j));
+  if (comp != nullptr) s = _mm256_sub_epi32(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + j)));
+  const __m256 scale = _mm256_mul_ps(vsa, _mm256_loadu_ps(scales + j));  // scales are padded to kNR
+  __m256 v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s));
+  __asm__("" : "+x"(v));  // keeps the compiler from fusing the multiply and the add (bit-exact)
+  if (bias != nullptr) v = _mm256_add_ps(v, kTail ? _mm256_maskload_ps(bias + j, mask) : _mm256_loadu_ps(bias + j));
+  v = i8_activate<kAct>(v);
+  if (residual != nullptr)
+    v = _mm256_add_ps(v, kTail ? _mm256_maskload_ps(residual + j, mask) : _mm256_loadu_ps(residual + j));
+  if (kTail) {
+    _mm256_maskstore_ps(c + j, mask, v);
+  } else {
+    _mm256_storeu_ps(c + j, v);
+  }
+}
+
+// Whole chunks with plain loads and stores, only the tail masked: vmaskmovps stores are
+// microcoded on AMD Zen, and masking every chunk cost ~8 % of an int8 BERT-base forward on Zen 3.
 template <Activation kAct>
 void finish_row_act(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
                     const float* residual, float* c, long ncols) {
   const __m256 vsa = _mm256_set1_ps(sa);
-  for (long j = 0; j < ncols; j += 8) {
-    const __m256i mask = i8_mask8(ncols - j);
-    __m256i s = _mm256_load_si256(reinterpret_cast<const __m256i*>(acc + j));
-    if (comp != nullptr) s = _mm256_sub_epi32(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(comp + j)));
-    const __m256 scale = _mm256_mul_ps(vsa, _mm256_loadu_ps(scales + j));  // scales are padded to kNR
-    __m256 v = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(s));
-    __asm__("" : "+x"(v));  // keeps the compiler from fusing the multiply and the add (bit-exact)
-    if (bias != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(bias + j, mask));
-    v = i8_activate<kAct>(v);
-    if (residual != nullptr) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + j, mask));
-    _mm256_maskstore_ps(c + j, mask, v);
-  }
+  long j = 0;
+  for (; j + 8 <= ncols; j += 8)
+    finish_chunk<kAct, false>(acc, comp, vsa, scales, bias, residual, c, j, _mm256_setzero_si256());
+  if (j < ncols) finish_chunk<kAct, true>(acc, comp, vsa, scales, bias, residual, c, j, i8_mask8(ncols - j));
 }
