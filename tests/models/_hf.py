@@ -28,3 +28,10 @@ def assert_close(ours, reference, tolerance=1e-4):
     reference = np.asarray(reference, dtype=np.float32)
     scale = float(np.abs(reference).max())
     np.testing.assert_allclose(ours, reference, rtol=tolerance, atol=tolerance * scale)
+
+
+def cosine_rows(a, b):
+    """Cosine similarity of corresponding rows (the last axis) of a and b, in float64."""
+    a = a.reshape(-1, a.shape[-1]).astype(np.float64)
+    b = b.reshape(-1, b.shape[-1]).astype(np.float64)
+    return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)

@@ -15,7 +15,7 @@ import cpuformer as cf
 from cpuformer._model_dir import ModelDir, save_safetensors
 from cpuformer.arch import by_family
 
-from ._hf import assert_close, save_random_model
+from ._hf import assert_close, cosine_rows, save_random_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -50,10 +50,7 @@ def _reference(model, ids, mask=None, types=None):
 _close = assert_close
 
 
-def _cosine_rows(a, b):
-    a = a.reshape(-1, a.shape[-1]).astype(np.float64)
-    b = b.reshape(-1, b.shape[-1]).astype(np.float64)
-    return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+_cosine_rows = cosine_rows
 
 
 @pytest.fixture(scope="module")

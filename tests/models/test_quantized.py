@@ -29,6 +29,8 @@ import pytest  # noqa: E402
 
 import cpuformer as cf  # noqa: E402
 
+from ._hf import cosine_rows  # noqa: E402
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -43,10 +45,7 @@ def _build(directory, model_class, config_class, seed=0, **config):
     return model
 
 
-def _cosine_rows(a, b):
-    a = a.reshape(-1, a.shape[-1]).astype(np.float64)
-    b = b.reshape(-1, b.shape[-1]).astype(np.float64)
-    return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+_cosine_rows = cosine_rows
 
 
 @pytest.fixture(scope="module")

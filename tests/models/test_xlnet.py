@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 
 import cpuformer as cf  # noqa: E402
 
-from ._hf import assert_close, save_random_model
+from ._hf import assert_close, cosine_rows, save_random_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -124,10 +124,7 @@ def quantized_dir(tmp_path_factory):
     return str(directory)
 
 
-def _cosine_rows(a, b):
-    a = a.reshape(-1, a.shape[-1]).astype(np.float64)
-    b = b.reshape(-1, b.shape[-1]).astype(np.float64)
-    return np.sum(a * b, axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+_cosine_rows = cosine_rows
 
 
 def _ids(seed=0):
