@@ -49,7 +49,7 @@ def _raise_core_error(error: ImportError):
         raise ImportError(
             f"cpuformer: its compiled core (cpuformer/_core*.so) is missing from {here}: the "
             "installation is incomplete (reinstall: pip install --force-reinstall cpuformer) or this is a source tree "
-            "that was not built (README, 'Developing')") from None
+            "that was not built (docs/contributing.md, 'Build incrementally')") from None
     message = str(error)
     if "cannot open shared object file" in message:
         library = message.split(":", 1)[0].strip()

@@ -53,16 +53,13 @@ def _build(directory, model_class, kwargs, seed=0):
     return getattr(model, "deberta", model)
 
 
-_close = assert_close
-
-
 def _compare(model, hf, ids, mask, types=None):
     with torch.no_grad():
         ref = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
                  token_type_ids=None if types is None else torch.tensor(types)).last_hidden_state.numpy()
     ours = model(ids, mask, types)
     for row, length in enumerate(mask.sum(axis=1)):
-        _close(ours[row, :length], ref[row, :length])
+        assert_close(ours[row, :length], ref[row, :length])
     return ours
 
 
@@ -81,7 +78,7 @@ def test_against_transformers_with_padding(name, tmp_path):
     ours = _compare(model, hf, ids, mask, types)
     # A padded batch gives each sequence what it gives alone.
     alone = model(ids[2:, :6], None, None if types is None else types[2:, :6])
-    _close(ours[2, :6], alone[0], tolerance=1e-5)
+    assert_close(ours[2, :6], alone[0], tolerance=1e-5)
     _compare(model, hf, ids[:1, :1], mask[:1, :1], None if types is None else types[:1, :1])  # one token
 
 
@@ -114,9 +111,6 @@ def quantized_dir(tmp_path_factory):
     return str(directory)
 
 
-_cosine_rows = cosine_rows
-
-
 def _ids(seed=0):
     return np.random.default_rng(seed).integers(0, 97, size=(3, 21), dtype=np.int64)
 
@@ -127,7 +121,7 @@ def test_int8_and_16_bit_bounds(quantized_dir):
     ids = _ids()
     ref = cf.load(quantized_dir)(ids)
     int8 = cf.load(quantized_dir, dtype="int8")(ids)
-    assert _cosine_rows(int8, ref).min() >= 0.99
+    assert cosine_rows(int8, ref).min() >= 0.99
     assert not np.array_equal(int8, ref)
     for dtype, bound in (("float16", 0.005), ("bfloat16", 0.02)):
         ours = cf.load(quantized_dir, dtype=dtype)(ids)

@@ -47,12 +47,6 @@ def _reference(model, ids, mask=None, types=None):
         return _base(model)(**kwargs).last_hidden_state.numpy()
 
 
-_close = assert_close
-
-
-_cosine_rows = cosine_rows
-
-
 @pytest.fixture(scope="module")
 def mpnet(tmp_path_factory):
     directory = tmp_path_factory.mktemp("mpnet")
@@ -82,13 +76,13 @@ def test_mpnet_padded_batch(mpnet):
     reference = _reference(hf, ids, mask)
     for row in range(3):
         kept = mask[row] == 1
-        _close(ours[row][kept], reference[row][kept])
+        assert_close(ours[row][kept], reference[row][kept])
     # a row alone, unpadded, gives the same states as inside the padded batch
-    _close(model(ids[1:2, :8])[0], ours[1, :8])
-    _close(model(ids[2:3, 4:])[0], ours[2, 4:])
+    assert_close(model(ids[1:2, :8])[0], ours[1, :8])
+    assert_close(model(ids[2:3, 4:])[0], ours[2, 4:])
     # ragged lists are padded with id 1 and masked
     ragged = model([ids[0].tolist(), ids[1, :8].tolist()])
-    _close(ragged[1, :8], ours[1, :8])
+    assert_close(ragged[1, :8], ours[1, :8])
 
 
 def test_mpnet_beyond_max_distance(mpnet):
@@ -99,8 +93,8 @@ def test_mpnet_beyond_max_distance(mpnet):
     mask[1, 140:] = 0
     ours = cf.load(directory)(ids, mask)
     reference = _reference(hf, ids, mask)
-    _close(ours[0], reference[0])
-    _close(ours[1, :140], reference[1, :140])
+    assert_close(ours[0], reference[0])
+    assert_close(ours[1, :140], reference[1, :140])
     # The bias matters beyond the tolerance, so a wrong bucket would fail the comparison above.
     table = _base(hf).encoder.relative_attention_bias.weight
     saved = table.detach().clone()
@@ -124,7 +118,7 @@ def test_mpnet_task_head_checkpoints(model_class, tmp_path):
     model = cf.Encoder(tmp_path, head=False)  # the body under its prefix (the heads: tests/models/test_heads.py)
     assert model.family == "mpnet" and by_family()["mpnet"].claims(model_class)
     ids = np.random.default_rng(6).integers(3, 43, size=(2, 11))
-    _close(model(ids), _reference(hf, ids))
+    assert_close(model(ids), _reference(hf, ids))
 
 
 def test_mpnet_pooler(mpnet):
@@ -132,7 +126,7 @@ def test_mpnet_pooler(mpnet):
     ids = np.random.default_rng(7).integers(3, _MPNET["vocab_size"], size=(2, 9))
     with torch.no_grad():
         reference = hf(input_ids=torch.tensor(ids)).pooler_output.numpy()
-    _close(cf.load(directory).pooler_output(ids), reference)
+    assert_close(cf.load(directory).pooler_output(ids), reference)
 
 
 def test_mpnet_refuses_other_bucket_counts(mpnet, tmp_path):
@@ -169,8 +163,8 @@ def test_electra_embedding_projection(embedding_size, tmp_path):
     mask[1, 7:] = 0
     ours = model(ids, mask, types)
     reference = _reference(hf, ids, mask, types)
-    _close(ours[0], reference[0])
-    _close(ours[1, :7], reference[1, :7])
+    assert_close(ours[0], reference[0])
+    assert_close(ours[1, :7], reference[1, :7])
 
 
 @pytest.mark.parametrize("model_class", ["ElectraForPreTraining", "ElectraForMaskedLM",
@@ -183,7 +177,7 @@ def test_electra_task_head_checkpoints(model_class, tmp_path):
     model = cf.Encoder(tmp_path, head=False)  # the body under its prefix (the heads: tests/models/test_heads.py)
     assert model.family == "electra" and by_family()["electra"].claims(model_class)
     ids = np.random.default_rng(11).integers(1, _ELECTRA["vocab_size"], size=(2, 10))
-    _close(model(ids), _reference(hf, ids))
+    assert_close(model(ids), _reference(hf, ids))
 
 
 def _rewrite(src, dst, change):
@@ -262,7 +256,7 @@ def test_int8_and_16_bit(family, mpnet, electra):
     ids = np.random.default_rng(12).integers(3, 60, size=(3, 17))
     reference = cf.load(directory)(ids)
     int8 = cf.load(directory, dtype="int8")(ids)
-    assert _cosine_rows(int8, reference).min() >= 0.99
+    assert cosine_rows(int8, reference).min() >= 0.99
     assert not np.array_equal(int8, reference)
     for dtype, bound in BOUND_16.items():
         ours = cf.load(directory, dtype=dtype)(ids)

@@ -114,9 +114,6 @@ def _noise_final_logits_bias(model):
         buffers["final_logits_bias"].normal_(0.0, 1.0)
 
 
-_close = assert_close
-
-
 @pytest.mark.parametrize("family", sorted(PARITY))
 def test_parity_with_transformers(family, tmp_path):
     hf = _build(family, tmp_path)
@@ -132,11 +129,11 @@ def test_parity_with_transformers(family, tmp_path):
             base = getattr(hf, hf.base_model_prefix, hf)
             ref = base(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
             ours = model(ids, mask)
-            _close(ours[0], ref[0])
-            _close(ours[1, :6], ref[1, :6])
+            assert_close(ours[0], ref[0])
+            assert_close(ours[1, :6], ref[1, :6])
             return
         if model.hparams.kind == "decoder":
-            _close(model.logits(ids[:1]), hf(input_ids=torch.tensor(ids[:1])).logits.numpy())
+            assert_close(model.logits(ids[:1]), hf(input_ids=torch.tensor(ids[:1])).logits.numpy())
             prompt = torch.tensor(ids[:1])
             for beams in (1, 3):
                 ref = hf.generate(prompt, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
@@ -148,7 +145,7 @@ def test_parity_with_transformers(family, tmp_path):
         target = rng.integers(3, vocab - 2, size=(2, 5))
         ref = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
                  decoder_input_ids=torch.tensor(target)).logits.numpy()
-        _close(model.logits(ids, target, mask), ref)
+        assert_close(model.logits(ids, target, mask), ref)
         source = torch.tensor(ids[:1])
         for beams in (1, 3):
             ref = hf.generate(source, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,

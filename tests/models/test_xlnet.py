@@ -45,9 +45,6 @@ def _build(directory, kwargs, model_class="XLNetModel", seed=0):
     return getattr(model, "transformer", model)
 
 
-_close = assert_close
-
-
 def _reference(hf, ids, mask=None, types=None, mems=None):
     with torch.no_grad():
         out = hf(input_ids=torch.tensor(ids), attention_mask=None if mask is None else torch.tensor(mask),
@@ -83,13 +80,13 @@ def test_against_transformers(name, tmp_path):
         types[1] = 7
         for t in (types, None):
             ours = model(ids, mask, t)
-            _close(ours, _reference(hf, ids, mask, t)[0])
+            assert_close(ours, _reference(hf, ids, mask, t)[0])
         # A padded batch gives each sequence what it gives alone (at its unpadded positions).
         alone = model(ids[1:2, mask[1] == 1])
-        _close(ours[1, mask[1] == 1], alone[0], tolerance=1e-5)
+        assert_close(ours[1, mask[1] == 1], alone[0], tolerance=1e-5)
     ids = rng.integers(0, kwargs["vocab_size"], size=(2, 7))
-    _close(model(ids), _reference(hf, ids)[0])  # no mask at all
-    _close(model(ids[:1, :1]), _reference(hf, ids[:1, :1])[0])  # one token
+    assert_close(model(ids), _reference(hf, ids)[0])  # no mask at all
+    assert_close(model(ids[:1, :1]), _reference(hf, ids[:1, :1])[0])  # one token
 
 
 def test_long_sequences_in_query_blocks(tmp_path):
@@ -101,7 +98,7 @@ def test_long_sequences_in_query_blocks(tmp_path):
     rng = np.random.default_rng(2)
     ids, mask = _padded(rng, kwargs["vocab_size"], [1500, 1100], left=True)
     types = rng.integers(0, 2, size=ids.shape)
-    _close(model(ids, mask, types), _reference(hf, ids, mask, types)[0])
+    assert_close(model(ids, mask, types), _reference(hf, ids, mask, types)[0])
 
 
 def test_segment_limit(tmp_path):
@@ -124,9 +121,6 @@ def quantized_dir(tmp_path_factory):
     return str(directory)
 
 
-_cosine_rows = cosine_rows
-
-
 def _ids(seed=0):
     return np.random.default_rng(seed).integers(0, 91, size=(3, 21), dtype=np.int64)
 
@@ -138,7 +132,7 @@ def test_int8_and_16_bit_bounds(quantized_dir):
     types = np.random.default_rng(4).integers(0, 2, size=ids.shape)
     ref = cf.load(quantized_dir)(ids, None, types)
     int8 = cf.load(quantized_dir, dtype="int8")(ids, None, types)
-    assert _cosine_rows(int8, ref).min() >= 0.99
+    assert cosine_rows(int8, ref).min() >= 0.99
     assert not np.array_equal(int8, ref)
     for dtype, bound in (("float16", 0.005), ("bfloat16", 0.02)):
         ours = cf.load(quantized_dir, dtype=dtype)(ids, None, types)
@@ -155,7 +149,7 @@ def test_int8_with_memory(quantized_dir):
         model = cf.load(quantized_dir, dtype=dtype)
         _, mems = model.encode_with_memory(ids[:, :12])
         outputs[dtype] = model.encode_with_memory(ids[:, 12:], mems=mems)[0]
-    assert _cosine_rows(outputs["int8"], outputs["float32"]).min() >= 0.99
+    assert cosine_rows(outputs["int8"], outputs["float32"]).min() >= 0.99
 
 
 @pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
@@ -197,7 +191,7 @@ def test_language_model_head_is_refused_and_head_false_opens_the_encoder(tmp_pat
                                                   r"head of XLNet checkpoints; .*head=False"):
         cf.load(tmp_path)
     ids = _ids()
-    _close(cf.Encoder(tmp_path, head=False)(ids), _reference(hf, ids)[0])
+    assert_close(cf.Encoder(tmp_path, head=False)(ids), _reference(hf, ids)[0])
 
 
 def test_shape_errors_name_the_weight(tmp_path):
@@ -234,12 +228,12 @@ def test_segments_with_memory_against_transformers(tmp_path, memory, kept, left)
         types = rng.integers(0, 2, size=ids.shape) if segment != 1 else None
         ours, mems = model.encode_with_memory(ids, mask, types, mems)
         ref, ref_mems = _reference(hf, ids, mask, types, ref_mems)
-        _close(ours, ref)
+        assert_close(ours, ref)
         assert len(mems) == kwargs["n_layer"]
         for layer, (m, r) in enumerate(zip(mems, ref_mems)):
             assert m.dtype == np.float32 and m.flags.c_contiguous
             assert m.shape == (2, r.shape[0], kwargs["d_model"]), layer
-            _close(m, r.transpose(1, 0, 2))
+            assert_close(m, r.transpose(1, 0, 2))
         ref_mems = [r.copy() for r in ref_mems]
     assert mems[0].shape[1] == kept
 
