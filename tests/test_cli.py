@@ -289,8 +289,12 @@ def test_translate_errors(tiny, tmp_path):
 def test_convert_argument_errors(tiny, tmp_path):
     assert_user_error(run_cli("convert", tiny["encoder"], tmp_path / "out"), "convert",
                       "the following arguments are required: --dtype")
-    assert_user_error(run_cli("convert", tiny["encoder"], tmp_path / "out", "--dtype", "int4"), "convert",
-                      "argument --dtype: invalid choice: 'int4'")
+    assert_user_error(run_cli("convert", tiny["encoder"], tmp_path / "out", "--dtype", "int2"), "convert",
+                      "argument --dtype: invalid choice: 'int2'")
+    assert_user_error(run_cli("convert", tiny["encoder"], tmp_path / "out", "--dtype", "int4", "--group-size", "48"),
+                      "convert", "argument --group-size: invalid choice: 48")
+    assert_user_error(run_cli("convert", tiny["encoder"], tmp_path / "out", "--dtype", "int8", "--zero-point"),
+                      "convert", "quantization: 'zero_point' applies to int4 weights only (dtype is 'int8')")
     assert_user_error(run_cli("convert", tmp_path / "missing", tmp_path / "out", "--dtype", "int8"), "convert",
                       "does not exist")
     assert_user_error(run_cli("convert", tmp_path, tmp_path / "out", "--dtype", "int8"), "convert",
@@ -311,17 +315,22 @@ def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(cf, "convert", lambda *a, **k: calls.append((a, k)), raising=False)
     dst = tmp_path / "out"
     assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "bfloat16"]) == 0
-    assert calls == [((tiny["encoder"], str(dst), "bfloat16"), {"progress": True})]
+    assert calls == [((tiny["encoder"], str(dst), "bfloat16"), {"progress": True, "quantization": None})]
     assert capsys.readouterr().out == f"wrote {dst} (bfloat16)\n"
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int4", "--group-size", "64", "--zero-point",
+                     "--lm-head-dtype", "int4"]) == 0
+    assert calls[-1] == ((tiny["encoder"], str(dst), "int4"),
+                         {"progress": True, "quantization": {"group_size": 64, "zero_point": True, "lm_head": "int4"}})
+    capsys.readouterr()
 
-    def refuses(src, dst, dtype, progress):
+    def refuses(src, dst, dtype, progress, quantization):
         raise FileExistsError(f"{dst} already holds a model")
 
     monkeypatch.setattr(cf, "convert", refuses, raising=False)
     assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int8"]) == 2
     assert capsys.readouterr().err == f"cpuformer convert: error: {dst} already holds a model\n"
 
-    def disk_full(src, dst, dtype, progress):
+    def disk_full(src, dst, dtype, progress, quantization):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(cf, "convert", disk_full, raising=False)

@@ -36,7 +36,15 @@ WeightType parse_dtype(const std::string& s) {
   if (s == "float16") return WeightType::kFloat16;
   if (s == "bfloat16") return WeightType::kBFloat16;
   if (s == "int8") return WeightType::kInt8;
-  throw py::value_error("dtype must be 'float32', 'float16', 'bfloat16' or 'int8', got '" + s + "'");
+  if (s == "int4") return WeightType::kInt4;
+  throw py::value_error("dtype must be 'float32', 'float16', 'bfloat16', 'int8' or 'int4', got '" + s + "'");
+}
+
+// group_size of an int4 weight: 32, 64 or 128.
+void check_group_size(long group_size) {
+  if (!valid_int4_group_size(group_size)) {
+    throw py::value_error("group_size must be 32, 64 or 128, got " + std::to_string(group_size));
+  }
 }
 
 // w float32 [N, K] -> (q int8 [N, K], scales float32 [N]): the load-time int8 quantization.
@@ -61,6 +69,30 @@ py::tuple quantize_int8(const py::object& weight) {
   return py::make_tuple(q, scales);
 }
 
+// w float32 [N, K] -> (u uint8 [N, Kp / 2], scales float16 [N, groups], zeros uint8 [N, groups] or
+// None): the load-time int4 quantization (quantize_weights_s4).
+py::tuple quantize_int4(const py::object& weight, long group_size, bool zero_point) {
+  check_group_size(group_size);
+  FloatArray w = as_float32(weight, "w");
+  require_ndim(w, 2, "w", "[N, K]");
+  const long n = w.shape(0), k = w.shape(1), groups = int4_groups(k, group_size);
+  const float* wp = w.data();
+  for (py::ssize_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(wp[i]))
+      throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) +
+                            "; int4 needs finite weights");
+  }
+  py::array_t<uint8_t> u({n, groups * group_size / 2});
+  py::array scales(py::dtype("float16"), {n, groups});
+  py::array_t<uint8_t> zeros(zero_point ? std::vector<py::ssize_t>{n, groups} : std::vector<py::ssize_t>{0, 0});
+  {
+    GilReleased release;
+    quantize_weights_s4(wp, n, k, k, group_size, zero_point, u.mutable_data(),
+                        static_cast<uint16_t*>(scales.mutable_data()), zero_point ? zeros.mutable_data() : nullptr);
+  }
+  return py::make_tuple(u, scales, zero_point ? py::object(zeros) : py::object(py::none()));
+}
+
 // float32 array (any shape) -> uint16 bit patterns of float16 or bfloat16, rounded to nearest even.
 py::array_t<uint16_t> to_16bit(const py::object& input, bool half) {
   FloatArray x = as_float32(input, "x");
@@ -73,9 +105,11 @@ py::array_t<uint16_t> to_16bit(const py::object& input, bool half) {
 
 class Linear {
  public:
-  Linear(const py::object& weight, const py::object& bias, const py::object& activation, const std::string& dtype)
+  Linear(const py::object& weight, const py::object& bias, const py::object& activation, const std::string& dtype,
+         long group_size, bool zero_point)
       : activation_(parse_activation(activation)) {
     const WeightType type = parse_dtype(dtype);
+    if (type == WeightType::kInt4) check_group_size(group_size);
     FloatArray w = as_float32(weight, "w");
     require_ndim(w, 2, "w", "[N, K]");
     require_nonempty(w, "w");
@@ -94,15 +128,19 @@ class Linear {
       bias_.assign(b.data(), b.data() + n_);
     }
     const float* wp = w.data();
-    if (type == WeightType::kInt8) {
+    if (type == WeightType::kInt8 || type == WeightType::kInt4) {
       for (py::ssize_t i = 0; i < w.size(); ++i) {
         if (!std::isfinite(wp[i]))
-          throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) +
-                                "; int8 needs finite weights");
+          throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) + "; " + dtype +
+                                " needs finite weights");
       }
     }
-    GilReleased release;
-    packed_ = pack_weights(wp, type, n_, k_, k_);
+    try {
+      GilReleased release;
+      packed_ = pack_weights(wp, WeightFormat(type, group_size, zero_point), n_, k_, k_);
+    } catch (const std::invalid_argument& error) {  // an int4 scale out of float16's range
+      throw py::value_error(std::string("w: ") + error.what());
+    }
   }
 
   // x [..., K] -> [..., N]; residual [..., N] (optional) is added after the activation. The output
@@ -146,11 +184,14 @@ class Linear {
 
   long n() const { return n_; }
   long k() const { return k_; }
+  long group_size() const { return packed_.type == WeightType::kInt4 ? packed_.group_size : 0; }
+  bool zero_point() const { return packed_.zero_point; }
   std::string dtype() const {
     switch (packed_.type) {
       case WeightType::kFloat16: return "float16";
       case WeightType::kBFloat16: return "bfloat16";
       case WeightType::kInt8: return "int8";
+      case WeightType::kInt4: return "int4";
       case WeightType::kFloat32: break;
     }
     return "float32";
@@ -179,13 +220,18 @@ double peak_gops(const std::string& dtype, double seconds) {
 
 void register_ops_gemm(py::module_& m) {
   py::class_<Linear>(m, "Linear")
-      .def(py::init<const py::object&, const py::object&, const py::object&, const std::string&>(), py::arg("w"),
-           py::arg("bias") = py::none(), py::arg("activation") = py::none(), py::arg("dtype") = "float32")
+      .def(py::init<const py::object&, const py::object&, const py::object&, const std::string&, long, bool>(),
+           py::arg("w"), py::arg("bias") = py::none(), py::arg("activation") = py::none(), py::arg("dtype") = "float32",
+           py::arg("group_size") = kInt4DefaultGroupSize, py::arg("zero_point") = false)
       .def("__call__", &Linear::operator(), py::arg("x"), py::arg("residual") = py::none())
       .def_property_readonly("out_features", &Linear::n)
       .def_property_readonly("in_features", &Linear::k)
-      .def_property_readonly("dtype", &Linear::dtype);
+      .def_property_readonly("dtype", &Linear::dtype)
+      .def_property_readonly("group_size", &Linear::group_size)
+      .def_property_readonly("zero_point", &Linear::zero_point);
   m.def("quantize_int8", &quantize_int8, py::arg("w"));
+  m.def("quantize_int4", &quantize_int4, py::arg("w"), py::arg("group_size") = kInt4DefaultGroupSize,
+        py::arg("zero_point") = false);
   m.def("peak_gops", &peak_gops, py::arg("dtype") = "float32", py::arg("seconds") = 0.3);
   m.def("float32_to_float16_bits", [](const py::object& x) { return to_16bit(x, true); }, py::arg("x"));
   m.def("float32_to_bfloat16_bits", [](const py::object& x) { return to_16bit(x, false); }, py::arg("x"));

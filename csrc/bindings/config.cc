@@ -70,7 +70,8 @@ struct Reader {
                                      {{"float32", WeightType::kFloat32},
                                       {"float16", WeightType::kFloat16},
                                       {"bfloat16", WeightType::kBFloat16},
-                                      {"int8", WeightType::kInt8}});
+                                      {"int8", WeightType::kInt8},
+                                      {"int4", WeightType::kInt4}});
   }
 };
 

@@ -24,10 +24,12 @@ LinearTensors ModelBuilder::linear(const py::dict& tensors, const std::string& k
   LinearTensors out;
   used.insert(key);
   used.insert(key + "_scale");
+  used.insert(key + "_zero");
   used.insert(key + ".bias");
   // (a bias without its weight: the LM head bias of a head tied to the embeddings)
   out.bias = present(tensors, key + ".bias") ? get(tensors, key + ".bias", {n}) : nullptr;
-  if (required || present(tensors, key)) out.weight = matmul(tensors, key, n, k, c.weight_type);
+  const WeightFormat format = key == "lm_head" ? c.head_format() : c.matmul_format();
+  if (required || present(tensors, key)) out.weight = matmul(tensors, key, n, k, format);
   return out;
 }
 

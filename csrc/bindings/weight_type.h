@@ -27,7 +27,8 @@ inline WeightType config_weight_type(const pybind11::dict& config) {
   if (s == "float16") return WeightType::kFloat16;
   if (s == "bfloat16") return WeightType::kBFloat16;
   if (s == "int8") return WeightType::kInt8;
-  throw pybind11::value_error("dtype must be one of 'float32', 'float16', 'bfloat16', 'int8', got '" + s + "'");
+  if (s == "int4") return WeightType::kInt4;
+  throw pybind11::value_error("dtype must be one of 'float32', 'float16', 'bfloat16', 'int8', 'int4', got '" + s + "'");
 }
 
 inline const char* weight_type_name(WeightType t) {
@@ -36,6 +37,7 @@ inline const char* weight_type_name(WeightType t) {
     case WeightType::kFloat16: return "float16";
     case WeightType::kBFloat16: return "bfloat16";
     case WeightType::kInt8: return "int8";
+    case WeightType::kInt4: return "int4";
   }
   return "?";
 }
@@ -56,16 +58,72 @@ inline pybind11::array checked_array(const pybind11::object& obj, const std::str
   return a;
 }
 
-// The projection weight tensors[key] [n, k] for a model whose weights are `type`: float32 (rounded
-// or quantized while packing), or already converted — int8 (then tensors[key + "_scale"] is its
-// float32 [n] per-row scale; type must be int8) or uint16 bit patterns (type float16 / bfloat16).
-// Valid while `tensors` holds the arrays. `what` names the model kind in errors ("encoder").
-inline WeightRef matmul_weight(const pybind11::dict& tensors, const std::string& key, long n, long k, WeightType type,
-                               const std::string& what) {
+// An int4 weight already converted: tensors[key] uint8 nibble pairs [n, Kp / 2], key + "_scale"
+// float16 (or its uint16 bits) [n, groups] and, with zero points, key + "_zero" uint8 [n, groups]
+// holding values ≤ 15. A scale of ±inf or a zero point above 15 is refused (a damaged file would
+// give wrong numbers); a NaN scale is what a non-finite group quantizes to.
+inline WeightRef int4_weight(const pybind11::dict& tensors, const std::string& key, long n, long k,
+                             const WeightFormat& format, const std::string& what) {
   namespace py = pybind11;
+  const long groups = int4_groups(k, format.group_size);
+  py::array u =
+      checked_array(tensors[py::str(key)], what + " tensor '" + key + "'", {n, groups * format.group_size / 2});
+  auto part = [&](const std::string& suffix) {
+    const std::string part_key = key + suffix;
+    if (!tensors.contains(part_key)) throw py::value_error("missing " + what + " tensor '" + part_key + "'");
+    return checked_array(tensors[py::str(part_key)], what + " tensor '" + part_key + "'", {n, groups});
+  };
+  py::array s = part("_scale");
+  if (!s.dtype().is(py::dtype("float16")) && !s.dtype().is(py::dtype::of<uint16_t>())) {
+    throw py::type_error(what + " tensor '" + key + "_scale' must have dtype float16, got " +
+                         std::string(py::str(s.dtype())));
+  }
+  const auto* scales = static_cast<const uint16_t*>(s.data());
+  for (long i = 0; i < n * groups; ++i) {
+    if ((scales[i] & 0x7FFFu) == 0x7C00u) {
+      throw py::value_error(what + " tensor '" + key + "_scale' holds an infinite scale at flat index " +
+                            std::to_string(i) + "; the file is damaged");
+    }
+  }
+  const uint8_t* zeros = nullptr;
+  if (format.zero_point) {
+    py::array z = part("_zero");
+    if (!z.dtype().is(py::dtype::of<uint8_t>())) {
+      throw py::type_error(what + " tensor '" + key + "_zero' must have dtype uint8, got " +
+                           std::string(py::str(z.dtype())));
+    }
+    zeros = static_cast<const uint8_t*>(z.data());
+    for (long i = 0; i < n * groups; ++i) {
+      if (zeros[i] > 15) {
+        throw py::value_error(what + " tensor '" + key + "_zero' holds " + std::to_string(zeros[i]) +
+                              " at flat index " + std::to_string(i) + "; int4 zero points are 0..15");
+      }
+    }
+  } else if (tensors.contains(key + "_zero")) {
+    throw py::value_error(what + " tensor '" + key + "_zero' is given but the model's int4 weights are symmetric");
+  }
+  return WeightRef(static_cast<const uint8_t*>(u.data()), scales, zeros);
+}
+
+// The projection weight tensors[key] [n, k] for a model whose weights are stored in `format`:
+// float32 (rounded or quantized while packing), or already converted — int8 (then
+// tensors[key + "_scale"] is its float32 [n] per-row scale; the format must be int8), int4 nibble
+// pairs (int4_weight) or uint16 bit patterns (float16 / bfloat16).
+// Valid while `tensors` holds the arrays. `what` names the model kind in errors ("encoder").
+inline WeightRef matmul_weight(const pybind11::dict& tensors, const std::string& key, long n, long k,
+                               const WeightFormat& format, const std::string& what) {
+  namespace py = pybind11;
+  const WeightType type = format.type;
   if (!tensors.contains(key)) throw py::value_error("missing " + what + " tensor '" + key + "'");
   const std::string name = what + " tensor '" + key + "'";
-  py::array a = checked_array(tensors[py::str(key)], name, {n, k});
+  const py::object obj = tensors[py::str(key)];
+  if (py::isinstance<py::array>(obj) && py::reinterpret_borrow<py::array>(obj).dtype().is(py::dtype::of<uint8_t>())) {
+    if (type != WeightType::kInt4) {
+      throw py::type_error(name + " holds int4 nibbles but its dtype here is " + weight_type_name(type));
+    }
+    return int4_weight(tensors, key, n, k, format, what);
+  }
+  py::array a = checked_array(obj, name, {n, k});
   if (a.dtype().is(py::dtype::of<float>())) return WeightRef(static_cast<const float*>(a.data()));
   if (a.dtype().is(py::dtype::of<int8_t>())) {
     if (type != WeightType::kInt8) {
@@ -86,7 +144,7 @@ inline WeightRef matmul_weight(const pybind11::dict& tensors, const std::string&
     }
     return WeightRef(a.data(), type);
   }
-  throw py::type_error(name + " must have dtype float32, int8 (with a scale) or uint16, got " +
+  throw py::type_error(name + " must have dtype float32, int8 (with a scale), uint8 (int4) or uint16, got " +
                        std::string(py::str(a.dtype())));
 }
 
@@ -146,8 +204,9 @@ class ModelTensors {
   }
 
   // A projection weight [n, k] of a model whose weights are `type` (matmul_weight).
-  WeightRef matmul(const pybind11::dict& tensors, const std::string& key, long n, long k, WeightType type) const {
-    return matmul_weight(tensors, key, n, k, type, what_);
+  WeightRef matmul(const pybind11::dict& tensors, const std::string& key, long n, long k,
+                   const WeightFormat& format) const {
+    return matmul_weight(tensors, key, n, k, format, what_);
   }
 
  private:

@@ -45,7 +45,7 @@ DisentangledAttention::DisentangledAttention(const TransformerConfig& c, const f
   const long H = c.hidden_size, qw = c.q_width(), span2 = 2 * span_;
   std::vector<float> projected(static_cast<size_t>(span2) * qw);
   auto project = [&](const LinearTensors& t) {
-    const Linear linear({{t.weight, t.bias, qw}}, H, c.weight_type);
+    const Linear linear({{t.weight, t.bias, qw}}, H, c.matmul_format());
     linear.apply(relative, span2, H, projected.data(), qw);
     return per_head(projected.data(), qw, span2, c.num_heads, head_dim_);
   };

@@ -10,16 +10,22 @@ namespace cpuformer {
 namespace {
 
 // Row block `p` of the joined matrix: the parts' rows one after another, contiguous.
-template <typename T>
-std::vector<T> join_rows(const std::vector<LinearPart>& parts, long n, long k) {
-  std::vector<T> joined(static_cast<size_t>(n) * k);
+// `width` elements per row of what `field` picks from each part's WeightRef.
+template <typename T, typename Field>
+std::vector<T> join_rows(const std::vector<LinearPart>& parts, long n, long width, Field field) {
+  std::vector<T> joined(static_cast<size_t>(n) * width);
   long row = 0;
   for (const LinearPart& p : parts) {
-    const T* src = static_cast<const T*>(p.weight.data);
-    std::copy(src, src + p.rows * k, joined.begin() + row * k);
+    const T* src = static_cast<const T*>(field(p.weight));
+    std::copy(src, src + p.rows * width, joined.begin() + row * width);
     row += p.rows;
   }
   return joined;
+}
+
+template <typename T>
+std::vector<T> join_rows(const std::vector<LinearPart>& parts, long n, long k) {
+  return join_rows<T>(parts, n, k, [](const WeightRef& w) { return w.data; });
 }
 
 }  // namespace
@@ -36,7 +42,8 @@ void require_in_features(WeightType type, std::initializer_list<InFeatures> widt
   }
 }
 
-Linear::Linear(const std::vector<LinearPart>& parts, long k, WeightType type) {
+Linear::Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat& format) {
+  const WeightType type = format.type;
   long n = 0;
   bool any_bias = false;
   for (const LinearPart& p : parts) {
@@ -54,16 +61,31 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k, WeightType type) {
     if (stored == WeightType::kInt8 && p.weight.scales == nullptr) {
       throw std::invalid_argument("Linear: int8 weights need their per-row scales");
     }
+    if (stored == WeightType::kInt4 &&
+        (p.weight.group_scales == nullptr || (p.weight.zeros != nullptr) != format.zero_point)) {
+      throw std::invalid_argument(
+          "Linear: int4 weights need their group scales, and zero points exactly when "
+          "the format has them");
+    }
   }
   // The packers read one strided matrix; row blocks living in separate tensors are gathered once
   // here (load time only).
   const bool single = parts.size() == 1;
   if (stored == WeightType::kFloat32) {
     if (single) {
-      packed_ = pack_weights(static_cast<const float*>(parts[0].weight.data), type, n, k, k);
+      packed_ = pack_weights(static_cast<const float*>(parts[0].weight.data), format, n, k, k);
     } else {
-      packed_ = pack_weights(join_rows<float>(parts, n, k).data(), type, n, k, k);
+      packed_ = pack_weights(join_rows<float>(parts, n, k).data(), format, n, k, k);
     }
+  } else if (stored == WeightType::kInt4) {
+    const long groups = int4_groups(k, format.group_size), half_kp = groups * format.group_size / 2;
+    const std::vector<uint8_t> u = join_rows<uint8_t>(parts, n, half_kp, [](const WeightRef& w) { return w.data; });
+    const std::vector<uint16_t> scales =
+        join_rows<uint16_t>(parts, n, groups, [](const WeightRef& w) { return w.group_scales; });
+    std::vector<uint8_t> zeros;
+    if (format.zero_point) zeros = join_rows<uint8_t>(parts, n, groups, [](const WeightRef& w) { return w.zeros; });
+    packed_ =
+        pack_weights_s4(u.data(), scales.data(), format.zero_point ? zeros.data() : nullptr, n, k, format.group_size);
   } else if (stored == WeightType::kInt8) {
     if (single) {
       packed_ = pack_weights_s8(static_cast<const int8_t*>(parts[0].weight.data), parts[0].weight.scales, n, k, k);

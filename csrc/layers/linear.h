@@ -1,10 +1,12 @@
 // Linear: y = act(x · Wᵀ + bias) + residual, with W packed once at load. The weight may be given
 // as several row blocks (q, k, v → one fused [3H, H] projection) so one GEMM serves them all.
 // Biases are copied (they are small); W is packed, so neither keeps a pointer to the source.
-// The weight type (float32 / float16 / bfloat16 / int8) is chosen at construction: the float32
-// source is rounded or quantized (per output row, see quantize_weights_s8) while it is packed.
+// The weight format (float32 / float16 / bfloat16 / int8 / int4 with its group size) is chosen at
+// construction: the float32 source is rounded or quantized (quantize_weights_s8 per output row,
+// quantize_weights_s4 per group) while it is packed.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <vector>
 
@@ -15,17 +17,24 @@ namespace cpuformer {
 
 // A borrowed weight matrix [rows, k] (contiguous, nn.Linear layout) in one of the storage types:
 // float32 (quantized / rounded to the Linear's type while packing), or already in the Linear's
-// type — int8 q in [-127, 127] with per-row scales [rows] (W ≈ q·scale), or 16-bit words
-// (float16 / bfloat16 bit patterns), as `cpuformer convert` stores them. Pre-converted data is
-// packed as is (no float32 round trip), so it gives exactly what quantize-at-load gives.
+// type — int8 q in [-127, 127] with per-row scales [rows] (W ≈ q·scale), int4 nibble pairs
+// [rows, Kp / 2] with float16 group scales [rows, groups] and, asymmetric, zero points [rows,
+// groups] (quantize_weights_s4), or 16-bit words (float16 / bfloat16 bit patterns), as `cpuformer
+// convert` stores them. Pre-converted data is packed as is (no float32 round trip), so it gives
+// exactly what quantize-at-load gives.
 struct WeightRef {
   const void* data = nullptr;
   WeightType stored = WeightType::kFloat32;
-  const float* scales = nullptr;  // [rows] when stored == kInt8
+  const float* scales = nullptr;               // [rows] when stored == kInt8
+  const uint16_t* group_scales = nullptr;      // [rows, groups] float16 bits when stored == kInt4
+  const uint8_t* zeros = nullptr;              // [rows, groups] when stored == kInt4 with zero points
 
   WeightRef() = default;
   WeightRef(const float* w) : data(w) {}  // NOLINT(google-explicit-constructor): float32 is the common case
   WeightRef(const void* d, WeightType type, const float* s = nullptr) : data(d), stored(type), scales(s) {}
+  // int4
+  WeightRef(const uint8_t* u, const uint16_t* s, const uint8_t* z)
+      : data(u), stored(WeightType::kInt4), group_scales(s), zeros(z) {}
   explicit operator bool() const { return data != nullptr; }
 };
 
@@ -41,8 +50,8 @@ class Linear {
   Linear() = default;
   // Packs W = concat(parts' weights) of shape [Σ rows, k]; bias = concat(parts' biases), zeros for
   // parts without one (no bias at all if no part has one). Parts are all float32, or all stored
-  // in `type` already (std::invalid_argument otherwise).
-  Linear(const std::vector<LinearPart>& parts, long k, WeightType type = WeightType::kFloat32);
+  // in `format` already (std::invalid_argument otherwise).
+  Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat& format = WeightFormat());
   // From weights already packed (e.g. pack_weights_s8 over int8 read from a converted directory);
   // bias [n] or null, copied.
   Linear(PackedWeights packed, const float* bias);

@@ -39,7 +39,7 @@ RelativeAttentionXL::RelativeAttentionXL(const TransformerConfig& c, const Block
         "Transformer-XL attention needs attn.position_k and the content, position and "
         "segment biases and embeddings");
   }
-  position_ = Linear({{t.position_k.weight, t.position_k.bias, qw}}, c.hidden_size, c.weight_type);
+  position_ = Linear({{t.position_k.weight, t.position_k.bias, qw}}, c.hidden_size, c.matmul_format());
   content_bias_.assign(t.content_bias, t.content_bias + qw);
   position_bias_.assign(t.position_bias, t.position_bias + qw);
   segment_bias_.assign(t.segment_bias, t.segment_bias + qw);

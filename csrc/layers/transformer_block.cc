@@ -11,7 +11,7 @@ namespace cpuformer {
 
 TransformerBlock::TransformerBlock(const TransformerConfig& c, const BlockTensors& t, bool cross) {
   const long H = c.hidden_size, I = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
-  const WeightType wt = c.weight_type;
+  const WeightFormat wt = c.matmul_format();
   qkv_ = Linear({{t.q.weight, t.q.bias, qw}, {t.k.weight, t.k.bias, kvw}, {t.v.weight, t.v.bias, kvw}}, H, wt);
   out_ = Linear({{t.o.weight, t.o.bias, H}}, qw, wt);
   attn_norm_ = NormWeights(c, t.attn_norm.weight, t.attn_norm.bias, H);

@@ -41,7 +41,7 @@ DecoderModel::DecoderModel(const TransformerConfig& config, const GlobalTensors&
   }
   if (c.final_norm) final_norm_ = NormWeights(c, t.decoder.final_norm.weight, t.decoder.final_norm.bias, c.hidden_size);
   lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(word_embeddings_), t.lm_head.bias, c.vocab_size}},
-                    c.hidden_size, c.weight_type);
+                    c.hidden_size, c.head_format());
   layers_.reserve(c.num_layers);
 }
 

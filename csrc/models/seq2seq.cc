@@ -32,7 +32,7 @@ Seq2SeqModel::Seq2SeqModel(const TransformerConfig& config, const GlobalTensors&
   encoder_.layers.reserve(c.num_layers);
   decoder_.layers.reserve(c.num_decoder_layers);
   lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(word_embeddings_), t.lm_head.bias, c.vocab_size}},
-                    d, c.weight_type);
+                    d, c.head_format());
 }
 
 bool Seq2SeqModel::complete() const {

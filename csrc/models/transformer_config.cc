@@ -93,6 +93,10 @@ void TransformerConfig::validate() const {
   const long kv = checked_multiply(num_kv_heads, head_dim, "num_kv_heads × head_dim");
   checked_add(q, checked_multiply(2, kv, "the key and value width"), "the fused q, k, v width");
   checked_multiply(2, intermediate_size, "the fused gate and up width (2 × intermediate_size)");
+  if (weight_type == WeightType::kInt4 || head_dtype == WeightType::kInt4) {
+    require(valid_int4_group_size(group_size), "group_size must be 32, 64 or 128, got " + std::to_string(group_size));
+  }
+  require_in_features(head_dtype, {{"hidden_size", hidden_size}});
   require_in_features(weight_type, {{"hidden_size", hidden_size},
                                     {"num_heads × head_dim", q},
                                     {"intermediate_size", intermediate_size},

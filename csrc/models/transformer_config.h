@@ -88,6 +88,13 @@ struct TransformerConfig {
   // hidden states. relative_clamp > 0 clamps the relative distances to ±relative_clamp.
   bool transformer_xl_attention = false;
   long relative_clamp = 0;
+  // int4 weights (weight_type or head_dtype kInt4): inputs per group (32, 64, 128) and whether
+  // each group has a zero point (gemm.h, Int4GemmKernels).
+  long group_size = kInt4DefaultGroupSize;
+  bool zero_point = false;
+  // Storage of the LM head. The loader's policy (python/cpuformer/weights.py) keeps it at int8 when
+  // the projections are int4, as quantization error in the logits costs more than elsewhere.
+  WeightType head_dtype = WeightType::kFloat32;
 
   // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
   template <class Visitor>
@@ -135,7 +142,14 @@ struct TransformerConfig {
     v("share_attention_key", share_attention_key);
     v("transformer_xl_attention", transformer_xl_attention);
     v("relative_clamp", relative_clamp);
+    v("group_size", group_size);
+    v("zero_point", zero_point);
+    v("head_dtype", head_dtype);
   }
+
+  // The storage of the projections (and the pooler) and of the LM head.
+  WeightFormat matmul_format() const { return {weight_type, group_size, zero_point}; }
+  WeightFormat head_format() const { return {head_dtype, group_size, zero_point}; }
 
   long q_width() const { return num_heads * head_dim; }
   long kv_width() const { return num_kv_heads * head_dim; }

@@ -275,7 +275,9 @@ def _ct2_fn(kind: str, directory: str, threads: Optional[int], ids: np.ndarray, 
                                                                           force=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    compute = {"float32": "float32", "int8": "int8", "bfloat16": "bfloat16", "float16": "float16"}[dtype]
+    # CTranslate2 has no 4-bit CPU type: int4 runs compare against its int8.
+    compute = {"float32": "float32", "int8": "int8", "int4": "int8", "bfloat16": "bfloat16",
+               "float16": "float16"}[dtype]
     specials = special_tokens(kind, shape)
     tokens = [[token_name(i, specials) for i in row] for row in ids.tolist()]
     common = dict(device="cpu", intra_threads=threads or 0, compute_type=compute)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from ._model_dir import ModelDir
 from .arch import find
 from .models import CLASSES, Encoder, Generator, Seq2Seq
 
 
-def load(path: Union[str, os.PathLike], dtype: Optional[str] = None,
-         num_threads: Optional[int] = None) -> Union[Encoder, Generator, Seq2Seq]:
+def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads: Optional[int] = None,
+         quantization: Optional[Mapping[str, Any]] = None) -> Union[Encoder, Generator, Seq2Seq]:
     """Opens the model directory ``path`` as the model class its config names.
 
     Returns an :class:`~cpuformer.Encoder` for BERT / RoBERTa / XLM-RoBERTa / DistilBERT
@@ -21,8 +21,11 @@ def load(path: Union[str, os.PathLike], dtype: Optional[str] = None,
     registry in ``cpuformer.arch`` lists every architecture). Unknown architectures raise
     ValueError listing what is supported.
 
-    dtype: weight storage of the matrix multiplications, "float32", "float16", "bfloat16" or
-    "int8" (docs/precision.md); None: float32, or the dtype a converted directory stores.
+    dtype: weight storage of the matrix multiplications, "float32", "float16", "bfloat16", "int8"
+    or "int4" (docs/precision.md); None: float32, or the dtype a converted directory stores.
+    quantization: {"group_size": 32 | 64 | 128, "zero_point": bool} for int4 weights and
+    {"lm_head": dtype} for the LM head (int8 by default under int4); None: the defaults, or what a
+    converted directory stores.
     """
     model_dir = ModelDir(path)
     try:
@@ -30,7 +33,7 @@ def load(path: Union[str, os.PathLike], dtype: Optional[str] = None,
     except BaseException:
         model_dir.close()
         raise
-    return CLASSES[arch.kind](model_dir, dtype=dtype, num_threads=num_threads)
+    return CLASSES[arch.kind](model_dir, dtype=dtype, num_threads=num_threads, quantization=quantization)
 
 
 __all__ = ["load"]

@@ -12,11 +12,11 @@ import errno
 import json
 import os
 import sys
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .arch import KIND_TEXT, find, titles
 from .models import CLASSES
-from .weights import DTYPES
+from .weights import DTYPES, GROUP_SIZES
 
 _KIND_COMMAND = {"encoder": "embed", "decoder": "generate", "seq2seq": "translate"}
 
@@ -27,7 +27,17 @@ class UserError(Exception):
 
 # ---- helpers ----------------------------------------------------------------------------------
 
-def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None, threads: Optional[int] = None):
+def _quantization(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    """The ``quantization`` argument from --group-size, --zero-point and --lm-head-dtype (the ones
+    given), or None."""
+    given = {"group_size": getattr(args, "group_size", None), "zero_point": getattr(args, "zero_point", None),
+             "lm_head": getattr(args, "lm_head_dtype", None)}
+    given = {key: value for key, value in given.items() if value is not None}
+    return given or None
+
+
+def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None, threads: Optional[int] = None,
+                quantization: Optional[Dict[str, Any]] = None):
     """Loads the model at ``path``, checking first that it is the kind ``command`` needs."""
     from ._model_dir import ModelDir
 
@@ -44,7 +54,7 @@ def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None,
         if kind != want:
             raise UserError(f"{path} holds {name}, {KIND_TEXT[kind]}; `cpuformer {command}` needs "
                             f"{KIND_TEXT[want]} (use `cpuformer {_KIND_COMMAND[kind]}`)")
-        return CLASSES[kind](model_dir, dtype=dtype, num_threads=threads)
+        return CLASSES[kind](model_dir, dtype=dtype, num_threads=threads, quantization=quantization)
     except BaseException:
         model_dir.close()
         raise
@@ -143,7 +153,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     texts = _texts(args)
     chunk = max(8 * args.batch_size, 256)  # embed() sorts each chunk by length; chunks give a progress bar
     starts = range(0, len(texts), chunk)
-    with _open_model(args.model_dir, "encoder", "embed", args.dtype, args.threads) as enc:
+    with _open_model(args.model_dir, "encoder", "embed", args.dtype, args.threads, _quantization(args)) as enc:
         parts = [enc.embed(texts[i:i + chunk], pooling=args.pooling, normalize=False if args.no_normalize else None,
                            batch_size=args.batch_size)
                  for i in _progress(starts, "embed")]
@@ -194,7 +204,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     out = sys.stdout
     if out is None:  # started with file descriptor 1 closed (`>&-`)
         raise OSError(errno.EBADF, "stdout is closed; nothing can be written")
-    with _open_model(args.model_dir, "decoder", "generate", args.dtype, args.threads) as gen:
+    with _open_model(args.model_dir, "decoder", "generate", args.dtype, args.threads, _quantization(args)) as gen:
         if args.echo:
             out.write(" ".join(map(str, prompt)) + " " if args.ids else args.prompt)
             out.flush()
@@ -222,7 +232,7 @@ def _parse_ids(text: str) -> List[int]:
 def _cmd_translate(args: argparse.Namespace) -> int:
     texts = _texts(args)
     kwargs = _generation_kwargs(args)
-    with _open_model(args.model_dir, "seq2seq", "translate", args.dtype, args.threads) as s2s:
+    with _open_model(args.model_dir, "seq2seq", "translate", args.dtype, args.threads, _quantization(args)) as s2s:
         for start in _progress(range(0, len(texts), args.batch_size), "translate"):
             batch = texts[start:start + args.batch_size]
             outputs = s2s.generate(batch, **kwargs)
@@ -242,7 +252,7 @@ def _open_task_model(args: argparse.Namespace, command: str, task: str):
     """Loads an encoder with the task head ``command`` needs, and its tokenizer.json."""
     from .arch.heads import TASK_TEXT
 
-    model = _open_model(args.model_dir, "encoder", command, args.dtype, args.threads)
+    model = _open_model(args.model_dir, "encoder", command, args.dtype, args.threads, _quantization(args))
     try:
         if model.task != task:
             if model.task is None:
@@ -385,7 +395,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     convert = getattr(cpuformer, "convert", None)
     if convert is None:
         raise UserError(f"this cpuformer build ({cpuformer.__version__}) has no converter (cpuformer.convert)")
-    convert(args.src, args.dst, args.dtype, progress=True)
+    convert(args.src, args.dst, args.dtype, progress=True, quantization=_quantization(args))
     print(f"wrote {args.dst} ({args.dtype})")
     return 0
 
@@ -458,9 +468,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _add_quantization_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--group-size", type=int, default=None, choices=GROUP_SIZES,
+                   help="int4: input channels per scale (default 32)")
+    p.add_argument("--zero-point", action="store_true", default=None,
+                   help="int4: a zero point per group (asymmetric; default symmetric)")
+    p.add_argument("--lm-head-dtype", default=None, choices=DTYPES,
+                   help="dtype of the LM head and task heads (default: the model's dtype; int8 under int4)")
+
+
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, choices=DTYPES,
                    help="weight dtype in memory (default: float32, or the dtype a converted directory stores)")
+    _add_quantization_options(p)
     p.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                    help="threads (default: OMP_NUM_THREADS, else the CPUs this process may use)")
 
@@ -626,7 +646,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "--dtype (with a progress bar).")
     conv.add_argument("src", metavar="SRC", help="Hugging Face model directory")
     conv.add_argument("dst", metavar="DST", help="output directory")
-    conv.add_argument("--dtype", required=True, choices=("int8", "float16", "bfloat16"), help="stored weight dtype")
+    conv.add_argument("--dtype", required=True, choices=("int8", "int4", "float16", "bfloat16"),
+                      help="stored weight dtype")
+    _add_quantization_options(conv)
     conv.set_defaults(func=_cmd_convert)
 
     bench = sub.add_parser("bench", help="benchmark standard-shape models with random weights (no download)",

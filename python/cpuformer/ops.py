@@ -13,8 +13,8 @@ import numpy as np
 
 from . import _core
 
-__all__ = ["Linear", "linear", "peak_gops", "quantize_int8", "to_float16_bits", "to_bfloat16_bits", "attention",
-           "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
+__all__ = ["Linear", "linear", "peak_gops", "quantize_int8", "quantize_int4", "to_float16_bits", "to_bfloat16_bits",
+           "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
 
 
 class Linear:
@@ -23,12 +23,14 @@ class Linear:
     Calling it maps x [..., K] to [..., N]; ``residual`` [..., N], if given, is added after the
     activation (fused into the GEMM's epilogue).
 
-    ``dtype`` is how the weight is stored: "float32", "float16", "bfloat16" or "int8" (symmetric
-    per-output-channel scales, activations quantized per row on the fly; see docs/precision.md)."""
+    ``dtype`` is how the weight is stored: "float32", "float16", "bfloat16", "int8" (symmetric
+    per-output-channel scales, activations quantized per row on the fly) or "int4" (one float16
+    scale per ``group_size`` (32, 64 or 128) input channels, symmetric or with a zero point per
+    group when ``zero_point``; activations as for int8). See docs/precision.md."""
 
     def __init__(self, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None,
-                 dtype: str = "float32"):
-        self._impl = _core.Linear(w, bias, activation, dtype)
+                 dtype: str = "float32", group_size: int = 32, zero_point: bool = False):
+        self._impl = _core.Linear(w, bias, activation, dtype, group_size, zero_point)
 
     @property
     def in_features(self) -> int:
@@ -41,6 +43,16 @@ class Linear:
     @property
     def dtype(self) -> str:
         return self._impl.dtype
+
+    @property
+    def group_size(self) -> int:
+        """Input channels per scale of an int4 weight (0 for the other dtypes)."""
+        return self._impl.group_size
+
+    @property
+    def zero_point(self) -> bool:
+        """Whether an int4 weight's groups have zero points."""
+        return self._impl.zero_point
 
     def __call__(self, x: np.ndarray, residual: Optional[np.ndarray] = None) -> np.ndarray:
         return self._impl(x, residual)
@@ -67,6 +79,17 @@ def peak_gops(dtype: str = "float32", seconds: float = 0.3) -> float:
     nominal clock; Zen 4 runs 512-bit instructions on 256-bit units). On a shared or throttled
     machine the result moves like any timing."""
     return _core.peak_gops(dtype, seconds)
+
+
+def quantize_int4(w: np.ndarray, group_size: int = 32,
+                  zero_point: bool = False) -> Tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """The int4 weight quantization cpuformer applies at load: w [N, K] float32 → (u uint8
+    [N, Kp / 2], scales float16 [N, groups], zeros uint8 [N, groups] or None), Kp = groups ·
+    group_size (K padded with zero weights). Byte b of row j holds u[j][2b] in its low nibble and
+    u[j][2b + 1] in its high one; w[j][k] ≈ scales[j][g] · (u[j][k] − z) with g = k // group_size
+    and z = zeros[j][g], or 8 when symmetric (the default). Rounding and the choice of scale:
+    docs/precision.md."""
+    return _core.quantize_int4(w, group_size, zero_point)
 
 
 def quantize_int8(w: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:

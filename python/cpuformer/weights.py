@@ -47,12 +47,19 @@ from .arch import MATMUL, Arch, Hparams, Source, Tensor, canonical_shape, find
 from .arch.heads import Head
 from .arch.spec import bias_of
 
-DTYPES = ("float32", "float16", "bfloat16", "int8")
+DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
 FORMAT_VERSION = 1
-_SAFETENSORS_NAME = {"int8": "I8", "float16": "F16", "bfloat16": "BF16"}
+_SAFETENSORS_NAME = {"int8": "I8", "int4": "U8", "float16": "F16", "bfloat16": "BF16"}
 _FLOATS = ("F32", "F16", "BF16", "F64")
-#: The suffix of an int8 weight's per-row scales, in converted directories and in loaded dicts.
+#: The suffix of an int8 weight's per-row scales (an int4 weight's per-group scales), in converted
+#: directories and in loaded dicts.
 SCALE = "_scale"
+#: The suffix of an int4 weight's per-group zero points (asymmetric int4 only).
+ZERO = "_zero"
+#: The group sizes of int4 weights (input channels per scale).
+GROUP_SIZES = (32, 64, 128)
+#: The keys of the ``quantization`` argument of the models, ``load`` and ``convert``.
+QUANTIZATION_KEYS = ("group_size", "zero_point", "lm_head")
 
 PathLike = Union[str, os.PathLike]
 
@@ -75,23 +82,78 @@ def stored_dtype(config: Mapping[str, Any]) -> Optional[str]:
     entry = config.get("cpuformer")
     if entry is None:
         return None
-    if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES or entry.get("format_version") != 1:
+    if (not isinstance(entry, dict) or entry.get("dtype") not in DTYPES or entry.get("format_version") != 1
+            or set(entry) - {"dtype", "format_version", *QUANTIZATION_KEYS}):
         raise ValueError("config.json: the 'cpuformer' entry must be {\"dtype\": one of "
-                         f"{', '.join(DTYPES)}, \"format_version\": 1}}, got {entry!r}")
+                         f"{', '.join(DTYPES)}, \"format_version\": 1}} plus the quantization of an int4 "
+                         f"directory ({', '.join(QUANTIZATION_KEYS)}), got {entry!r}")
     return entry["dtype"]
 
 
-def resolve_dtype(dtype: Optional[str], config: Mapping[str, Any]) -> Tuple[str, Optional[str]]:
-    """(dtype to run in, dtype stored in the directory or None). dtype=None means the stored dtype,
-    or float32 for a plain checkpoint; a converted directory runs only in the dtype it stores."""
+def check_quantization(quantization: Optional[Mapping[str, Any]], dtype: str) -> Dict[str, Any]:
+    """The quantization settings of a model in ``dtype``: {"group_size", "zero_point", "lm_head"}.
+
+    Defaults: int4 groups of 32 input channels, symmetric, and the LM head in int8 (the policy of
+    docs/precision.md, "Which tensors are quantized"); for the other dtypes the LM head in the model's
+    dtype. ``quantization`` overrides them: group_size (32, 64 or 128) and zero_point (bool) for
+    int4 weights only, lm_head (a dtype) for any. TypeError / ValueError naming the key otherwise."""
+    if quantization is None:
+        quantization = {}
+    if not isinstance(quantization, Mapping):
+        raise TypeError(f"quantization must be None or a dict, got {type(quantization).__name__}")
+    unknown = [key for key in quantization if key not in QUANTIZATION_KEYS]
+    if unknown:
+        raise ValueError(f"quantization: unknown key {unknown[0]!r}; the keys are "
+                         f"{', '.join(repr(k) for k in QUANTIZATION_KEYS)}")
+    lm_head = quantization.get("lm_head", "int8" if dtype == "int4" else dtype)
+    if lm_head not in DTYPES:
+        raise ValueError(f"quantization: lm_head must be one of {', '.join(repr(d) for d in DTYPES)}, got {lm_head!r}")
+    int4 = "int4" in (dtype, lm_head)
+    for key in ("group_size", "zero_point"):
+        if key in quantization and not int4:
+            raise ValueError(f"quantization: {key!r} applies to int4 weights only (dtype is {dtype!r})")
+    group_size = quantization.get("group_size", 32)
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in GROUP_SIZES:
+        raise ValueError(f"quantization: group_size must be one of {', '.join(map(str, GROUP_SIZES))}, "
+                         f"got {group_size!r}")
+    zero_point = quantization.get("zero_point", False)
+    if not isinstance(zero_point, bool):
+        raise TypeError(f"quantization: zero_point must be True or False, got {zero_point!r}")
+    return {"group_size": group_size, "zero_point": zero_point, "lm_head": lm_head}
+
+
+def resolve_dtype(dtype: Optional[str], config: Mapping[str, Any],
+                  quantization: Optional[Mapping[str, Any]] = None) -> Tuple[str, Optional[str], Dict[str, Any]]:
+    """(dtype to run in, dtype stored in the directory or None, quantization settings). dtype=None
+    means the stored dtype, or float32 for a plain checkpoint; a converted directory runs only in the
+    dtype and quantization it stores (``quantization`` may repeat them)."""
     dtype = check_dtype(dtype)
     stored = stored_dtype(config)
     if stored is None:
-        return dtype or "float32", None
+        dtype = dtype or "float32"
+        return dtype, None, check_quantization(quantization, dtype)
     if dtype is not None and dtype != stored:
         raise ValueError(f"this directory was converted to dtype {stored!r}; load it with dtype={stored!r} "
                          f"(or dtype=None), or convert the original checkpoint to {dtype!r}")
-    return stored, stored
+    entry = config["cpuformer"]
+    settings = check_quantization({key: entry[key] for key in QUANTIZATION_KEYS if key in entry}, stored)
+    if quantization is not None:
+        asked = check_quantization(quantization, stored)
+        for key in QUANTIZATION_KEYS:
+            if key in quantization and asked[key] != settings[key]:
+                raise ValueError(f"this directory was converted with {key}={settings[key]!r}; load it without "
+                                 f"quantization[{key!r}], or convert the original checkpoint with {key}="
+                                 f"{asked[key]!r}")
+    return stored, stored, settings
+
+
+def graph_format(dtype: str, settings: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The weight-format fields of the C++ model config (TransformerConfig: dtype, head_dtype,
+    group_size, zero_point); settings: check_quantization's (its defaults when None)."""
+    if settings is None:
+        settings = check_quantization(None, dtype)
+    return {"dtype": dtype, "head_dtype": settings["lm_head"], "group_size": settings["group_size"],
+            "zero_point": settings["zero_point"]}
 
 
 # ---- reading a checkpoint --------------------------------------------------------------------------
@@ -101,10 +163,14 @@ class Checkpoint:
 
     ``stored``: the dtype of a converted directory (its matrix weights are read as stored), or
     None for a plain checkpoint (float32 arrays; the C++ model packs them into its dtype).
+    ``settings``: the quantization of a converted directory (check_quantization: its LM head's
+    dtype, int4 group size and zero points).
     """
 
-    def __init__(self, md: ModelDir, arch: Arch, hp: Hparams, stored: Optional[str], head: Optional[Head] = None):
+    def __init__(self, md: ModelDir, arch: Arch, hp: Hparams, stored: Optional[str], head: Optional[Head] = None,
+                 settings: Optional[Mapping[str, Any]] = None):
         self.md, self.arch, self.hp, self.stored, self.head = md, arch, hp, stored, head
+        self.settings = dict(settings) if settings is not None else check_quantization(None, stored or "float32")
         self.config = md.config
         self.top = dict(arch.model_tensors(self.config, hp))
         embed = self.top["embed.tokens"]
@@ -195,7 +261,8 @@ class Checkpoint:
                 self.md.tensor_info(name)  # the directory's own "has no tensor" error, before any read
         stray = []
         for name in self.md.names():
-            if name in used or name == self.head_ignored or name.endswith(SCALE) and name[:-len(SCALE)] in used:
+            if name in used or name == self.head_ignored or any(
+                    name.endswith(suffix) and name[:-len(suffix)] in used for suffix in (SCALE, ZERO)):
                 continue
             if self._ignored is not None and self._ignored.fullmatch(name):
                 continue
@@ -212,8 +279,9 @@ class Checkpoint:
     def read(self, sources: Mapping[str, Source],
              shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Tuple[Dict[str, np.ndarray], List[str]]:
         """(canonical name -> array, the checkpoint names read). Matrix weights of a converted
-        directory come as stored (int8 with ``<canonical>_scale``, or 16-bit words); everything
-        else is float32. shapes: the canonical shapes of names ``canonical_shape`` does not know
+        directory come as stored (int8 with ``<canonical>_scale``, int4 nibble pairs with
+        ``<canonical>_scale`` and maybe ``<canonical>_zero``, or 16-bit words); everything else is
+        float32. shapes: the canonical shapes of names ``canonical_shape`` does not know
         (a task head's)."""
         out: Dict[str, np.ndarray] = {}
         for canonical, source in sources.items():
@@ -237,21 +305,23 @@ class Checkpoint:
         if first.rows is not None:  # a fused tensor: its rows are the blocks declared from it
             shape = (max(tensor.rows[1] for _, tensor in members if tensor.rows),) + shape[1:]
         matmul = first_canonical in MATMUL
+        extras: Dict[str, np.ndarray] = {}
         if matmul and self.stored is not None:
-            array, scale = self._converted(name, shape)
+            dtype = self.settings["lm_head"] if first_canonical == "lm_head" else self.stored
+            array, extras = self._converted(name, shape, dtype)
         else:
-            array, scale = self._float(name, first, shape), None
+            array = self._float(name, first, shape)
         for canonical, tensor in members:
-            part, part_scale = array, scale
+            part, part_extras = array, extras
             if tensor.rows is not None:
                 start, stop = tensor.rows
                 part = array[start:stop] if matmul else np.ascontiguousarray(array[start:stop])
-                part_scale = None if scale is None else scale[start:stop]
+                part_extras = {suffix: extra[start:stop] for suffix, extra in extras.items()}
             if tensor.plus_one:
                 part = (part + np.float32(1)).astype(np.float32)
             out[canonical] = part
-            if part_scale is not None:
-                out[canonical + SCALE] = part_scale
+            for suffix, extra in part_extras.items():
+                out[canonical + suffix] = extra
 
     def _float(self, name: str, tensor: Tensor, shape: Tuple[int, ...]) -> np.ndarray:
         md = self.md
@@ -270,41 +340,59 @@ class Checkpoint:
             return np.ascontiguousarray(md.tensor(name, shape=shape[::-1]).T)
         return md.tensor(name, shape=shape)
 
-    def _converted(self, name: str, shape: Tuple[int, ...]) -> Tuple[np.ndarray, Optional[np.ndarray]]:
-        """A matrix weight of a converted directory as zero-copy views of the mapping: int8 and its
-        per-row scales, or 16-bit words. ValueError naming the tensor when it is corrupt."""
-        md, stored = self.md, self.stored
-        where = f"{md.path} (converted to {stored})"
+    def _converted(self, name: str, shape: Tuple[int, ...], stored: str) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
+        """A matrix weight of a converted directory, stored as ``stored``, as zero-copy views of the
+        mapping: int8 and its per-row scales, int4 nibble pairs with their group scales (and zero
+        points), or 16-bit words. ValueError naming the tensor when it is corrupt."""
+        md = self.md
+        where = f"{md.path} (converted to {self.stored})"
         if name not in md:
             raise ValueError(f"{where}: has no tensor {name!r}")
         expected = _SAFETENSORS_NAME.get(stored, "F32")
+        if stored == "int4":
+            group_size = self.settings["group_size"]
+            groups = -(-shape[1] // group_size)
+            stored_shape: Tuple[int, ...] = (shape[0], groups * group_size // 2)
+        else:
+            stored_shape = shape
         dtype, have = md.tensor_info(name)
         if dtype != expected:
-            raise ValueError(f"{where}: tensor {name!r} is stored as {dtype}; a {stored} directory stores it as "
+            raise ValueError(f"{where}: tensor {name!r} is stored as {dtype}; a {stored} weight is stored as "
                              f"{expected}")
-        if tuple(have) != tuple(shape):
-            raise ValueError(f"{where}: tensor {name!r} has shape {list(have)}, expected {list(shape)}")
+        if tuple(have) != tuple(stored_shape):
+            raise ValueError(f"{where}: tensor {name!r} has shape {list(have)}, expected {list(stored_shape)}")
+
+        def part(suffix: str, part_dtype: str, part_shape: Tuple[int, ...], what: str, numpy_dtype: Any) -> np.ndarray:
+            key = name + suffix
+            if key not in md:
+                raise ValueError(f"{where}: {stored} tensor {name!r} has no {what} tensor {key!r}")
+            have_dtype, have_shape = md.tensor_info(key)
+            if have_dtype != part_dtype or tuple(have_shape) != part_shape:
+                raise ValueError(f"{where}: {what} tensor {key!r} must be {part_dtype} of shape "
+                                 f"{list(part_shape)}, got {have_dtype} of shape {list(have_shape)}")
+            return md.tensor(key, shape=part_shape, dtype=numpy_dtype)
+
         if stored == "float32":
-            return md.tensor(name, shape=shape), None
+            return md.tensor(name, shape=shape), {}
         if stored == "int8":
-            scale = name + SCALE
-            if scale not in md:
-                raise ValueError(f"{where}: int8 tensor {name!r} has no scale tensor {scale!r}")
-            scale_dtype, scale_shape = md.tensor_info(scale)
-            if scale_dtype != "F32" or tuple(scale_shape) != (shape[0],):
-                raise ValueError(f"{where}: scale tensor {scale!r} must be F32 of shape [{shape[0]}] (one per "
-                                 f"output row), got {scale_dtype} of shape {list(scale_shape)}")
-            return md.tensor(name, shape=shape, dtype=np.int8), md.tensor(scale, shape=(shape[0],))
+            scale = part(SCALE, "F32", (shape[0],), "scale", np.float32)
+            return md.tensor(name, shape=shape, dtype=np.int8), {SCALE: scale}
+        if stored == "int4":
+            extras = {SCALE: part(SCALE, "F16", (shape[0], groups), "scale", np.float16)}
+            if self.settings["zero_point"]:
+                extras[ZERO] = part(ZERO, "U8", (shape[0], groups), "zero-point", np.uint8)
+            return md.tensor(name, shape=stored_shape, dtype=np.uint8), extras
         if stored == "float16":
-            return md.tensor(name, shape=shape, dtype=np.float16).view(np.uint16), None
-        return md.tensor(name, shape=shape, dtype=np.uint16), None
+            return md.tensor(name, shape=shape, dtype=np.float16).view(np.uint16), {}
+        return md.tensor(name, shape=shape, dtype=np.uint16), {}
 
     def release(self, names: Iterable[str]) -> None:
         """Drops the pages of tensors already packed or copied by the model."""
         for name in names:
             self.md.release(name)
-            if name + SCALE in self.md:
-                self.md.release(name + SCALE)
+            for suffix in (SCALE, ZERO):
+                if name + suffix in self.md:
+                    self.md.release(name + suffix)
 
 
 def load_layers(checkpoint: Checkpoint, add_layer) -> None:
@@ -339,7 +427,11 @@ def _progress(items: List[str], enabled: bool, description: str) -> Iterable[str
     return items
 
 
-def _converted(w: np.ndarray, dtype: str) -> Tuple[List[Tuple[str, np.ndarray]], Dict[str, str]]:
+def _converted(w: np.ndarray, dtype: str,
+               settings: Mapping[str, Any]) -> Tuple[List[Tuple[str, np.ndarray]], Dict[str, str]]:
+    if dtype == "int4":
+        u, scales, zeros = _core.quantize_int4(w, settings["group_size"], settings["zero_point"])
+        return [("", u), (SCALE, scales)] + ([(ZERO, zeros)] if zeros is not None else []), {}
     if dtype == "int8":
         q, scales = _core.quantize_int8(w)
         return [("", q), (SCALE, scales)], {}
@@ -350,20 +442,24 @@ def _converted(w: np.ndarray, dtype: str) -> Tuple[List[Tuple[str, np.ndarray]],
     return [("", np.ascontiguousarray(w, dtype=np.float32))], {}
 
 
-def _matrix_sources(checkpoint: Checkpoint) -> Dict[str, Tensor]:
-    """checkpoint name -> its Tensor declaration, for every matrix weight the model multiplies with."""
-    out: Dict[str, Tensor] = {}
+def _matrix_sources(checkpoint: Checkpoint) -> Dict[str, Tuple[str, Tensor]]:
+    """checkpoint name -> (canonical name, Tensor declaration), for every matrix weight the model
+    multiplies with."""
+    out: Dict[str, Tuple[str, Tensor]] = {}
     for sources in checkpoint.all_sources():
         for name, members in checkpoint._plan(sources).items():
             canonical, tensor = members[0]
             if canonical in MATMUL:
-                out[name] = tensor
+                out[name] = (canonical, tensor)
     return out
 
 
-def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> None:
+def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
+            quantization: Optional[Mapping[str, Any]] = None) -> None:
     """Writes a copy of the model directory ``src`` to ``dst`` with its matmul weights stored in
-    ``dtype`` ("int8", "float16", "bfloat16" or "float32"), ready to load zero-copy.
+    ``dtype`` ("int8", "int4", "float16", "bfloat16" or "float32"), ready to load zero-copy.
+    ``quantization``: as for the models (check_quantization): the int4 group size and zero
+    points, and the LM head's dtype; config.json records them.
 
     ``dst`` must not exist or be an empty directory (FileExistsError otherwise); a symbolic link is
     followed (the conversion goes where it points). ``dst`` appears only once complete (written as
@@ -375,6 +471,7 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
     if dtype is None:
         raise ValueError(f"dtype must be one of {', '.join(repr(d) for d in DTYPES)}, got None")
     check_dtype(dtype)
+    settings = check_quantization(quantization, dtype)
     # Resolved before any work: the final rename must replace the directory a link points to (a
     # rename onto the link itself fails), and the hidden sibling must be on that directory's
     # file system.
@@ -400,10 +497,10 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
         out: Dict[str, np.ndarray] = {}
         overrides: Dict[str, str] = {}
 
-        def store(name: str, w: np.ndarray) -> None:
+        def store(name: str, w: np.ndarray, canonical: str) -> None:
             try:
-                pieces, kinds = _converted(w, dtype)
-            except ValueError as error:  # a non-finite weight that int8 cannot hold: name the tensor
+                pieces, kinds = _converted(w, settings["lm_head"] if canonical == "lm_head" else dtype, settings)
+            except ValueError as error:  # a weight int8 / int4 cannot hold: name the tensor
                 raise ValueError(f"{md.path}: tensor {name}: {error}") from None
             for suffix, array in pieces:
                 out[name + suffix] = array
@@ -413,19 +510,20 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
         for name in _progress(names, progress, f"converting to {dtype}"):
             stored, shape = md.tensor_info(name)
             if stored in _FLOATS and name in matrices:
+                canonical, tensor = matrices[name]
                 w = md.tensor(name)
-                if matrices[name].stored_shape is not None:  # head axes split: [out or in, rest]
+                if tensor.stored_shape is not None:  # head axes split: [out or in, rest]
                     w = w.reshape(w.shape[0], -1)
-                if matrices[name].transpose:
+                if tensor.transpose:
                     w = np.ascontiguousarray(w.T)
-                store(name, w)
+                store(name, w, canonical)
                 md.release(name)
             elif stored in _FLOATS:
                 out[name] = md.tensor(name)
             else:
                 out[name] = md.tensor(name, dtype=_STORAGE_DTYPES[stored])
         if head_source is not None:
-            store("lm_head.weight", md.tensor(head_source))
+            store("lm_head.weight", md.tensor(head_source), "lm_head")
         # Everything is written into a hidden sibling directory that is renamed to dst at the end,
         # so dst either does not appear or holds a complete conversion, even if the process dies.
         dst_path.parent.mkdir(parents=True, exist_ok=True)
@@ -437,6 +535,10 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True) -> 
                 save_safetensors(work / WEIGHTS_FILE, out, metadata={"format": "pt"}, dtypes=overrides)
                 config = dict(md.config)
                 config["cpuformer"] = {"dtype": dtype, "format_version": FORMAT_VERSION}
+                if "int4" in (dtype, settings["lm_head"]):
+                    config["cpuformer"].update(group_size=settings["group_size"], zero_point=settings["zero_point"])
+                if settings["lm_head"] != dtype or dtype == "int4":
+                    config["cpuformer"]["lm_head"] = settings["lm_head"]
                 with open(work / CONFIG_FILE, "w", encoding="utf-8") as f:
                     json.dump(config, f, indent=2)
                     f.write("\n")
@@ -523,4 +625,5 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["DTYPES", "Checkpoint", "check_dtype", "convert", "load_layers", "resolve_dtype", "stored_dtype"]
+__all__ = ["DTYPES", "GROUP_SIZES", "QUANTIZATION_KEYS", "Checkpoint", "check_dtype", "check_quantization", "convert",
+           "graph_format", "load_layers", "resolve_dtype", "stored_dtype"]

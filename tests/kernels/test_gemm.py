@@ -274,7 +274,7 @@ def test_error_residual():
 
 # ---- compute peak (ops.peak_gops) -------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", ["float32", "int8", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "int8", "int4", "float16", "bfloat16"])
 @pytest.mark.parametrize("threads", [1, 2, 8])  # 8: more threads than this machine's CPUs
 def test_peak_gops_measures_every_dtype(dtype, threads):
     before = cf.get_num_threads()
@@ -287,7 +287,7 @@ def test_peak_gops_measures_every_dtype(dtype, threads):
 
 
 @pytest.mark.parametrize("dtype,seconds,message", [
-    ("int4", 0.1, "dtype must be 'float32', 'float16', 'bfloat16' or 'int8', got 'int4'"),
+    ("int2", 0.1, "dtype must be 'float32', 'float16', 'bfloat16', 'int8' or 'int4', got 'int2'"),
     ("float32", 0.0, "seconds must be in \\(0, 60\\], got 0.0"),
     ("float32", -1.0, "seconds must be in \\(0, 60\\], got -1.0"),
     ("float32", 61.0, "seconds must be in \\(0, 60\\], got 61.0"),

@@ -15,6 +15,7 @@ import pytest
 import cpuformer as cf
 from cpuformer._model_dir import ModelDir, save_safetensors
 from cpuformer.arch import by_family
+from cpuformer.weights import graph_format
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -228,7 +229,7 @@ def test_the_graph_refuses_a_layer_pattern_it_cannot_run():
     """global_attention_every chooses between a window and all keys: only encoders with a window."""
     from cpuformer import _core
 
-    config = dict(by_family()["modernbert"].hparams(CONFIG).as_dict(), dtype="float32")
+    config = dict(by_family()["modernbert"].hparams(CONFIG).as_dict(), **graph_format("float32"))
     message = r"invalid model config: global_attention_every needs an encoder with a sliding_window"
     with pytest.raises(ValueError, match=message):
         _core.EncoderModel(dict(config, sliding_window=0), {})
@@ -238,4 +239,5 @@ def test_the_graph_refuses_a_layer_pattern_it_cannot_run():
     decoder = llama.hparams(llama.example_config(vocab_size=40, hidden_size=16, num_hidden_layers=2,
                                                  num_attention_heads=2, intermediate_size=24))
     with pytest.raises(ValueError, match=message):
-        _core.DecoderModel(dict(decoder.as_dict(), dtype="float32", sliding_window=4, global_attention_every=2), {})
+        _core.DecoderModel(dict(decoder.as_dict(), **graph_format("float32"), sliding_window=4,
+                                global_attention_every=2), {})

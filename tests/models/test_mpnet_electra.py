@@ -14,6 +14,7 @@ import pytest
 import cpuformer as cf
 from cpuformer._model_dir import ModelDir, save_safetensors
 from cpuformer.arch import by_family
+from cpuformer.weights import graph_format
 
 from ._hf import assert_close, cosine_rows, save_random_model
 
@@ -222,7 +223,7 @@ def test_the_binding_checks_the_new_fields():
     from cpuformer import _core
 
     hp = by_family()["electra"].hparams({"model_type": "electra", **_ELECTRA})
-    config = dict(hp.as_dict(), dtype="float32")
+    config = dict(hp.as_dict(), **graph_format("float32"))
     E, H, V = 24, 40, _ELECTRA["vocab_size"]
     rng = np.random.default_rng(0)
     tensors = {"embed.tokens": rng.standard_normal((V, E), dtype=np.float32),
@@ -237,7 +238,7 @@ def test_the_binding_checks_the_new_fields():
         _core.EncoderModel(square, tensors)
     decoder = dict(by_family()["llama"].hparams({"model_type": "llama", "hidden_size": 16, "num_attention_heads": 2,
                                                  "intermediate_size": 24, "vocab_size": 40,
-                                                 "num_hidden_layers": 1}).as_dict(), dtype="float32")
+                                                 "num_hidden_layers": 1}).as_dict(), **graph_format("float32"))
     with pytest.raises(ValueError, match=r"invalid model config: embedding_size must equal hidden_size outside "
                                          r"encoders"):
         _core.DecoderModel(dict(decoder, embedding_size=8), {})

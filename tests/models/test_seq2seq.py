@@ -342,8 +342,8 @@ def test_errors(models, tmp_path):
         s2s.encode([[5, 6], [7, 8]], [[1, 1], [0, 0]])
     with pytest.raises(ValueError, match=r"source token ids: token id 101 is out of range"):
         s2s.generate([5, V])
-    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float16', 'bfloat16', 'int8'"):
-        cf.Seq2Seq(directory, dtype="int4")
+    with pytest.raises(ValueError, match="dtype must be one of 'float32', 'float16', 'bfloat16', 'int8', 'int4'"):
+        cf.Seq2Seq(directory, dtype="int2")
 
     def variant(name, **changes):
         src, _, _ = models[name]

@@ -13,6 +13,7 @@ import pytest
 import cpuformer as cf
 from cpuformer import _bench
 from cpuformer._model_dir import ModelDir, save_safetensors
+from cpuformer.weights import graph_format
 
 SHAPES = {
     "encoder": dict(name="weights-bert", vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
@@ -121,13 +122,13 @@ def test_a_missing_tensor_is_named_before_any_stray_one(models, tmp_path):
 # ---- the binding seam (csrc/bindings/config.h, model_builder.h) ----------------------------------
 
 def test_hparams_mirror_the_one_cpp_config():
-    """TransformerConfig's fields are declared once in C++; arch.Hparams (plus dtype) mirrors them."""
+    """TransformerConfig's fields are declared once in C++; arch.Hparams (plus the weight format) mirrors them."""
     import dataclasses
 
     from cpuformer import _core
     from cpuformer.arch import Hparams
 
-    fields = [f.name for f in dataclasses.fields(Hparams)] + ["dtype"]
+    fields = [f.name for f in dataclasses.fields(Hparams)] + list(graph_format("float32"))
     assert sorted(fields) == sorted(_core.transformer_config_fields())
 
 
@@ -137,7 +138,7 @@ def _bert_config():
     config = by_family()["bert"].example_config(vocab_size=40, hidden_size=16, num_hidden_layers=1,
                                                num_attention_heads=2, intermediate_size=24,
                                                max_position_embeddings=32)
-    return dict(by_family()["bert"].hparams(config).as_dict(), dtype="float32")
+    return dict(by_family()["bert"].hparams(config).as_dict(), **graph_format("float32"))
 
 
 def test_the_binding_refuses_an_unknown_or_missing_config_field():
@@ -217,7 +218,7 @@ def test_a_gated_feed_forward_refuses_biases_it_cannot_apply(tmp_path):
     model_tensors = {"embed.tokens": tensors["model.embed_tokens.weight"], "lm_head": tensors["lm_head.weight"],
                      "decoder.final_norm": tensors["model.norm.weight"],
                      "decoder.rope.inv_freq": np.ones(hp.head_dim // 2, np.float32)}
-    model = _core.DecoderModel(dict(hp.as_dict(), dtype="float32"), model_tensors)
+    model = _core.DecoderModel(dict(hp.as_dict(), **graph_format("float32")), model_tensors)
     p = "model.layers.0."
     layer = {"attn.q": tensors[p + "self_attn.q_proj.weight"], "attn.k": tensors[p + "self_attn.k_proj.weight"],
              "attn.v": tensors[p + "self_attn.v_proj.weight"], "attn.o": tensors[p + "self_attn.o_proj.weight"],

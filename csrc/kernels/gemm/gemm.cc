@@ -1,9 +1,11 @@
 #include "kernels/gemm/gemm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "runtime/dispatch.h"
@@ -37,6 +39,13 @@ const HalfGemmKernels& half_gemm_kernels() {
   return table;
 }
 
+// int4: the AVX2 kernel serves the avx512 level too (a 512-bit / VNNI variant is future work).
+const Int4GemmKernels& int4_gemm_kernels() {
+  static const Int4GemmKernels& table =
+      select_for_isa(scalar::kInt4GemmKernels, avx2::kInt4GemmKernels, avx2::kInt4GemmKernels);
+  return table;
+}
+
 MatmulInstruction matmul_instruction(WeightType type) {
   const Isa isa = active_isa();
   const CpuFeatures& f = cpu_features();
@@ -46,6 +55,7 @@ MatmulInstruction matmul_instruction(WeightType type) {
     case WeightType::kInt8:
       if (wide) return f.avx512vnni ? MatmulInstruction::kDpbusd512 : MatmulInstruction::kMaddubs512;
       return f.avx_vnni ? MatmulInstruction::kDpbusd256 : MatmulInstruction::kMaddubs256;
+    case WeightType::kInt4: return MatmulInstruction::kMaddubs256;  // int4_gemm_kernels()
     case WeightType::kBFloat16:
       if (wide && f.avx512bf16) return MatmulInstruction::kDpbf16x512;
       break;
@@ -198,8 +208,88 @@ PackedWeights pack_weights_16(const uint16_t* w, WeightType type, long n, long k
   return packed;
 }
 
-PackedWeights pack_weights(const float* w, WeightType type, long n, long k, long ldw) {
+namespace {
+
+// The nearest integer to v (half to even) plus offset, clamped to [0, 15]; v is finite.
+inline int round_nibble(float v, int offset) {
+  const float r = std::nearbyint(v) + static_cast<float>(offset);
+  return r < 0.0f ? 0 : (r > 15.0f ? 15 : static_cast<int>(r));
+}
+
+}  // namespace
+
+void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_size, bool zero_point, uint8_t* u,
+                         uint16_t* scales, uint8_t* zeros) {
+  if (!valid_int4_group_size(group_size)) throw std::invalid_argument("int4 group size must be 32, 64 or 128");
+  const long groups = int4_groups(k, group_size), kp = groups * group_size;
+  std::vector<uint8_t> row(static_cast<std::size_t>(kp));
+  for (long j = 0; j < n; ++j) {
+    const float* x = w + j * ldw;
+    for (long g = 0; g < groups; ++g) {
+      const long begin = g * group_size, end = std::min(k, begin + group_size);
+      bool finite = true;
+      float extreme = 0.0f, lo = 0.0f, hi = 0.0f;  // lo ≤ 0 ≤ hi: zero is always representable
+      for (long p = begin; p < end; ++p) {
+        finite &= std::fabs(x[p]) <= std::numeric_limits<float>::max();  // false for NaN and ±inf
+        if (std::fabs(x[p]) > std::fabs(extreme)) extreme = x[p];
+        lo = std::fmin(lo, x[p]);
+        hi = std::fmax(hi, x[p]);
+      }
+      int z = 8;
+      uint16_t scale = 0;
+      if (!finite) {
+        scale = 0x7E00;  // NaN: every output of the channel is NaN
+      } else if (zero_point) {
+        scale = float_to_half((hi - lo) / 15.0f);
+      } else {
+        scale = float_to_half(extreme / -8.0f);
+      }
+      const float s = half_to_float(scale);
+      if (std::isinf(s)) {
+        throw std::invalid_argument(
+            "a weight group spans more than int4's float16 scales can hold (magnitudes up to about " +
+            std::string(zero_point ? "9.8e5" : "5.2e5") + "); use int8 or a float dtype");
+      }
+      const bool usable = finite && s != 0.0f;
+      if (zero_point) z = usable ? round_nibble(-lo / s, 0) : 0;
+      for (long p = begin; p < begin + group_size; ++p)
+        row[p] = static_cast<uint8_t>(usable && p < end ? round_nibble(x[p] / s, z) : z);
+      scales[j * groups + g] = scale;
+      if (zero_point) zeros[j * groups + g] = static_cast<uint8_t>(z);
+    }
+    uint8_t* out = u + j * (kp / 2);
+    for (long b = 0; b < kp / 2; ++b) out[b] = static_cast<uint8_t>(row[2 * b] | (row[2 * b + 1] << 4));
+  }
+}
+
+PackedWeights pack_weights_s4(const uint8_t* u, const uint16_t* scales, const uint8_t* zeros, long n, long k,
+                              long group_size) {
+  if (!valid_int4_group_size(group_size)) throw std::invalid_argument("int4 group size must be 32, 64 or 128");
+  const Int4GemmKernels& kernels = int4_gemm_kernels();
+  PackedWeights packed;
+  packed.n = n;
+  packed.k = k;
+  packed.type = WeightType::kInt4;
+  packed.isa = active_isa();
+  packed.group_size = group_size;
+  packed.zero_point = zeros != nullptr;
+  packed.data.resize(kernels.packed_bytes(n, k, group_size, zeros != nullptr));
+  kernels.pack(u, scales, zeros, n, k, group_size, packed.data.data());
+  return packed;
+}
+
+PackedWeights pack_weights(const float* w, const WeightFormat& format, long n, long k, long ldw) {
+  const WeightType type = format.type;
   switch (type) {
+    case WeightType::kInt4: {
+      const long groups = int4_groups(k, format.group_size);
+      std::vector<uint8_t> u(static_cast<std::size_t>(n) * groups * format.group_size / 2);
+      std::vector<uint16_t> scales(static_cast<std::size_t>(n) * groups);
+      std::vector<uint8_t> zeros(format.zero_point ? static_cast<std::size_t>(n) * groups : 0);
+      quantize_weights_s4(w, n, k, ldw, format.group_size, format.zero_point, u.data(), scales.data(), zeros.data());
+      return pack_weights_s4(u.data(), scales.data(), format.zero_point ? zeros.data() : nullptr, n, k,
+                             format.group_size);
+    }
     case WeightType::kFloat32: return pack_weights_f32(w, n, k, ldw);
     case WeightType::kInt8: {
       std::vector<int8_t> q(static_cast<std::size_t>(n) * k);
@@ -228,6 +318,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   switch (w.type) {
     case WeightType::kFloat32: gemm_kernels().gemm_f32(a, m, lda, w, c, ldc, epilogue); return;
     case WeightType::kInt8: int8_gemm_kernels().gemm(a, m, lda, w, c, ldc, epilogue); return;
+    case WeightType::kInt4: int4_gemm_kernels().gemm(a, m, lda, w, c, ldc, epilogue); return;
     case WeightType::kFloat16:
     case WeightType::kBFloat16: half_gemm_kernels().gemm(a, m, lda, w, c, ldc, epilogue); return;
   }

@@ -18,7 +18,24 @@
 
 namespace cpuformer {
 
-enum class WeightType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3 };
+enum class WeightType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3, kInt4 = 4 };
+
+// int4 weights come in groups of this many input channels by default; 32, 64 and 128 are allowed.
+constexpr long kInt4DefaultGroupSize = 32;
+// True for the group sizes the int4 kernels serve.
+inline bool valid_int4_group_size(long g) { return g == 32 || g == 64 || g == 128; }
+
+// How a weight is stored: its type and, for int4, the group size and whether groups carry a zero
+// point (asymmetric) or not (symmetric). Implicit from a WeightType (int4: G = 32, symmetric).
+struct WeightFormat {
+  WeightType type = WeightType::kFloat32;
+  long group_size = kInt4DefaultGroupSize;
+  bool zero_point = false;
+
+  WeightFormat() = default;
+  WeightFormat(WeightType t) : type(t) {}  // NOLINT(google-explicit-constructor)
+  WeightFormat(WeightType t, long g, bool z) : type(t), group_size(g), zero_point(z) {}
+};
 
 struct GemmEpilogue {
   const float* bias = nullptr;              // [N] or null
@@ -34,6 +51,8 @@ struct PackedWeights {
   long k = 0;  // input features (columns of W)
   WeightType type = WeightType::kFloat32;
   Isa isa = Isa::kScalar;
+  long group_size = 0;      // int4 only
+  bool zero_point = false;  // int4 only
   AlignedBuffer<uint8_t> data;
 };
 
@@ -68,6 +87,28 @@ struct Int8GemmKernels {
                const GemmEpilogue& epilogue);
 };
 
+// int4 (WeightType::kInt4): group-wise 4-bit weights. The input channels of each output row j split
+// into groups of G consecutive channels (G = PackedWeights::group_size: 32, 64 or 128; when G does
+// not divide K the last group is completed with zero weights, K padded to Kp = ceil(K / G)·G):
+//   W[j][k] ≈ s[j][g]·(u[j][k] − z[j][g]),  g = k / G,  u, z ∈ [0, 15],  s a float16,
+// with z = 8 for every group when the weights are symmetric (no zero points). A rows are quantized
+// exactly as for int8 (qa, sa above). Then, per row i and output j,
+//   t[g] = Σ_{k in g} qa[i][k]·u[j][k] − z[j][g]·Σ_{k in g} qa[i][k]   (exact in int32: |t| < 2^19)
+//   acc = 0; for g = 0, 1, ...: acc = fma(float(s[j][g]), float(t[g]), acc)   (float32, fused)
+//   c[i][j] = act(sa[i]·acc + bias[j]) + residual[i][j]
+// Every level computes these operations in this order, so every level gives the same bits.
+// A group whose scale is NaN (it held a NaN or ±inf) makes its channel's outputs NaN.
+struct Int4GemmKernels {
+  std::size_t (*packed_bytes)(long n, long k, long group_size, bool zero_point);
+  // u [n, Kp / 2] bytes (Kp = groups·G): u[j][2b] in the low nibble of byte b of row j,
+  // u[j][2b + 1] in the high nibble; scales [n, groups] float16 bits; zeros [n, groups] (one zero
+  // point per byte, ≤ 15) or null for symmetric weights. Copied into `out`.
+  void (*pack)(const uint8_t* u, const uint16_t* scales, const uint8_t* zeros, long n, long k, long group_size,
+               uint8_t* out);
+  void (*gemm)(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
+               const GemmEpilogue& epilogue);
+};
+
 // float16 / bfloat16 (WeightType::kFloat16 / kBFloat16): W holds 16-bit bit patterns (IEEE binary16
 // or the upper half of a float32). c = act(a·float(W)ᵀ + bias) + residual, accumulated in float32.
 // The widening kernels (every level) convert each weight to float32 exactly and keep a in float32,
@@ -87,6 +128,7 @@ struct HalfGemmKernels {
 const GemmKernels& gemm_kernels();
 const Int8GemmKernels& int8_gemm_kernels();
 const HalfGemmKernels& half_gemm_kernels();
+const Int4GemmKernels& int4_gemm_kernels();
 // The instruction sequence the selected kernels multiply weights of `type` with: plain C++ at the
 // scalar level, FMA (float32, and the widening 16-bit kernels), the vpmaddubsw/vpmaddwd sequence
 // or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide.
@@ -110,6 +152,18 @@ const char* gemm_kernel_name(WeightType type);
 // (a zero row gives q = 0, scale = 0; a row holding a NaN or ±inf gives q = 0, scale = NaN, so
 // every output of that channel is NaN). q is [n, k] contiguous.
 void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales);
+// Group-wise int4 (layout of Int4GemmKernels::pack; groups = ceil(k / G), Kp = groups·G). Per group:
+//   symmetric: m = the value of largest magnitude (the first), s = float16(m / −8),
+//     u = clamp(round_half_even(w / s), −8, 7) + 8 (z = 8): the extreme value maps to −8 exactly;
+//   zero point: lo = min(0, min w), hi = max(0, max w), s = float16((hi − lo) / 15),
+//     z = clamp(round_half_even(−lo / s), 0, 15), u = clamp(round_half_even(w / s) + z, 0, 15);
+//   w / s uses the rounded scale. A group of zeros (or one whose scale rounds to 0) gets u = z
+//   (exact zeros), a group holding a NaN or ±inf a NaN scale and u = z; padding nibbles are z.
+// std::invalid_argument when a scale overflows float16 (a group spanning more than about 5.2e5
+// symmetric, 9.8e5 with zero points).
+void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_size, bool zero_point, uint8_t* u,
+                         uint16_t* scales, uint8_t* zeros);
+inline long int4_groups(long k, long group_size) { return (k + group_size - 1) / group_size; }
 // Round to nearest even; NaN stays NaN, overflow goes to ±inf.
 uint16_t float_to_half(float x);
 uint16_t float_to_bfloat16(float x);
@@ -124,9 +178,13 @@ float* gemm_thread_scratch(std::size_t count);
 PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw);
 PackedWeights pack_weights_s8(const int8_t* q, const float* scales, long n, long k, long ldq);
 PackedWeights pack_weights_16(const uint16_t* w, WeightType type, long n, long k, long ldw);
-// From float32 to any type: quantizes / rounds first (quantize_weights_s8, float_to_half,
-// float_to_bfloat16), then packs.
-PackedWeights pack_weights(const float* w, WeightType type, long n, long k, long ldw);
+// u, scales, zeros as quantize_weights_s4 writes them; std::invalid_argument for a group size the
+// kernels do not serve.
+PackedWeights pack_weights_s4(const uint8_t* u, const uint16_t* scales, const uint8_t* zeros, long n, long k,
+                              long group_size);
+// From float32 to any format: quantizes / rounds first (quantize_weights_s8, quantize_weights_s4,
+// float_to_half, float_to_bfloat16), then packs.
+PackedWeights pack_weights(const float* w, const WeightFormat& format, long n, long k, long ldw);
 // Dispatches on w.type.
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
           const GemmEpilogue& epilogue = {});
@@ -135,11 +193,13 @@ namespace scalar {
 extern const GemmKernels kGemmKernels;
 extern const Int8GemmKernels kInt8GemmKernels;
 extern const HalfGemmKernels kHalfGemmKernels;
+extern const Int4GemmKernels kInt4GemmKernels;
 }  // namespace scalar
 namespace avx2 {
 extern const GemmKernels kGemmKernels;
 extern const Int8GemmKernels kInt8GemmKernels;
 extern const HalfGemmKernels kHalfGemmKernels;
+extern const Int4GemmKernels kInt4GemmKernels;
 }  // namespace avx2
 namespace avx512 {
 extern const GemmKernels kGemmKernels;

@@ -10,21 +10,11 @@
 
 namespace cpuformer {
 namespace scalar {
-namespace {
 
-std::size_t packed_bytes(long n, long k) {
-  return static_cast<std::size_t>(n) * sizeof(float) + static_cast<std::size_t>(n) * k;
-}
-
-void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_t* out) {
-  std::memcpy(out, scales, sizeof(float) * n);
-  int8_t* dst = reinterpret_cast<int8_t*>(out + sizeof(float) * n);
-  for (long j = 0; j < n; ++j) std::memcpy(dst + j * k, q + j * ldq, static_cast<std::size_t>(k));
-}
-
+// A row of A as the int8 and int4 GEMMs quantize it (gemm.h):
 // qa = round_half_even(x · (127 / amax)); returns sa = amax / 127 (0 for a zero row; NaN, with
 // qa = 0, for a row holding a NaN or ±inf, so that every output of the row is NaN).
-float quantize_row(const float* x, long k, int8_t* qa) {
+float quantize_activation_row(const float* x, long k, int8_t* qa) {
   float amax = 0.0f;
   bool finite = true;
   for (long p = 0; p < k; ++p) {
@@ -45,6 +35,18 @@ float quantize_row(const float* x, long k, int8_t* qa) {
   return amax / 127.0f;
 }
 
+namespace {
+
+std::size_t packed_bytes(long n, long k) {
+  return static_cast<std::size_t>(n) * sizeof(float) + static_cast<std::size_t>(n) * k;
+}
+
+void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_t* out) {
+  std::memcpy(out, scales, sizeof(float) * n);
+  int8_t* dst = reinterpret_cast<int8_t*>(out + sizeof(float) * n);
+  for (long j = 0; j < n; ++j) std::memcpy(dst + j * k, q + j * ldq, static_cast<std::size_t>(k));
+}
+
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
   const float* scales = reinterpret_cast<const float*>(w.data.data());
@@ -55,7 +57,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first
 #pragma omp for schedule(static)
     for (long i = 0; i < m; ++i) {
-      const float sa = quantize_row(a + i * lda, k, qa.data());
+      const float sa = quantize_activation_row(a + i * lda, k, qa.data());
       for (long j = 0; j < n; ++j) {
         const int8_t* wj = q + j * k;
         int32_t sum = 0;

@@ -41,7 +41,8 @@ namespace {
 
 PeakProbe probe_for(WeightType type) {
   switch (matmul_instruction(type)) {
-    case MatmulInstruction::kScalar: return type == WeightType::kInt8 ? scalar::peak_int : scalar::peak_float;
+    case MatmulInstruction::kScalar:
+      return type == WeightType::kInt8 || type == WeightType::kInt4 ? scalar::peak_int : scalar::peak_float;
     case MatmulInstruction::kFma256: return avx2::peak_fma;
     case MatmulInstruction::kFma512: return avx512::peak_fma;
     case MatmulInstruction::kMaddubs256: return avx2::peak_maddubs;

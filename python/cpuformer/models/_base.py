@@ -9,7 +9,7 @@ process default), and describes its shape in ``_shape_text()``; this mixin adds 
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +19,7 @@ from .._arguments import check_num_threads
 from .._model_dir import ModelDir
 from ..arch import Arch, Hparams, find, wrong_kind
 from ..arch.heads import Head, task_of
-from ..weights import Checkpoint, check_dtype, resolve_dtype
+from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
 from . import _graph
 from ._heads import TaskHead
 
@@ -80,20 +80,24 @@ class ModelBase:
     _head: Any = None
 
     def _open(self, path: Union[str, "os.PathLike[str]", ModelDir], dtype: Optional[str], num_threads: Optional[int],
-              kind: str, head: bool = False) -> ModelDir:
+              kind: str, head: bool = False, quantization: Optional[Mapping[str, Any]] = None) -> ModelDir:
         """The constructors' common part: checks dtype and num_threads, opens the directory (or
         takes an opened ModelDir), resolves the dtype against a converted directory's, finds the
         architecture, checks the model kind and builds the C++ model (``self._model``); then closes
         the directory's maps, loaded or not.
         num_threads: None (0 here: the process default) or 1..MAX_NUM_THREADS (_arguments.py).
         head: also load the task head the checkpoint's class names (encoders; see arch/heads.py).
-        Sets num_threads, dtype, _stored_dtype, architecture, family, config, _arch, _model_dir and
-        _head (a models._heads.TaskHead or None)."""
+        quantization: int4 group size and zero points, the LM head's dtype (weights.check_quantization).
+        Sets num_threads, dtype, quantization, _stored_dtype, architecture, family, config, _arch,
+        _model_dir and _head (a models._heads.TaskHead or None)."""
         check_dtype(dtype)
         self.num_threads = check_num_threads(num_threads)
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
-            self.dtype, self._stored_dtype = resolve_dtype(dtype, model_dir.config)
+            self.dtype, self._stored_dtype, settings = resolve_dtype(dtype, model_dir.config, quantization)
+            #: The quantization settings in effect: {"group_size", "zero_point", "lm_head"} (the
+            #: LM head's and task heads' dtype; docs/precision.md).
+            self.quantization = settings
             arch, name = find(model_dir.config)
             if arch.kind != kind:
                 raise wrong_kind(arch.kind, name)
@@ -102,14 +106,15 @@ class ModelBase:
             #: The model's hyperparameters in cpuformer's names (arch.Hparams as a dict).
             self.config = self.hparams.as_dict()
             declared = _task_head(arch, name, model_dir.config, self.hparams) if head else None
-            checkpoint = Checkpoint(model_dir, arch, self.hparams, self._stored_dtype, declared)
-            self._model = _graph.build(checkpoint, self.dtype)
+            checkpoint = Checkpoint(model_dir, arch, self.hparams, self._stored_dtype, declared, settings)
+            self._model = _graph.build(checkpoint, graph_format(self.dtype, settings))
             self._head = None
             if declared is not None:
                 if declared.uses_pooler and not self._model.has_pooler:
                     raise ValueError(f"{model_dir.path}: the {name} head classifies the pooler output, but the "
                                      "checkpoint has no pooler weights")
-                self._head = TaskHead(declared, checkpoint.read_head(), self.dtype)
+                self._head = TaskHead(declared, checkpoint.read_head(), settings["lm_head"], settings["group_size"],
+                                      settings["zero_point"])
         finally:
             # Loaded (or failed): nothing the model computes with refers to the weights files any
             # more (the C++ model packed or copied every tensor), so the maps are dropped now and

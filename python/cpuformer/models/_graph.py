@@ -1,9 +1,9 @@
 """Builds the C++ model of a checkpoint: the one seam between the Python layer and the graphs.
 
 Every model kind takes the same two things (csrc/bindings/config.h, model_builder.h): the
-hyperparameters (``arch.Hparams`` plus the dtype) and canonical tensors — the model-level ones
-(each stack's under ``"<stack>."``) at construction, then one layer at a time with
-``add_layer(stack, tensors)``.
+hyperparameters (``arch.Hparams`` plus the weight format, ``weights.graph_format``) and canonical
+tensors — the model-level ones (each stack's under ``"<stack>."``) at construction, then one layer
+at a time with ``add_layer(stack, tensors)``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from ..weights import Checkpoint, load_layers
 GRAPHS = {"encoder": _core.EncoderModel, "decoder": _core.DecoderModel, "seq2seq": _core.Seq2SeqModel}
 
 
-def build(checkpoint: Checkpoint, dtype: str) -> Any:
-    """The C++ model of ``checkpoint``'s kind, with every weight loaded."""
+def build(checkpoint: Checkpoint, weight_format: Dict[str, Any]) -> Any:
+    """The C++ model of ``checkpoint``'s kind, with every weight loaded; ``weight_format``: the
+    config fields of weights.graph_format (dtype, head_dtype, group_size, zero_point)."""
     hp = checkpoint.hp
     checkpoint.check_accounted()
     tensors, names = checkpoint.read(checkpoint.top)
@@ -26,7 +27,7 @@ def build(checkpoint: Checkpoint, dtype: str) -> Any:
         arrays, stack_names = checkpoint.read(checkpoint.stack_sources(stack))
         tensors.update({f"{stack}.{name}": array for name, array in arrays.items()})
         names += stack_names
-    config: Dict[str, Any] = dict(hp.as_dict(), dtype=dtype)
+    config: Dict[str, Any] = dict(hp.as_dict(), **weight_format)
     model = GRAPHS[hp.kind](config, tensors)
     del tensors
     checkpoint.release(names)  # copied or packed by the model

@@ -22,7 +22,8 @@ _FUSED = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "relu": "relu", "silu": "sil
 class TaskHead:
     """A head's steps, with its weights packed: ``head(hidden, pooled)`` -> logits."""
 
-    def __init__(self, head: Head, arrays: Dict[str, np.ndarray], dtype: str):
+    def __init__(self, head: Head, arrays: Dict[str, np.ndarray], dtype: str, group_size: int = 32,
+                 zero_point: bool = False):
         self.task, self.labels, self.uses_pooler = head.task, head.labels, head.uses_pooler
         self._steps: List[Callable[..., np.ndarray]] = []
         steps = list(head.steps)
@@ -35,7 +36,8 @@ class TaskHead:
                 if i + 1 < len(steps) and steps[i + 1][0] == "act" and steps[i + 1][1] in _FUSED:
                     fused = _FUSED[steps[i + 1][1]]
                     i += 1
-                self._steps.append(_dense(arrays[step[1]], arrays.get(step[1] + ".bias"), fused, dtype))
+                self._steps.append(_dense(arrays[step[1]], arrays.get(step[1] + ".bias"), fused, dtype, group_size,
+                                          zero_point))
             elif step[0] == "act":
                 self._steps.append(_activation(step[1]))
             elif step[0] == "norm":
@@ -81,10 +83,11 @@ def _masked_mean(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray]) -> np.n
     return (total / np.maximum(keep.sum(axis=1), 1)).astype(np.float32)
 
 
-def _dense(weight: np.ndarray, bias: Optional[np.ndarray], activation: Optional[str],
-           dtype: str) -> Callable[..., np.ndarray]:
+def _dense(weight: np.ndarray, bias: Optional[np.ndarray], activation: Optional[str], dtype: str, group_size: int,
+           zero_point: bool) -> Callable[..., np.ndarray]:
     linear = _core.Linear(np.ascontiguousarray(weight, dtype=np.float32),
-                          None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), activation, dtype)
+                          None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), activation, dtype,
+                          group_size, zero_point)
     return lambda x, pooled, mask: linear(x)
 
 

@@ -11,7 +11,7 @@ depend on its files (docs/reliability.md, "fork() and files changing after load"
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -50,11 +50,12 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
     """
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
-                 num_threads: Optional[int] = None, head: bool = True):
+                 num_threads: Optional[int] = None, head: bool = True,
+                 quantization: Optional[Mapping[str, Any]] = None):
         if not isinstance(head, bool):
             raise TypeError(f"head must be True or False, got {head!r}")
         self._tokenizer = None
-        self._open(path, dtype, num_threads, "encoder", head=head)
+        self._open(path, dtype, num_threads, "encoder", head=head, quantization=quantization)
         #: Transformer-XL memory settings (XLNet: arch.xlnet.Memory), None for other families.
         self._memory = self._arch.memory(self._model_dir.config)
 

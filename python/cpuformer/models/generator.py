@@ -16,7 +16,7 @@ import os
 import queue
 import sys
 import threading
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -49,9 +49,9 @@ class Generator(TextMixin, ModelBase):
     _INPUT = "prompt"  # what the error messages call one input sequence
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None):
         self._tokenizer = None
-        model_dir = self._open(path, dtype, num_threads, "decoder")
+        model_dir = self._open(path, dtype, num_threads, "decoder", quantization=quantization)
         self._defaults(model_dir)
 
     def _defaults(self, md: ModelDir) -> None:

@@ -10,7 +10,7 @@ decoder's KV cache is written in place.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -53,9 +53,9 @@ class Seq2Seq(TextMixin, ModelBase):
     _generator_options = Generator._options
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None):
         self._tokenizer = None
-        model_dir = self._open(path, dtype, num_threads, "seq2seq")
+        model_dir = self._open(path, dtype, num_threads, "seq2seq", quantization=quantization)
         self._defaults(model_dir)
 
     def _defaults(self, md: ModelDir) -> None:
