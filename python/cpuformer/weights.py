@@ -8,21 +8,24 @@ before any weight is read. ``load_layers`` hands the model one layer at a time a
 layer's pages right after, so loading peaks near one copy of the weights.
 
 A converted directory (``cpuformer convert``) holds exactly what quantize-at-load computes, so
-loading it gives the same outputs bit for bit while reading a quarter (int8) or half (16-bit) of
+loading it gives the same outputs bit for bit while reading a quarter (int8), about a seventh (int4) or half (16-bit) of
 the weight bytes and doing no conversion work:
 
 - every matrix weight (``arch.MATMUL``: the projections, the LM head, BERT's pooler) under its
   checkpoint name, in nn.Linear layout [out_features, in_features] (GPT-2's Conv1D weights,
   stored [in, out] by transformers, are written transposed) as
-  int8: I8 ``<name>`` + F32 ``<name>_scale`` [out_features] (W ≈ q · scale per row), or
+  int8: I8 ``<name>`` + F32 ``<name>_scale`` [out_features] (W ≈ q · scale per row),
+  int4: U8 ``<name>`` [out_features, Kp / 2] of nibble pairs + F16 ``<name>_scale`` [out_features,
+  groups] (+ U8 ``<name>_zero`` [out_features, groups] with zero points; ops.quantize_int4), or
   float16 / bfloat16: an F16 / BF16 ``<name>``;
 - the LM head as ``lm_head.weight``, also when it is tied to the embeddings (the embedding table
   itself stays float32);
 - every other floating-point tensor as F32 (embeddings, norms, biases, T5's relative-position
   bias, tensors the architecture ignores such as task heads); other tensors as they are.
 
-config.json gains ``"cpuformer": {"dtype": ..., "format_version": 1}``; the tokenizer and
-generation files are copied. Loading a converted directory with ``dtype=None`` uses its dtype.
+config.json gains ``"cpuformer": {"dtype": ..., "format_version": 1}`` (int4 adds "group_size",
+"zero_point" and "lm_head", the head's dtype: int8 by default); the tokenizer and generation files
+are copied. Loading a converted directory with ``dtype=None`` uses its dtype and settings.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 family without a row here fails ``test_every_family_has_a_parity_row``. Each row is built with
 transformers, saved as a Hugging Face directory, loaded with ``cpuformer.load`` (which also
 checks that every checkpoint tensor is accounted for) and compared: float32 outputs within 1e-4
-of transformers' (relative to the output's scale), greedy and beam tokens identical.
+of transformers' (relative to the output's scale), greedy and beam tokens identical; and each
+family also loads in int8 and int4, with int4's error the size 4-bit weights give.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 import cpuformer as cf
 from cpuformer.arch import ARCHS, by_family
 
-from ._hf import assert_close, save_random_model
+from ._hf import assert_close, cosine_rows, save_random_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -114,6 +115,23 @@ def _noise_final_logits_bias(model):
         buffers["final_logits_bias"].normal_(0.0, 1.0)
 
 
+def _forward(model, ids, mask, target):
+    """Hidden states (encoders) or logits of the first row, the same inputs for every dtype."""
+    if model.hparams.kind == "encoder":
+        return model(ids, mask)[0]
+    if model.hparams.kind == "decoder":
+        return model.logits(ids[:1])[0]
+    return model.logits(ids, target, mask)[0]
+
+
+#: int4's distance to float32 (1 − the lowest per-position cosine) against int8's on the same
+#: checkpoint. These tiny random checkpoints (init std up to 0.2) amplify any weight error layer by
+#: layer, so both distances vary by family; 4-bit steps are ~17× int8's, and the ratio measured
+#: 16-155× across the families. A family whose int4 path were wrong (a scale, a padded group, a
+#: projection packed in the wrong format) would be near cosine 0, far outside.
+INT4_OVER_INT8 = 400
+
+
 @pytest.mark.parametrize("family", sorted(PARITY))
 def test_parity_with_transformers(family, tmp_path):
     hf = _build(family, tmp_path)
@@ -124,6 +142,16 @@ def test_parity_with_transformers(family, tmp_path):
     ids = rng.integers(3, vocab - 2, size=(2, 9))
     mask = np.ones_like(ids)
     mask[1, 6:] = 0  # the second row is shorter (right-padded)
+    # Every family runs in int4; its error is the size 4-bit weights give (docs/precision.md has
+    # the bounds on realistic shapes).
+    target = rng.integers(3, vocab - 2, size=(2, 5))
+    ref = _forward(model, ids, mask, target)
+    distance = {dtype: 1.0 - cosine_rows(_forward(cf.load(tmp_path, dtype=dtype), ids, mask, target), ref).min()
+                for dtype in ("int8", "int4")}
+    assert distance["int4"] <= max(INT4_OVER_INT8 * distance["int8"], 0.01), distance
+    assert distance["int4"] > distance["int8"], distance  # really 4 bits
+    rng = np.random.default_rng(0)  # the parity inputs below as before
+    ids = rng.integers(3, vocab - 2, size=(2, 9))
     with torch.no_grad():
         if model.hparams.kind == "encoder":
             base = getattr(hf, hf.base_model_prefix, hf)
