@@ -413,7 +413,7 @@ def available() -> tuple:
     try:
         return True, run_child(["version"], timeout=120)
     except RuntimeError as error:
-        return False, str(error)
+        return False, str(error).strip().splitlines()[-1]  # the exception line, not the traceback
 
 
 def compare(reference: np.ndarray, other: np.ndarray) -> dict:
