@@ -1,4 +1,4 @@
-"""Decoder throughput: cpuformer vs PyTorch (transformers) vs CTranslate2 float32, same weights, one run.
+"""Decoder throughput: cpuformer vs PyTorch (transformers) vs CTranslate2 vs llama.cpp, same weights, one run.
 
 Workloads (2 threads unless --threads), random weights with real shapes:
   * GPT-2 124M: decode tokens/s at batch 1 (16-token prompt, 128 new tokens) and batch 8
@@ -17,10 +17,22 @@ GIL in reductions). Prints a table and writes benchmarks/results/decoder_<date>.
 asserts a time.
 
     python benchmarks/bench_decoder.py [--quick] [--skip-llama] [--threads 2] [--no-ct2] [--no-torch]
+                                       [--no-llamacpp] [--llamacpp-kinds f32,f16,q8_0,q4_0] [--llamacpp-flash-attn]
                                        [--no-decode-vs-length] [--dtypes float32,int8,float16,bfloat16]
 
---dtypes (default: all four) also runs cpuformer with int8 / float16 / bfloat16 weights (rows
-cpuformer_<dtype>) and, with int8, CTranslate2 with compute_type=int8 (row ctranslate2_int8).
+--dtypes (default: every dtype of cpuformer.weights.DTYPES) also runs cpuformer with the other weight
+dtypes (rows cpuformer_<dtype>) and, with int8, CTranslate2 with compute_type=int8 (row
+ctranslate2_int8).
+
+llama.cpp (llama-cpp-python, rows llamacpp_<kind>) decodes and prefills GGUF files made from the same
+weights by benchmarks/_llamacpp.py: F32, F16, Q8_0 and Q4_0 (made by llama.cpp's own quantizer), each
+kind in its own process, at llama.cpp's default settings (F16 KV cache). Before timing, the F32 file's
+logits are checked against transformers' on the same weights (a 16-token sequence, F32 KV cache): when
+max |diff| exceeds 1e-3 of max |logit|, that model gets no llama.cpp rows and the run ends with exit
+status 1 (after writing the JSON). The JSON records the number
+(results.<model>.llamacpp.self_check) and llama.cpp's version (results.llamacpp). Each llama.cpp row
+carries the cpuformer dtype it is compared with ("dtype": F16 -> float16, Q8_0 -> int8, Q4_0 -> int4).
+Skipped with a message when llama_cpp or gguf does not import (pip install llama-cpp-python gguf).
 CTranslate2 runs at the instruction set it picks itself (AVX2 on AMD CPUs, even with AVX-512);
 --ct2-isa AVX512 forces AVX-512 (CT2_FORCE_CPU_ISA). The JSON records the setting (machine.ct2_isa).
 """
@@ -46,8 +58,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 
 import cpuformer as cf  # noqa: E402
+from cpuformer.weights import DTYPES  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _llamacpp  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+#: The cpuformer dtype each peer row is compared with; a peer row not listed here is float32.
+LIKE_FOR_LIKE = {"ctranslate2_int8": "cpuformer_int8", "llamacpp_f16": "cpuformer_float16",
+                 "llamacpp_q8_0": "cpuformer_int8", "llamacpp_q4_0": "cpuformer_int4"}
+LLAMACPP_DTYPE = {"f32": "float32", "f16": "float16", "q8_0": "int8", "q4_0": "int4"}
 
 
 def machine_info(threads: int) -> dict:
@@ -87,14 +107,15 @@ def apply_ct2_isa(isa: str, machine: dict) -> None:
 
 def ratio_note(engine: str, entry: dict, key: str) -> str:
     """The comparison printed after a result row, like against like: a float32 peer against
-    cpuformer float32, CTranslate2 int8 against cpuformer int8; a cpuformer dtype row states its
-    speed-up over cpuformer float32. key: the rate's name in the entries ("tok_per_s", ...)."""
+    cpuformer float32, CTranslate2 int8 and llama.cpp Q8_0 against cpuformer int8, llama.cpp Q4_0
+    against cpuformer int4 (LIKE_FOR_LIKE); a cpuformer dtype row states its speed-up over cpuformer
+    float32. key: the rate's name in the entries ("tok_per_s", ...)."""
     rate = entry[engine][key]
-    if engine == "cpuformer" or "cpuformer" not in entry or not rate:
+    if engine == "cpuformer" or not rate:
         return ""
     if engine.startswith("cpuformer_"):
-        return f"   {rate / entry['cpuformer'][key]:5.2f}x cpuformer float32"
-    ours = "cpuformer_int8" if engine == "ctranslate2_int8" else "cpuformer"
+        return f"   {rate / entry['cpuformer'][key]:5.2f}x cpuformer float32" if "cpuformer" in entry else ""
+    ours = LIKE_FOR_LIKE.get(engine, "cpuformer")
     return f"   {ours} is {entry[ours][key] / rate:5.2f}x" if ours in entry else ""
 
 
@@ -297,6 +318,57 @@ def decode_workloads(args, engines: Engines, vocab: int, cases: list, skip: set)
     return out
 
 
+def llamacpp_workloads(args, directory: str, work: str, name: str, vocab: int, cases: list, out: dict) -> dict:
+    """llama.cpp's rows for decode_workloads' cases (name, batch, prompt_len, new_tokens): GGUF files
+    of every kind in args.llamacpp_kinds, the F32 self-check against transformers, then each kind
+    timed in its own process. Adds the rows llamacpp_<kind> to out[case] and returns what the JSON
+    records about the run (files, self-check, settings); {"error": ...} when the self-check fails."""
+    gguf_dir = os.path.join(work, name + "_gguf")
+    print(f"  llama.cpp: GGUF files ({', '.join(args.llamacpp_kinds)}) of {name} ...", flush=True)
+    ids = np.random.default_rng(2).integers(10, vocab - 10, 16).tolist()
+    info: dict = {"settings": "llama-cpp-python's defaults (F16 KV cache); n_batch = n_ubatch = 512 (prefill: the "
+                              "prompt length); greedy = argmax of llama_get_logits_ith",
+                  "flash_attn": args.llamacpp_flash_attn}
+    try:
+        files = _llamacpp.run_child(["prepare", directory, gguf_dir, "--kinds", ",".join(args.llamacpp_kinds),
+                                     "--threads", str(args.threads)])["files"]
+        info["files"] = {kind: {"bytes": f["bytes"]} for kind, f in files.items()}
+        info["self_check"] = _llamacpp.self_check(directory, files["f32"]["path"], ids, args.threads, work)
+    except RuntimeError as error:
+        print(f"  ERROR llama.cpp: no rows for {name}: {error}", file=sys.stderr, flush=True)
+        info["error"] = str(error)
+        return info
+    check = info["self_check"]
+    print(f"  llama.cpp self-check ({len(ids)} tokens, F32 GGUF vs transformers float32): max |diff| "
+          f"{check['max_abs_diff']:.2e} = {check['max_abs_diff_rel']:.2e} of max |logit| {check['logit_scale']:.3g}",
+          flush=True)
+    decode_groups: dict = {}  # (prompt_len, new) -> batch sizes
+    for _, batch, plen, new in cases:
+        if new > 1:
+            decode_groups.setdefault((plen, new), []).append(batch)
+    prefills = [plen for _, _, plen, new in cases if new == 1]
+    repeats = str(1 if args.quick else 3)
+    for kind in args.llamacpp_kinds:
+        calls = [["--decode", f"{plen},{new}", "--batch", ",".join(map(str, batches)), "--prefill", "0"]
+                 for (plen, new), batches in decode_groups.items()]
+        calls += [["--decode", "", "--prefill", str(plen)] for plen in prefills]
+        for call in calls:
+            try:
+                timings = _llamacpp.run_child(["bench", files[kind]["path"], "--threads", str(args.threads),
+                                               "--repeats", repeats] + call
+                                              + (["--flash-attn"] if args.llamacpp_flash_attn else []))
+            except RuntimeError as error:
+                print(f"  llama.cpp {kind} {' '.join(call)} failed: {error}", file=sys.stderr, flush=True)
+                continue
+            for case, entry in timings.items():
+                if case in out:
+                    out[case][f"llamacpp_{kind}"] = {**entry, "dtype": LLAMACPP_DTYPE[kind], "format": kind.upper()}
+    for case, entry in out.items():
+        if isinstance(entry, dict):
+            _print_entry(case, entry, only="llamacpp_")
+    return info
+
+
 def flatness(args, directory: str, steps: int) -> dict:
     """Per-token decode time of cpuformer over `steps` steps (GPT-2, batch 1), from stream() timestamps."""
     gen = cf.Generator(directory, num_threads=args.threads)
@@ -359,9 +431,10 @@ def decode_vs_length(args, engines: Engines, vocab: int, lengths: list, new: int
     return {"lengths": lengths, "new_tokens": new, "ms_per_token": results}
 
 
-def _print_entry(name: str, entry: dict) -> None:
+def _print_entry(name: str, entry: dict, only: str = "") -> None:
+    """One line per engine of a workload's entry (only: the engines whose name starts with it)."""
     for engine, e in entry.items():
-        if not isinstance(e, dict) or "tok_per_s" not in e:
+        if not isinstance(e, dict) or "tok_per_s" not in e or not engine.startswith(only):
             continue
         print(f"  {name:<24} {engine:<18} {e['tok_per_s']:9.2f} tok/s{ratio_note(engine, entry, 'tok_per_s')}",
               flush=True)
@@ -372,22 +445,45 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="one timed run per workload, shorter flatness run")
     parser.add_argument("--skip-llama", action="store_true", help="skip the 1.1B Llama workloads")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--dtypes", default="float32,int8,float16,bfloat16",
-                        help="cpuformer weight dtypes (comma-separated); int8 adds CTranslate2 int8")
+    parser.add_argument("--dtypes", default=",".join(DTYPES),
+                        help="cpuformer weight dtypes (comma-separated; default: all of cpuformer.weights.DTYPES); "
+                             "int8 adds CTranslate2 int8")
     parser.add_argument("--no-ct2", action="store_true", help="skip CTranslate2")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch")
+    parser.add_argument("--no-llamacpp", action="store_true", help="skip llama.cpp")
+    parser.add_argument("--llamacpp-kinds", default=",".join(_llamacpp.KINDS),
+                        help="llama.cpp GGUF kinds to time (comma-separated from f32,f16,q8_0,q4_0)")
+    parser.add_argument("--llamacpp-flash-attn", action="store_true",
+                        help="llama.cpp with flash attention (llama-cpp-python's default: off)")
     add_ct2_isa_option(parser)
     parser.add_argument("--no-decode-vs-length", action="store_true",
                         help="skip the decode time per token against context length")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/decoder_<date>.json)")
     args = parser.parse_args(argv)
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    unknown = [d for d in args.dtypes if d not in DTYPES]
+    if unknown:
+        parser.error(f"--dtypes {','.join(unknown)}: this cpuformer has {', '.join(DTYPES)}")
+    args.llamacpp_kinds = [k.strip() for k in args.llamacpp_kinds.split(",") if k.strip()]
+    if any(k not in _llamacpp.KINDS for k in args.llamacpp_kinds):
+        parser.error(f"--llamacpp-kinds: choose from {', '.join(_llamacpp.KINDS)}")
     skip = ({"ct2"} if args.no_ct2 else set()) | ({"torch"} if args.no_torch else set())
+    skip |= {"llamacpp"} if args.no_llamacpp else set()
+    llamacpp_failed = False
+    if "llamacpp" not in skip:
+        usable, version = _llamacpp.available()
+        if usable:
+            print(f"llama.cpp: llama-cpp-python {version['llama_cpp_python']}")
+        else:
+            print(f"llama.cpp skipped (pip install llama-cpp-python gguf): {version}", file=sys.stderr)
+            skip.add("llamacpp")
     machine = machine_info(args.threads)
     apply_ct2_isa(args.ct2_isa, machine)
     print(f"cpuformer {cf.__version__}  isa={machine['isa']}  threads={args.threads}  cpu={machine['cpu']}  "
           f"ct2_isa={machine['ct2_isa']}")
     results: dict = {}
+    if "llamacpp" not in skip:
+        results["llamacpp"] = version
     work = tempfile.mkdtemp(prefix="cpuformer_bench_dec_")
     try:
         bandwidth = read_bandwidth(args.threads)
@@ -398,9 +494,11 @@ def main(argv=None) -> int:
         print("building GPT-2 124M (random weights) ...", flush=True)
         build_gpt2(gpt2)
         write_word_level_tokenizer(gpt2, 50257, 50256, 50256)
-        results["gpt2"] = decode_workloads(args, Engines(args, gpt2, work, "gpt2"), 50257, [
-            ("decode_b1_p16_n128", 1, 16, 128), ("decode_b8_p16_n128", 8, 16, 128), ("prefill_512", 1, 512, 1)],
-            skip)
+        cases = [("decode_b1_p16_n128", 1, 16, 128), ("decode_b8_p16_n128", 8, 16, 128), ("prefill_512", 1, 512, 1)]
+        results["gpt2"] = decode_workloads(args, Engines(args, gpt2, work, "gpt2"), 50257, cases, skip)
+        if "llamacpp" not in skip:
+            results["gpt2"]["llamacpp"] = llamacpp_workloads(args, gpt2, work, "gpt2", 50257, cases, results["gpt2"])
+            llamacpp_failed |= "error" in results["gpt2"]["llamacpp"]
         results["gpt2"]["flatness"] = flatness(args, gpt2, 200 if args.quick else 1000)
         if not args.no_decode_vs_length:
             lengths = [16, 256, 512] if args.quick else [16, 128, 256, 512, 896]
@@ -414,9 +512,12 @@ def main(argv=None) -> int:
             print("building a 1.1B Llama (TinyLlama shape, random weights) ...", flush=True)
             save_random_llama(llama, config)
             write_word_level_tokenizer(llama, 32000, 1, 2)
-            entry = decode_workloads(args, Engines(args, llama, work, "llama_1b"), 32000, [
-                ("decode_b1_p16_n32" if args.quick else "decode_b1_p16_n64", 1, 16, 32 if args.quick else 64),
-                ("prefill_512", 1, 512, 1)], skip)
+            cases = [("decode_b1_p16_n32" if args.quick else "decode_b1_p16_n64", 1, 16, 32 if args.quick else 64),
+                     ("prefill_512", 1, 512, 1)]
+            entry = decode_workloads(args, Engines(args, llama, work, "llama_1b"), 32000, cases, skip)
+            if "llamacpp" not in skip:
+                entry["llamacpp"] = llamacpp_workloads(args, llama, work, "llama_1b", 32000, cases, entry)
+                llamacpp_failed |= "error" in entry["llamacpp"]
             H, I, L, V = 2048, 5632, 22, 32000
             kv = 4 * (H // 32)
             weight_bytes = 4 * (L * (H * H * 2 + 2 * H * kv + 3 * H * I) + V * H)  # per token: every matrix once
@@ -460,11 +561,29 @@ def main(argv=None) -> int:
                     ratio = [int8_vs_ct2_int8(entry, "tok_per_s")] if both else []
                     print(f"| {model} {name} | " + " | ".join(cells + ratio) + " |")
 
+    peers = [f"llamacpp_{k}" for k in args.llamacpp_kinds]
+    if any(k in entry for model in ("gpt2", "llama_1b") for entry in results.get(model, {}).values()
+           if isinstance(entry, dict) for k in peers):
+        pairs = [(f"cpuformer {LLAMACPP_DTYPE[k[9:]]} vs {k[9:].upper()}", LIKE_FOR_LIKE.get(k, "cpuformer"), k)
+                 for k in peers]
+        print("\nllama.cpp (GGUF of the same weights), tokens/s\n| workload | " + " | ".join(peers) + " | "
+              + " | ".join(p[0] for p in pairs) + " |\n|---|" + "---|" * (2 * len(peers)))
+        for model in ("gpt2", "llama_1b"):
+            for name, entry in results.get(model, {}).items():
+                if isinstance(entry, dict) and any(k in entry for k in peers):
+                    cells = [f"{entry[k]['tok_per_s']:.2f}" if k in entry else "-" for k in peers]
+                    cells += [f"{entry[ours]['tok_per_s'] / entry[k]['tok_per_s']:.2f}x"
+                              if ours in entry and k in entry else "-" for _, ours, k in pairs]
+                    print(f"| {model} {name} | " + " | ".join(cells) + " |")
+
     path = args.output or os.path.join(RESULTS, f"decoder_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"machine": machine, "quick": args.quick, "unit": "tokens/s", "results": results}, f, indent=2)
     print(f"\nwrote {path}")
+    if llamacpp_failed:
+        print("ERROR: llama.cpp rows are missing (see above: conversion or self-check)", file=sys.stderr)
+        return 1
     return 0
 
 

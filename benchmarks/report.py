@@ -30,12 +30,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 
 ENGINE_NAMES = {"cpuformer": "cpuformer", "pytorch": "PyTorch", "torch": "PyTorch", "ctranslate2": "CTranslate2",
-                "sentence_transformers": "sentence-transformers", "onnxruntime": "ONNX Runtime"}
+                "sentence_transformers": "sentence-transformers", "onnxruntime": "ONNX Runtime",
+                "llamacpp": "llama.cpp"}
+# llama.cpp's GGUF kinds count as the cpuformer dtype they are compared with (Q8_0 with int8, Q4_0 with int4)
 DTYPE_SUFFIXES = {"fp32": "float32", "float32": "float32", "int8": "int8", "fp16": "float16", "float16": "float16",
-                  "bf16": "bfloat16", "bfloat16": "bfloat16", "int8_float32": "int8"}
+                  "bf16": "bfloat16", "bfloat16": "bfloat16", "int8_float32": "int8", "int4": "int4",
+                  "f32": "float32", "f16": "float16", "q8_0": "int8", "q4_0": "int4"}
 KINDS = ("encoder", "decoder", "seq2seq")
 COLORS = {"cpuformer": "#d62728", "PyTorch": "#1f77b4", "CTranslate2": "#2ca02c", "sentence-transformers": "#ff7f0e",
-          "ONNX Runtime": "#9467bd"}
+          "ONNX Runtime": "#9467bd", "llama.cpp": "#8c564b"}
 
 
 def engine_and_dtype(key: str, entry: Dict[str, Any]) -> Tuple[str, str]:
