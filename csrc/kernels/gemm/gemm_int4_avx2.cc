@@ -38,6 +38,11 @@ constexpr bool kUnsignedA = false;  // A rows as signed int8 (quantize_row of th
 
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
+// Bytes ahead of the block being multiplied that are prefetched: a decode step (one row) streams
+// the weights once and is bound by memory, where the hardware prefetcher alone left ~20 % of the
+// read bandwidth unused with groups of 32 (two streams per panel: scales and nibbles).
+constexpr long kPrefetchDistance = 1024;
+
 // Bytes of a panel's scales and zero points, padded so its nibble blocks start 32-byte aligned.
 inline long header_bytes(long groups, bool zero_point) {
   return ceil_div(groups * kNR * (2 + (zero_point ? 1 : 0)), 32) * 32;
@@ -103,6 +108,7 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
       __m256i sum16[R];
       for (int r = 0; r < R; ++r) sum16[r] = _mm256_setzero_si256();
       for (int b = 0; b < 4; ++b, block += 32) {
+        _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchDistance, _MM_HINT_T0);
         const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(block));
         const __m256i w_lo = _mm256_and_si256(w, low);
         const __m256i w_hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), low);
