@@ -25,7 +25,7 @@ def test_cpu_info_fields():
     assert info["num_threads"] >= 1
     if info["best_isa"] == "avx512":
         assert {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(info["features"])
-    assert list(info["matmul"]) == ["float32", "float16", "bfloat16", "int8"]
+    assert list(info["matmul"]) == ["float32", "float16", "bfloat16", "int8", "int4"]
 
 
 MATMUL_CASES = [  # (CPUFORMER_ISA, CPUFORMER_DISABLE_FEATURES, features needed, expected int8 / bfloat16)
@@ -49,6 +49,7 @@ def test_cpu_info_names_the_matmul_kernels(isa, disabled, needs, int8, bf16):
     matmul, peaks = json.loads(out.stdout)
     assert (matmul["int8"], matmul["bfloat16"]) == (int8, bf16)
     assert matmul["float32"] == ("scalar" if isa == "scalar" else f"{isa} fma")
+    assert matmul["int4"] == ("scalar" if isa == "scalar" else "avx2 vpmaddubsw")  # the avx512 level too
     assert all(math.isfinite(g) and g > 0 for g in peaks.values()), peaks
 
 

@@ -31,6 +31,7 @@ void register_runtime(py::module_& m) {
         matmul["float16"] = gemm_kernel_name(WeightType::kFloat16);
         matmul["bfloat16"] = gemm_kernel_name(WeightType::kBFloat16);
         matmul["int8"] = gemm_kernel_name(WeightType::kInt8);
+        matmul["int4"] = gemm_kernel_name(WeightType::kInt4);
         info["matmul"] = matmul;
         return info;
       },
