@@ -318,9 +318,10 @@ def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
     assert calls == [((tiny["encoder"], str(dst), "bfloat16"), {"progress": True, "quantization": None})]
     assert capsys.readouterr().out == f"wrote {dst} (bfloat16)\n"
     assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int4", "--group-size", "64", "--zero-point",
-                     "--lm-head-dtype", "int4"]) == 0
+                     "--lm-head-dtype", "int4", "--embedding-dtype", "float32"]) == 0
     assert calls[-1] == ((tiny["encoder"], str(dst), "int4"),
-                         {"progress": True, "quantization": {"group_size": 64, "zero_point": True, "lm_head": "int4"}})
+                         {"progress": True, "quantization": {"group_size": 64, "zero_point": True, "lm_head": "int4",
+                                                             "embeddings": "float32"}})
     capsys.readouterr()
 
     def refuses(src, dst, dtype, progress, quantization):

@@ -76,7 +76,8 @@ GlobalTensors ModelBuilder::global_tensors(const py::dict& tensors, const Transf
   const long H = c.hidden_size, V = c.vocab_size, E = c.embedding_width();
   std::set<std::string> used;
   GlobalTensors g;
-  g.tokens = vector(tensors, "embed.tokens", {V, E}, true, used, true);
+  // An int8 table is quantized from the dict's rows while the model is built: no float32 copy.
+  g.tokens = vector(tensors, "embed.tokens", {V, E}, true, used, c.embedding_dtype == WeightType::kFloat32);
   if (c.type_vocab_size > 0) {
     g.token_types = vector(tensors, "embed.token_types", {c.type_vocab_size, E}, true, used, true);
   }

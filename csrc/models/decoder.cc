@@ -30,7 +30,7 @@ void positions_from_mask(const int64_t* mask, long rows, long T, long* positions
 }  // namespace
 
 DecoderModel::DecoderModel(const TransformerConfig& config, const GlobalTensors& t)
-    : config_(config), word_embeddings_(t.tokens), position_embeddings_(t.decoder.positions) {
+    : config_(config), position_embeddings_(t.decoder.positions) {
   const TransformerConfig& c = config_;
   c.validate();
   if (c.positions == Positions::kRope) {
@@ -40,8 +40,10 @@ DecoderModel::DecoderModel(const TransformerConfig& config, const GlobalTensors&
     throw std::invalid_argument("a decoder needs a learned position table or RoPE");
   }
   if (c.final_norm) final_norm_ = NormWeights(c, t.decoder.final_norm.weight, t.decoder.final_norm.bias, c.hidden_size);
-  lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(word_embeddings_), t.lm_head.bias, c.vocab_size}},
+  lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(t.tokens), t.lm_head.bias, c.vocab_size}},
                     c.hidden_size, c.head_format());
+  // After the tied head is packed from the float32 rows: an int8 table is quantized from them.
+  word_embeddings_ = EmbeddingTable(t.tokens, c.vocab_size, c.hidden_size, c.embedding_dtype);
   layers_.reserve(c.num_layers);
 }
 
@@ -63,8 +65,8 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   const float scale = c.embed_scale;
   parallel_ranges(N, 16, [&](long n0, long n1) {
     for (long n = n0; n < n1; ++n) {
-      const float* word = word_embeddings_ + ids[n] * H;
       float* out = h + n * H;
+      const float* word = word_embeddings_.row(ids[n], out);
       if (position_embeddings_) {
         const float* pos = position_embeddings_ + (c.position_offset + positions[n]) * H;
         if (scale != 1.0f) {
@@ -74,7 +76,7 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
         }
       } else if (scale != 1.0f) {
         for (long j = 0; j < H; ++j) out[j] = word[j] * scale;
-      } else {
+      } else if (word != out) {
         std::memcpy(out, word, H * sizeof(float));
       }
     }

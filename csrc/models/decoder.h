@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "layers/embedding_table.h"
 #include "layers/kv_cache.h"
 #include "layers/norm.h"
 #include "layers/transformer_block.h"
@@ -48,7 +49,7 @@ class DecoderModel {
                bool all_positions, float* logits) const;
 
   TransformerConfig config_;
-  const float* word_embeddings_;
+  EmbeddingTable word_embeddings_;
   const float* position_embeddings_;
   std::vector<float> rope_inv_freq_;  // [head_dim / 2] (RoPE)
   std::vector<TransformerBlock> layers_;

@@ -14,7 +14,7 @@ namespace cpuformer {
 
 EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors& t)
     : config_(config),
-      word_embeddings_(t.tokens),
+      word_embeddings_(t.tokens, config.vocab_size, config.embedding_width(), config.embedding_dtype),
       position_embeddings_(t.encoder.positions),
       token_type_embeddings_(config.type_vocab_size > 0 ? t.token_types : nullptr) {
   config_.validate();
@@ -96,12 +96,12 @@ void EncoderModel::embed(const int64_t* input_ids, const int64_t* token_type_ids
           if (id != pad) ++count;
           position = id != pad ? pad + count : pad;
         }
-        const float* word = word_embeddings_ + id * E;
         float* row = h + r * E;
+        const float* word = word_embeddings_.row(id, row);
         if (position_embeddings_ == nullptr && scale != 1.0f) {  // RoPE: positions enter in the attention
           for (long j = 0; j < E; ++j) row[j] = word[j] * scale;
         } else if (position_embeddings_ == nullptr) {
-          std::memcpy(row, word, E * sizeof(float));
+          if (word != row) std::memcpy(row, word, E * sizeof(float));
         } else {
           const float* pos = position_embeddings_ + (config_.position_offset + position) * E;
           if (scale != 1.0f) {

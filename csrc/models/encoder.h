@@ -21,6 +21,7 @@
 #include <mutex>
 #include <vector>
 
+#include "layers/embedding_table.h"
 #include "layers/disentangled_attention.h"
 #include "layers/norm.h"
 #include "layers/relative_attention_xl.h"
@@ -75,7 +76,7 @@ class EncoderModel {
            long seq_len, float* out, float* pooled, const EncoderMemory* memory, Workspace& ws) const;
 
   TransformerConfig config_;
-  const float* word_embeddings_;
+  EmbeddingTable word_embeddings_;
   const float* position_embeddings_;
   const float* token_type_embeddings_;
   std::vector<float> rope_inv_freq_, rope_local_inv_freq_;  // [head_dim / 2] (RoPE; local: windowed layers)

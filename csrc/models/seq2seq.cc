@@ -13,7 +13,7 @@ namespace cpuformer {
 namespace { constexpr float kNegInf = -std::numeric_limits<float>::infinity(); }
 
 Seq2SeqModel::Seq2SeqModel(const TransformerConfig& config, const GlobalTensors& t)
-    : config_(config), word_embeddings_(t.tokens) {
+    : config_(config) {
   const TransformerConfig& c = config_;
   c.validate();
   const long d = c.hidden_size;
@@ -31,8 +31,10 @@ Seq2SeqModel::Seq2SeqModel(const TransformerConfig& config, const GlobalTensors&
   }
   encoder_.layers.reserve(c.num_layers);
   decoder_.layers.reserve(c.num_decoder_layers);
-  lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(word_embeddings_), t.lm_head.bias, c.vocab_size}},
+  lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(t.tokens), t.lm_head.bias, c.vocab_size}},
                     d, c.head_format());
+  // After the tied head is packed from the float32 rows: an int8 table is quantized from them.
+  word_embeddings_ = EmbeddingTable(t.tokens, c.vocab_size, d, c.embedding_dtype);
 }
 
 bool Seq2SeqModel::complete() const {
@@ -61,8 +63,8 @@ void Seq2SeqModel::embed(const int64_t* ids, const Stack& stack, long rows, long
   const float* positions = stack.positions;
   parallel_ranges(rows * len, 64, [&](long n0, long n1) {
     for (long n = n0; n < n1; ++n) {
-      const float* word = word_embeddings_ + ids[n] * d;
       float* out = h + n * d;
+      const float* word = word_embeddings_.row(ids[n], out);
       if (positions) {
         const float* pos = positions + (offset + start + n % len) * d;
         for (long j = 0; j < d; ++j) out[j] = word[j] * scale + pos[j];

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "layers/embedding_table.h"
 #include "layers/kv_cache.h"
 #include "layers/norm.h"
 #include "layers/transformer_block.h"
@@ -86,7 +87,7 @@ class Seq2SeqModel {
                    bool all_positions, float* logits, Workspace& ws) const;
 
   TransformerConfig config_;
-  const float* word_embeddings_;
+  EmbeddingTable word_embeddings_;
   Stack encoder_, decoder_;
   Linear lm_head_;
 };

@@ -96,6 +96,8 @@ void TransformerConfig::validate() const {
   if (weight_type == WeightType::kInt4 || head_dtype == WeightType::kInt4) {
     require(valid_int4_group_size(group_size), "group_size must be 32, 64 or 128, got " + std::to_string(group_size));
   }
+  require(embedding_dtype == WeightType::kFloat32 || embedding_dtype == WeightType::kInt8,
+          "embedding_dtype must be 'float32' or 'int8'");
   require_in_features(head_dtype, {{"hidden_size", hidden_size}});
   require_in_features(weight_type, {{"hidden_size", hidden_size},
                                     {"num_heads × head_dim", q},

@@ -95,6 +95,9 @@ struct TransformerConfig {
   // Storage of the LM head. The loader's policy (python/cpuformer/weights.py) keeps it at int8 when
   // the projections are int4, as quantization error in the logits costs more than elsewhere.
   WeightType head_dtype = WeightType::kFloat32;
+  // Storage of the token-embedding table: float32, or int8 rows (layers/embedding_table.h; the
+  // loader's policy picks int8 when the projections are int4).
+  WeightType embedding_dtype = WeightType::kFloat32;
 
   // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
   template <class Visitor>
@@ -145,6 +148,7 @@ struct TransformerConfig {
     v("group_size", group_size);
     v("zero_point", zero_point);
     v("head_dtype", head_dtype);
+    v("embedding_dtype", embedding_dtype);
   }
 
   // The storage of the projections (and the pooler) and of the LM head.

@@ -23,9 +23,10 @@ def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads
 
     dtype: weight storage of the matrix multiplications, "float32", "float16", "bfloat16", "int8"
     or "int4" (docs/precision.md); None: float32, or the dtype a converted directory stores.
-    quantization: {"group_size": 32 | 64 | 128, "zero_point": bool} for int4 weights and
-    {"lm_head": dtype} for the LM head (int8 by default under int4); None: the defaults, or what a
-    converted directory stores.
+    quantization: {"group_size": 32 | 64 | 128, "zero_point": bool} for int4 weights,
+    {"lm_head": dtype} for the LM head and {"embeddings": "float32" | "int8"} for the token-embedding
+    table (both int8 by default under int4); None: the defaults, or what a converted directory
+    stores.
     """
     model_dir = ModelDir(path)
     try:

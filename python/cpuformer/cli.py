@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .arch import KIND_TEXT, find, titles
 from .models import CLASSES
-from .weights import DTYPES, GROUP_SIZES
+from .weights import DTYPES, EMBEDDING_DTYPES, GROUP_SIZES
 
 _KIND_COMMAND = {"encoder": "embed", "decoder": "generate", "seq2seq": "translate"}
 
@@ -28,10 +28,10 @@ class UserError(Exception):
 # ---- helpers ----------------------------------------------------------------------------------
 
 def _quantization(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
-    """The ``quantization`` argument from --group-size, --zero-point and --lm-head-dtype (the ones
-    given), or None."""
+    """The ``quantization`` argument from --group-size, --zero-point, --lm-head-dtype and
+    --embedding-dtype (the ones given), or None."""
     given = {"group_size": getattr(args, "group_size", None), "zero_point": getattr(args, "zero_point", None),
-             "lm_head": getattr(args, "lm_head_dtype", None)}
+             "lm_head": getattr(args, "lm_head_dtype", None), "embeddings": getattr(args, "embedding_dtype", None)}
     given = {key: value for key, value in given.items() if value is not None}
     return given or None
 
@@ -475,6 +475,8 @@ def _add_quantization_options(p: argparse.ArgumentParser) -> None:
                    help="int4: a zero point per group (asymmetric; default symmetric)")
     p.add_argument("--lm-head-dtype", default=None, choices=DTYPES,
                    help="dtype of the LM head and task heads (default: the model's dtype; int8 under int4)")
+    p.add_argument("--embedding-dtype", default=None, choices=EMBEDDING_DTYPES,
+                   help="storage of the token-embedding table (default float32; int8 under int4)")
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:

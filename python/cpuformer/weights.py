@@ -62,7 +62,9 @@ ZERO = "_zero"
 #: The group sizes of int4 weights (input channels per scale).
 GROUP_SIZES = (32, 64, 128)
 #: The keys of the ``quantization`` argument of the models, ``load`` and ``convert``.
-QUANTIZATION_KEYS = ("group_size", "zero_point", "lm_head")
+QUANTIZATION_KEYS = ("group_size", "zero_point", "lm_head", "embeddings")
+#: The storage of the token-embedding table.
+EMBEDDING_DTYPES = ("float32", "int8")
 
 PathLike = Union[str, os.PathLike]
 
@@ -94,12 +96,15 @@ def stored_dtype(config: Mapping[str, Any]) -> Optional[str]:
 
 
 def check_quantization(quantization: Optional[Mapping[str, Any]], dtype: str) -> Dict[str, Any]:
-    """The quantization settings of a model in ``dtype``: {"group_size", "zero_point", "lm_head"}.
+    """The quantization settings of a model in ``dtype``: {"group_size", "zero_point", "lm_head",
+    "embeddings"}.
 
-    Defaults: int4 groups of 32 input channels, symmetric, and the LM head in int8 (the policy of
-    docs/precision.md, "Which tensors are quantized"); for the other dtypes the LM head in the model's
-    dtype. ``quantization`` overrides them: group_size (32, 64 or 128) and zero_point (bool) for
-    int4 weights only, lm_head (a dtype) for any. TypeError / ValueError naming the key otherwise."""
+    Defaults: int4 groups of 32 input channels, symmetric, the LM head in int8 and the token
+    embedding table in int8 rows (the policy of docs/precision.md, "Which tensors are quantized");
+    for the other dtypes the LM head in the model's dtype and the table in float32. ``quantization``
+    overrides them: group_size (32, 64 or 128) and zero_point (bool) for int4 weights only, lm_head
+    (a dtype) and embeddings ("float32" or "int8") for any. TypeError / ValueError naming the key
+    otherwise."""
     if quantization is None:
         quantization = {}
     if not isinstance(quantization, Mapping):
@@ -111,6 +116,9 @@ def check_quantization(quantization: Optional[Mapping[str, Any]], dtype: str) ->
     lm_head = quantization.get("lm_head", "int8" if dtype == "int4" else dtype)
     if lm_head not in DTYPES:
         raise ValueError(f"quantization: lm_head must be one of {', '.join(repr(d) for d in DTYPES)}, got {lm_head!r}")
+    embeddings = quantization.get("embeddings", "int8" if dtype == "int4" else "float32")
+    if embeddings not in EMBEDDING_DTYPES:
+        raise ValueError(f"quantization: embeddings must be 'float32' or 'int8', got {embeddings!r}")
     int4 = "int4" in (dtype, lm_head)
     for key in ("group_size", "zero_point"):
         if key in quantization and not int4:
@@ -122,7 +130,7 @@ def check_quantization(quantization: Optional[Mapping[str, Any]], dtype: str) ->
     zero_point = quantization.get("zero_point", False)
     if not isinstance(zero_point, bool):
         raise TypeError(f"quantization: zero_point must be True or False, got {zero_point!r}")
-    return {"group_size": group_size, "zero_point": zero_point, "lm_head": lm_head}
+    return {"group_size": group_size, "zero_point": zero_point, "lm_head": lm_head, "embeddings": embeddings}
 
 
 def resolve_dtype(dtype: Optional[str], config: Mapping[str, Any],
@@ -152,11 +160,12 @@ def resolve_dtype(dtype: Optional[str], config: Mapping[str, Any],
 
 def graph_format(dtype: str, settings: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """The weight-format fields of the C++ model config (TransformerConfig: dtype, head_dtype,
-    group_size, zero_point); settings: check_quantization's (its defaults when None)."""
+    group_size, zero_point, embedding_dtype); settings: check_quantization's (its defaults when
+    None)."""
     if settings is None:
         settings = check_quantization(None, dtype)
     return {"dtype": dtype, "head_dtype": settings["lm_head"], "group_size": settings["group_size"],
-            "zero_point": settings["zero_point"]}
+            "zero_point": settings["zero_point"], "embedding_dtype": settings["embeddings"]}
 
 
 # ---- reading a checkpoint --------------------------------------------------------------------------
@@ -542,6 +551,8 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
                     config["cpuformer"].update(group_size=settings["group_size"], zero_point=settings["zero_point"])
                 if settings["lm_head"] != dtype or dtype == "int4":
                     config["cpuformer"]["lm_head"] = settings["lm_head"]
+                if settings["embeddings"] != "float32" or dtype == "int4":
+                    config["cpuformer"]["embeddings"] = settings["embeddings"]
                 with open(work / CONFIG_FILE, "w", encoding="utf-8") as f:
                     json.dump(config, f, indent=2)
                     f.write("\n")
@@ -628,5 +639,5 @@ def _sigterm_raises() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["DTYPES", "GROUP_SIZES", "QUANTIZATION_KEYS", "Checkpoint", "check_dtype", "check_quantization", "convert",
-           "graph_format", "load_layers", "resolve_dtype", "stored_dtype"]
+__all__ = ["DTYPES", "EMBEDDING_DTYPES", "GROUP_SIZES", "QUANTIZATION_KEYS", "Checkpoint", "check_dtype",
+           "check_quantization", "convert", "graph_format", "load_layers", "resolve_dtype", "stored_dtype"]

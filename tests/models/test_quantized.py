@@ -249,7 +249,7 @@ def test_converted_directory_gives_identical_outputs(bert_dir, decoder_dirs, seq
     dst = tmp_path / "converted"
     cf.convert(src, dst, dtype, progress=False)
     config = json.loads((dst / "config.json").read_text())
-    int4 = {"group_size": 32, "zero_point": False, "lm_head": "int8"} if dtype == "int4" else {}
+    int4 = {"group_size": 32, "zero_point": False, "lm_head": "int8", "embeddings": "int8"} if dtype == "int4" else {}
     assert config["cpuformer"] == {"dtype": dtype, "format_version": 1, **int4}
     expected = _outputs(cf.load(src, dtype=dtype), name, vocab)
     converted = cf.load(dst)  # dtype=None: the stored one
@@ -475,7 +475,8 @@ def test_encoder_int4_cosine(bert_dir, quantization):
     ref, ref_pooled = cf.Encoder(bert_dir)(ids, return_pooler=True)
     enc = cf.Encoder(bert_dir, dtype="int4", quantization=quantization)
     assert enc.dtype == "int4" and "dtype=int4" in repr(enc)
-    assert enc.quantization == {"group_size": 32, "zero_point": False, "lm_head": "int8", **(quantization or {})}
+    assert enc.quantization == {"group_size": 32, "zero_point": False, "lm_head": "int8", "embeddings": "int8",
+                                **(quantization or {})}
     ours, pooled = enc(ids, return_pooler=True)
     assert cosine_rows(ours, ref).min() >= 0.97, cosine_rows(ours, ref).min()
     assert cosine_rows(pooled, ref_pooled).min() >= 0.97
@@ -514,7 +515,7 @@ def test_lm_head_policy_and_override(decoder_dirs):
     ids = _ids(DECODERS["llama"][2]["vocab_size"], batch=2, seq=16, seed=3)
     default = cf.Generator(directory, dtype="int4").logits(ids)
     int4_head = cf.Generator(directory, dtype="int4", quantization={"lm_head": "int4"})
-    assert int4_head.quantization == {"group_size": 32, "zero_point": False, "lm_head": "int4"}
+    assert int4_head.quantization == {"group_size": 32, "zero_point": False, "lm_head": "int4", "embeddings": "int8"}
     float_head = cf.Generator(directory, dtype="int4", quantization={"lm_head": "float32"}).logits(ids)
     assert not np.array_equal(int4_head.logits(ids), default)
     assert not np.array_equal(float_head, default)
@@ -540,7 +541,8 @@ def test_seq2seq_int4(seq2seq_dirs, name):
 def test_quantization_argument_errors(bert_dir):
     cases = [
         ({"bits": 4}, ValueError, "quantization: unknown key 'bits'; the keys are 'group_size', 'zero_point', "
-                                  "'lm_head'"),
+                                  "'lm_head', 'embeddings'"),
+        ({"embeddings": "int4"}, ValueError, "quantization: embeddings must be 'float32' or 'int8', got 'int4'"),
         ({"group_size": 48}, ValueError, "quantization: group_size must be one of 32, 64, 128, got 48"),
         ({"group_size": True}, ValueError, "quantization: group_size must be one of 32, 64, 128, got True"),
         ({"zero_point": "yes"}, TypeError, "quantization: zero_point must be True or False, got 'yes'"),
@@ -567,7 +569,7 @@ def test_int4_conversion_round_trips_its_settings(decoder_dirs, tmp_path):
     from cpuformer._model_dir import ModelDir
 
     src = decoder_dirs["llama"]
-    settings = {"group_size": 64, "zero_point": True, "lm_head": "int4"}
+    settings = {"group_size": 64, "zero_point": True, "lm_head": "int4", "embeddings": "int8"}
     dst = tmp_path / "llama_int4"
     cf.convert(src, dst, "int4", progress=False, quantization=settings)
     assert json.loads((dst / "config.json").read_text())["cpuformer"] == {"dtype": "int4", "format_version": 1,
@@ -646,3 +648,23 @@ def test_damaged_int4_directories(decoder_dirs, tmp_path):
     (bad / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="quantization: group_size must be one of 32, 64, 128, got 48"):
         cf.load(bad)
+
+
+def test_embedding_table_policy(decoder_dirs, bert_dir, seq2seq_dirs):
+    # int4 keeps the token-embedding table as int8 rows (a quarter of its float32 bytes); float32
+    # keeps the table exact, and the int8 table moves the outputs only slightly.
+    for directory, vocab, open_model, run in (
+            (decoder_dirs["gpt2"], DECODERS["gpt2"][2]["vocab_size"], cf.Generator, lambda m, i: m.logits(i)),
+            (bert_dir, 120, cf.Encoder, lambda m, i: m(i)),
+            (seq2seq_dirs["marian"], SEQ2SEQ["marian"][2]["vocab_size"] - 1, cf.Seq2Seq,
+             lambda m, i: m.logits(i, i[:, :5]))):
+        ids = _ids(vocab, batch=2, seq=12, seed=11)
+        int8_table = open_model(directory, dtype="int4")
+        assert int8_table.quantization["embeddings"] == "int8"
+        float_table = open_model(directory, dtype="int4", quantization={"embeddings": "float32"})
+        a, b = run(int8_table, ids), run(float_table, ids)
+        assert not np.array_equal(a, b)
+        assert cosine_rows(a, b).min() >= 0.995
+        # any dtype may take an int8 table
+        f32 = open_model(directory, quantization={"embeddings": "int8"})
+        assert cosine_rows(run(f32, ids), run(open_model(directory), ids)).min() >= 0.9999
