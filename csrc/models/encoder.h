@@ -21,8 +21,8 @@
 #include <mutex>
 #include <vector>
 
-#include "layers/embedding_table.h"
 #include "layers/disentangled_attention.h"
+#include "layers/embedding_table.h"
 #include "layers/norm.h"
 #include "layers/relative_attention_xl.h"
 #include "layers/transformer_block.h"
