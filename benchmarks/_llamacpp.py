@@ -28,14 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import struct
 import subprocess
 import sys
-import time
 from typing import Dict, List, Optional
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import timed  # noqa: E402
 
 KINDS = ("f32", "f16", "q8_0", "q4_0")
 #: llama_ftype of each kind (llama.h's LLAMA_FTYPE_*).
@@ -283,15 +284,6 @@ def reference_logits(hf_dir: str, ids: List[int], threads: int) -> np.ndarray:
         return model(torch.tensor([ids])).logits[0].float().numpy()
 
 
-def _timed(fn, repeats: int) -> dict:
-    """Median / min / max seconds of fn() over `repeats` runs after one warm-up run (as bench_decoder.py)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return {"seconds": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
 def _decode_batch(ctx, vocab: int, prompts: List[List[int]], new: int) -> List[List[int]]:
@@ -361,7 +353,7 @@ def bench(path: str, threads: int, prompt_len: int, new: int, batches: List[int]
         for batch in batches:
             prompts = rng.integers(10, vocab - 10, (batch, prompt_len)).tolist()
             if batch == 1:
-                entry = _timed(lambda: _decode_one(llm, prompts[0], new), repeats)
+                entry = timed(lambda: _decode_one(llm, prompts[0], new), repeats)
             else:
                 # The Llama class makes single-sequence contexts: a second context on the same weights
                 # holds `batch` sequences in one unified KV cache.
@@ -373,7 +365,7 @@ def bench(path: str, threads: int, prompt_len: int, new: int, batches: List[int]
                 if not ctx:
                     raise RuntimeError(f"llama.cpp could not make a context of {batch} sequences")
                 try:
-                    entry = _timed(lambda: _decode_batch(ctx, vocab, prompts, new), repeats)
+                    entry = timed(lambda: _decode_batch(ctx, vocab, prompts, new), repeats)
                 finally:
                     llama_cpp.llama_free(ctx)
             entry["tok_per_s"] = batch * new / entry["seconds"]
@@ -384,7 +376,7 @@ def bench(path: str, threads: int, prompt_len: int, new: int, batches: List[int]
             def fill():
                 llm.reset()
                 llm.eval(prompt)
-            entry = _timed(fill, repeats)
+            entry = timed(fill, repeats)
             entry["tok_per_s"] = prefill / entry["seconds"]
             results[f"prefill_{prefill}"] = entry
     finally:

@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -62,6 +61,7 @@ from cpuformer.weights import DTYPES  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _llamacpp  # noqa: E402
+from _timing import timed  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 #: The cpuformer dtype each peer row is compared with; a peer row not listed here is float32.
@@ -123,17 +123,6 @@ def int8_vs_ct2_int8(entry: dict, key: str) -> str:
     """cpuformer int8 over CTranslate2 int8 for the quantized tables, "-" when either is missing."""
     pair = [entry.get(k, {}).get(key) for k in ("cpuformer_int8", "ctranslate2_int8")]
     return f"{pair[0] / pair[1]:.2f}x" if all(pair) else "-"
-
-
-def timed(fn, repeats: int) -> dict:
-    """Median / min / max seconds of fn() over `repeats` runs after one warm-up run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return {"seconds": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
 def rate(entry: dict, tokens: int) -> dict:

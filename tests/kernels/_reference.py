@@ -1,4 +1,4 @@
-"""Float64 references and helpers shared by the GEMM tests (test_gemm_int8.py, test_gemm_half.py)."""
+"""Float64 references and helpers shared by the GEMM tests (test_gemm_int8.py, test_gemm_int4.py, test_gemm_half.py)."""
 
 import math
 import os
@@ -24,6 +24,24 @@ def activate(z, activation):
     if activation == "silu":
         return z / (1.0 + np.exp(-z))
     return z
+
+
+def assert_epilogue(y, z, activation=None, residual=None):
+    """y (a quantized GEMM's output) against its float32 pre-activation model z: bit for bit
+    without an activation (residual added in float32), else within the activation kernels' stated
+    bound (2e-6 absolute + 1e-6 relative, with margin) plus the float32 rounding of the residual."""
+    if activation is None:
+        ref = z if residual is None else (z + residual).astype(np.float32)
+        np.testing.assert_array_equal(y, ref)
+        return
+    ref = activate(z, activation)
+    if residual is not None:
+        ref = ref + residual
+    tol = 4e-6 + 3e-6 * np.abs(ref)
+    if residual is not None:
+        tol = tol + 1.2e-7 * np.abs(residual)  # the float32 rounding of the final add
+    err = np.abs(y - ref)
+    assert np.all(err <= tol), f"max excess {float((err - tol).max()):.3g}"
 
 
 def randn(rng, *shape):

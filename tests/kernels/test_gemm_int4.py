@@ -16,7 +16,7 @@ import pytest
 
 from cpuformer import ops
 
-from ._reference import activate, assert_threads_agree, randn
+from ._reference import assert_epilogue, assert_threads_agree, randn
 from .test_gemm_int8 import quantize_rows
 
 
@@ -67,18 +67,7 @@ def check(x, w, bias=None, activation=None, residual=None, group_size=32, zero_p
     assert (lin.dtype, lin.group_size, lin.zero_point) == ("int4", group_size, zero_point)
     y = lin(x, residual.copy() if residual is not None else None)
     assert y.dtype == np.float32 and y.shape == (x.shape[0], w.shape[0])
-    z = preactivation(x, w, bias, group_size, zero_point)
-    if activation is None:
-        ref = z if residual is None else (z + residual).astype(np.float32)
-        np.testing.assert_array_equal(y, ref)
-    else:
-        ref = activate(z, activation)
-        if residual is not None:
-            ref = ref + residual
-        tol = 4e-6 + 3e-6 * np.abs(ref)
-        if residual is not None:
-            tol = tol + 1.2e-7 * np.abs(residual)
-        assert np.all(np.abs(y - ref) <= tol)
+    assert_epilogue(y, preactivation(x, w, bias, group_size, zero_point), activation, residual)
     return y
 
 

@@ -19,7 +19,7 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-from ._reference import activate, assert_threads_agree, randn, rerun_with_features_hidden
+from ._reference import assert_epilogue, assert_threads_agree, randn, rerun_with_features_hidden
 
 
 def quantize_rows(x):
@@ -51,19 +51,7 @@ def check(x, w, bias=None, activation=None, residual=None):
     lin = ops.Linear(w, bias, activation, dtype="int8")
     y = lin(x, residual.copy() if residual is not None else None)
     assert y.dtype == np.float32 and y.shape == (x.shape[0], w.shape[0])
-    z = preactivation(x, w, bias)
-    if activation is None:
-        ref = z if residual is None else (z + residual).astype(np.float32)
-        np.testing.assert_array_equal(y, ref)
-    else:
-        ref = activate(z, activation)
-        if residual is not None:
-            ref = ref + residual
-        tol = 4e-6 + 3e-6 * np.abs(ref)
-        if residual is not None:
-            tol = tol + 1.2e-7 * np.abs(residual)  # the float32 rounding of the final add
-        err = np.abs(y - ref)
-        assert np.all(err <= tol), f"max excess {float((err - tol).max()):.3g}"
+    assert_epilogue(y, preactivation(x, w, bias), activation, residual)
     return y
 
 
