@@ -1,6 +1,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "kernels/gemm/gemm.h"
 #include "runtime/compute_slots.h"
 #include "runtime/cpu_features.h"
@@ -58,6 +62,15 @@ void register_runtime(py::module_& m) {
       "reset.");
   m.def("_reset_compute_slots_peak", &reset_compute_slots_peak,
         "Test hook: restart the peak from the slots in use now.");
+  m.def(
+      "_release_free_memory",
+      [] {
+#if defined(__GLIBC__)
+        malloc_trim(0);
+#endif
+      },
+      "Returns the heap memory freed by loading (conversion and packing buffers) to the system (glibc's "
+      "malloc_trim; a no-op elsewhere).");
 }
 
 }  // namespace bindings

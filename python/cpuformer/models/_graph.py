@@ -32,6 +32,9 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any]) -> Any:
     del tensors
     checkpoint.release(names)  # copied or packed by the model
     load_layers(checkpoint, model.add_layer)
+    # The buffers that quantized and packed the weights are free now, but the C library keeps
+    # freed heap memory for reuse: hand it back, so the resident size is the model's.
+    _core._release_free_memory()
     return model
 
 
