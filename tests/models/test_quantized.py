@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -550,19 +551,13 @@ def test_quantization_argument_errors(bert_dir):
                                           "'int8', 'int4', got 'int3'"),
     ]
     for quantization, error, message in cases:
-        with pytest.raises(error, match=re_escape(message)):
+        with pytest.raises(error, match=re.escape(message)):
             cf.Encoder(bert_dir, dtype="int4", quantization=quantization)
-    with pytest.raises(ValueError, match=re_escape("quantization: 'group_size' applies to int4 weights only "
+    with pytest.raises(ValueError, match=re.escape("quantization: 'group_size' applies to int4 weights only "
                                                    "(dtype is 'int8')")):
         cf.Encoder(bert_dir, dtype="int8", quantization={"group_size": 64})
     with pytest.raises(TypeError, match="quantization must be None or a dict, got list"):
         cf.load(bert_dir, dtype="int4", quantization=[32])
-
-
-def re_escape(text):
-    import re
-
-    return re.escape(text)
 
 
 def test_int4_conversion_round_trips_its_settings(decoder_dirs, tmp_path):
@@ -591,7 +586,7 @@ def test_int4_conversion_round_trips_its_settings(decoder_dirs, tmp_path):
     assert loaded.dtype == "int4" and loaded.quantization == settings
     np.testing.assert_array_equal(loaded.logits(ids), cf.load(src, dtype="int4", quantization=settings).logits(ids))
     np.testing.assert_array_equal(cf.load(dst, quantization={"group_size": 64}).logits(ids), loaded.logits(ids))
-    with pytest.raises(ValueError, match=re_escape("this directory was converted with group_size=64; load it "
+    with pytest.raises(ValueError, match=re.escape("this directory was converted with group_size=64; load it "
                                                    "without quantization['group_size'], or convert the original "
                                                    "checkpoint with group_size=32")):
         cf.load(dst, quantization={"group_size": 32})
@@ -609,8 +604,6 @@ def test_damaged_int4_directories(decoder_dirs, tmp_path):
     dst = tmp_path / "int4"
     cf.convert(decoder_dirs["llama"], dst, "int4", progress=False, quantization={"zero_point": True})
     name = "model.layers.1.mlp.gate_proj.weight"
-    where = f"{dst.parent / 'x'}"  # (the messages name the broken copy; only their tails are matched)
-    del where
 
     def set_item(key, value):
         def change(t):
@@ -639,7 +632,7 @@ def test_damaged_int4_directories(decoder_dirs, tmp_path):
     for i, (change, message) in enumerate(cases):
         broken = tmp_path / f"broken{i}"
         _rewrite(dst, broken, change)
-        with pytest.raises(ValueError, match=re_escape(message)):
+        with pytest.raises(ValueError, match=re.escape(message)):
             cf.Generator(broken)
     bad = tmp_path / "bad_group"
     shutil.copytree(dst, bad)
