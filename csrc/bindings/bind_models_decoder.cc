@@ -99,8 +99,13 @@ class PyDecoderModel : private ModelBuilder {
   // prompts: token-id lists (validated here); options: the GenerationOptions fields by name,
   // already validated by the Python layer. Returns (tokens, log_probs or None).
   py::tuple generate(const std::vector<std::vector<int64_t>>& prompts, const py::dict& options,
-                     const py::object& callback, int num_threads) const {
+                     const py::object& callback, int num_threads, const py::object& assistant) const {
     check_complete();
+    const PyDecoderModel* draft = nullptr;
+    if (!assistant.is_none()) {
+      draft = assistant.cast<const PyDecoderModel*>();
+      draft->check_complete();
+    }
     const TransformerConfig& c = model_->config();
     if (prompts.empty()) throw py::value_error("generate() needs at least one prompt");
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -134,13 +139,16 @@ class PyDecoderModel : private ModelBuilder {
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       DecoderSession session(*model_);
-      result = cpuformer::generate(session, prompts, o, on_token);
+      std::unique_ptr<DecoderSession> draft_session;
+      if (draft) draft_session = std::make_unique<DecoderSession>(*draft->model_);
+      result = cpuformer::generate(session, prompts, o, on_token, nullptr, draft_session.get());
     } catch (const Interrupted&) {
       raise_interrupted();
     }
     py::object log_probs = py::none();
     if (o.return_log_probs) log_probs = py::cast(result.log_probs);
-    return py::make_tuple(py::cast(result.tokens), log_probs);
+    return py::make_tuple(py::cast(result.tokens), log_probs,
+                          speculation_stats(result, draft != nullptr || o.prompt_lookup_num_tokens > 0));
   }
 
   long vocab_size() const { return model_->config().vocab_size; }
@@ -234,7 +242,7 @@ void register_models_decoder(py::module_& m) {
       .def("logits", &PyDecoderModel::logits, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("num_threads") = 0)
       .def("generate", &PyDecoderModel::generate, py::arg("prompts"), py::arg("options"),
-           py::arg("callback") = py::none(), py::arg("num_threads") = 0)
+           py::arg("callback") = py::none(), py::arg("num_threads") = 0, py::arg("assistant") = py::none())
       .def_property_readonly("vocab_size", &PyDecoderModel::vocab_size)
       .def_property_readonly("max_positions", &PyDecoderModel::max_positions);
 }

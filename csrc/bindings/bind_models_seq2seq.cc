@@ -120,8 +120,13 @@ class PySeq2SeqModel : private ModelBuilder {
   // sources: token-id lists; options: GenerationOptions fields by name (validated by the Python
   // layer) plus decoder_start_token_id. Returns (tokens, log_probs or None).
   py::tuple generate(const std::vector<std::vector<int64_t>>& sources, const py::dict& options,
-                     const py::object& callback, int num_threads) const {
+                     const py::object& callback, int num_threads, const py::object& assistant) const {
     check_complete();
+    const PySeq2SeqModel* draft = nullptr;
+    if (!assistant.is_none()) {
+      draft = assistant.cast<const PySeq2SeqModel*>();
+      draft->check_complete();
+    }
     const TransformerConfig& c = model_->config();
     if (sources.empty()) throw py::value_error("generate() needs at least one source");
     for (size_t i = 0; i < sources.size(); ++i) {
@@ -165,13 +170,16 @@ class PySeq2SeqModel : private ModelBuilder {
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
       Seq2SeqSession session(*model_, start);
-      result = cpuformer::generate(session, sources, o, on_token, &histories);
+      std::unique_ptr<Seq2SeqSession> draft_session;
+      if (draft) draft_session = std::make_unique<Seq2SeqSession>(*draft->model_, start);
+      result = cpuformer::generate(session, sources, o, on_token, &histories, draft_session.get());
     } catch (const Interrupted&) {
       raise_interrupted();
     }
     py::object log_probs = py::none();
     if (o.return_log_probs) log_probs = py::cast(result.log_probs);
-    return py::make_tuple(py::cast(result.tokens), log_probs);
+    return py::make_tuple(py::cast(result.tokens), log_probs,
+                          speculation_stats(result, draft != nullptr || o.prompt_lookup_num_tokens > 0));
   }
 
   long vocab_size() const { return model_->config().vocab_size; }
@@ -243,7 +251,7 @@ void register_models_seq2seq(py::module_& m) {
       .def("logits", &PySeq2SeqModel::logits, py::arg("input_ids"), py::arg("decoder_input_ids"),
            py::arg("attention_mask") = py::none(), py::arg("num_threads") = 0)
       .def("generate", &PySeq2SeqModel::generate, py::arg("sources"), py::arg("options"),
-           py::arg("callback") = py::none(), py::arg("num_threads") = 0)
+           py::arg("callback") = py::none(), py::arg("num_threads") = 0, py::arg("assistant") = py::none())
       .def_property_readonly("vocab_size", &PySeq2SeqModel::vocab_size)
       .def_property_readonly("max_positions", &PySeq2SeqModel::max_positions);
 }

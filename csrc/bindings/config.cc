@@ -133,5 +133,14 @@ const char* kind_name(ModelKind kind) {
   return "?";
 }
 
+pybind11::object speculation_stats(const GenerationResult& result, bool speculative) {
+  if (!speculative) return pybind11::none();
+  pybind11::dict stats;
+  stats["target_passes"] = result.target_passes;
+  stats["draft_tokens"] = result.draft_tokens;
+  stats["accepted_tokens"] = result.accepted_tokens;
+  return std::move(stats);
+}
+
 }  // namespace bindings
 }  // namespace cpuformer

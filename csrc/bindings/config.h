@@ -26,6 +26,10 @@ TransformerConfig transformer_config(const pybind11::dict& config);
 // option nor in `extra` (a model kind's own, e.g. decoder_start_token_id) is a ValueError.
 GenerationOptions generation_options(const pybind11::dict& options, const std::vector<std::string>& extra = {});
 
+// A speculative run's counts as a dict (target_passes, draft_tokens, accepted_tokens); None for
+// a plain run.
+pybind11::object speculation_stats(const GenerationResult& result, bool speculative);
+
 // "encoder" / "decoder" / "seq2seq".
 const char* kind_name(ModelKind kind);
 

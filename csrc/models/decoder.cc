@@ -177,6 +177,24 @@ void DecoderSession::step(const int64_t* tokens, float* logits) {
   model_.forward(cache_, ws_, tokens, positions_.data(), rows, 1, false, logits);
 }
 
+void DecoderSession::extend(const int64_t* tokens, long count, float* logits) {
+  const long slot = cache_.length(), max_len = cache_.max_len();
+  if (cache_.rows() != 1) throw std::logic_error("extend() runs one row");
+  if (count < 1 || count > max_len - slot) throw std::logic_error("the KV cache is full");
+  positions_.resize(count);
+  for (long t = 0; t < count; ++t) {
+    cache_.key_mask()[slot + t] = 0.0f;
+    positions_[t] = next_position_[0]++;
+  }
+  model_.forward(cache_, ws_, tokens, positions_.data(), 1, count, true, logits);
+}
+
+void DecoderSession::rollback(long count) {
+  if (count < 0 || count > cache_.length()) throw std::logic_error("rollback() past the start of the cache");
+  cache_.set_length(cache_.length() - count);
+  next_position_[0] -= count;
+}
+
 void DecoderSession::reorder(const long* source) {
   cache_.reorder(source);
   std::vector<long> old(next_position_);

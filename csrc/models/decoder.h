@@ -67,6 +67,9 @@ class DecoderSession : public StepModel {
                float* logits) override;
   void step(const int64_t* tokens, float* logits) override;
   void reorder(const long* source) override;
+  bool can_extend() const override { return true; }
+  void extend(const int64_t* tokens, long count, float* logits) override;
+  void rollback(long count) override;
 
  private:
   const DecoderModel& model_;

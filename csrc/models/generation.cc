@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -483,11 +484,229 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
   return result;
 }
 
+// ---- speculative decoding ----------------------------------------------------------------
+
+// softmax(scores) in double (the distribution sample() draws from).
+void softmax(const float* scores, long V, std::vector<double>& p) {
+  p.resize(V);
+  double m = -std::numeric_limits<double>::infinity();
+  for (long i = 0; i < V; ++i) m = std::max(m, static_cast<double>(scores[i]));
+  double total = 0.0;
+  for (long i = 0; i < V; ++i) total += (p[i] = std::isfinite(m) ? std::exp(static_cast<double>(scores[i]) - m) : 0.0);
+  for (long i = 0; i < V; ++i) p[i] = total > 0.0 ? p[i] / total : 0.0;
+}
+
+double uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0); }
+
+// Draws from a distribution given as (not necessarily normalised) non-negative weights.
+long sample_weights(const std::vector<double>& w, std::mt19937_64& rng) {
+  double total = 0.0;
+  for (double x : w) total += x;
+  const double u = uniform(rng) * total;
+  double cumulative = 0.0;
+  long last = 0;
+  for (long i = 0; i < static_cast<long>(w.size()); ++i) {
+    if (w[i] <= 0.0) continue;
+    cumulative += w[i];
+    last = i;
+    if (u < cumulative) return i;
+  }
+  return last;
+}
+
+// Prompt-lookup drafting (transformers' PromptLookupCandidateGenerator): the last n tokens of
+// seq (n from max_ngram down to 1) are looked up earlier in seq; the first match's continuation,
+// up to k tokens, is the draft.
+long lookup_draft(const std::vector<int64_t>& seq, long max_ngram, long k, std::vector<int64_t>& draft) {
+  const long len = static_cast<long>(seq.size());
+  for (long n = std::min(max_ngram, len - 1); n >= 1; --n) {
+    const int64_t* tail = seq.data() + len - n;
+    for (long i = 0; i + n < len; ++i) {
+      if (!std::equal(tail, tail + n, seq.data() + i)) continue;
+      const long count = std::min(k, len - (i + n));
+      draft.assign(seq.begin() + i + n, seq.begin() + i + n + count);
+      return count;
+    }
+  }
+  draft.clear();
+  return 0;
+}
+
+// Draft-model state: the tokens of the output it has consumed, its logits after the last one.
+struct DraftModel {
+  StepModel& model;
+  long consumed = 0;  // new tokens (of the output) in its cache
+  long k;  // the draft length, adapted after each verification
+  long k_max;
+  std::vector<float> logits;  // [count, V] scratch
+};
+
+// One speculative run (one prompt, greedy or sampling): prefill, then rounds of (draft m tokens,
+// verify the last token and the drafts in one pass of `model`, keep the longest accepted prefix
+// plus the model's own next token, roll the rejected tail out of the caches).
+GenerationResult speculative(StepModel& model, StepModel* assistant, const std::vector<int64_t>& prompt,
+                             const std::vector<int64_t>& history, const GenerationOptions& o,
+                             const TokenCallback& on_token) {
+  const long V = model.vocab_size();
+  const std::vector<std::vector<int64_t>> prompts{prompt};
+  const Request request{prompts, o};
+  std::vector<int64_t> ids, mask;
+  const long T = pad_prompts(prompts, 1, o.pad_token_id, ids, mask);
+  const long k_first = assistant ? o.num_assistant_tokens : o.prompt_lookup_num_tokens;
+  const long k_max = assistant ? std::max<long>(k_first, 16) : k_first;
+  std::vector<float> logits(checked_count({k_max + 1, V}, "the logits of the draft tokens")), tmp, lp;
+  std::vector<double> p, q_row, residual;
+  std::vector<std::vector<double>> q;  // the draft model's distributions (sampling)
+  GenerationResult result;
+  result.tokens.resize(1);
+  if (o.return_log_probs) result.log_probs.resize(1);
+  std::vector<int64_t>& out = result.tokens[0];
+  std::vector<int64_t> seq, draft, lookup;
+  std::mt19937_64 rng(o.seed);
+  bool finished = false;
+
+  // Appends a chosen token; true when the run ends with it.
+  auto emit = [&](int64_t token, const float* scores) {
+    if (o.return_log_probs) {
+      lp.resize(V);
+      log_softmax(scores, lp.data(), V);
+      result.log_probs[0].push_back(lp[token]);
+    }
+    out.push_back(token);
+    if (on_token) on_token(0, token);
+    finished = is_eos(o, token) || static_cast<long>(out.size()) >= o.max_new_tokens;
+  };
+  // The processed (and, sampling, warped) scores at a position whose output so far is `out`.
+  auto scores_at = [&](float* s) {
+    process(o, history, out, static_cast<long>(out.size()), s, V, seq);
+    if (o.do_sample) warp(o, s, V, tmp);
+  };
+  auto choose = [&](float* s) -> int64_t { return o.do_sample ? sample(s, V, rng) : argmax(s, V); };
+
+  with_size_context([&] { return request.prefill(); },
+                    [&] { model.prefill(ids.data(), mask.data(), 1, T, 1, o.max_new_tokens, logits.data()); });
+  std::unique_ptr<DraftModel> dm;
+  if (assistant) {
+    dm.reset(new DraftModel{*assistant, 0, k_first, k_max, std::vector<float>(static_cast<size_t>(V))});
+    with_size_context(
+        [&] { return request.prefill(); },
+        [&] { assistant->prefill(ids.data(), mask.data(), 1, T, 1, o.max_new_tokens, dm->logits.data()); });
+  }
+  scores_at(logits.data());
+  emit(choose(logits.data()), logits.data());
+
+  while (!finished) {
+    throw_if_interrupted();
+    const long remaining = o.max_new_tokens - static_cast<long>(out.size());
+    // Draft m ≤ k tokens (never past max_new_tokens: the model's own token follows them).
+    long m = 0;
+    draft.clear();
+    if (dm) {
+      const long k = std::min(dm->k, remaining - 1);
+      if (k > 0) {
+        const long lag = static_cast<long>(out.size()) - dm->consumed;  // ≥ 1: at least the last token
+        if (static_cast<long>(dm->logits.size()) < lag * V) dm->logits.resize(static_cast<size_t>(lag) * V);
+        if (lag == 1) {
+          dm->model.step(&out.back(), dm->logits.data());
+        } else {
+          dm->model.extend(out.data() + dm->consumed, lag, dm->logits.data());
+        }
+        dm->consumed = static_cast<long>(out.size());
+        float* s = dm->logits.data() + (lag - 1) * V;
+        if (o.do_sample) q.resize(k);
+        const long base = static_cast<long>(out.size());
+        for (long i = 0; i < k; ++i) {
+          // The draft sees the output with its own draft so far, processed as the model will be.
+          seq.clear();
+          std::vector<int64_t> with_draft(out);
+          with_draft.insert(with_draft.end(), draft.begin(), draft.end());
+          process(o, history, with_draft, base + i, s, V, seq);
+          int64_t d;
+          if (o.do_sample) {
+            warp(o, s, V, tmp);
+            softmax(s, V, q[i]);
+            d = sample_weights(q[i], rng);
+          } else {
+            d = argmax(s, V);
+          }
+          draft.push_back(d);
+          ++m;
+          if (i + 1 == k || is_eos(o, d)) break;
+          dm->model.step(&d, s);  // (fed tokens: the first m - 1 drafts)
+        }
+      }
+    } else if (remaining > 1) {
+      lookup = prompt;
+      lookup.insert(lookup.end(), out.begin(), out.end());
+      m = lookup_draft(lookup, o.max_matching_ngram_size, std::min(o.prompt_lookup_num_tokens, remaining - 1), draft);
+    }
+    if (m == 0) {
+      model.step(&out.back(), logits.data());
+      ++result.target_passes;
+      scores_at(logits.data());
+      emit(choose(logits.data()), logits.data());
+      continue;
+    }
+    // Verify: the last token and the m drafts in one pass; logits row j follows draft j - 1.
+    draft.insert(draft.begin(), out.back());
+    model.extend(draft.data(), m + 1, logits.data());
+    ++result.target_passes;
+    result.draft_tokens += m;
+    long accepted = 0;
+    for (long j = 0; j <= m && !finished; ++j) {
+      float* s = logits.data() + j * V;
+      scores_at(s);
+      if (j == m) {  // every draft kept: the model's own next token comes free
+        emit(choose(s), s);
+        break;
+      }
+      const int64_t d = draft[j + 1];
+      if (!o.do_sample) {
+        const int64_t token = argmax(s, V);
+        emit(token, s);
+        if (token != d) break;
+        ++accepted;
+        continue;
+      }
+      // Speculative sampling: keep d with probability min(1, p(d) / q(d)); otherwise draw from
+      // max(0, p - q) renormalised (q: the draft model's distribution, or all mass on d).
+      softmax(s, V, p);
+      const double qd = dm ? q[j][d] : 1.0;
+      if (uniform(rng) * qd < p[d]) {
+        emit(d, s);
+        ++accepted;
+        continue;
+      }
+      residual.assign(p.begin(), p.end());
+      if (dm) {
+        for (long i = 0; i < V; ++i) residual[i] = std::max(0.0, p[i] - q[j][i]);
+      } else {
+        residual[d] = 0.0;
+      }
+      double total = 0.0;
+      for (double x : residual) total += x;
+      emit(total > 0.0 ? sample_weights(residual, rng) : sample_weights(p, rng), s);
+      break;
+    }
+    result.accepted_tokens += accepted;
+    if (finished) break;
+    model.rollback(m - accepted);  // the rejected drafts' cache entries
+    if (dm) {
+      const long kept = std::min(accepted, m - 1);  // of the m - 1 drafts the draft model consumed
+      dm->model.rollback((m - 1) - kept);
+      dm->consumed += kept;
+      // transformers' "heuristic" schedule: longer drafts after a full match, shorter otherwise.
+      dm->k = accepted == m ? std::min(dm->k + 2, dm->k_max) : std::max<long>(1, dm->k - 1);
+    }
+  }
+  return result;
+}
+
 }  // namespace
 
 GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationOptions& options, const TokenCallback& on_token,
-                          const std::vector<std::vector<int64_t>>* histories) {
+                          const std::vector<std::vector<int64_t>>* histories, StepModel* assistant) {
   if (prompts.empty()) throw std::invalid_argument("generate() needs at least one prompt");
   if (histories && histories->size() != prompts.size()) {
     throw std::invalid_argument("generate() needs one history per prompt");
@@ -510,8 +729,39 @@ GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_
       with_size_context([&] { return request.batch(); }, [&] { return row_buffers(request, model.vocab_size()); });
   with_size_context([&] { return request.length(); },
                     [&] { model.reserve(rows, request.longest(), options.max_new_tokens); });
+  const bool speculate = assistant != nullptr || options.prompt_lookup_num_tokens > 0;
+  if (speculate) {
+    if (prompts.size() != 1) {
+      throw std::invalid_argument(
+          "speculative decoding (assistant_model, prompt_lookup_num_tokens) takes one prompt, got " +
+          std::to_string(prompts.size()));
+    }
+    if (options.num_beams > 1) {
+      throw std::invalid_argument(
+          "speculative decoding (assistant_model, prompt_lookup_num_tokens) does not combine "
+          "with beam search (num_beams > 1)");
+    }
+    if (!model.can_extend() || (assistant && !assistant->can_extend())) {
+      throw std::invalid_argument("this model does not support speculative decoding");
+    }
+    if (assistant && assistant->vocab_size() != model.vocab_size()) {
+      throw std::invalid_argument("the assistant model's vocabulary (" + std::to_string(assistant->vocab_size()) +
+                                  " tokens) differs from the model's (" + std::to_string(model.vocab_size()) + ")");
+    }
+    if (assistant) {
+      with_size_context([&] { return request.length(); },
+                        [&] { assistant->reserve(rows, request.longest(), options.max_new_tokens); });
+    }
+    return speculative(model, assistant, prompts[0], h[0], options, on_token);
+  }
   if (options.num_beams > 1) return beam_search(model, prompts, h, options, on_token);
   return greedy_or_sample(model, prompts, h, options, on_token);
 }
+
+void StepModel::extend(const int64_t* /*tokens*/, long /*count*/, float* /*logits*/) {
+  throw std::logic_error("this model does not support speculative decoding");
+}
+
+void StepModel::rollback(long /*count*/) { throw std::logic_error("this model does not support speculative decoding"); }
 
 }  // namespace cpuformer

@@ -33,6 +33,13 @@ class StepModel {
   virtual void step(const int64_t* tokens, float* logits) = 0;
   // Beam bookkeeping: afterwards row r holds the state row source[r] held before (rows entries).
   virtual void reorder(const long* source) = 0;
+
+  // Speculative decoding (a run of one row): extend() appends `count` tokens and writes the
+  // next-token logits after each of them [count, V]; rollback() forgets the last `count` tokens
+  // appended. A model that cannot do this keeps the defaults (can_extend() false).
+  virtual bool can_extend() const { return false; }
+  virtual void extend(const int64_t* tokens, long count, float* logits);
+  virtual void rollback(long count);
 };
 
 struct GenerationOptions {
@@ -55,6 +62,10 @@ struct GenerationOptions {
   int64_t pad_token_id = 0;  // fed for finished rows / prompt padding; any valid id
   uint64_t seed = 0;
   bool return_log_probs = false;
+  // Speculative decoding (greedy or sampling, one prompt): draft tokens verified in one pass.
+  long num_assistant_tokens = 5;      // a draft model's first draft length (adapted as it runs)
+  long prompt_lookup_num_tokens = 0;  // > 0: draft by n-gram lookup in the prompt and the output
+  long max_matching_ngram_size = 2;   // prompt lookup: the longest n-gram matched
 
   // Every option once: v(name, field) (the Python names; bindings/config.h reads them).
   template <class Visitor>
@@ -78,6 +89,9 @@ struct GenerationOptions {
     v("pad_token_id", pad_token_id);
     v("seed", seed);
     v("return_log_probs", return_log_probs);
+    v("num_assistant_tokens", num_assistant_tokens);
+    v("prompt_lookup_num_tokens", prompt_lookup_num_tokens);
+    v("max_matching_ngram_size", max_matching_ngram_size);
   }
 };
 
@@ -86,6 +100,9 @@ struct GenerationResult {
   // gives n entries per prompt, best first (prompt i's at [i·n, i·n + n)).
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::vector<float>> log_probs;  // per new token, if requested
+  // Speculative decoding: the model's forward passes after the prefill, the draft tokens it
+  // checked and how many of them it kept.
+  long target_passes = 0, draft_tokens = 0, accepted_tokens = 0;
 };
 
 // Called with (prompt index, token) as each token is chosen (greedy / sampling only; beam search
@@ -93,11 +110,16 @@ struct GenerationResult {
 using TokenCallback = std::function<void(long, int64_t)>;
 
 // Prompts must be non-empty with ids in [0, V); options validated by the caller.
+// assistant: a draft model's fresh session (same vocabulary) for speculative decoding, or null;
+// with it, or with options.prompt_lookup_num_tokens > 0, the run drafts and verifies (one prompt,
+// num_beams 1; the model must can_extend()). Greedy output is the plain loop's, token for token;
+// sampling keeps the model's distribution (the speculative sampling acceptance rule).
+//
 // histories: the tokens the repetition penalty and no_repeat_ngram_size see before the first new
 // token, one list per prompt; null means the prompts themselves (decoder-only LMs). An
 // encoder-decoder passes its decoder start tokens: its prompt is the source, not the history.
 GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationOptions& options, const TokenCallback& on_token = nullptr,
-                          const std::vector<std::vector<int64_t>>* histories = nullptr);
+                          const std::vector<std::vector<int64_t>>* histories = nullptr, StepModel* assistant = nullptr);
 
 }  // namespace cpuformer

@@ -300,4 +300,14 @@ void Seq2SeqSession::step(const int64_t* tokens, float* logits) {
   model_.run_decoder(cache_, cross_, copies_, tokens, cache_.rows(), 1, false, logits, ws_);
 }
 
+void Seq2SeqSession::extend(const int64_t* tokens, long count, float* logits) {
+  if (cache_.rows() != 1) throw std::logic_error("extend() runs one row");
+  model_.run_decoder(cache_, cross_, copies_, tokens, 1, count, true, logits, ws_);
+}
+
+void Seq2SeqSession::rollback(long count) {
+  if (count < 0 || count > cache_.length()) throw std::logic_error("rollback() past the start of the cache");
+  cache_.set_length(cache_.length() - count);
+}
+
 }  // namespace cpuformer

@@ -105,6 +105,9 @@ class Seq2SeqSession : public StepModel {
                float* logits) override;
   void step(const int64_t* tokens, float* logits) override;
   void reorder(const long* source) override { cache_.reorder(source); }
+  bool can_extend() const override { return true; }
+  void extend(const int64_t* tokens, long count, float* logits) override;
+  void rollback(long count) override;
 
  private:
   const Seq2SeqModel& model_;

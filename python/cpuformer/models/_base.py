@@ -22,6 +22,7 @@ from ..arch.heads import Head, task_of
 from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
 from . import _graph
 from ._heads import TaskHead
+from ._speculative import close_drafts
 
 #: Token ids: a NumPy integer array or (nested) lists of ints.
 TokenIds = npt.ArrayLike
@@ -138,6 +139,7 @@ class ModelBase:
         self._model = None
         self._head = None
         self._model_dir.close()
+        close_drafts(self)  # the self-drafts speculative decoding loaded (assistant_model='int8')
 
     @property
     def closed(self) -> bool:

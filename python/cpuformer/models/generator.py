@@ -24,6 +24,7 @@ from .._arguments import check_integer
 from .._model_dir import ModelDir, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d, fits_float
+from ._speculative import speculation
 from ._text import TextMixin
 
 PathLike = Union[str, os.PathLike]
@@ -143,7 +144,9 @@ class Generator(TextMixin, ModelBase):
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
                  num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
                  eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
-                 return_log_probs: bool = False) -> Generated:
+                 return_log_probs: bool = False, assistant_model: Any = None,
+                 num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
+                 max_matching_ngram_size: Optional[int] = None, return_stats: bool = False) -> Generated:
         """New tokens for each prompt (list[list[int]]; EOS included when produced).
 
         prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
@@ -153,20 +156,37 @@ class Generator(TextMixin, ModelBase):
         is beam search as in transformers. eos_token_id defaults to generation_config.json, else
         config.json. return_log_probs=True returns (tokens, log_probs), the log-probability of each
         chosen token under the processed distribution (for beams: the step's beam score increment).
+
+        Speculative decoding (one prompt, greedy or sampling; docs/decoders.md): assistant_model= a
+        smaller Generator with the same tokenizer, or a dtype name ('int8', 'int4') for this
+        checkpoint's own weights at that dtype, drafts num_assistant_tokens tokens (5 at first,
+        adapted as it runs) that the model verifies in one pass; prompt_lookup_num_tokens=k drafts
+        up to k tokens that followed the last max_matching_ngram_size (2) tokens earlier in the
+        prompt or output. Greedy output equals plain decoding token for token; sampling keeps the
+        model's distribution. return_stats=True appends a dict (target_passes, draft_tokens,
+        accepted_tokens; None without speculation) to the result.
         """
         model = self._live()
         ids, kind = self._prompts(prompts)
         options = self._options(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
                                 repetition_penalty, num_beams, length_penalty, early_stopping, eos_token_id, seed,
                                 return_log_probs)
-        tokens, log_probs = model.generate(ids, options, None, self.num_threads)
-        if kind == "str":
+        draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
+                            max_matching_ngram_size)
+        tokens, log_probs, stats = model.generate(ids, options, None, self.num_threads, draft)
+        return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats)
+
+    def _result(self, tokens: List[List[int]], kind: str, log_probs: Optional[List[List[float]]],
+                stats: Optional[Dict[str, int]], return_stats: bool, one_text: bool = True) -> Generated:
+        """generate()'s return value: tokens or text, then log_probs and stats when asked for."""
+        if kind == "str" and one_text:
             out: Any = self._decode(tokens[0])
-        elif kind == "strs":
+        elif kind in ("str", "strs"):
             out = [self._decode(t) for t in tokens]
         else:
             out = tokens
-        return (out, log_probs) if return_log_probs else out
+        extra = ([log_probs] if log_probs is not None else []) + ([stats] if return_stats else [])
+        return tuple([out] + extra) if extra else out  # type: ignore[return-value]
 
     def stream(self, prompt: Prompts, **kwargs: Any) -> Iterator[Union[int, str]]:
         """Yields the new tokens of one prompt as they are produced (greedy or sampling; beam search
@@ -183,15 +203,20 @@ class Generator(TextMixin, ModelBase):
         defaults = dict(max_new_tokens=20, min_new_tokens=0, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
                         repetition_penalty=1.0, num_beams=1, length_penalty=1.0, early_stopping=False,
                         eos_token_id=None, seed=None)
-        unknown = set(kwargs) - set(defaults)
+        speculative = dict(assistant_model=None, num_assistant_tokens=None, prompt_lookup_num_tokens=None,
+                           max_matching_ngram_size=None)
+        unknown = set(kwargs) - set(defaults) - set(speculative)
         if unknown:
             raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
+        for key in speculative:
+            speculative[key] = kwargs.pop(key, None)
         defaults.update(kwargs)
         options = self._options(return_log_probs=False, **defaults)
-        return self._stream(model, ids, options, kind == "str")
+        draft = speculation(self, ids, options, **speculative)
+        return self._stream(model, ids, options, kind == "str", draft)
 
-    def _stream(self, model, ids, options, text: bool) -> Iterator[Union[int, str]]:
-        worker = _StreamWorker(model, ids, options, self.num_threads)
+    def _stream(self, model, ids, options, text: bool, draft=None) -> Iterator[Union[int, str]]:
+        worker = _StreamWorker(model, ids, options, self.num_threads, draft)
         try:
             if not text:
                 for token in worker.tokens():
@@ -244,7 +269,7 @@ class _StreamWorker:
     inside native code when its callback asks for the GIL (std::terminate, SIGABRT).
     """
 
-    def __init__(self, model, ids, options, num_threads) -> None:
+    def __init__(self, model, ids, options, num_threads, draft=None) -> None:
         self._queue: "queue.Queue[Any]" = queue.Queue()
         self._failure: List[BaseException] = []
         self._cancelled = threading.Event()
@@ -257,7 +282,7 @@ class _StreamWorker:
 
         def run() -> None:
             try:
-                model.generate(ids, options, on_token, num_threads)
+                model.generate(ids, options, on_token, num_threads, draft)
             except _StreamCancelled:
                 pass
             except BaseException as error:  # handed to the consuming thread

@@ -18,6 +18,7 @@ from .._arguments import check_integer
 from .._model_dir import ModelDir, _describe, _is_int, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d
+from ._speculative import speculation
 from ._text import TextMixin
 from .generator import Generator, generation_setting
 
@@ -51,6 +52,7 @@ class Seq2Seq(TextMixin, ModelBase):
     # The option checks are Generator's: one behaviour for both APIs (TextMixin: the prompts').
     _INPUT = "source"
     _generator_options = Generator._options
+    _result = Generator._result
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None):
@@ -148,7 +150,9 @@ class Seq2Seq(TextMixin, ModelBase):
                  num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
                  eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
                  return_log_probs: bool = False, num_return_sequences: int = 1,
-                 no_repeat_ngram_size: int = 0) -> Generated:
+                 no_repeat_ngram_size: int = 0, assistant_model: Any = None,
+                 num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
+                 max_matching_ngram_size: Optional[int] = None, return_stats: bool = False) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
@@ -157,7 +161,10 @@ class Seq2Seq(TextMixin, ModelBase):
         Arguments as Generator.generate; num_return_sequences (≤ num_beams) returns that many
         best beams per source, consecutively; no_repeat_ngram_size bans repeated n-grams of the
         target. The model's generation_config.json supplies eos / pad / decoder start tokens,
-        forced BOS/EOS tokens and single-token bad_words_ids.
+        forced BOS/EOS tokens and single-token bad_words_ids. Speculative decoding
+        (assistant_model= a smaller Seq2Seq with the same vocabulary or a dtype name,
+        prompt_lookup_num_tokens= n-gram lookup in the source and the output) and return_stats as
+        Generator.generate.
         """
         model = self._live()
         ids, kind = self._prompts(sources)
@@ -166,14 +173,11 @@ class Seq2Seq(TextMixin, ModelBase):
                                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, num_beams=num_beams,
                                 length_penalty=length_penalty, early_stopping=early_stopping,
                                 eos_token_id=eos_token_id, seed=seed, return_log_probs=return_log_probs)
-        tokens, log_probs = model.generate(ids, options, None, self.num_threads)
-        if kind == "str" and num_return_sequences == 1:
-            out: Any = self._decode(tokens[0])
-        elif kind in ("str", "strs"):
-            out = [self._decode(t) for t in tokens]
-        else:
-            out = tokens
-        return (out, log_probs) if return_log_probs else out
+        draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
+                            max_matching_ngram_size)
+        tokens, log_probs, stats = model.generate(ids, options, None, self.num_threads, draft)
+        return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
+                            one_text=num_return_sequences == 1)
 
     def _shape_text(self) -> str:
         c = self.config

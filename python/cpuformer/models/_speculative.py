@@ -1,0 +1,117 @@
+"""Speculative decoding's arguments, one behaviour for Generator and Seq2Seq
+(docs/decoders.md, "Speculative decoding").
+
+A draft proposes tokens and the model checks them all in one forward pass over its KV cache,
+keeping the longest agreeing prefix plus its own next token (csrc/models/generation.cc,
+``speculative``). The draft is either a second, smaller model (``assistant_model``: a model of the
+same class and vocabulary, or a dtype name for the model's own checkpoint at that dtype) or
+n-gram lookup in the prompt and the output so far (``prompt_lookup_num_tokens``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from .._arguments import check_integer
+
+#: The longest draft a call may ask for (num_assistant_tokens, prompt_lookup_num_tokens,
+#: max_matching_ngram_size): verification runs draft + 1 positions in one pass.
+MAX_DRAFT_TOKENS = 64
+
+# Bytes per weight, to refuse a draft that reads as much per token as the model it drafts for.
+_BYTES_PER_WEIGHT = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "int8": 1.0, "int4": 0.5625}
+
+
+def weight_bytes(model: Any) -> float:
+    """The bytes of weights a model reads per decode step, estimated from its parameter count."""
+    return model.num_parameters * _BYTES_PER_WEIGHT[model.dtype]
+
+
+def _same_tokenizer(model: Any, draft: Any) -> bool:
+    """False when both directories have a tokenizer and their vocabularies (added tokens
+    included) differ; True otherwise (token ids are then the only contract)."""
+    a, b = model._model_dir.tokenizer_path, draft._model_dir.tokenizer_path
+    if a is None or b is None or a == b:
+        return True
+    return bool(model._get_tokenizer().get_vocab(True) == draft._get_tokenizer().get_vocab(True))
+
+
+def resolve_assistant(model: Any, assistant_model: Any) -> Any:
+    """The draft model: ``assistant_model`` itself, or for a dtype name the model's own checkpoint
+    loaded at that dtype (kept with the model and closed with it). Checks class, state,
+    vocabulary, tokenizer and size."""
+    cls = type(model)
+    if isinstance(assistant_model, str):
+        drafts: Dict[str, Any] = model.__dict__.setdefault("_self_drafts", {})
+        if assistant_model not in drafts:
+            drafts[assistant_model] = cls(model._model_dir.path, dtype=assistant_model,
+                                          num_threads=model.num_threads or None)
+        draft = drafts[assistant_model]
+    elif isinstance(assistant_model, cls):
+        draft = assistant_model
+    else:
+        raise TypeError(f"assistant_model must be a cpuformer.{cls.__name__} or a dtype name for the model's own "
+                        f"weights (e.g. 'int8'), got {type(assistant_model).__name__}")
+    if draft is model:
+        raise ValueError("assistant_model is the model itself; a draft must be a smaller model (or the same "
+                         "checkpoint at a lower dtype, e.g. assistant_model='int8')")
+    if draft.closed:
+        raise ValueError(f"the assistant model is closed: {draft!r}")
+    if draft.vocab_size != model.vocab_size:
+        raise ValueError(f"the assistant model's vocabulary ({draft.vocab_size} tokens) differs from the model's "
+                         f"({model.vocab_size}); the draft must share the model's tokenizer")
+    if not _same_tokenizer(model, draft):
+        raise ValueError(f"the assistant model's tokenizer ({draft._model_dir.tokenizer_path}) maps tokens to "
+                         f"other ids than the model's ({model._model_dir.tokenizer_path}); the draft must share "
+                         "the model's tokenizer")
+    if weight_bytes(draft) >= weight_bytes(model):
+        raise ValueError(f"the assistant model ({draft.architecture}, {draft.num_parameters:,} parameters at "
+                         f"{draft.dtype}) is not smaller than the model ({model.num_parameters:,} at "
+                         f"{model.dtype}): drafting with it cannot be faster than decoding alone")
+    return draft
+
+
+def speculation(model: Any, ids: List[List[int]], options: Dict[str, Any], assistant_model: Any,
+                num_assistant_tokens: Optional[int], prompt_lookup_num_tokens: Optional[int],
+                max_matching_ngram_size: Optional[int]) -> Optional[Any]:
+    """Adds the speculative options to ``options`` (the C++ GenerationOptions fields) and returns
+    the draft's native model, or None (prompt lookup, or no speculation)."""
+    if assistant_model is None and prompt_lookup_num_tokens is None:
+        for name, value in (("num_assistant_tokens", num_assistant_tokens),
+                            ("max_matching_ngram_size", max_matching_ngram_size)):
+            if value is not None:
+                raise ValueError(f"{name} applies to speculative decoding; pass assistant_model= or "
+                                 "prompt_lookup_num_tokens= with it")
+        return None
+    what = "speculative decoding (assistant_model, prompt_lookup_num_tokens)"
+    if assistant_model is not None and prompt_lookup_num_tokens is not None:
+        raise ValueError("pass assistant_model or prompt_lookup_num_tokens, not both")
+    if len(ids) != 1:
+        raise ValueError(f"{what} takes one {model._INPUT} at a time, got {len(ids)}")
+    if options["num_beams"] > 1:
+        raise ValueError(f"{what} does not combine with beam search (num_beams > 1): it runs greedy search or "
+                         "sampling")
+    if prompt_lookup_num_tokens is not None:
+        if num_assistant_tokens is not None:
+            raise ValueError("num_assistant_tokens applies to assistant_model; prompt lookup drafts "
+                             "prompt_lookup_num_tokens tokens")
+        options["prompt_lookup_num_tokens"] = check_integer("prompt_lookup_num_tokens", prompt_lookup_num_tokens, 1,
+                                                            MAX_DRAFT_TOKENS)
+        options["max_matching_ngram_size"] = check_integer(
+            "max_matching_ngram_size", 2 if max_matching_ngram_size is None else max_matching_ngram_size, 1,
+            MAX_DRAFT_TOKENS)
+        return None
+    if max_matching_ngram_size is not None:
+        raise ValueError("max_matching_ngram_size applies to prompt_lookup_num_tokens, not to assistant_model")
+    options["num_assistant_tokens"] = check_integer(
+        "num_assistant_tokens", 5 if num_assistant_tokens is None else num_assistant_tokens, 1, MAX_DRAFT_TOKENS)
+    return resolve_assistant(model, assistant_model)._live()
+
+
+def close_drafts(model: Any) -> None:
+    """Closes the self-drafts resolve_assistant() loaded for ``model``."""
+    for draft in model.__dict__.pop("_self_drafts", {}).values():
+        draft.close()
+
+
+__all__ = ["MAX_DRAFT_TOKENS", "close_drafts", "resolve_assistant", "speculation", "weight_bytes"]
