@@ -131,6 +131,7 @@ class PyDecoderModel : private ModelBuilder {
     if (!callback.is_none()) {
       on_token = [&callback](long index, int64_t token) { call_python(callback, index, token); };
     }
+    const KvType kv_type = kv_cache_type(o);
     GenerationResult result;
     const bool watch_sigint = on_python_main_thread();
     try {
@@ -138,9 +139,9 @@ class PyDecoderModel : private ModelBuilder {
       SigintWatch watch(watch_sigint);  // Ctrl-C stops the loop between steps
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      DecoderSession session(*model_);
+      DecoderSession session(*model_, kv_type);
       std::unique_ptr<DecoderSession> draft_session;
-      if (draft) draft_session = std::make_unique<DecoderSession>(*draft->model_);
+      if (draft) draft_session = std::make_unique<DecoderSession>(*draft->model_, kv_type);
       result = cpuformer::generate(session, prompts, o, on_token, nullptr, draft_session.get());
     } catch (const Interrupted&) {
       raise_interrupted();

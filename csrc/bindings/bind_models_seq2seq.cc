@@ -162,6 +162,7 @@ class PySeq2SeqModel : private ModelBuilder {
       on_token = [&callback](long index, int64_t token) { call_python(callback, index, token); };
     }
     const std::vector<std::vector<int64_t>> histories(sources.size(), std::vector<int64_t>{start});
+    const KvType kv_type = kv_cache_type(o);
     GenerationResult result;
     const bool watch_sigint = on_python_main_thread();
     try {
@@ -169,9 +170,9 @@ class PySeq2SeqModel : private ModelBuilder {
       SigintWatch watch(watch_sigint);  // Ctrl-C stops the loop between steps
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      Seq2SeqSession session(*model_, start);
+      Seq2SeqSession session(*model_, start, kv_type);
       std::unique_ptr<Seq2SeqSession> draft_session;
-      if (draft) draft_session = std::make_unique<Seq2SeqSession>(*draft->model_, start);
+      if (draft) draft_session = std::make_unique<Seq2SeqSession>(*draft->model_, start, kv_type);
       result = cpuformer::generate(session, sources, o, on_token, &histories, draft_session.get());
     } catch (const Interrupted&) {
       raise_interrupted();

@@ -9,6 +9,7 @@
 #include "bindings/arrays.h"
 #include "bindings/gil.h"
 #include "kernels/attention/attention.h"
+#include "layers/kv_cache.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
@@ -230,9 +231,72 @@ void attention_views(const py::object& q_obj, const py::object& k_obj, const py:
   attention(a);
 }
 
+// Testing hook for reduced-precision KV caches: k and v [B, Hkv, Tk, D] float32 are written into a
+// KvCache of `kv_dtype` (0 float32, 1 float16, 2 bfloat16, 3 int8: KvType) one row at a time, as the
+// models write them, and q [B, H, Tq, D] attends over it (causal with offset Tk - Tq when asked).
+// Returns (out, k as stored, v as stored), the stored rows widened back to float32.
+py::tuple attention_kv_cache(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj, int kv_dtype,
+                             bool causal) {
+  FloatArray q = as_float32(q_obj, "q"), k = as_float32(k_obj, "k"), v = as_float32(v_obj, "v");
+  require_ndim(q, 4, "q", "[B, H, Tq, D]");
+  require_ndim(k, 4, "k", "[B, Hkv, Tk, D]");
+  require_ndim(v, 4, "v", "[B, Hkv, Tk, D]");
+  require_nonempty(q, "q");
+  require_nonempty(k, "k");
+  const long B = q.shape(0), H = q.shape(1), Tq = q.shape(2), D = q.shape(3), Hkv = k.shape(1), Tk = k.shape(2);
+  for (int d = 0; d < 4; ++d) {
+    if (k.shape(d) != v.shape(d)) throw py::value_error("k and v must have the same shape");
+  }
+  if (k.shape(0) != B || k.shape(3) != D || H % Hkv != 0) throw py::value_error("k must be [B, Hkv, Tk, D] of q's");
+  if (kv_dtype < 0 || kv_dtype > 3) throw py::value_error("kv_dtype must be 0..3");
+  KvCache cache;
+  cache.reset(1, B, Hkv, Tk + 1, D, static_cast<KvType>(kv_dtype));  // one spare slot: strides ≠ the length
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < Hkv; ++h)
+      for (long t = 0; t < Tk; ++t) {
+        const long at = ((b * Hkv + h) * Tk + t) * D;
+        cache.store(0, b, h, t, k.data() + at, v.data() + at);
+      }
+  cache.set_length(Tk);
+  AttentionArgs a;
+  a.batch = B;
+  a.heads = H;
+  a.kv_heads = Hkv;
+  a.q_len = Tq;
+  a.kv_len = Tk;
+  a.head_dim = D;
+  a.q = q.data();
+  a.q_stride_b = H * Tq * D;
+  a.q_stride_h = Tq * D;
+  a.q_stride_t = D;
+  cache.view(0, a);
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.causal = causal;
+  a.causal_offset = Tk - Tq;
+  FloatArray out({B, H, Tq, D}), k_stored({B, Hkv, Tk, D}), v_stored({B, Hkv, Tk, D});
+  a.out = out.mutable_data();
+  a.out_stride_b = H * Tq * D;
+  a.out_stride_h = Tq * D;
+  a.out_stride_t = D;
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < Hkv; ++h)
+      for (long t = 0; t < Tk; ++t) {
+        const long at = ((b * Hkv + h) * Tk + t) * D;
+        widen_kv_row(a, false, b, h, t, k_stored.mutable_data() + at);
+        widen_kv_row(a, true, b, h, t, v_stored.mutable_data() + at);
+      }
+  {
+    GilReleased release;
+    attention(a);
+  }
+  return py::make_tuple(out, k_stored, v_stored);
+}
+
 }  // namespace
 
 void register_ops_attention(py::module_& m) {
+  m.def("_attention_kv_cache", &attention_kv_cache, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("kv_dtype"),
+        py::arg("causal") = false);
   m.def("attention", &attention_op, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
         py::arg("mask") = py::none(), py::arg("scale") = py::none());
   m.def("_attention_views", &attention_views, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),

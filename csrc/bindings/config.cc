@@ -133,6 +133,13 @@ const char* kind_name(ModelKind kind) {
   return "?";
 }
 
+KvType kv_cache_type(const GenerationOptions& options) {
+  if (options.kv_cache_dtype < 0 || options.kv_cache_dtype > 3) {
+    throw py::value_error("kv_cache_dtype must be a KvType code 0..3, got " + std::to_string(options.kv_cache_dtype));
+  }
+  return static_cast<KvType>(options.kv_cache_dtype);
+}
+
 pybind11::object speculation_stats(const GenerationResult& result, bool speculative) {
   if (!speculative) return pybind11::none();
   pybind11::dict stats;

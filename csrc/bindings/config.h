@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/attention.h"
 #include "models/generation.h"
 #include "models/transformer_config.h"
 
@@ -25,6 +26,9 @@ TransformerConfig transformer_config(const pybind11::dict& config);
 // (GenerationOptions::fields()): a missing option keeps its default; a key that is neither an
 // option nor in `extra` (a model kind's own, e.g. decoder_start_token_id) is a ValueError.
 GenerationOptions generation_options(const pybind11::dict& options, const std::vector<std::string>& extra = {});
+
+// The KV cache type options.kv_cache_dtype names (ValueError outside the KvType codes).
+KvType kv_cache_type(const GenerationOptions& options);
 
 // A speculative run's counts as a dict (target_passes, draft_tokens, accepted_tokens); None for
 // a plain run.

@@ -67,8 +67,6 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   KvCache* cache = in.cache;
   if (cache || c.qk_norm || in.rope) {
     // Per token: q/k head norms, RoPE, then k and v into the cache slots.
-    float* k_cache = cache ? cache->k(in.layer) : nullptr;
-    float* v_cache = cache ? cache->v(in.layer) : nullptr;
     const NormKernels& nk = norm_kernels();
     parallel_ranges(N, 4, [&](long n0, long n1) {
       for (long n = n0; n < n1; ++n) {
@@ -87,11 +85,7 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
         }
         if (cache) {
           const long r = n / t_new, slot = in.start + n % t_new;
-          for (long i = 0; i < kv_heads; ++i) {
-            const long offset = r * cache->stride_row() + i * cache->stride_head() + slot * D;
-            std::memcpy(k_cache + offset, k + i * D, D * sizeof(float));
-            std::memcpy(v_cache + offset, v + i * D, D * sizeof(float));
-          }
+          for (long i = 0; i < kv_heads; ++i) cache->store(in.layer, r, i, slot, k + i * D, v + i * D);
         }
       }
     });
@@ -105,11 +99,7 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   a.q_stride_h = D;
   a.q_stride_t = row;
   if (cache) {
-    a.k = cache->k(in.layer);
-    a.v = cache->v(in.layer);
-    a.k_stride_b = a.v_stride_b = cache->stride_row();
-    a.k_stride_h = a.v_stride_h = cache->stride_head();
-    a.k_stride_t = a.v_stride_t = D;
+    cache->view(in.layer, a);
   } else {
     a.k = qkv + qw;
     a.v = qkv + qw + kvw;

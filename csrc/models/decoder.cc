@@ -148,7 +148,7 @@ void DecoderModel::logits(const int64_t* ids, const int64_t* mask, long batch, l
 void DecoderSession::reserve(long rows, long T, long max_new) {
   const TransformerConfig& c = model_.config_;
   cache_.reset(c.num_layers, rows, c.num_kv_heads, checked_add(T, max_new, "prompt length + max_new_tokens"),
-               c.head_dim);
+               c.head_dim, kv_type_);
 }
 
 void DecoderSession::prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long /*copies*/, long max_new,

@@ -60,7 +60,9 @@ class DecoderModel {
 // One generation run's state: the KV cache, the key mask and each row's next position.
 class DecoderSession : public StepModel {
  public:
-  explicit DecoderSession(const DecoderModel& model) : model_(model) {}
+  // kv_type: the element type of the KV cache.
+  explicit DecoderSession(const DecoderModel& model, KvType kv_type = KvType::kFloat32)
+      : model_(model), kv_type_(kv_type) {}
   long vocab_size() const override { return model_.config_.vocab_size; }
   void reserve(long rows, long T, long max_new) override;
   void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
@@ -73,6 +75,7 @@ class DecoderSession : public StepModel {
 
  private:
   const DecoderModel& model_;
+  KvType kv_type_;
   KvCache cache_;
   DecoderModel::Workspace ws_;
   std::vector<long> next_position_;  // [rows]

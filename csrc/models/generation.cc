@@ -696,7 +696,7 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
       dm->model.rollback((m - 1) - kept);
       dm->consumed += kept;
       // transformers' "heuristic" schedule: longer drafts after a full match, shorter otherwise.
-      dm->k = accepted == m ? std::min(dm->k + 2, dm->k_max) : std::max<long>(1, dm->k - 1);
+      if (o.adaptive_draft) dm->k = accepted == m ? std::min(dm->k + 2, dm->k_max) : std::max<long>(1, dm->k - 1);
     }
   }
   return result;

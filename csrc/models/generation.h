@@ -63,9 +63,11 @@ struct GenerationOptions {
   uint64_t seed = 0;
   bool return_log_probs = false;
   // Speculative decoding (greedy or sampling, one prompt): draft tokens verified in one pass.
-  long num_assistant_tokens = 5;      // a draft model's first draft length (adapted as it runs)
+  long num_assistant_tokens = 5;      // a draft model's first draft length
+  bool adaptive_draft = true;         // adapt it as it runs (transformers' "heuristic" schedule)
   long prompt_lookup_num_tokens = 0;  // > 0: draft by n-gram lookup in the prompt and the output
   long max_matching_ngram_size = 2;   // prompt lookup: the longest n-gram matched
+  long kv_cache_dtype = 0;  // the KV cache's element type: a KvType (0 float32, 1 float16, 2 bfloat16, 3 int8)
 
   // Every option once: v(name, field) (the Python names; bindings/config.h reads them).
   template <class Visitor>
@@ -90,8 +92,10 @@ struct GenerationOptions {
     v("seed", seed);
     v("return_log_probs", return_log_probs);
     v("num_assistant_tokens", num_assistant_tokens);
+    v("adaptive_draft", adaptive_draft);
     v("prompt_lookup_num_tokens", prompt_lookup_num_tokens);
     v("max_matching_ngram_size", max_matching_ngram_size);
+    v("kv_cache_dtype", kv_cache_dtype);
   }
 };
 

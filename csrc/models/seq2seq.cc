@@ -231,7 +231,7 @@ void Seq2SeqModel::logits(const int64_t* src, const int64_t* src_mask, long batc
 void Seq2SeqSession::reserve(long rows, long /*T*/, long max_new) {
   const TransformerConfig& c = model_.config_;
   cache_.reset(c.num_decoder_layers, rows, c.num_heads,
-               checked_add(1, max_new, "1 decoder start token + max_new_tokens"), c.head_dim);
+               checked_add(1, max_new, "1 decoder start token + max_new_tokens"), c.head_dim, kv_type_);
 }
 
 void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
@@ -273,23 +273,12 @@ void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows,
   // Every copy of a source starts from the same token: run the first step once per source, then
   // give each copy the source's first key/value slot and logits.
   KvCache first;
-  first.reset(c.num_decoder_layers, sources, c.num_heads, 1, c.head_dim);
-  const long V = c.vocab_size, D = c.head_dim;
+  first.reset(c.num_decoder_layers, sources, c.num_heads, 1, c.head_dim, cache_.type());
+  const long V = c.vocab_size;
   std::vector<float> first_logits(checked_bytes({sources, V}, sizeof(float), "the logits") / sizeof(float));
   std::vector<int64_t> start(sources, start_token_);
   m.run_decoder(first, cross_, 1, start.data(), sources, 1, false, first_logits.data(), ws_);
-  for (long l = 0; l < c.num_decoder_layers; ++l) {
-    for (int which = 0; which < 2; ++which) {
-      const float* from = which == 0 ? first.k(l) : first.v(l);
-      float* to = which == 0 ? cache_.k(l) : cache_.v(l);
-      for (long r = 0; r < rows; ++r) {
-        for (long i = 0; i < c.num_heads; ++i) {
-          std::memcpy(to + r * cache_.stride_row() + i * cache_.stride_head(),
-                      from + (r / copies_) * first.stride_row() + i * first.stride_head(), D * sizeof(float));
-        }
-      }
-    }
-  }
+  for (long r = 0; r < rows; ++r) cache_.copy_slot(first, r / copies_, r, 0);
   cache_.set_length(1);
   for (long r = 0; r < rows; ++r) {
     std::memcpy(logits + r * V, first_logits.data() + (r / copies_) * V, V * sizeof(float));

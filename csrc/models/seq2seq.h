@@ -96,8 +96,9 @@ class Seq2SeqModel {
 // KV cache. The decoder of every row starts from decoder_start_token_id.
 class Seq2SeqSession : public StepModel {
  public:
-  Seq2SeqSession(const Seq2SeqModel& model, int64_t decoder_start_token_id)
-      : model_(model), start_token_(decoder_start_token_id) {}
+  // kv_type: the element type of the decoder's self-attention cache.
+  Seq2SeqSession(const Seq2SeqModel& model, int64_t decoder_start_token_id, KvType kv_type = KvType::kFloat32)
+      : model_(model), start_token_(decoder_start_token_id), kv_type_(kv_type) {}
   long vocab_size() const override { return model_.config_.vocab_size; }
   // ids/mask: the sources, left-padded by the loop; re-packed right-padded for the encoder.
   void reserve(long rows, long T, long max_new) override;
@@ -112,6 +113,7 @@ class Seq2SeqSession : public StepModel {
  private:
   const Seq2SeqModel& model_;
   int64_t start_token_;
+  KvType kv_type_;
   long copies_ = 1;
   KvCache cache_;
   Seq2SeqModel::CrossState cross_;

@@ -46,6 +46,9 @@ def attention(q: _F32, k: _F32, v: _F32, causal: bool = False,
 # q, k, v, out and mask are used as they are (no conversion): float32 NumPy arrays of 4 dimensions.
 def _attention_views(q: _F32, k: _F32, v: _F32, out: _F32, causal: bool, causal_offset: int, window: int,
                      mask: Optional[_F32], scale: float) -> None: ...
+# k and v stored in a KV cache of kv_dtype (0 float32, 1 float16, 2 bfloat16, 3 int8), q attending:
+# (out, k as stored, v as stored).
+def _attention_kv_cache(q: _F32, k: _F32, v: _F32, kv_dtype: int, causal: bool = False) -> Tuple[_F32, _F32, _F32]: ...
 # The eps defaults are the bindings' float32 constants 1e-5f and 1e-6f, as Python floats.
 def layer_norm(x: _F32, weight: _F32, bias: Optional[_F32] = None,
                eps: float = 9.999999747378752e-06, residual: Optional[_F32] = None) -> _F32: ...

@@ -64,6 +64,8 @@ def test_greedy_speculation_equals_plain_decoding_on_every_family(family_dir):
             for k, n in ((1, 1), (3, 2), (10, 3))}
     runs.update({f"self-draft {dtype} k={k}": dict(assistant_model=dtype, num_assistant_tokens=k)
                  for dtype in ("int8", "int4") for k in (1, 4)})
+    runs["self-draft int8 k=3 constant"] = dict(assistant_model="int8", num_assistant_tokens=3,
+                                                num_assistant_tokens_schedule="constant")
     for name, kwargs in runs.items():
         out, stats = model.generate(prompt, max_new_tokens=NEW, eos_token_id=[], return_stats=True, **kwargs)
         assert out[0] == plain, name
@@ -71,6 +73,9 @@ def test_greedy_speculation_equals_plain_decoding_on_every_family(family_dir):
         assert stats["target_passes"] <= NEW - 1, (name, stats)
         assert stats["accepted_tokens"] <= stats["draft_tokens"], (name, stats)
         assert stats["target_passes"] + stats["accepted_tokens"] == NEW - 1, (name, stats)
+        if name.endswith("constant"):  # 3 drafts a round, fewer only near max_new_tokens
+            assert stats["draft_tokens"] <= 3 * stats["target_passes"], (name, stats)
+            assert stats["draft_tokens"] >= 3 * (stats["target_passes"] - 2), (name, stats)
         if name.startswith("self-draft int8"):
             assert stats["accepted_tokens"] > 0, (name, stats)  # a draft that never agrees would hide bugs
     # Log-probabilities are the plain run's (the same processed scores at every position).
@@ -221,6 +226,8 @@ def test_speculative_decoding_refuses_what_it_cannot_do(family_dir, tmp_path):
             model.generate(prompt, prompt_lookup_num_tokens=value)
         with pytest.raises(ValueError, match=r"num_assistant_tokens must be an integer >= 1"):
             model.generate(prompt, assistant_model="int8", num_assistant_tokens=value)
+    with pytest.raises(ValueError, match=r"num_assistant_tokens_schedule must be 'heuristic' or 'constant', got 'x'"):
+        model.generate(prompt, assistant_model="int8", num_assistant_tokens_schedule="x")
     with pytest.raises(ValueError, match=r"max_matching_ngram_size must be an integer >= 1"):
         model.generate(prompt, prompt_lookup_num_tokens=2, max_matching_ngram_size=0)
     with pytest.raises(ValueError, match=r"num_assistant_tokens applies to speculative decoding"):

@@ -1,5 +1,9 @@
 #include "kernels/attention/attention.h"
 
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/gemm/gemm.h"
 #include "runtime/aligned_buffer.h"
 #include "runtime/dispatch.h"
 
@@ -16,6 +20,31 @@ float* attention_scratch(std::size_t floats) {
   thread_local AlignedBuffer<float> buffer;
   if (buffer.size() < floats) buffer.resize(floats);
   return buffer.data();
+}
+
+void widen_kv_row(const AttentionArgs& a, bool values, long b, long h, long t, float* dst) {
+  const long offset = values ? b * a.v_stride_b + h * a.v_stride_h + t * a.v_stride_t
+                             : b * a.k_stride_b + h * a.k_stride_h + t * a.k_stride_t;
+  const long dim = a.head_dim;
+  switch (a.kv_type) {
+    case KvType::kFloat32: std::memcpy(dst, (values ? a.v : a.k) + offset, dim * sizeof(float)); return;
+    case KvType::kFloat16: {
+      const uint16_t* src = static_cast<const uint16_t*>(values ? a.v_data : a.k_data) + offset;
+      for (long d = 0; d < dim; ++d) dst[d] = half_to_float(src[d]);
+      return;
+    }
+    case KvType::kBFloat16: {
+      const uint16_t* src = static_cast<const uint16_t*>(values ? a.v_data : a.k_data) + offset;
+      for (long d = 0; d < dim; ++d) dst[d] = bfloat16_to_float(src[d]);
+      return;
+    }
+    case KvType::kInt8: {
+      const int8_t* src = static_cast<const int8_t*>(values ? a.v_data : a.k_data) + offset;
+      const float scale = (values ? a.v_scale : a.k_scale)[b * a.scale_stride_b + h * a.scale_stride_h + t];
+      for (long d = 0; d < dim; ++d) dst[d] = scale * static_cast<float>(src[d]);
+      return;
+    }
+  }
 }
 
 void attention(const AttentionArgs& args) {

@@ -29,6 +29,14 @@ namespace cpuformer {
 
 constexpr long kAttentionMaxKeys = 2147483647L;  // 2^31 - 1
 
+// Element type of k and v. float32: `k`, `v`. The others (a reduced-precision KV cache): `k_data`,
+// `v_data` hold the elements with the same element strides; int8 also has one float scale per key
+// row (value = scale · q): element (b, h, t) at b·scale_stride_b + h·scale_stride_h + t of
+// `k_scale` / `v_scale`. The kernels widen a block of keys at a time into float32 scratch (never the
+// whole cache), then compute as for float32. Writers: layers/kv_cache.h.
+enum class KvType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3 };
+inline long kv_type_size(KvType t) { return t == KvType::kFloat32 ? 4 : t == KvType::kInt8 ? 1 : 2; }
+
 struct AttentionArgs {
   long batch = 0, heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
   const float* q = nullptr;
@@ -45,7 +53,16 @@ struct AttentionArgs {
   long window = 0;
   const float* mask = nullptr;
   long mask_stride_b = 0, mask_stride_h = 0, mask_stride_q = 0, mask_stride_k = 0;
+  KvType kv_type = KvType::kFloat32;
+  const void* k_data = nullptr;
+  const void* v_data = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  long scale_stride_b = 0, scale_stride_h = 0;
 };
+
+// Key (or value) row t of (b, kv head h) widened to float32: dst[0, head_dim). For any kv_type.
+void widen_kv_row(const AttentionArgs& a, bool values, long b, long h, long t, float* dst);
 
 struct AttentionKernels {
   // Multi-threaded over (batch, head, query blocks) and, for short queries, over key splits.

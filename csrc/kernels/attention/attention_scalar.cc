@@ -5,6 +5,7 @@
 //   out = acc / l (zeros when l = 0)
 // Keys outside the causal/window range or with a -inf mask value are skipped, so their k and v
 // never reach the row (docs/reliability.md, "Non-finite values"); a NaN score makes the row NaN.
+// A reduced-precision k / v (AttentionArgs::kv_type) is widened one key row at a time.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -22,14 +23,15 @@ void attention(const AttentionArgs& a) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel num_threads(current_num_threads())
   {
-    std::vector<float> acc(a.head_dim);
+    std::vector<float> acc(a.head_dim), kw(a.head_dim), vw(a.head_dim);
+    const bool widen = a.kv_type != KvType::kFloat32;
 #pragma omp for schedule(static)
     for (long row = 0; row < rows; ++row) {
       const long i = row % a.q_len, h = (row / a.q_len) % a.heads, b = row / (a.q_len * a.heads);
       const long hk = h / group;
       const float* q = a.q + b * a.q_stride_b + h * a.q_stride_h + i * a.q_stride_t;
-      const float* kb = a.k + b * a.k_stride_b + hk * a.k_stride_h;
-      const float* vb = a.v + b * a.v_stride_b + hk * a.v_stride_h;
+      const float* kb = widen ? nullptr : a.k + b * a.k_stride_b + hk * a.k_stride_h;
+      const float* vb = widen ? nullptr : a.v + b * a.v_stride_b + hk * a.v_stride_h;
       const float* mask_row =
           a.mask ? a.mask + b * a.mask_stride_b + h * a.mask_stride_h + i * a.mask_stride_q : nullptr;
       long end = a.kv_len, begin = 0;
@@ -47,7 +49,12 @@ void attention(const AttentionArgs& a) {
       for (long j = begin; j < end; ++j) {
         const float mask = mask_row ? mask_row[j * a.mask_stride_k] : 0.0f;
         if (mask == neg_inf) continue;  // removed: nothing of key j may reach this row
-        const float* kj = kb + j * a.k_stride_t;
+        const float* kj = kw.data();
+        if (widen) {
+          widen_kv_row(a, false, b, hk, j, kw.data());
+        } else {
+          kj = kb + j * a.k_stride_t;
+        }
         float s = 0.0f;
         for (long d = 0; d < a.head_dim; ++d) s += q[d] * kj[d];
         s = s * a.scale + mask;
@@ -55,7 +62,12 @@ void attention(const AttentionArgs& a) {
         const float m_use = m_new == neg_inf ? 0.0f : m_new;  // keeps s - m_use = -inf, not NaN
         const float correction = std::exp(m - m_use);  // 0 on the first key with a finite score
         const float p = std::exp(s - m_use);
-        const float* vj = vb + j * a.v_stride_t;
+        const float* vj = vw.data();
+        if (widen) {
+          widen_kv_row(a, true, b, hk, j, vw.data());
+        } else {
+          vj = vb + j * a.v_stride_t;
+        }
         for (long d = 0; d < a.head_dim; ++d) acc[d] = acc[d] * correction + p * vj[d];
         l = l * correction + p;
         m = m_new;

@@ -80,8 +80,12 @@ struct Tile {
   long mask_offset[kLanes];  // element (b, h, i, 0) of the additive mask
   int rows;
   long key_begin, key_end;  // union of the rows' ranges; empty when no row sees a key
-  const float* k;           // key 0 of this (batch, kv head)
+  const float* k;           // key 0 of this (batch, kv head) (float32)
   const float* v;
+  const char* k_raw;        // other kv types: key 0's elements, and the rows' int8 scales
+  const char* v_raw;
+  const float* k_scales;
+  const float* v_scales;
 };
 
 // Per-thread scratch, carved from one attention_scratch block.
@@ -92,9 +96,13 @@ struct Workspace {
   float* m;     // [kLanes] running max of each row (base-2 units)
   float* l;     // [kLanes] running softmax denominator
   float* corr;  // [kLanes] 2^(m_old − m_new) of the current block
+  float* kbuf;  // a reduced-precision block's keys and values widened: [kKeyBlock][head_dim] each
+  float* vbuf;
 };
 
-inline long workspace_floats(long d_pad) { return 2 * kLanes * d_pad + kKeyBlock * kLanes + 3 * 16; }
+inline long workspace_floats(long d_pad) {
+  return 2 * kLanes * d_pad + kKeyBlock * kLanes + 3 * 16 + 2 * kKeyBlock * d_pad;
+}
 
 inline Workspace workspace_at(float* base, long d_pad) {
   Workspace w;
@@ -104,7 +112,53 @@ inline Workspace workspace_at(float* base, long d_pad) {
   w.m = w.p + kKeyBlock * kLanes;
   w.l = w.m + 16;
   w.corr = w.l + 16;
+  w.kbuf = w.corr + 16;
+  w.vbuf = w.kbuf + kKeyBlock * d_pad;
   return w;
+}
+
+// Rows [j0, j0 + n) of the tile's keys (values) widened to float32 into dst [n][dim]: float16
+// with F16C, bfloat16 by a 16-bit shift, int8 times the row's scale (AttentionArgs::kv_type).
+void widen_block(const AttentionArgs& a, const Tile& t, bool values, long j0, long n, float* dst) {
+  const long dim = a.head_dim, stride = values ? a.v_stride_t : a.k_stride_t;
+  const char* base = values ? t.v_raw : t.k_raw;
+  for (long j = 0; j < n; ++j) {
+    float* d = dst + j * dim;
+    long x = 0;
+    switch (a.kv_type) {
+      case KvType::kFloat16: {
+        const uint16_t* src = reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride;
+        for (; x + 8 <= dim; x += 8)
+          _mm256_storeu_ps(d + x, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x))));
+        for (; x < dim; ++x) d[x] = _cvtsh_ss(src[x]);
+        break;
+      }
+      case KvType::kBFloat16: {
+        const uint16_t* src = reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride;
+        for (; x + 8 <= dim; x += 8) {
+          const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x)));
+          _mm256_storeu_ps(d + x, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+        }
+        for (; x < dim; ++x) {
+          const uint32_t bits = static_cast<uint32_t>(src[x]) << 16;
+          __builtin_memcpy(d + x, &bits, sizeof(float));
+        }
+        break;
+      }
+      case KvType::kInt8: {
+        const int8_t* src = reinterpret_cast<const int8_t*>(base) + (j0 + j) * stride;
+        const float scale = (values ? t.v_scales : t.k_scales)[j0 + j];
+        const __m256 s = _mm256_set1_ps(scale);
+        for (; x + 8 <= dim; x += 8) {
+          const __m256i wide = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + x)));
+          _mm256_storeu_ps(d + x, _mm256_mul_ps(_mm256_cvtepi32_ps(wide), s));
+        }
+        for (; x < dim; ++x) d[x] = scale * static_cast<float>(src[x]);
+        break;
+      }
+      case KvType::kFloat32: break;  // never widened
+    }
+  }
 }
 
 void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t) {
@@ -113,8 +167,21 @@ void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t)
   const long kv_head = bk % a.kv_heads, b = bk / a.kv_heads;
   const long row0 = tile * kLanes;
   t->rows = static_cast<int>(min_l(kLanes, a.q_len * group - row0));
-  t->k = a.k + b * a.k_stride_b + kv_head * a.k_stride_h;
-  t->v = a.v + b * a.v_stride_b + kv_head * a.v_stride_h;
+  t->k = t->v = nullptr;
+  t->k_raw = t->v_raw = nullptr;
+  t->k_scales = t->v_scales = nullptr;
+  if (a.kv_type == KvType::kFloat32) {
+    t->k = a.k + b * a.k_stride_b + kv_head * a.k_stride_h;
+    t->v = a.v + b * a.v_stride_b + kv_head * a.v_stride_h;
+  } else {
+    const long size = kv_type_size(a.kv_type);
+    t->k_raw = static_cast<const char*>(a.k_data) + (b * a.k_stride_b + kv_head * a.k_stride_h) * size;
+    t->v_raw = static_cast<const char*>(a.v_data) + (b * a.v_stride_b + kv_head * a.v_stride_h) * size;
+    if (a.kv_type == KvType::kInt8) {
+      t->k_scales = a.k_scale + b * a.scale_stride_b + kv_head * a.scale_stride_h;
+      t->v_scales = a.v_scale + b * a.scale_stride_b + kv_head * a.scale_stride_h;
+    }
+  }
   long begin = a.kv_len, end = 0;
   for (int r = 0; r < kLanes; ++r) {
     if (r >= t->rows) {
@@ -338,7 +405,9 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
     }
   }
 
-  const long k_stride = a.k_stride_t, v_stride = a.v_stride_t, mask_stride = a.mask_stride_k;
+  const bool widen = a.kv_type != KvType::kFloat32;
+  const long k_stride = widen ? dim : a.k_stride_t, v_stride = widen ? dim : a.v_stride_t;
+  const long mask_stride = a.mask_stride_k;
   const Vec log2e = vset1(kLog2e);
   const unsigned row_lanes = (1u << rows) - 1u;  // rows ≤ kLanes ≤ 16
   uint64_t removed[kLanes] = {};  // kExact: per row, bit j = key j0 + j of the block is removed
@@ -346,7 +415,12 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
   Vec m = vneg_inf(), l = vzero();
   for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
     const long n = min_l(kKeyBlock, key_end - j0);
-    const float* kb = t.k + j0 * k_stride;
+    const float* kb = widen ? w.kbuf : t.k + j0 * k_stride;
+    const float* vb = widen ? w.vbuf : t.v + j0 * v_stride;
+    if (widen) {
+      widen_block(a, t, false, j0, n, w.kbuf);
+      widen_block(a, t, true, j0, n, w.vbuf);
+    }
     Vec block_max = vneg_inf();
     for (long j = 0; j < n; j += kScoreKeys)
       wide_scores(w.q, dim, kb + j * k_stride, k_stride, min_l(kScoreKeys, n - j), w.p + j * kLanes, &block_max);
@@ -406,7 +480,7 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
     l = vfmadd(l, corr, sum);
     m = m_new;
     vstore(w.corr, corr);
-    pv_accumulate<kExact>(w.acc, d_pad, w.p, 1, kLanes, w.corr, rows, n, t.v + j0 * v_stride, v_stride, dim, removed);
+    pv_accumulate<kExact>(w.acc, d_pad, w.p, 1, kLanes, w.corr, rows, n, vb, v_stride, dim, removed);
   }
   vstore(w.m, m);
   vstore(w.l, l);
@@ -464,12 +538,20 @@ bool run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
   }
   for (long x = 0; x < rows * d_pad; ++x) w.acc[x] = 0.0f;
 
-  const long k_stride = a.k_stride_t, v_stride = a.v_stride_t, mask_stride = a.mask_stride_k;
+  const bool widen = a.kv_type != KvType::kFloat32;
+  const long k_stride = widen ? dim : a.k_stride_t, v_stride = widen ? dim : a.v_stride_t;
+  const long mask_stride = a.mask_stride_k;
   const Vec log2e = vset1(kLog2e);
   uint64_t removed[kLanes] = {};  // kExact: per row, bit j = key j0 + j of the block is removed
   bool removed_any = false;
   for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
     const long n = min_l(kKeyBlock, key_end - j0);
+    const float* kb = widen ? w.kbuf : t.k + j0 * k_stride;
+    const float* vb = widen ? w.vbuf : t.v + j0 * v_stride;
+    if (widen) {
+      widen_block(a, t, false, j0, n, w.kbuf);
+      widen_block(a, t, true, j0, n, w.vbuf);
+    }
     for (int r = 0; r < rows; ++r) {
       float* pr = w.p + r * kKeyBlock;
       const long first = max_l(t.first[r], j0), last = min_l(t.last[r], j0 + n - 1);
@@ -486,7 +568,7 @@ bool run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
       Vec block_max = vneg_inf();
       for (long j = 0; j < n; j += kLanes) {
         const long key0 = j0 + j, nk = min_l(kLanes, n - j);
-        const float* kj = t.k + key0 * k_stride;
+        const float* kj = kb + j * k_stride;
         Vec s = nk == kLanes ? narrow_scores<true>(w.q + r * d_pad, dim, kj, k_stride, nk)
                              : narrow_scores<false>(w.q + r * d_pad, dim, kj, k_stride, nk);
         const bool partial = key0 < first || key0 + kLanes - 1 > last;
@@ -521,8 +603,7 @@ bool run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
       w.m[r] = m_new;
       w.corr[r] = corr;
     }
-    pv_accumulate<kExact>(w.acc, d_pad, w.p, kKeyBlock, 1, w.corr, rows, n, t.v + j0 * v_stride, v_stride, a.head_dim,
-                          removed);
+    pv_accumulate<kExact>(w.acc, d_pad, w.p, kKeyBlock, 1, w.corr, rows, n, vb, v_stride, a.head_dim, removed);
   }
   return removed_any;
 }

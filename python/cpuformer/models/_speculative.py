@@ -73,9 +73,14 @@ def resolve_assistant(model: Any, assistant_model: Any) -> Any:
 
 def speculation(model: Any, ids: List[List[int]], options: Dict[str, Any], assistant_model: Any,
                 num_assistant_tokens: Optional[int], prompt_lookup_num_tokens: Optional[int],
-                max_matching_ngram_size: Optional[int]) -> Optional[Any]:
+                max_matching_ngram_size: Optional[int], num_assistant_tokens_schedule: str = "heuristic"
+                ) -> Optional[Any]:
     """Adds the speculative options to ``options`` (the C++ GenerationOptions fields) and returns
     the draft's native model, or None (prompt lookup, or no speculation)."""
+    if num_assistant_tokens_schedule not in ("heuristic", "constant"):
+        raise ValueError("num_assistant_tokens_schedule must be 'heuristic' or 'constant', got "
+                         f"{num_assistant_tokens_schedule!r}")
+    options["adaptive_draft"] = num_assistant_tokens_schedule == "heuristic"
     if assistant_model is None and prompt_lookup_num_tokens is None:
         for name, value in (("num_assistant_tokens", num_assistant_tokens),
                             ("max_matching_ngram_size", max_matching_ngram_size)):

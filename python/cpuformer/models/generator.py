@@ -30,6 +30,19 @@ from ._text import TextMixin
 PathLike = Union[str, os.PathLike]
 
 
+#: kv_cache_dtype names and the C++ KvType codes (kernels/attention/attention.h).
+KV_CACHE_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}
+
+
+def kv_cache_code(kv_cache_dtype: Optional[str]) -> int:
+    """The KvType code of a kv_cache_dtype argument (None: float32)."""
+    if kv_cache_dtype is None:
+        return 0
+    if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {sorted(KV_CACHE_DTYPES)} or None, got {kv_cache_dtype!r}")
+    return KV_CACHE_DTYPES[kv_cache_dtype]
+
+
 def generation_setting(md: ModelDir, key: str) -> Tuple[Dict[str, Any], str]:
     """(the file's settings, its name) that supply the generation default ``key``:
     generation_config.json when it sets the key (to a non-null value), else config.json."""
@@ -146,7 +159,8 @@ class Generator(TextMixin, ModelBase):
                  eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
                  return_log_probs: bool = False, assistant_model: Any = None,
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
-                 max_matching_ngram_size: Optional[int] = None, return_stats: bool = False) -> Generated:
+                 max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
+                 kv_cache_dtype: Optional[str] = None, return_stats: bool = False) -> Generated:
         """New tokens for each prompt (list[list[int]]; EOS included when produced).
 
         prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
@@ -163,8 +177,10 @@ class Generator(TextMixin, ModelBase):
         adapted as it runs) that the model verifies in one pass; prompt_lookup_num_tokens=k drafts
         up to k tokens that followed the last max_matching_ngram_size (2) tokens earlier in the
         prompt or output. Greedy output equals plain decoding token for token; sampling keeps the
-        model's distribution. return_stats=True appends a dict (target_passes, draft_tokens,
-        accepted_tokens; None without speculation) to the result.
+        model's distribution; num_assistant_tokens_schedule="constant" keeps the draft length fixed.
+        return_stats=True appends a dict (target_passes, draft_tokens, accepted_tokens; None
+        without speculation) to the result. kv_cache_dtype: the KV cache's element type,
+        "float32" (default), "float16", "bfloat16" or "int8" (docs/decoders.md).
         """
         model = self._live()
         ids, kind = self._prompts(prompts)
@@ -172,7 +188,8 @@ class Generator(TextMixin, ModelBase):
                                 repetition_penalty, num_beams, length_penalty, early_stopping, eos_token_id, seed,
                                 return_log_probs)
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
-                            max_matching_ngram_size)
+                            max_matching_ngram_size, num_assistant_tokens_schedule)
+        options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
         tokens, log_probs, stats = model.generate(ids, options, None, self.num_threads, draft)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats)
 
@@ -203,16 +220,19 @@ class Generator(TextMixin, ModelBase):
         defaults = dict(max_new_tokens=20, min_new_tokens=0, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
                         repetition_penalty=1.0, num_beams=1, length_penalty=1.0, early_stopping=False,
                         eos_token_id=None, seed=None)
-        speculative = dict(assistant_model=None, num_assistant_tokens=None, prompt_lookup_num_tokens=None,
-                           max_matching_ngram_size=None)
-        unknown = set(kwargs) - set(defaults) - set(speculative)
+        speculative: Dict[str, Any] = dict(assistant_model=None, num_assistant_tokens=None,
+                                           prompt_lookup_num_tokens=None, max_matching_ngram_size=None,
+                                           num_assistant_tokens_schedule="heuristic")
+        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype"}
         if unknown:
             raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
         for key in speculative:
-            speculative[key] = kwargs.pop(key, None)
+            speculative[key] = kwargs.pop(key, speculative[key])
+        kv_cache_dtype = kwargs.pop("kv_cache_dtype", None)
         defaults.update(kwargs)
         options = self._options(return_log_probs=False, **defaults)
         draft = speculation(self, ids, options, **speculative)
+        options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
         return self._stream(model, ids, options, kind == "str", draft)
 
     def _stream(self, model, ids, options, text: bool, draft=None) -> Iterator[Union[int, str]]:
@@ -348,4 +368,4 @@ def _orphan_live_streams() -> None:
 os.register_at_fork(after_in_child=_orphan_live_streams)
 
 
-__all__ = ["Generator", "generation_setting"]
+__all__ = ["Generator", "KV_CACHE_DTYPES", "generation_setting", "kv_cache_code"]

@@ -20,7 +20,7 @@ from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d
 from ._speculative import speculation
 from ._text import TextMixin
-from .generator import Generator, generation_setting
+from .generator import Generator, generation_setting, kv_cache_code
 
 PathLike = Union[str, os.PathLike]
 
@@ -152,7 +152,8 @@ class Seq2Seq(TextMixin, ModelBase):
                  return_log_probs: bool = False, num_return_sequences: int = 1,
                  no_repeat_ngram_size: int = 0, assistant_model: Any = None,
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
-                 max_matching_ngram_size: Optional[int] = None, return_stats: bool = False) -> Generated:
+                 max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
+                 kv_cache_dtype: Optional[str] = None, return_stats: bool = False) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
@@ -163,8 +164,8 @@ class Seq2Seq(TextMixin, ModelBase):
         target. The model's generation_config.json supplies eos / pad / decoder start tokens,
         forced BOS/EOS tokens and single-token bad_words_ids. Speculative decoding
         (assistant_model= a smaller Seq2Seq with the same vocabulary or a dtype name,
-        prompt_lookup_num_tokens= n-gram lookup in the source and the output) and return_stats as
-        Generator.generate.
+        prompt_lookup_num_tokens= n-gram lookup in the source and the output), return_stats and
+        kv_cache_dtype (the decoder's self-attention cache) as Generator.generate.
         """
         model = self._live()
         ids, kind = self._prompts(sources)
@@ -174,7 +175,8 @@ class Seq2Seq(TextMixin, ModelBase):
                                 length_penalty=length_penalty, early_stopping=early_stopping,
                                 eos_token_id=eos_token_id, seed=seed, return_log_probs=return_log_probs)
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
-                            max_matching_ngram_size)
+                            max_matching_ngram_size, num_assistant_tokens_schedule)
+        options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
         tokens, log_probs, stats = model.generate(ids, options, None, self.num_threads, draft)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
                             one_text=num_return_sequences == 1)
