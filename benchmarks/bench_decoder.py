@@ -165,9 +165,16 @@ def write_word_level_tokenizer(directory: str, vocab_size: int, bos: int, eos: i
                             eos_token=f"t{eos}").save_pretrained(directory)
 
 
-def save_random_llama(directory: str, config: dict, seed: int = 0) -> None:
+def save_random_llama(directory: str, config: dict, seed: int = 0, peak: float = 0.0, damp: float = 1.0) -> None:
     """A LlamaForCausalLM checkpoint with random weights written straight from NumPy (torch's
-    initialisation of 1.1B parameters takes minutes on 2 cores)."""
+    initialisation of 1.1B parameters takes minutes on 2 cores). peak > 0 adds peak × (the token
+    embeddings in a random order) to the LM head: random weights give near-flat next-token
+    distributions whose top token flips under int8 rounding far more often than a trained model's;
+    the added term makes each token favour a "next" token through the residual stream, as trained
+    models' peaked distributions do (the speculative-decoding rows tune it to a stated float32 /
+    int8 top-1 agreement). damp scales the layers' output projections (o_proj, down_proj): random
+    layers each rewrite the residual stream as much as the embedding put in, so rounding
+    differences grow layer by layer; trained layers make smaller updates."""
     from cpuformer._model_dir import save_safetensors
 
     rng = np.random.default_rng(seed)
@@ -178,14 +185,19 @@ def save_random_llama(directory: str, config: dict, seed: int = 0) -> None:
     def w(*shape):
         return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float32)
 
-    tensors = {"model.embed_tokens.weight": w(V, H), "model.norm.weight": np.ones(H, np.float32),
-               "lm_head.weight": w(V, H)}
+    embeddings = w(V, H)
+    head = w(V, H)
+    if peak:
+        head += np.float32(peak) * embeddings[rng.permutation(V)]
+    tensors = {"model.embed_tokens.weight": embeddings, "model.norm.weight": np.ones(H, np.float32),
+               "lm_head.weight": head}
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
         tensors.update({p + "self_attn.q_proj.weight": w(H, H), p + "self_attn.k_proj.weight": w(kv, H),
-                        p + "self_attn.v_proj.weight": w(kv, H), p + "self_attn.o_proj.weight": w(H, H),
+                        p + "self_attn.v_proj.weight": w(kv, H),
+                        p + "self_attn.o_proj.weight": w(H, H) * np.float32(damp),
                         p + "mlp.gate_proj.weight": w(I, H), p + "mlp.up_proj.weight": w(I, H),
-                        p + "mlp.down_proj.weight": w(H, I),
+                        p + "mlp.down_proj.weight": w(H, I) * np.float32(damp),
                         p + "input_layernorm.weight": np.ones(H, np.float32),
                         p + "post_attention_layernorm.weight": np.ones(H, np.float32)})
     os.makedirs(directory, exist_ok=True)
