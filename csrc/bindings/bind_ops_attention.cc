@@ -37,6 +37,23 @@ void require_attention_keys(long keys, const char* name) {
   }
 }
 
+// Attention arguments for a C-contiguous q [B, H, Tq, D] over Tk keys of Hkv heads: shapes and q.
+AttentionArgs dense_query(const FloatArray& q, long Hkv, long Tk) {
+  const long B = q.shape(0), H = q.shape(1), Tq = q.shape(2), D = q.shape(3);
+  AttentionArgs a;
+  a.batch = B;
+  a.heads = H;
+  a.kv_heads = Hkv;
+  a.q_len = Tq;
+  a.kv_len = Tk;
+  a.head_dim = D;
+  a.q = q.data();
+  a.q_stride_b = H * Tq * D;
+  a.q_stride_h = Tq * D;
+  a.q_stride_t = D;
+  return a;
+}
+
 py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj, bool causal,
                                 const py::object& mask_obj, const py::object& scale_obj) {
   // Before as_float32, which would copy a broadcast (zero-stride) view of that many keys.
@@ -65,17 +82,7 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
     throw py::value_error("the number of query heads (" + std::to_string(H) +
                           ") must be a multiple of the number of key/value heads (" + std::to_string(Hkv) + ")");
   }
-  AttentionArgs a;
-  a.batch = B;
-  a.heads = H;
-  a.kv_heads = Hkv;
-  a.q_len = Tq;
-  a.kv_len = Tk;
-  a.head_dim = D;
-  a.q = q.data();
-  a.q_stride_b = H * Tq * D;
-  a.q_stride_h = Tq * D;
-  a.q_stride_t = D;
+  AttentionArgs a = dense_query(q, Hkv, Tk);
   a.k = k.data();
   a.k_stride_b = Hkv * Tk * D;
   a.k_stride_h = Tk * D;
@@ -258,17 +265,7 @@ py::tuple attention_kv_cache(const py::object& q_obj, const py::object& k_obj, c
         cache.store(0, b, h, t, k.data() + at, v.data() + at);
       }
   cache.set_length(Tk);
-  AttentionArgs a;
-  a.batch = B;
-  a.heads = H;
-  a.kv_heads = Hkv;
-  a.q_len = Tq;
-  a.kv_len = Tk;
-  a.head_dim = D;
-  a.q = q.data();
-  a.q_stride_b = H * Tq * D;
-  a.q_stride_h = Tq * D;
-  a.q_stride_t = D;
+  AttentionArgs a = dense_query(q, Hkv, Tk);
   cache.view(0, a);
   a.scale = 1.0f / std::sqrt(static_cast<float>(D));
   a.causal = causal;
