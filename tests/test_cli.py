@@ -195,6 +195,30 @@ def test_generate_ids_exact_count_matches_the_api(tiny):
         assert tokens == gen.generate([5, 6, 7], max_new_tokens=9, min_new_tokens=9)[0]
 
 
+def test_generate_speculative_and_kv_cache_options_match_the_api(tiny):
+    """--draft-dtype / --prompt-lookup / --kv-cache-dtype: the API's tokens (greedy speculation is
+    plain decoding's output)."""
+    with cf.Generator(tiny["decoder"]) as gen:
+        expected = gen.generate([5, 6, 7, 5, 6], max_new_tokens=9, min_new_tokens=9, kv_cache_dtype="int8")[0]
+    for extra in (("--draft-dtype", "int8"), ("--prompt-lookup", "3"), ("--assistant-model", tiny["decoder"] + "-q")):
+        if extra[0] == "--assistant-model":
+            cf.convert(tiny["decoder"], extra[1], "int8")
+        out = run_cli("generate", tiny["decoder"], "5 6 7 5 6", "--ids", "--max-new-tokens", 9, "--min-new-tokens", 9,
+                      "--kv-cache-dtype", "int8", *extra)
+        assert out.returncode == 0, out.stderr
+        assert [int(t) for t in out.stdout.split()] == expected, extra
+    assert_user_error(run_cli("generate", tiny["decoder"], "5 6", "--ids", "--draft-dtype", "int8",
+                              "--prompt-lookup", "3"), "generate",
+                      "pass assistant_model or prompt_lookup_num_tokens, not both")
+    assert_user_error(run_cli("generate", tiny["decoder"], "5 6", "--ids", "--draft-dtype", "int8",
+                              "--assistant-model", tiny["decoder"]), "generate",
+                      "give --draft-dtype or --assistant-model, not both")
+    assert_user_error(run_cli("generate", tiny["decoder"], "5 6", "--ids", "--assistant-model", tiny["decoder"]),
+                      "generate", "is not smaller than the model")
+    assert_user_error(run_cli("generate", tiny["decoder"], "5 6", "--ids", "--kv-cache-dtype", "int4"), "generate",
+                      "argument --kv-cache-dtype: invalid choice: 'int4'")
+
+
 def test_generate_text_matches_the_api(tiny):
     out = run_cli("generate", tiny["decoder"], "t5 t6 t7", "--max-new-tokens", 6, "--min-new-tokens", 6, "--echo")
     assert out.returncode == 0, out.stderr

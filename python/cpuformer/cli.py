@@ -8,6 +8,7 @@ and exit code 2, without a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import os
@@ -195,6 +196,8 @@ def _generation_kwargs(args: argparse.Namespace) -> dict:
                             "--num-beams > 1")
         kwargs.update(do_sample=True, temperature=1.0 if args.temperature is None else args.temperature,
                       top_k=args.top_k or 0, top_p=1.0 if args.top_p is None else args.top_p)
+    if args.kv_cache_dtype:
+        kwargs["kv_cache_dtype"] = args.kv_cache_dtype
     return kwargs
 
 
@@ -204,7 +207,17 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     out = sys.stdout
     if out is None:  # started with file descriptor 1 closed (`>&-`)
         raise OSError(errno.EBADF, "stdout is closed; nothing can be written")
-    with _open_model(args.model_dir, "decoder", "generate", args.dtype, args.threads, _quantization(args)) as gen:
+    if args.draft_dtype and args.assistant_model:
+        raise UserError("give --draft-dtype or --assistant-model, not both")
+    with _open_model(args.model_dir, "decoder", "generate", args.dtype, args.threads, _quantization(args)) as gen, \
+            contextlib.ExitStack() as stack:
+        if args.assistant_model:
+            kwargs["assistant_model"] = stack.enter_context(
+                _open_model(args.assistant_model, "decoder", "generate", None, args.threads))
+        elif args.draft_dtype:
+            kwargs["assistant_model"] = args.draft_dtype
+        if args.prompt_lookup is not None:
+            kwargs["prompt_lookup_num_tokens"] = args.prompt_lookup
         if args.echo:
             out.write(" ".join(map(str, prompt)) + " " if args.ids else args.prompt)
             out.flush()
@@ -506,6 +519,8 @@ def _add_generation_options(p: argparse.ArgumentParser, default_new: int) -> Non
     p.add_argument("--top-p", type=_number, default=None, metavar="P", help="nucleus sampling mass in (0, 1]")
     p.add_argument("--seed", type=_non_negative_int, default=None, metavar="S",
                    help="random seed for sampling (default: random)")
+    p.add_argument("--kv-cache-dtype", default=None, choices=("float32", "float16", "bfloat16", "int8"),
+                   help="the KV cache's element type (default float32; docs/precision.md, 'KV cache')")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -630,6 +645,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_options(gen, 64)
     gen.add_argument("--ids", action="store_true", help="PROMPT is token ids (e.g. '1 2 3'); prints token ids")
     gen.add_argument("--echo", action="store_true", help="print the prompt before the generated text")
+    gen.add_argument("--draft-dtype", default=None, choices=("int8", "int4", "float16", "bfloat16"),
+                     help="speculative decoding with the model's own weights at this dtype as the draft")
+    gen.add_argument("--assistant-model", metavar="DIR", default=None,
+                     help="speculative decoding with this smaller decoder (same tokenizer) as the draft")
+    gen.add_argument("--prompt-lookup", type=_positive_int, default=None, metavar="K",
+                     help="speculative decoding with up to K draft tokens copied from the prompt's n-grams")
     _add_model_options(gen)
     gen.set_defaults(func=_cmd_generate)
 
