@@ -283,3 +283,32 @@ def test_an_assistant_with_another_vocabulary_is_refused(tmp_path):
     seq2seq = cf.load(tmp_path / "t5")
     with pytest.raises(TypeError, match=r"assistant_model must be a cpuformer\.Seq2Seq"):
         seq2seq.generate([5, 6, 7], assistant_model=draft)
+
+
+# ---- a draft packed at load ------------------------------------------------------------------
+
+
+def test_a_draft_packed_from_the_same_read_is_the_dtype_model(tmp_path):
+    """``draft_dtype=`` packs the draft from the weights the model reads (one read of the file):
+    the draft is the model loaded at that dtype, and generate(assistant_model=dtype) uses it."""
+    for family in ("gpt2", "t5"):
+        _build(family, tmp_path / family)
+        cls = cf.Generator if family == "gpt2" else cf.Seq2Seq
+        model = cls(tmp_path / family, draft_dtype="int8")
+        alone = cls(tmp_path / family, dtype="int8")
+        prompt = _prompt(model.vocab_size)
+        out, stats = model.generate(prompt, max_new_tokens=NEW, eos_token_id=[], assistant_model="int8",
+                                    return_stats=True)
+        assert out == model.generate(prompt, max_new_tokens=NEW, eos_token_id=[])
+        draft = model._self_drafts["int8"]
+        assert draft.dtype == "int8" and type(draft) is cls
+        assert draft.generate(prompt, max_new_tokens=NEW, eos_token_id=[]) == \
+            alone.generate(prompt, max_new_tokens=NEW, eos_token_id=[])
+        model.close()
+        assert draft.closed
+    with pytest.raises(ValueError, match=r"dtype must be one of"):
+        cf.Generator(tmp_path / "gpt2", draft_dtype="int3")
+    cf.convert(tmp_path / "gpt2", tmp_path / "gpt2-int8", "int8")
+    with pytest.raises(ValueError, match=r"draft_dtype needs a checkpoint of float weights; this directory was "
+                                         r"converted to 'int8'"):
+        cf.Generator(tmp_path / "gpt2-int8", draft_dtype="int4")

@@ -22,7 +22,7 @@ from ..arch.heads import Head, task_of
 from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
 from . import _graph
 from ._heads import TaskHead
-from ._speculative import close_drafts
+from ._speculative import close_drafts, preload_draft_settings
 
 #: Token ids: a NumPy integer array or (nested) lists of ints.
 TokenIds = npt.ArrayLike
@@ -81,7 +81,8 @@ class ModelBase:
     _head: Any = None
 
     def _open(self, path: Union[str, "os.PathLike[str]", ModelDir], dtype: Optional[str], num_threads: Optional[int],
-              kind: str, head: bool = False, quantization: Optional[Mapping[str, Any]] = None) -> ModelDir:
+              kind: str, head: bool = False, quantization: Optional[Mapping[str, Any]] = None,
+              draft_dtype: Optional[str] = None) -> ModelDir:
         """The constructors' common part: checks dtype and num_threads, opens the directory (or
         takes an opened ModelDir), resolves the dtype against a converted directory's, finds the
         architecture, checks the model kind and builds the C++ model (``self._model``); then closes
@@ -89,6 +90,8 @@ class ModelBase:
         num_threads: None (0 here: the process default) or 1..MAX_NUM_THREADS (_arguments.py).
         head: also load the task head the checkpoint's class names (encoders; see arch/heads.py).
         quantization: int4 group size and zero points, the LM head's dtype (weights.check_quantization).
+        draft_dtype: also pack the weights in this dtype, from the same read, as the model's
+        speculative-decoding draft (models/_speculative.py; a plain checkpoint only).
         Sets num_threads, dtype, quantization, _stored_dtype, architecture, family, config, _arch,
         _model_dir and _head (a models._heads.TaskHead or None)."""
         check_dtype(dtype)
@@ -108,7 +111,13 @@ class ModelBase:
             self.config = self.hparams.as_dict()
             declared = _task_head(arch, name, model_dir.config, self.hparams) if head else None
             checkpoint = Checkpoint(model_dir, arch, self.hparams, self._stored_dtype, declared, settings)
-            self._model = _graph.build(checkpoint, graph_format(self.dtype, settings))
+            if draft_dtype is None:
+                self._model = _graph.build(checkpoint, graph_format(self.dtype, settings))
+            else:
+                draft_settings = preload_draft_settings(self, draft_dtype)
+                self._model, draft = _graph.build(checkpoint, graph_format(self.dtype, settings),
+                                                  graph_format(draft_dtype, draft_settings))
+                self._preloaded_drafts = {draft_dtype: (draft, draft_settings)}
             self._head = None
             if declared is not None:
                 if declared.uses_pooler and not self._model.has_pooler:

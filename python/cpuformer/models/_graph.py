@@ -17,9 +17,11 @@ from ..weights import Checkpoint, load_layers
 GRAPHS = {"encoder": _core.EncoderModel, "decoder": _core.DecoderModel, "seq2seq": _core.Seq2SeqModel}
 
 
-def build(checkpoint: Checkpoint, weight_format: Dict[str, Any]) -> Any:
+def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: Dict[str, Any]) -> Any:
     """The C++ model of ``checkpoint``'s kind, with every weight loaded; ``weight_format``: the
-    config fields of weights.graph_format (dtype, head_dtype, group_size, zero_point)."""
+    config fields of weights.graph_format (dtype, head_dtype, group_size, zero_point). With
+    ``more_formats``, a list of models, one per format, built from one read of the weights (each
+    tensor is read once and packed for every model: a model and its speculative-decoding draft)."""
     hp = checkpoint.hp
     checkpoint.check_accounted()
     tensors, names = checkpoint.read(checkpoint.top)
@@ -27,15 +29,19 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any]) -> Any:
         arrays, stack_names = checkpoint.read(checkpoint.stack_sources(stack))
         tensors.update({f"{stack}.{name}": array for name, array in arrays.items()})
         names += stack_names
-    config: Dict[str, Any] = dict(hp.as_dict(), **weight_format)
-    model = GRAPHS[hp.kind](config, tensors)
+    models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors) for form in (weight_format,) + more_formats]
     del tensors
-    checkpoint.release(names)  # copied or packed by the model
-    load_layers(checkpoint, model.add_layer)
+    checkpoint.release(names)  # copied or packed by the models
+
+    def add_layer(stack: str, layer_tensors: Dict[str, Any]) -> None:
+        for model in models:
+            model.add_layer(stack, layer_tensors)
+
+    load_layers(checkpoint, add_layer)
     # The buffers that quantized and packed the weights are free now, but the C library keeps
     # freed heap memory for reuse: hand it back, so the resident size is the model's.
     _core._release_free_memory()
-    return model
+    return models if more_formats else models[0]
 
 
 __all__ = ["GRAPHS", "build"]

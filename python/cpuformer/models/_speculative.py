@@ -10,9 +10,13 @@ n-gram lookup in the prompt and the output so far (``prompt_lookup_num_tokens``)
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Dict, List, Optional
 
 from .._arguments import check_integer
+from ..weights import check_dtype, check_quantization
+
+_DRAFTS_LOCK = threading.Lock()
 
 #: The longest draft a call may ask for (num_assistant_tokens, prompt_lookup_num_tokens,
 #: max_matching_ngram_size): verification runs draft + 1 positions in one pass.
@@ -42,11 +46,14 @@ def resolve_assistant(model: Any, assistant_model: Any) -> Any:
     vocabulary, tokenizer and size."""
     cls = type(model)
     if isinstance(assistant_model, str):
-        drafts: Dict[str, Any] = model.__dict__.setdefault("_self_drafts", {})
-        if assistant_model not in drafts:
-            drafts[assistant_model] = cls(model._model_dir.path, dtype=assistant_model,
-                                          num_threads=model.num_threads or None)
-        draft = drafts[assistant_model]
+        with _DRAFTS_LOCK:  # concurrent generate() calls load one draft
+            drafts: Dict[str, Any] = model.__dict__.setdefault("_self_drafts", {})
+            if assistant_model not in drafts:
+                preloaded = model.__dict__.get("_preloaded_drafts", {}).pop(assistant_model, None)
+                drafts[assistant_model] = (_sibling(model, assistant_model, *preloaded) if preloaded else
+                                           cls(model._model_dir.path, dtype=assistant_model,
+                                               num_threads=model.num_threads or None))
+            draft = drafts[assistant_model]
     elif isinstance(assistant_model, cls):
         draft = assistant_model
     else:
@@ -68,6 +75,30 @@ def resolve_assistant(model: Any, assistant_model: Any) -> Any:
         raise ValueError(f"the assistant model ({draft.architecture}, {draft.num_parameters:,} parameters at "
                          f"{draft.dtype}) is not smaller than the model ({model.num_parameters:,} at "
                          f"{model.dtype}): drafting with it cannot be faster than decoding alone")
+    return draft
+
+
+def preload_draft_settings(model: Any, draft_dtype: Any) -> Dict[str, Any]:
+    """The quantization settings of a draft packed at load (``draft_dtype=``), after checking that
+    it can be: a dtype name, and a checkpoint of float weights (a converted directory stores one
+    dtype only)."""
+    check_dtype(draft_dtype)
+    if draft_dtype is None or not isinstance(draft_dtype, str):
+        raise TypeError(f"draft_dtype must be a dtype name, got {draft_dtype!r}")
+    if model._stored_dtype is not None:
+        raise ValueError(f"draft_dtype needs a checkpoint of float weights; this directory was converted to "
+                         f"{model._stored_dtype!r} (load the draft from the original checkpoint)")
+    return check_quantization(None, draft_dtype)
+
+
+def _sibling(model: Any, dtype: str, native: Any, settings: Dict[str, Any]) -> Any:
+    """A model object like ``model`` (same class, directory, configuration and generation
+    defaults) around the draft graph packed with it at load."""
+    draft = type(model).__new__(type(model))
+    draft.__dict__.update({key: value for key, value in model.__dict__.items()
+                           if key not in ("_self_drafts", "_preloaded_drafts", "_tokenizer")})
+    draft._model, draft.dtype, draft.quantization = native, dtype, settings
+    draft._tokenizer = None
     return draft
 
 
@@ -117,6 +148,8 @@ def close_drafts(model: Any) -> None:
     """Closes the self-drafts resolve_assistant() loaded for ``model``."""
     for draft in model.__dict__.pop("_self_drafts", {}).values():
         draft.close()
+    model.__dict__.pop("_preloaded_drafts", None)
 
 
-__all__ = ["MAX_DRAFT_TOKENS", "close_drafts", "resolve_assistant", "speculation", "weight_bytes"]
+__all__ = ["MAX_DRAFT_TOKENS", "close_drafts", "preload_draft_settings", "resolve_assistant", "speculation",
+           "weight_bytes"]

@@ -54,7 +54,9 @@ def generation_setting(md: ModelDir, key: str) -> Tuple[Dict[str, Any], str]:
 class Generator(TextMixin, ModelBase):
     """A decoder-only causal LM loaded from a Hugging Face model directory.
 
-    ``Generator(path, dtype=None, num_threads=None)``. ``gen.logits(input_ids,
+    ``Generator(path, dtype=None, num_threads=None, quantization=None, draft_dtype=None)``
+    (draft_dtype: also pack the weights in that dtype from the same read, as the draft that
+    ``generate(assistant_model=draft_dtype)`` uses). ``gen.logits(input_ids,
     attention_mask=None)`` gives float32 [B, T, V]; ``gen.generate(prompts, ...)`` generates
     (arguments named as in Hugging Face's generate()); ``gen.stream(prompt, ...)`` yields tokens as
     they are produced.
@@ -63,9 +65,11 @@ class Generator(TextMixin, ModelBase):
     _INPUT = "prompt"  # what the error messages call one input sequence
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
-                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None):
+                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None,
+                 draft_dtype: Optional[str] = None):
         self._tokenizer = None
-        model_dir = self._open(path, dtype, num_threads, "decoder", quantization=quantization)
+        model_dir = self._open(path, dtype, num_threads, "decoder", quantization=quantization,
+                               draft_dtype=draft_dtype)
         self._defaults(model_dir)
 
     def _defaults(self, md: ModelDir) -> None:

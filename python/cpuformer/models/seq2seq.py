@@ -55,9 +55,11 @@ class Seq2Seq(TextMixin, ModelBase):
     _result = Generator._result
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
-                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None):
+                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None,
+                 draft_dtype: Optional[str] = None):
         self._tokenizer = None
-        model_dir = self._open(path, dtype, num_threads, "seq2seq", quantization=quantization)
+        model_dir = self._open(path, dtype, num_threads, "seq2seq", quantization=quantization,
+                               draft_dtype=draft_dtype)
         self._defaults(model_dir)
 
     def _defaults(self, md: ModelDir) -> None:
