@@ -103,7 +103,12 @@ if [ ${#pytest_args[@]} -eq 0 ]; then
                tests/reliability/test_generate_properties.py tests/reliability/test_interrupt.py
                tests/reliability/test_limits.py tests/reliability/test_nonfinite.py tests/reliability/test_fork.py
                tests/reliability/test_file_changes.py tests/reliability/test_stream_lifecycle.py
-               tests/reliability/test_sampling_limits.py)
+               tests/reliability/test_sampling_limits.py
+               "tests/models/test_speculative.py::test_greedy_speculation_equals_plain_decoding_on_every_family[llama]"
+               "tests/models/test_speculative.py::test_greedy_speculation_keeps_the_logits_processors_and_stops[t5]"
+               tests/models/test_speculative.py::test_a_separate_smaller_assistant_gives_the_same_greedy_tokens
+               tests/models/test_kv_cache_dtype.py::test_speculative_decoding_with_a_typed_cache
+               tests/models/test_kv_cache_dtype.py::test_beam_search_reorders_typed_rows)
   elif [ $quick -eq 1 ]; then
     per_level=(tests/kernels tests/models/test_encoder.py)
     best_only=(tests/reliability/test_ops_properties.py tests/reliability/test_encoder_properties.py)
