@@ -51,9 +51,22 @@ void no_repeat_ngram(long n, const std::vector<int64_t>& history, const std::vec
   }
 }
 
-// bad_words_ids of one token each (transformers' SequenceBiasLogitsProcessor with -inf).
-void suppress_tokens(const GenerationOptions& o, float* scores) {
+// suppress_token_ids, then bad_words_ids (transformers' NoBadWordsLogitsProcessor): a sequence's
+// last token gets -inf where history + generated ends with the sequence's other tokens.
+void suppress_tokens(const GenerationOptions& o, const std::vector<int64_t>& history,
+                     const std::vector<int64_t>& generated, float* scores) {
   for (int64_t t : o.suppress_token_ids) scores[t] = kNegInf;
+  const long h = static_cast<long>(history.size()), have = h + static_cast<long>(generated.size());
+  for (const std::vector<int64_t>& word : o.bad_words_ids) {
+    const long prefix = static_cast<long>(word.size()) - 1;
+    if (prefix > have) continue;
+    bool match = true;
+    for (long i = 0; i < prefix && match; ++i) {
+      const long at = have - prefix + i;
+      match = (at < h ? history[at] : generated[at - h]) == word[i];
+    }
+    if (match) scores[word.back()] = kNegInf;
+  }
 }
 
 // ForcedBOSTokenLogitsProcessor / ForcedEOSTokenLogitsProcessor: every other token gets -inf and
@@ -212,7 +225,7 @@ void process(const GenerationOptions& o, const std::vector<int64_t>& history, co
              long step, float* scores, long V, std::vector<int64_t>& seq) {
   repetition_penalty(o.repetition_penalty, history, generated, scores);
   no_repeat_ngram(o.no_repeat_ngram_size, history, generated, scores, seq);
-  suppress_tokens(o, scores);
+  suppress_tokens(o, history, generated, scores);
   suppress_eos(o, step, scores);
   force_tokens(o, step, scores, V);
 }
@@ -720,6 +733,15 @@ GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_
     empty.tokens.resize(prompts.size() * returned);
     if (options.return_log_probs) empty.log_probs.resize(prompts.size() * returned);
     return empty;
+  }
+  for (const std::vector<int64_t>& word : options.bad_words_ids) {
+    if (word.empty()) throw std::invalid_argument("bad_words_ids must hold non-empty token-id lists");
+    for (int64_t t : word) {
+      if (t < 0 || t >= model.vocab_size()) {
+        throw std::invalid_argument("bad_words_ids: token id " + std::to_string(t) + " is out of range [0, " +
+                                    std::to_string(model.vocab_size()) + ")");
+      }
+    }
   }
   const std::vector<std::vector<int64_t>>& h = histories ? *histories : prompts;
   // Sizes first, allocations after: the per-row buffers (checked, blaming the batch and num_beams),

@@ -58,7 +58,11 @@ struct GenerationOptions {
   std::vector<int64_t> eos_token_ids;
   int64_t forced_bos_token_id = -1;  // ≥ 0: the first new token (transformers' forced_bos_token_id)
   int64_t forced_eos_token_id = -1;  // ≥ 0: the token at the max_new_tokens-th step
-  std::vector<int64_t> suppress_token_ids;  // never generated (single-token bad_words_ids)
+  std::vector<int64_t> suppress_token_ids;  // never generated
+  // bad_words_ids: a sequence's last token is banned where the output so far (history included)
+  // ends with the rest of it (transformers' NoBadWordsLogitsProcessor); one-token sequences are
+  // banned everywhere. Non-empty, ids in [0, V): checked by generate().
+  std::vector<std::vector<int64_t>> bad_words_ids;
   int64_t pad_token_id = 0;  // fed for finished rows / prompt padding; any valid id
   uint64_t seed = 0;
   bool return_log_probs = false;
@@ -88,6 +92,7 @@ struct GenerationOptions {
     v("forced_bos_token_id", forced_bos_token_id);
     v("forced_eos_token_id", forced_eos_token_id);
     v("suppress_token_ids", suppress_token_ids);
+    v("bad_words_ids", bad_words_ids);
     v("pad_token_id", pad_token_id);
     v("seed", seed);
     v("return_log_probs", return_log_probs);

@@ -193,7 +193,6 @@ def test_seq2seq_generation_ids(base, tmp_path, key, value, message):
 @pytest.mark.parametrize("key, value, message", [
     ("forced_eos_token_id", [3, 4], r"'forced_eos_token_id' must be one token id \(or a list of one\), got \[3, 4\]"),
     ("decoder_start_token_id", [1, 2], r"'decoder_start_token_id' lists different start tokens \[1, 2\]"),
-    ("bad_words_ids", [[1, 2]], r"bad_words_ids with multi-token sequences are not supported"),
 ])
 def test_seq2seq_generation_ids_not_supported(base, tmp_path, key, value, message):
     directory = variant(base["seq2seq"], tmp_path / "m", generation={key: value})

@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .._arguments import check_integer
-from .._model_dir import ModelDir, config_token_ids
+from .._model_dir import ModelDir, _describe, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d, fits_float
 from ._speculative import speculation
@@ -41,6 +41,25 @@ def kv_cache_code(kv_cache_dtype: Optional[str]) -> int:
     if not isinstance(kv_cache_dtype, str) or kv_cache_dtype not in KV_CACHE_DTYPES:
         raise ValueError(f"kv_cache_dtype must be one of {sorted(KV_CACHE_DTYPES)} or None, got {kv_cache_dtype!r}")
     return KV_CACHE_DTYPES[kv_cache_dtype]
+
+
+def check_bad_words(value: Any, vocab_size: int, source: str = "") -> List[List[int]]:
+    """bad_words_ids: a list of non-empty token-id lists (transformers' NoBadWordsLogitsProcessor:
+    a list's last token is banned right after the others; a one-token list everywhere)."""
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(word, (list, tuple)) and word and
+            all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 0 <= t < vocab_size for t in word)
+            for word in value):
+        raise ValueError(f"{source}'bad_words_ids' must be a list of non-empty lists of token ids (integers in "
+                         f"[0, {vocab_size})), got {_describe(value)}")
+    return [[int(t) for t in word] for word in value]
+
+
+def config_bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> List[List[int]]:
+    """The bad_words_ids a model's generation settings declare (checked, naming the file)."""
+    return check_bad_words(settings.get("bad_words_ids"), vocab_size, f"{source}: ")
 
 
 def generation_setting(md: ModelDir, key: str) -> Tuple[Dict[str, Any], str]:
@@ -81,6 +100,7 @@ class Generator(TextMixin, ModelBase):
         settings, source = generation_setting(md, "pad_token_id")
         pad_list = config_token_ids(settings, "pad_token_id", source=source) or []
         self.pad_token_id = pad_list[0] if pad_list else (self.eos_token_ids[0] if self.eos_token_ids else 0)
+        self.bad_words_ids = config_bad_words(*generation_setting(md, "bad_words_ids"), self.config["vocab_size"])
 
     @property
     def vocab_size(self) -> int:
@@ -164,7 +184,8 @@ class Generator(TextMixin, ModelBase):
                  return_log_probs: bool = False, assistant_model: Any = None,
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
                  max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
-                 kv_cache_dtype: Optional[str] = None, return_stats: bool = False) -> Generated:
+                 kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
+                 return_stats: bool = False) -> Generated:
         """New tokens for each prompt (list[list[int]]; EOS included when produced).
 
         prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
@@ -184,7 +205,8 @@ class Generator(TextMixin, ModelBase):
         model's distribution; num_assistant_tokens_schedule="constant" keeps the draft length fixed.
         return_stats=True appends a dict (target_passes, draft_tokens, accepted_tokens; None
         without speculation) to the result. kv_cache_dtype: the KV cache's element type,
-        "float32" (default), "float16", "bfloat16" or "int8" (docs/decoders.md).
+        "float32" (default), "float16", "bfloat16" or "int8" (docs/decoders.md). bad_words_ids:
+        token-id sequences never to generate (with generation_config.json's), as transformers'.
         """
         model = self._live()
         ids, kind = self._prompts(prompts)
@@ -194,6 +216,7 @@ class Generator(TextMixin, ModelBase):
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
+        options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
         tokens, log_probs, stats = model.generate(ids, options, None, self.num_threads, draft)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats)
 
@@ -227,16 +250,18 @@ class Generator(TextMixin, ModelBase):
         speculative: Dict[str, Any] = dict(assistant_model=None, num_assistant_tokens=None,
                                            prompt_lookup_num_tokens=None, max_matching_ngram_size=None,
                                            num_assistant_tokens_schedule="heuristic")
-        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype"}
+        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype", "bad_words_ids"}
         if unknown:
             raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
         for key in speculative:
             speculative[key] = kwargs.pop(key, speculative[key])
         kv_cache_dtype = kwargs.pop("kv_cache_dtype", None)
+        bad_words_ids = kwargs.pop("bad_words_ids", None)
         defaults.update(kwargs)
         options = self._options(return_log_probs=False, **defaults)
         draft = speculation(self, ids, options, **speculative)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
+        options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
         return self._stream(model, ids, options, kind == "str", draft)
 
     def _stream(self, model, ids, options, text: bool, draft=None) -> Iterator[Union[int, str]]:
@@ -372,4 +397,5 @@ def _orphan_live_streams() -> None:
 os.register_at_fork(after_in_child=_orphan_live_streams)
 
 
-__all__ = ["Generator", "KV_CACHE_DTYPES", "generation_setting", "kv_cache_code"]
+__all__ = ["Generator", "KV_CACHE_DTYPES", "check_bad_words", "config_bad_words", "generation_setting",
+           "kv_cache_code"]

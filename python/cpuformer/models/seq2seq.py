@@ -15,29 +15,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._arguments import check_integer
-from .._model_dir import ModelDir, _describe, _is_int, config_token_ids
+from .._model_dir import ModelDir, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d
 from ._speculative import speculation
 from ._text import TextMixin
-from .generator import Generator, generation_setting, kv_cache_code
+from .generator import Generator, check_bad_words, config_bad_words, generation_setting, kv_cache_code
 
 PathLike = Union[str, os.PathLike]
-
-def _bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> List[int]:
-    """bad_words_ids ([[id], [id], ...], single-token sequences only) as the ids to suppress."""
-    bad = settings.get("bad_words_ids")
-    if bad is None:
-        return []
-    if not isinstance(bad, list) or not all(isinstance(b, list) and b and all(_is_int(i) and 0 <= i < vocab_size
-                                                                            for i in b) for b in bad):
-        raise ValueError(f"{source}: 'bad_words_ids' must be a list of non-empty lists of token ids (integers in "
-                         f"[0, {vocab_size})), got {_describe(bad)}")
-    if any(len(b) != 1 for b in bad):
-        raise NotImplementedError(f"{source}: bad_words_ids with multi-token sequences are not supported, got "
-                                  f"{_describe(bad)}")
-    return [b[0] for b in bad]
-
 
 class Seq2Seq(TextMixin, ModelBase):
     """An encoder-decoder model loaded from a Hugging Face model directory.
@@ -100,7 +85,7 @@ class Seq2Seq(TextMixin, ModelBase):
             error = ValueError if not forced_eos else NotImplementedError
             raise error(f"{source}: 'forced_eos_token_id' must be one token id (or a list of one), got {forced_eos}")
         self.forced_eos_token_id = -1 if forced_eos is None else forced_eos[0]
-        self.suppress_token_ids = _bad_words(*generation_setting(md, "bad_words_ids"), V)
+        self.bad_words_ids = config_bad_words(*generation_setting(md, "bad_words_ids"), V)
 
     @property
     def vocab_size(self) -> int:
@@ -134,7 +119,7 @@ class Seq2Seq(TextMixin, ModelBase):
 
     # ---- generation ------------------------------------------------------------------------
 
-    def _options(self, num_return_sequences, no_repeat_ngram_size, **kwargs) -> Dict[str, Any]:
+    def _options(self, num_return_sequences, no_repeat_ngram_size, bad_words_ids=None, **kwargs) -> Dict[str, Any]:
         options = self._generator_options(**kwargs)
         num_return_sequences = check_integer("num_return_sequences", num_return_sequences, 0)
         no_repeat_ngram_size = check_integer("no_repeat_ngram_size", no_repeat_ngram_size, 0)
@@ -144,7 +129,7 @@ class Seq2Seq(TextMixin, ModelBase):
         options.update(num_return_sequences=int(num_return_sequences), no_repeat_ngram_size=int(no_repeat_ngram_size),
                        decoder_start_token_id=int(self.decoder_start_token_id),
                        forced_bos_token_id=self.forced_bos_token_id, forced_eos_token_id=self.forced_eos_token_id,
-                       suppress_token_ids=list(self.suppress_token_ids))
+                       bad_words_ids=self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size))
         return options
 
     def generate(self, sources: Prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
@@ -155,7 +140,8 @@ class Seq2Seq(TextMixin, ModelBase):
                  no_repeat_ngram_size: int = 0, assistant_model: Any = None,
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
                  max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
-                 kv_cache_dtype: Optional[str] = None, return_stats: bool = False) -> Generated:
+                 kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
+                 return_stats: bool = False) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
@@ -164,14 +150,15 @@ class Seq2Seq(TextMixin, ModelBase):
         Arguments as Generator.generate; num_return_sequences (≤ num_beams) returns that many
         best beams per source, consecutively; no_repeat_ngram_size bans repeated n-grams of the
         target. The model's generation_config.json supplies eos / pad / decoder start tokens,
-        forced BOS/EOS tokens and single-token bad_words_ids. Speculative decoding
+        forced BOS/EOS tokens and bad_words_ids (a call's bad_words_ids add to them). Speculative decoding
         (assistant_model= a smaller Seq2Seq with the same vocabulary or a dtype name,
         prompt_lookup_num_tokens= n-gram lookup in the source and the output), return_stats and
         kv_cache_dtype (the decoder's self-attention cache) as Generator.generate.
         """
         model = self._live()
         ids, kind = self._prompts(sources)
-        options = self._options(num_return_sequences, no_repeat_ngram_size, max_new_tokens=max_new_tokens,
+        options = self._options(num_return_sequences, no_repeat_ngram_size, bad_words_ids,
+                                max_new_tokens=max_new_tokens,
                                 min_new_tokens=min_new_tokens, do_sample=do_sample, temperature=temperature,
                                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, num_beams=num_beams,
                                 length_penalty=length_penalty, early_stopping=early_stopping,
