@@ -19,6 +19,12 @@ asserts a time.
     python benchmarks/bench_decoder.py [--quick] [--skip-llama] [--threads 2] [--no-ct2] [--no-torch]
                                        [--no-llamacpp] [--llamacpp-kinds f32,f16,q8_0,q4_0] [--llamacpp-flash-attn]
                                        [--no-decode-vs-length] [--dtypes float32,int8,float16,bfloat16]
+                                       [--speculative] [--kv-cache]
+
+--speculative and --kv-cache also run benchmarks/bench_speculative.py (speculative decoding on and
+off: acceptance rate, tokens per model pass) and benchmarks/bench_kv_cache.py (decode time per token
+against context length up to ~4k for each kv_cache_dtype), each in its own process, writing
+<output>_speculative.json and <output>_kv_cache.json.
 
 --dtypes (default: every dtype of cpuformer.weights.DTYPES) also runs cpuformer with the other weight
 dtypes (rows cpuformer_<dtype>) and, with int8, CTranslate2 with compute_type=int8 (row
@@ -46,6 +52,7 @@ import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -459,6 +466,10 @@ def main(argv=None) -> int:
     add_ct2_isa_option(parser)
     parser.add_argument("--no-decode-vs-length", action="store_true",
                         help="skip the decode time per token against context length")
+    parser.add_argument("--speculative", action="store_true",
+                        help="also run bench_speculative.py (drafting on and off, acceptance, tokens per pass)")
+    parser.add_argument("--kv-cache", action="store_true",
+                        help="also run bench_kv_cache.py (decode time per token against context length per KV dtype)")
     parser.add_argument("--output", default=None, help="JSON path (default: benchmarks/results/decoder_<date>.json)")
     args = parser.parse_args(argv)
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -582,6 +593,13 @@ def main(argv=None) -> int:
     with open(path, "w") as f:
         json.dump({"machine": machine, "quick": args.quick, "unit": "tokens/s", "results": results}, f, indent=2)
     print(f"\nwrote {path}")
+    # Speculative decoding and the KV cache dtype: their own scripts, each in its own process.
+    here = os.path.dirname(os.path.abspath(__file__))
+    for flag, script in ((args.speculative, "bench_speculative.py"), (args.kv_cache, "bench_kv_cache.py")):
+        if flag:
+            out = path[:-len(".json")] + "_" + script[len("bench_"):-len(".py")] + ".json"
+            subprocess.run([sys.executable, os.path.join(here, script), "--threads", str(args.threads),
+                            "--output", out], check=True)
     if llamacpp_failed:
         print("ERROR: llama.cpp rows are missing (see above: conversion or self-check)", file=sys.stderr)
         return 1
