@@ -129,7 +129,7 @@ class PyDecoderModel : private ModelBuilder {
     }
     TokenCallback on_token;
     if (!callback.is_none()) {
-      on_token = [&callback](long index, int64_t token) { call_python(callback, index, token); };
+      on_token = [&callback](long index, int64_t token) { return call_python(callback, index, token); };
     }
     const KvType kv_type = kv_cache_type(o);
     GenerationResult result;

@@ -159,7 +159,7 @@ class PySeq2SeqModel : private ModelBuilder {
     }
     TokenCallback on_token;
     if (!callback.is_none()) {
-      on_token = [&callback](long index, int64_t token) { call_python(callback, index, token); };
+      on_token = [&callback](long index, int64_t token) { return call_python(callback, index, token); };
     }
     const std::vector<std::vector<int64_t>> histories(sources.size(), std::vector<int64_t>{start});
     const KvType kv_type = kv_cache_type(o);

@@ -64,9 +64,10 @@ class GilReleased {
   PyThreadState* state_;
 };
 
-// Calls a Python callable from a native loop running under GilReleased.
+// Calls a Python callable from a native loop running under GilReleased; returns the truth value
+// of its result (None: false).
 template <typename... Args>
-void call_python(const pybind11::object& callable, Args&&... args) {
+bool call_python(const pybind11::object& callable, Args&&... args) {
   if (interpreter_finalizing()) throw InterpreterExiting();
   PyGILState_STATE state;
   try {
@@ -78,7 +79,10 @@ void call_python(const pybind11::object& callable, Args&&... args) {
     PyGILState_STATE state;
     ~Release() { PyGILState_Release(state); }
   } release{state};
-  callable(std::forward<Args>(args)...);
+  const pybind11::object result = callable(std::forward<Args>(args)...);
+  const int truth = PyObject_IsTrue(result.ptr());
+  if (truth < 0) throw pybind11::error_already_set();
+  return truth == 1;
 }
 
 }  // namespace cpuformer

@@ -270,8 +270,8 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
       }
       result.tokens[b].push_back(token);
       next[b] = token;
-      if (on_token) on_token(b, token);
-      if (is_eos(o, token)) {
+      const bool stop = on_token && on_token(b, token);
+      if (stop || is_eos(o, token)) {
         finished[b] = 1;
       } else {
         ++running;
@@ -586,8 +586,8 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
       result.log_probs[0].push_back(lp[token]);
     }
     out.push_back(token);
-    if (on_token) on_token(0, token);
-    finished = is_eos(o, token) || static_cast<long>(out.size()) >= o.max_new_tokens;
+    const bool stop = on_token && on_token(0, token);
+    finished = stop || is_eos(o, token) || static_cast<long>(out.size()) >= o.max_new_tokens;
   };
   // The processed (and, sampling, warped) scores at a position whose output so far is `out`.
   auto scores_at = [&](float* s) {

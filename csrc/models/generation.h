@@ -115,8 +115,9 @@ struct GenerationResult {
 };
 
 // Called with (prompt index, token) as each token is chosen (greedy / sampling only; beam search
-// reports the final sequences' tokens after the search).
-using TokenCallback = std::function<void(long, int64_t)>;
+// reports the final sequences' tokens after the search). Returning true ends that prompt's
+// sequence after this token, as an EOS would (a stop string was found); beam search ignores it.
+using TokenCallback = std::function<bool(long, int64_t)>;
 
 // Prompts must be non-empty with ids in [0, V); options validated by the caller.
 // assistant: a draft model's fresh session (same vocabulary) for speculative decoding, or null;

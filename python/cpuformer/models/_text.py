@@ -3,7 +3,7 @@ tokenizer, strings or token ids in, text or token ids out)."""
 
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
 
@@ -60,3 +60,62 @@ class TextMixin:
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self._get_tokenizer().decode(list(ids), skip_special_tokens=True)
+
+
+def check_stop(stop: Any) -> List[str]:
+    """generate()'s ``stop``: None, a string or a list of strings, none of them empty."""
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) for s in stops):
+        raise TypeError(f"stop must be a string or a list of strings, got {stop!r}")
+    if any(s == "" for s in stops):
+        raise ValueError("stop strings must not be empty (an empty string would end every output at once)")
+    return list(stops)
+
+
+def cut_at_stop(text: str, stops: Sequence[str]) -> Tuple[str, bool]:
+    """(text before the first stop string, whether one was found)."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return (text[:min(found)], True) if found else (text, False)
+
+
+def held_back(text: str, stops: Sequence[str]) -> int:
+    """How many trailing characters of text could begin a stop string (so a stream must not emit
+    them yet)."""
+    for n in range(min(len(text), max(len(s) for s in stops) - 1), 0, -1):
+        tail = text[-n:]
+        if any(s.startswith(tail) for s in stops):
+            return n
+    return 0
+
+
+class StopWatch:
+    """One sequence's incremental detokenization and stop-string search, fed token by token (the
+    token callback of the C++ loop): add() returns True once the text holds a stop string.
+
+    The text grows by the decode of the tokens since an offset minus the decode of the tokens
+    already final (as text-generation servers detokenize), so each token costs a decode of a few
+    tokens, not of the whole output; a piece that ends inside a UTF-8 sequence waits for the next
+    token."""
+
+    def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str]) -> None:
+        self.decode, self.stops = decode, list(stops)
+        self.longest = max(len(s) for s in self.stops)
+        self.tokens: List[int] = []
+        self.text = ""
+        self.prefix_offset = self.read_offset = 0
+        self.stopped = False
+
+    def add(self, token: int) -> bool:
+        if self.stopped:
+            return True
+        self.tokens.append(int(token))
+        prefix = self.decode(self.tokens[self.prefix_offset:self.read_offset])
+        new = self.decode(self.tokens[self.prefix_offset:])
+        if len(new) > len(prefix) and not new.endswith("\ufffd"):
+            start = max(0, len(self.text) - self.longest + 1)
+            self.text += new[len(prefix):]
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.tokens)
+            self.stopped = any(self.text.find(s, start) >= 0 for s in self.stops)
+        return self.stopped

@@ -25,7 +25,7 @@ from .._model_dir import ModelDir, _describe, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d, fits_float
 from ._speculative import speculation
-from ._text import TextMixin
+from ._text import StopWatch, TextMixin, check_stop, cut_at_stop, held_back
 
 PathLike = Union[str, os.PathLike]
 
@@ -185,7 +185,7 @@ class Generator(TextMixin, ModelBase):
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
                  max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
                  kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
-                 return_stats: bool = False) -> Generated:
+                 stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False) -> Generated:
         """New tokens for each prompt (list[list[int]]; EOS included when produced).
 
         prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
@@ -207,6 +207,9 @@ class Generator(TextMixin, ModelBase):
         without speculation) to the result. kv_cache_dtype: the KV cache's element type,
         "float32" (default), "float16", "bfloat16" or "int8" (docs/decoders.md). bad_words_ids:
         token-id sequences never to generate (with generation_config.json's), as transformers'.
+        stop: a string or strings that end a sequence once its text holds one (needs tokenizer.json;
+        text results are cut before it, token results end with the token that completed it; beam
+        search cuts its final text only).
         """
         model = self._live()
         ids, kind = self._prompts(prompts)
@@ -217,16 +220,23 @@ class Generator(TextMixin, ModelBase):
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
         options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
-        tokens, log_probs, stats = model.generate(ids, options, None, self.num_threads, draft)
-        return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats)
+        stops, on_token = self._stop_watch(stop, len(ids))
+        tokens, log_probs, stats = model.generate(ids, options, on_token, self.num_threads, draft)
+        return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
+                            stops=stops)
 
     def _result(self, tokens: List[List[int]], kind: str, log_probs: Optional[List[List[float]]],
-                stats: Optional[Dict[str, int]], return_stats: bool, one_text: bool = True) -> Generated:
-        """generate()'s return value: tokens or text, then log_probs and stats when asked for."""
+                stats: Optional[Dict[str, int]], return_stats: bool, one_text: bool = True,
+                stops: Sequence[str] = ()) -> Generated:
+        """generate()'s return value: tokens or text (cut before the first stop string), then
+        log_probs and stats when asked for."""
+        def text(t: List[int]) -> str:
+            return cut_at_stop(self._decode(t), stops)[0] if stops else self._decode(t)
+
         if kind == "str" and one_text:
-            out: Any = self._decode(tokens[0])
+            out: Any = text(tokens[0])
         elif kind in ("str", "strs"):
-            out = [self._decode(t) for t in tokens]
+            out = [text(t) for t in tokens]
         else:
             out = tokens
         extra = ([log_probs] if log_probs is not None else []) + ([stats] if return_stats else [])
@@ -250,32 +260,41 @@ class Generator(TextMixin, ModelBase):
         speculative: Dict[str, Any] = dict(assistant_model=None, num_assistant_tokens=None,
                                            prompt_lookup_num_tokens=None, max_matching_ngram_size=None,
                                            num_assistant_tokens_schedule="heuristic")
-        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype", "bad_words_ids"}
+        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype", "bad_words_ids", "stop"}
         if unknown:
             raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
         for key in speculative:
             speculative[key] = kwargs.pop(key, speculative[key])
         kv_cache_dtype = kwargs.pop("kv_cache_dtype", None)
         bad_words_ids = kwargs.pop("bad_words_ids", None)
+        stops = check_stop(kwargs.pop("stop", None))
+        if stops:
+            self._stop_watch(stops, 0)  # checks for a tokenizer now
         defaults.update(kwargs)
         options = self._options(return_log_probs=False, **defaults)
         draft = speculation(self, ids, options, **speculative)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
         options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
-        return self._stream(model, ids, options, kind == "str", draft)
+        return self._stream(model, ids, options, kind == "str", draft, stops)
 
-    def _stream(self, model, ids, options, text: bool, draft=None) -> Iterator[Union[int, str]]:
+    def _stream(self, model, ids, options, text: bool, draft=None,
+                stops: Sequence[str] = ()) -> Iterator[Union[int, str]]:
         worker = _StreamWorker(model, ids, options, self.num_threads, draft)
         try:
             if not text:
+                watch = StopWatch(self._decode, stops) if stops else None
                 for token in worker.tokens():
                     yield token
+                    if watch is not None and watch.add(token):
+                        return  # the stop string is complete (finally: the worker stops)
                 return
             # A piece is yielded once it is final: text the decodes of the first n-1 and the first
             # n tokens agree on (a decoder may rewrite the end of its text when a token follows),
             # without a trailing U+FFFD (a byte-level token may end inside a UTF-8 sequence that the
             # next token completes). The rest is flushed from the decode of the whole sequence, so
             # the pieces join to generate()'s text.
+            # With stop strings, the text up to the first one is what is yielded, and text that
+            # could still turn out to begin one is held back until the next token says.
             produced: List[int] = []
             emitted = previous = ""
             for token in worker.tokens():
@@ -283,10 +302,19 @@ class Generator(TextMixin, ModelBase):
                 decoded = self._decode(produced)
                 final = os.path.commonprefix([previous, decoded]).rstrip("\ufffd")
                 previous = decoded
+                if stops:
+                    cut, found = cut_at_stop(decoded, stops)
+                    if found:
+                        if len(cut) > len(emitted) and cut.startswith(emitted):
+                            yield cut[len(emitted):]
+                        return
+                    final = final[:len(final) - held_back(final, stops)]
                 if len(final) > len(emitted) and final.startswith(emitted):
                     yield final[len(emitted):]
                     emitted = final
             text_of_all = self._decode(produced)
+            if stops:
+                text_of_all = cut_at_stop(text_of_all, stops)[0]
             rest = text_of_all[len(os.path.commonprefix([emitted, text_of_all])):]
             if rest:
                 yield rest
@@ -296,6 +324,17 @@ class Generator(TextMixin, ModelBase):
             # worker stops at its next token, so no generation keeps running (and holding compute
             # slots) behind our back.
             worker.stop()
+
+    def _stop_watch(self, stop: Any, count: int) -> Tuple[List[str], Any]:
+        """(the stop strings, the C++ loop's token callback that ends a sequence at one, or None)."""
+        stops = check_stop(stop)
+        if not stops:
+            return stops, None
+        if self._model_dir.tokenizer_path is None:
+            raise ValueError(f"stop strings need the model's tokenizer.json to read the text; {self._model_dir.path} "
+                             "has none")
+        watches = [StopWatch(self._decode, stops) for _ in range(count)]
+        return stops, lambda index, token: watches[index].add(token)
 
     def _shape_text(self) -> str:
         c = self.config

@@ -38,6 +38,7 @@ class Seq2Seq(TextMixin, ModelBase):
     _INPUT = "source"
     _generator_options = Generator._options
     _result = Generator._result
+    _stop_watch = Generator._stop_watch
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None,
@@ -141,7 +142,7 @@ class Seq2Seq(TextMixin, ModelBase):
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
                  max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
                  kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
-                 return_stats: bool = False) -> Generated:
+                 stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
@@ -153,7 +154,7 @@ class Seq2Seq(TextMixin, ModelBase):
         forced BOS/EOS tokens and bad_words_ids (a call's bad_words_ids add to them). Speculative decoding
         (assistant_model= a smaller Seq2Seq with the same vocabulary or a dtype name,
         prompt_lookup_num_tokens= n-gram lookup in the source and the output), return_stats and
-        kv_cache_dtype (the decoder's self-attention cache) as Generator.generate.
+        kv_cache_dtype (the decoder's self-attention cache) and stop strings as Generator.generate.
         """
         model = self._live()
         ids, kind = self._prompts(sources)
@@ -166,9 +167,10 @@ class Seq2Seq(TextMixin, ModelBase):
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
-        tokens, log_probs, stats = model.generate(ids, options, None, self.num_threads, draft)
+        stops, on_token = self._stop_watch(stop, len(ids))
+        tokens, log_probs, stats = model.generate(ids, options, on_token, self.num_threads, draft)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
-                            one_text=num_return_sequences == 1)
+                            one_text=num_return_sequences == 1, stops=stops)
 
     def _shape_text(self) -> str:
         c = self.config
