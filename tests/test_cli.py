@@ -301,6 +301,17 @@ def test_translate_one_line_per_input(tiny, tmp_path):
         assert from_file.stdout.splitlines() == s2s.generate(TEXTS, max_new_tokens=5, num_beams=2)
 
 
+def test_translate_file_keeps_blank_lines(tiny, tmp_path):
+    """Blank in, blank out: output line i belongs to input line i."""
+    path = tmp_path / "sources.txt"
+    path.write_text(f"{TEXTS[0]}\n\n{TEXTS[1]}\n   \n{TEXTS[2]}\n")
+    out = run_cli("translate", tiny["seq2seq"], "--file", path, "--max-new-tokens", 5, "--batch-size", 2)
+    assert out.returncode == 0, out.stderr
+    with cf.Seq2Seq(tiny["seq2seq"]) as s2s:
+        expected = s2s.generate(TEXTS, max_new_tokens=5)
+    assert out.stdout.split("\n") == [expected[0], "", expected[1], "", expected[2], ""]
+
+
 def test_translate_errors(tiny, tmp_path):
     assert_user_error(run_cli("translate", tiny["encoder"], "t5"), "translate", "BertModel", "cpuformer embed")
     assert_user_error(run_cli("translate", tmp_path / "nope", "t5"), "translate", "does not exist")

@@ -61,8 +61,10 @@ def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None,
         raise
 
 
-def _texts(args: argparse.Namespace) -> List[str]:
-    """The positional texts, or the lines of --file (``-`` is stdin); exactly one of the two."""
+def _texts(args: argparse.Namespace, keep_blank: bool = False) -> List[str]:
+    """The positional texts, or the lines of --file (``-`` is stdin); exactly one of the two.
+    Blank lines of --file are dropped, or with keep_blank kept (as they are) so that outputs can
+    line up with the input lines."""
     if args.file is not None and args.texts:
         raise UserError("give texts or --file, not both")
     if args.file is None:
@@ -83,10 +85,9 @@ def _texts(args: argparse.Namespace) -> List[str]:
         raise UserError(f"--file {args.file} is a directory") from None
     except (OSError, ValueError) as error:  # ValueError: undecodable bytes, a closed stream
         raise UserError(f"--file {args.file}: cannot read ({_one_line(error)})") from None
-    lines = [line for line in lines if line.strip()]
-    if not lines:
+    if not any(line.strip() for line in lines):
         raise UserError(f"--file {args.file} has no non-empty lines")
-    return lines
+    return lines if keep_blank else [line for line in lines if line.strip()]
 
 
 def _progress(steps: range, desc: str):
@@ -243,14 +244,25 @@ def _parse_ids(text: str) -> List[int]:
 # ---- translate --------------------------------------------------------------------------------
 
 def _cmd_translate(args: argparse.Namespace) -> int:
-    texts = _texts(args)
+    # One output line per input line, in order: a blank input line (--file) gives a blank output
+    # line without running the model; outputs are printed as soon as every line before them is.
+    texts = _texts(args, keep_blank=True)
+    todo = [i for i, text in enumerate(texts) if text.strip()]
     kwargs = _generation_kwargs(args)
+    done: Dict[int, str] = {}
+    printed = 0
+
+    def flush() -> None:
+        nonlocal printed
+        while printed < len(texts) and (printed in done or not texts[printed].strip()):
+            print(done.pop(printed, "").replace("\n", " "), flush=True)
+            printed += 1
+
     with _open_model(args.model_dir, "seq2seq", "translate", args.dtype, args.threads, _quantization(args)) as s2s:
-        for start in _progress(range(0, len(texts), args.batch_size), "translate"):
-            batch = texts[start:start + args.batch_size]
-            outputs = s2s.generate(batch, **kwargs)
-            for line in outputs:
-                print(line.replace("\n", " "), flush=True)
+        for start in _progress(range(0, len(todo), args.batch_size), "translate"):
+            batch = todo[start:start + args.batch_size]
+            done.update(zip(batch, s2s.generate([texts[i] for i in batch], **kwargs)))
+            flush()
     return 0
 
 
