@@ -568,13 +568,13 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
   const long k_first = assistant ? o.num_assistant_tokens : o.prompt_lookup_num_tokens;
   const long k_max = assistant ? std::max<long>(k_first, 16) : k_first;
   std::vector<float> logits(checked_count({k_max + 1, V}, "the logits of the draft tokens")), tmp, lp;
-  std::vector<double> p, q_row, residual;
+  std::vector<double> p, residual;
   std::vector<std::vector<double>> q;  // the draft model's distributions (sampling)
   GenerationResult result;
   result.tokens.resize(1);
   if (o.return_log_probs) result.log_probs.resize(1);
   std::vector<int64_t>& out = result.tokens[0];
-  std::vector<int64_t> seq, draft, lookup;
+  std::vector<int64_t> seq, draft, with_draft, lookup(prompt);
   std::mt19937_64 rng(o.seed);
   bool finished = false;
 
@@ -627,13 +627,10 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
         dm->consumed = static_cast<long>(out.size());
         float* s = dm->logits.data() + (lag - 1) * V;
         if (o.do_sample) q.resize(k);
-        const long base = static_cast<long>(out.size());
+        // The draft sees the output with its own draft so far, processed as the model will be.
+        with_draft.assign(out.begin(), out.end());
         for (long i = 0; i < k; ++i) {
-          // The draft sees the output with its own draft so far, processed as the model will be.
-          seq.clear();
-          std::vector<int64_t> with_draft(out);
-          with_draft.insert(with_draft.end(), draft.begin(), draft.end());
-          process(o, history, with_draft, base + i, s, V, seq);
+          process(o, history, with_draft, static_cast<long>(with_draft.size()), s, V, seq);
           int64_t d;
           if (o.do_sample) {
             warp(o, s, V, tmp);
@@ -643,14 +640,14 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
             d = argmax(s, V);
           }
           draft.push_back(d);
+          with_draft.push_back(d);
           ++m;
           if (i + 1 == k || is_eos(o, d)) break;
           dm->model.step(&d, s);  // (fed tokens: the first m - 1 drafts)
         }
       }
     } else if (remaining > 1) {
-      lookup = prompt;
-      lookup.insert(lookup.end(), out.begin(), out.end());
+      lookup.insert(lookup.end(), out.begin() + (lookup.size() - prompt.size()), out.end());  // prompt + out
       m = lookup_draft(lookup, o.max_matching_ngram_size, std::min(o.prompt_lookup_num_tokens, remaining - 1), draft);
     }
     if (m == 0) {

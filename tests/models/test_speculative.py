@@ -312,3 +312,27 @@ def test_a_draft_packed_from_the_same_read_is_the_dtype_model(tmp_path):
     with pytest.raises(ValueError, match=r"draft_dtype needs a checkpoint of float weights; this directory was "
                                          r"converted to 'int8'"):
         cf.Generator(tmp_path / "gpt2-int8", draft_dtype="int4")
+
+
+def test_the_binding_refuses_what_the_python_layer_checks_first(tmp_path):
+    """The C++ generate checks again what reaches it past the Python layer (direct _core calls):
+    each a ValueError with its message."""
+    model_class, config_class, kwargs = PARITY["gpt2"]
+    _build("gpt2", tmp_path / "model")
+    save_random_model(tmp_path / "draft", getattr(transformers, model_class),
+                      getattr(transformers, config_class)(**dict(kwargs, vocab_size=kwargs["vocab_size"] + 1,
+                                                                 n_layer=1)))
+    native = cf.load(tmp_path / "model")._model
+    other = cf.load(tmp_path / "draft")._model
+    cases = [
+        ([[5, 6]], {"bad_words_ids": [[500]]}, None, r"bad_words_ids: token id 500 is out of range \[0, 101\)"),
+        ([[5, 6]], {"bad_words_ids": [[]]}, None, r"bad_words_ids must hold non-empty token-id lists"),
+        ([[5, 6], [7]], {"prompt_lookup_num_tokens": 2}, None,
+         r"speculative decoding \(assistant_model, prompt_lookup_num_tokens\) takes one prompt, got 2"),
+        ([[5, 6]], {"prompt_lookup_num_tokens": 2, "num_beams": 2}, None, r"does not combine with beam search"),
+        ([[5, 6]], {}, other, r"the assistant model's vocabulary \(102 tokens\) differs from the model's \(101\)"),
+        ([[5, 6]], {"kv_cache_dtype": 7}, None, r"kv_cache_dtype must be a KvType code 0..3, got 7"),
+    ]
+    for prompts, options, assistant, message in cases:
+        with pytest.raises(ValueError, match=message):
+            native.generate(prompts, dict(options, max_new_tokens=3), None, 1, assistant)

@@ -267,9 +267,7 @@ class Generator(TextMixin, ModelBase):
             speculative[key] = kwargs.pop(key, speculative[key])
         kv_cache_dtype = kwargs.pop("kv_cache_dtype", None)
         bad_words_ids = kwargs.pop("bad_words_ids", None)
-        stops = check_stop(kwargs.pop("stop", None))
-        if stops:
-            self._stop_watch(stops, 0)  # checks for a tokenizer now
+        stops = self._check_stop(kwargs.pop("stop", None))
         defaults.update(kwargs)
         options = self._options(return_log_probs=False, **defaults)
         draft = speculation(self, ids, options, **speculative)
@@ -325,14 +323,19 @@ class Generator(TextMixin, ModelBase):
             # slots) behind our back.
             worker.stop()
 
-    def _stop_watch(self, stop: Any, count: int) -> Tuple[List[str], Any]:
-        """(the stop strings, the C++ loop's token callback that ends a sequence at one, or None)."""
+    def _check_stop(self, stop: Any) -> List[str]:
+        """The stop strings (check_stop), after checking that the model has a tokenizer to read them."""
         stops = check_stop(stop)
-        if not stops:
-            return stops, None
-        if self._model_dir.tokenizer_path is None:
+        if stops and self._model_dir.tokenizer_path is None:
             raise ValueError(f"stop strings need the model's tokenizer.json to read the text; {self._model_dir.path} "
                              "has none")
+        return stops
+
+    def _stop_watch(self, stop: Any, count: int) -> Tuple[List[str], Any]:
+        """(the stop strings, the C++ loop's token callback that ends a sequence at one, or None)."""
+        stops = self._check_stop(stop)
+        if not stops:
+            return stops, None
         watches = [StopWatch(self._decode, stops) for _ in range(count)]
         return stops, lambda index, token: watches[index].add(token)
 

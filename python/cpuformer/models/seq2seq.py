@@ -38,6 +38,7 @@ class Seq2Seq(TextMixin, ModelBase):
     _INPUT = "source"
     _generator_options = Generator._options
     _result = Generator._result
+    _check_stop = Generator._check_stop
     _stop_watch = Generator._stop_watch
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
