@@ -37,7 +37,7 @@ def _same_tokenizer(model: Any, draft: Any) -> bool:
     a, b = model._model_dir.tokenizer_path, draft._model_dir.tokenizer_path
     if a is None or b is None or a == b:
         return True
-    return bool(model._get_tokenizer().get_vocab(True) == draft._get_tokenizer().get_vocab(True))
+    return bool(model._get_tokenizer().get_vocab() == draft._get_tokenizer().get_vocab())
 
 
 def resolve_assistant(model: Any, assistant_model: Any) -> Any:

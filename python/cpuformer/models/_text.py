@@ -7,7 +7,7 @@ from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
 
-from .._tokenizer import load_tokenizer
+from .._tokenizer import Tokenizer, open_tokenizer
 from ._inputs import token_ids
 
 
@@ -20,14 +20,20 @@ class TextMixin:
     _model_dir = None
     vocab_size: int
 
-    def _get_tokenizer(self):
+    def _get_tokenizer(self) -> Tokenizer:
         if self._tokenizer is None:
-            path = self._model_dir.tokenizer_path
-            if path is None:
-                raise ValueError(f"the prompt is a string, but {self._model_dir.path} has no tokenizer.json; "
+            tokenizer = open_tokenizer(self._model_dir.path)
+            if tokenizer is None:
+                raise ValueError(f"the {self._INPUT} is a string, but {self._model_dir.path} has no tokenizer.json; "
                                  "pass token ids instead")
-            self._tokenizer = load_tokenizer(path)
+            self._tokenizer = tokenizer
         return self._tokenizer
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model directory's tokenizer (encode, decode, count; cpuformer.Tokenizer); ValueError
+        when the directory has no tokenizer files."""
+        return self._get_tokenizer()
 
     def _prompts(self, prompts) -> Tuple[List[List[int]], str]:
         """(token-id lists, kind): kind "str" (one string), "strs" (a list of strings) or "ids"."""
@@ -53,13 +59,13 @@ class TextMixin:
         return [token_ids(p, i, self._INPUT, self.vocab_size) for i, p in enumerate(prompts)], "ids"
 
     def _encode(self, text: str, index: int) -> List[int]:
-        ids = self._get_tokenizer().encode(text).ids
+        ids = self._get_tokenizer().encode(text)
         if not ids:
             raise ValueError(f"{self._INPUT} {index} is empty (it encodes to no tokens)")
-        return list(ids)
+        return ids
 
     def _decode(self, ids: Sequence[int]) -> str:
-        return self._get_tokenizer().decode(list(ids), skip_special_tokens=True)
+        return self._get_tokenizer().decode(ids, skip_special_tokens=True)
 
 
 def check_stop(stop: Any) -> List[str]:

@@ -18,7 +18,7 @@ import numpy as np
 from .. import _sentence
 from .._arguments import check_integer, integer_array, token_id_range_error
 from .._model_dir import ModelDir
-from .._tokenizer import load_tokenizer, read_length_limit
+from .._tokenizer import Tokenizer, load_tokenizer, read_length_limit, read_tokenizer_settings
 from ._base import ModelBase, TokenIds
 from ._spans import SpanMixin
 from ._tasks import TaskMixin
@@ -160,6 +160,20 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
             tokenizer.enable_truncation(self.max_tokens)
             self._tokenizer = tokenizer
         return self._tokenizer
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model directory's tokenizer (cpuformer.Tokenizer: encode, decode, count), with the
+        lowercasing of a sentence-transformers directory but without embed()'s truncation, so that
+        count() tells how long a text really is; ValueError without tokenizer.json."""
+        if getattr(self, "_public_tokenizer", None) is None:
+            from tokenizers import Tokenizer as Backend
+
+            backend = Backend.from_str(self._get_tokenizer("tokenizer").to_str())
+            backend.no_truncation()
+            self._public_tokenizer = Tokenizer(backend, self._model_dir.tokenizer_path,
+                                               read_tokenizer_settings(self._model_dir.path))
+        return self._public_tokenizer
 
     @property
     def max_tokens(self) -> int:
