@@ -65,6 +65,18 @@ def without_tokenizer(directory, target):
     return target
 
 
+# ---- help ---------------------------------------------------------------------------------------
+
+def test_help_shows_ids_and_tokenize():
+    for command in ("embed", "translate", "generate", "classify", "rerank", "tag", "answer", "fill-mask"):
+        out = run(command, "--help")
+        assert out.returncode == 0 and "--ids" in out.stdout, command
+    assert "--mask-id" in run("fill-mask", "--help").stdout
+    out = run("tokenize", "--help")
+    assert out.returncode == 0 and "--decode" in out.stdout and "--no-special-tokens" in out.stdout
+    assert "tokenize" in run("--help").stdout
+
+
 # ---- the ids parser -------------------------------------------------------------------------------
 
 def test_ids_are_separated_by_spaces_or_commas(tiny):

@@ -660,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     embed = sub.add_parser("embed", help="sentence embeddings from an encoder (JSON or .npy)",
                            description="Sentence embeddings [N, hidden] of texts with an encoder model directory "
-                                       f"({titles('encoder')}; needs tokenizer.json).")
+                                       f"({titles('encoder')}; needs tokenizer.json unless --ids).")
     embed.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(embed, "texts to embed")
     embed.add_argument("--pooling", choices=("mean", "cls", "max", "last"), default=None,
@@ -677,7 +677,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     cls = sub.add_parser("classify", help="text classification with a sequence classification head (JSON lines)",
                          description="Classifies each text with an encoder checkpoint that has a sequence "
-                                     "classification head (...ForSequenceClassification; needs tokenizer.json), "
+                                     "classification head (...ForSequenceClassification; needs tokenizer.json unless "
+                                     "--ids), "
                                      "as transformers' text-classification pipeline: one JSON line per input, "
                                      'a list of {"label", "score"}, best first.')
     cls.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
@@ -694,7 +695,8 @@ def build_parser() -> argparse.ArgumentParser:
     rerank = sub.add_parser("rerank", help="rerank passages for a query with a cross-encoder (JSON lines)",
                             description="Scores (query, passage) pairs with a cross-encoder (a "
                                         "...ForSequenceClassification checkpoint with one label; needs "
-                                        "tokenizer.json), as sentence-transformers' CrossEncoder.predict, and "
+                                        "tokenizer.json unless --ids), as sentence-transformers' CrossEncoder.predict, "
+                                        "and "
                                         'prints the passages best first: one JSON line {"index", "score", "text"} '
                                         "each (index: the passage's position in the input).")
     rerank.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
@@ -710,7 +712,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tag = sub.add_parser("tag", help="token classification: named entities, parts of speech (JSON lines)",
                          description="Tags the tokens of each text with an encoder checkpoint that has a token "
-                                     "classification head (...ForTokenClassification; needs tokenizer.json), as "
+                                     "classification head (...ForTokenClassification; needs tokenizer.json unless "
+                                     "--ids), as "
                                      "transformers' token-classification pipeline: one JSON line per input, a list "
                                      'of entities {"entity_group", "score", "word", "start", "end"} (with '
                                      '--aggregation none: {"entity", "score", "index", "word", "start", "end"} per '
@@ -733,7 +736,8 @@ def build_parser() -> argparse.ArgumentParser:
     answer = sub.add_parser("answer", help="extractive question answering (JSON lines)",
                             description="Finds the answer to a question in a context with an encoder checkpoint "
                                         "that has a question answering head (...ForQuestionAnswering; needs "
-                                        "tokenizer.json), as transformers' question-answering pipeline: one JSON "
+                                        "tokenizer.json unless --ids), as transformers' question-answering pipeline: "
+                                        "one JSON "
                                         'line per question, {"score", "start", "end", "answer"} (a list of them '
                                         "with --top-k > 1); start and end are character offsets in the context. "
                                         "A long context is read in overlapping windows.")
@@ -761,7 +765,8 @@ def build_parser() -> argparse.ArgumentParser:
     fill = sub.add_parser("fill-mask", help="fill the mask token of each text with a masked LM (JSON lines)",
                           description="Predicts the mask token ([MASK] or <mask>; exactly one per text) with an "
                                       "encoder checkpoint that has a masked-LM head (...ForMaskedLM; needs "
-                                      "tokenizer.json), as transformers' fill-mask pipeline: one JSON line per "
+                                      "tokenizer.json unless --ids), as transformers' fill-mask pipeline: one JSON "
+                                      "line per "
                                       'input, a list of {"score", "token", "token_str", "sequence"}, best first.')
     fill.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(fill, "texts with one mask token each")
@@ -793,7 +798,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", help="seq2seq generation (translation, summarisation), one line per input",
                         description=f"Runs an encoder-decoder model directory ({titles('seq2seq')}; needs "
-                                    "tokenizer.json) on each input and prints one output line per input, in order.")
+                                    "tokenizer.json unless --ids) on each input and prints one output line per "
+                                    "input, in order.")
     tr.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(tr, "source texts")
     _add_generation_options(tr, 128)
