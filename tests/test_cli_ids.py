@@ -130,7 +130,12 @@ def test_translate_ids_one_line_of_ids_per_input(tiny, tmp_path):
     with cf.Seq2Seq(tiny["seq2seq"]) as s2s:
         assert beams.stdout.splitlines() == [ids_text(s) for s in s2s.generate(sources, max_new_tokens=5,
                                                                                 num_beams=2)]
+    from_stdin = run("translate", bare, "--ids", "--file", "-", "--max-new-tokens", 5,
+                     stdin=f"{ids_text(sources[0])}\n\n{ids_text(sources[1])}\n")
+    assert from_stdin.stdout.split("\n") == [ids_text(expected[0]), "", ids_text(expected[1]), ""]
     assert_user_error(run("translate", bare, "--ids", "5 6", "hello"), "translate", "--ids: input 2 must be token ids")
+    assert_user_error(run("translate", bare, "--ids", "--file", "-", stdin="5 6\n\nfive\n"), "translate",
+                      "--ids: input 3 must be token ids")  # input numbers count --file lines, blank ones too
     assert_user_error(run("translate", bare, "hello"), "translate", "has no tokenizer.json", "pass token ids")
 
 
@@ -307,7 +312,7 @@ def test_tokenize_prints_ids_tokens_and_count(heads, tiny, tmp_path):
 
 def test_tokenize_errors(heads, tmp_path):
     assert_user_error(run("tokenize", heads["fill-mask"], "--decode", "101 x"), "tokenize",
-                      "--ids: input 1 must be token ids")
+                      "--decode: input 1 must be token ids separated by spaces or commas, got '101 x'")
     assert_user_error(run("tokenize", heads["fill-mask"], "--decode", "101 40000"), "tokenize",
                       "input 1: token id 40000 is not in the tokenizer's vocabulary (ids 0 to 30521)")
     assert_user_error(run("tokenize", tmp_path / "missing", "x"), "tokenize", "does not exist")

@@ -152,7 +152,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
-    texts: Sequence[Any] = _id_inputs(args) if args.ids else _texts(args)
+    texts: Sequence[Any] = _ids_of(_texts(args)) if args.ids else _texts(args)
     chunk = max(8 * args.batch_size, 256)  # embed() sorts each chunk by length; chunks give a progress bar
     starts = range(0, len(texts), chunk)
     with _open_model(args.model_dir, "encoder", "embed", args.dtype, args.threads, _quantization(args)) as enc:
@@ -231,21 +231,21 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_ids(text: str, what: str = "the prompt") -> List[int]:
+def _parse_ids(text: str, what: str = "the prompt", option: str = "--ids") -> List[int]:
     try:
         ids = [int(t) for t in text.replace(",", " ").split()]
     except ValueError:
-        raise UserError(f"--ids: {what} must be token ids separated by spaces or commas, got {text!r}") from None
+        raise UserError(f"{option}: {what} must be token ids separated by spaces or commas, got {text!r}") from None
     if not ids:
-        raise UserError(f"--ids: {what} holds no token ids")
+        raise UserError(f"{option}: {what} holds no token ids")
     return ids
 
 
-def _id_inputs(args: argparse.Namespace, keep_blank: bool = False) -> List[Optional[List[int]]]:
-    """The inputs of _texts() read as token ids with --ids ("1 2 3" or "1,2,3" each); with
-    keep_blank a blank --file line stays a blank input (None)."""
-    return [_parse_ids(text, f"input {number}") if text.strip() else None
-            for number, text in enumerate(_texts(args, keep_blank), 1)]
+def _ids_of(texts: Sequence[str], option: str = "--ids") -> List[Any]:
+    """Each input of _texts() read as token ids ("1 2 3" or "1,2,3"); a blank one (a kept blank
+    --file line) stays blank (None)."""
+    return [_parse_ids(text, f"input {number}", option) if text.strip() else None
+            for number, text in enumerate(texts, 1)]
 
 
 # ---- translate --------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     # One output line per input line, in order: a blank input line (--file) gives a blank output
     # line without running the model; outputs are printed as soon as every line before them is.
     texts = _texts(args, keep_blank=True)
-    sources: Sequence[Any] = _id_inputs(args, keep_blank=True) if args.ids else texts
+    sources: Sequence[Any] = _ids_of(texts) if args.ids else texts
     todo = [i for i, text in enumerate(texts) if text.strip()]
     kwargs = _generation_kwargs(args)
     done: Dict[int, str] = {}
@@ -324,7 +324,7 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     if args.ids:
         from .models import _id_tasks
 
-        sequences = _id_inputs(args)
+        sequences = _ids_of(_texts(args))
         with _open_task_model(args, "classify", "sequence_classification") as model:
             _run_in_chunks(sequences, args.batch_size, "classify",
                            lambda chunk: _id_tasks.classify(model, chunk, args.top_k or None, args.function,
@@ -345,7 +345,7 @@ def _cmd_rerank(args: argparse.Namespace) -> int:
 
     passages: Sequence[Any]
     if args.ids:  # the query and each passage are token ids, joined as query + passage
-        query, passages = _parse_ids(args.query, "--query"), _id_inputs(args)
+        query, passages = _parse_ids(args.query, "--query"), _ids_of(_texts(args))
     else:
         passages = _texts(args)
 
@@ -377,7 +377,7 @@ def _cmd_tag(args: argparse.Namespace) -> int:
                             "groups tokens into words, which needs text and the tokenizer")
         if args.stride is not None:
             raise UserError("--ids reads each input whole; --stride needs text (the tokenizer cuts the windows)")
-        sequences = _id_inputs(args)
+        sequences = _ids_of(_texts(args))
         with _open_task_model(args, "tag", "token_classification") as model:
             _run_in_chunks(sequences, args.batch_size, "tag",
                            lambda chunk: _id_tasks.tag(model, chunk, ignore, args.batch_size))
@@ -461,7 +461,7 @@ def _cmd_fill_mask(args: argparse.Namespace) -> int:
     if args.ids:  # token ids that hold the mask id once; prints token ids
         from .models import _id_tasks
 
-        sequences = _id_inputs(args)
+        sequences = _ids_of(_texts(args))
         with _open_task_model(args, "fill-mask", "masked_lm") as model:
             mask = args.mask_id
             if mask is None:
@@ -486,7 +486,7 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
 
     inputs: Sequence[Any] = _texts(args)
     if args.decode:
-        inputs = [_parse_ids(text, f"input {number}") for number, text in enumerate(inputs, 1)]
+        inputs = _ids_of(inputs, "--decode")
     path = args.model_dir
     if not os.path.exists(path):
         raise UserError(f"model directory {path} does not exist")
@@ -677,10 +677,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cls = sub.add_parser("classify", help="text classification with a sequence classification head (JSON lines)",
                          description="Classifies each text with an encoder checkpoint that has a sequence "
-                                     "classification head (...ForSequenceClassification; needs tokenizer.json unless "
-                                     "--ids), "
-                                     "as transformers' text-classification pipeline: one JSON line per input, "
-                                     'a list of {"label", "score"}, best first.')
+                                     "classification head (...ForSequenceClassification; needs tokenizer.json "
+                                     "unless --ids), as transformers' text-classification pipeline: one JSON line "
+                                     'per input, a list of {"label", "score"}, best first.')
     cls.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(cls, "texts to classify")
     cls.add_argument("--top-k", type=_non_negative_int, default=1, metavar="K",
@@ -695,10 +694,10 @@ def build_parser() -> argparse.ArgumentParser:
     rerank = sub.add_parser("rerank", help="rerank passages for a query with a cross-encoder (JSON lines)",
                             description="Scores (query, passage) pairs with a cross-encoder (a "
                                         "...ForSequenceClassification checkpoint with one label; needs "
-                                        "tokenizer.json unless --ids), as sentence-transformers' CrossEncoder.predict, "
-                                        "and "
-                                        'prints the passages best first: one JSON line {"index", "score", "text"} '
-                                        "each (index: the passage's position in the input).")
+                                        "tokenizer.json unless --ids), as sentence-transformers' "
+                                        "CrossEncoder.predict, and prints the passages best first: one JSON line "
+                                        '{"index", "score", "text"} each (index: the passage\'s position in the '
+                                        "input).")
     rerank.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     rerank.add_argument("--query", required=True, metavar="TEXT", help="the query")
     _add_text_inputs(rerank, "passages")
@@ -713,11 +712,10 @@ def build_parser() -> argparse.ArgumentParser:
     tag = sub.add_parser("tag", help="token classification: named entities, parts of speech (JSON lines)",
                          description="Tags the tokens of each text with an encoder checkpoint that has a token "
                                      "classification head (...ForTokenClassification; needs tokenizer.json unless "
-                                     "--ids), as "
-                                     "transformers' token-classification pipeline: one JSON line per input, a list "
-                                     'of entities {"entity_group", "score", "word", "start", "end"} (with '
-                                     '--aggregation none: {"entity", "score", "index", "word", "start", "end"} per '
-                                     "token); start and end are character offsets in the text.")
+                                     "--ids), as transformers' token-classification pipeline: one JSON line per "
+                                     'input, a list of entities {"entity_group", "score", "word", "start", "end"} '
+                                     '(with --aggregation none: {"entity", "score", "index", "word", "start", "end"} '
+                                     "per token); start and end are character offsets in the text.")
     tag.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(tag, "texts to tag")
     tag.add_argument("--aggregation", choices=("none", "simple", "first", "average", "max"), default=None,
@@ -736,10 +734,10 @@ def build_parser() -> argparse.ArgumentParser:
     answer = sub.add_parser("answer", help="extractive question answering (JSON lines)",
                             description="Finds the answer to a question in a context with an encoder checkpoint "
                                         "that has a question answering head (...ForQuestionAnswering; needs "
-                                        "tokenizer.json unless --ids), as transformers' question-answering pipeline: "
-                                        "one JSON "
-                                        'line per question, {"score", "start", "end", "answer"} (a list of them '
-                                        "with --top-k > 1); start and end are character offsets in the context. "
+                                        "tokenizer.json unless --ids), as transformers' question-answering "
+                                        'pipeline: one JSON line per question, {"score", "start", "end", "answer"} '
+                                        "(a list of them with --top-k > 1); start and end are character offsets in "
+                                        "the context. "
                                         "A long context is read in overlapping windows.")
     answer.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     answer.add_argument("--question", metavar="TEXT", help="the question")
@@ -765,9 +763,9 @@ def build_parser() -> argparse.ArgumentParser:
     fill = sub.add_parser("fill-mask", help="fill the mask token of each text with a masked LM (JSON lines)",
                           description="Predicts the mask token ([MASK] or <mask>; exactly one per text) with an "
                                       "encoder checkpoint that has a masked-LM head (...ForMaskedLM; needs "
-                                      "tokenizer.json unless --ids), as transformers' fill-mask pipeline: one JSON "
-                                      "line per "
-                                      'input, a list of {"score", "token", "token_str", "sequence"}, best first.')
+                                      "tokenizer.json unless --ids), as transformers' fill-mask pipeline: one "
+                                      'JSON line per input, a list of {"score", "token", "token_str", "sequence"}, '
+                                      "best first.")
     fill.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(fill, "texts with one mask token each")
     fill.add_argument("--top-k", type=_positive_int, default=5, metavar="K", help="fillings per text (default 5)")
