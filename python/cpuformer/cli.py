@@ -152,7 +152,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
-    texts = _texts(args)
+    texts: Sequence[Any] = _ids_of(_texts(args)) if args.ids else _texts(args)
     chunk = max(8 * args.batch_size, 256)  # embed() sorts each chunk by length; chunks give a progress bar
     starts = range(0, len(texts), chunk)
     with _open_model(args.model_dir, "encoder", "embed", args.dtype, args.threads, _quantization(args)) as enc:
@@ -231,14 +231,21 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_ids(text: str) -> List[int]:
+def _parse_ids(text: str, what: str = "the prompt", option: str = "--ids") -> List[int]:
     try:
         ids = [int(t) for t in text.replace(",", " ").split()]
     except ValueError:
-        raise UserError(f"--ids: the prompt must be token ids separated by spaces or commas, got {text!r}") from None
+        raise UserError(f"{option}: {what} must be token ids separated by spaces or commas, got {text!r}") from None
     if not ids:
-        raise UserError("--ids: the prompt holds no token ids")
+        raise UserError(f"{option}: {what} holds no token ids")
     return ids
+
+
+def _ids_of(texts: Sequence[str], option: str = "--ids") -> List[Any]:
+    """Each input of _texts() read as token ids ("1 2 3" or "1,2,3"); a blank one (a kept blank
+    --file line) stays blank (None)."""
+    return [_parse_ids(text, f"input {number}", option) if text.strip() else None
+            for number, text in enumerate(texts, 1)]
 
 
 # ---- translate --------------------------------------------------------------------------------
@@ -247,6 +254,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     # One output line per input line, in order: a blank input line (--file) gives a blank output
     # line without running the model; outputs are printed as soon as every line before them is.
     texts = _texts(args, keep_blank=True)
+    sources: Sequence[Any] = _ids_of(texts) if args.ids else texts
     todo = [i for i, text in enumerate(texts) if text.strip()]
     kwargs = _generation_kwargs(args)
     done: Dict[int, str] = {}
@@ -261,7 +269,10 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     with _open_model(args.model_dir, "seq2seq", "translate", args.dtype, args.threads, _quantization(args)) as s2s:
         for start in _progress(range(0, len(todo), args.batch_size), "translate"):
             batch = todo[start:start + args.batch_size]
-            done.update(zip(batch, s2s.generate([texts[i] for i in batch], **kwargs)))
+            outputs = s2s.generate([sources[i] for i in batch], **kwargs)
+            if args.ids:  # token ids in, token ids out
+                outputs = [" ".join(map(str, ids)) for ids in outputs]
+            done.update(zip(batch, outputs))
             flush()
     return 0
 
@@ -286,8 +297,9 @@ def _open_task_model(args: argparse.Namespace, command: str, task: str):
                 other = (f"a {TASK_TEXT[model.task]} head (use `cpuformer {_TASK_COMMAND[model.task]}`)")
             raise UserError(f"{args.model_dir} holds {model.architecture}, {other}; `cpuformer {command}` needs a "
                             f"{TASK_TEXT[task]} head")
-        if model._model_dir.tokenizer_path is None:
-            raise UserError(f"{args.model_dir} has no tokenizer.json; `cpuformer {command}` needs it to read text")
+        if model._model_dir.tokenizer_path is None and not args.ids:
+            raise UserError(f"{args.model_dir} has no tokenizer.json; `cpuformer {command}` needs it to read text "
+                            "(or give token ids with --ids)")
         return model
     except BaseException:
         model.close()
@@ -309,6 +321,15 @@ def _run_in_chunks(texts: Sequence[Any], batch_size: int, command: str, run: Cal
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
+    if args.ids:
+        from .models import _id_tasks
+
+        sequences = _ids_of(_texts(args))
+        with _open_task_model(args, "classify", "sequence_classification") as model:
+            _run_in_chunks(sequences, args.batch_size, "classify",
+                           lambda chunk: _id_tasks.classify(model, chunk, args.top_k or None, args.function,
+                                                           args.batch_size))
+        return 0
     texts = _texts(args)
     with _open_task_model(args, "classify", "sequence_classification") as model:
         _run_in_chunks(texts, args.batch_size, "classify",
@@ -320,32 +341,72 @@ def _cmd_classify(args: argparse.Namespace) -> int:
 def _cmd_rerank(args: argparse.Namespace) -> int:
     import numpy as np
 
-    passages = _texts(args)
+    from .models import _id_tasks
+
+    passages: Sequence[Any]
+    if args.ids:  # the query and each passage are token ids, joined as query + passage
+        query, passages = _parse_ids(args.query, "--query"), _ids_of(_texts(args))
+    else:
+        passages = _texts(args)
+
+    def score(model: Any, part: List[Any]) -> Any:
+        if args.ids:
+            return _id_tasks.score(model, query, part, args.batch_size)
+        return model.score([(args.query, p) for p in part], batch_size=args.batch_size)
+
     with _open_task_model(args, "rerank", "sequence_classification") as model:
         if len(model.labels) != 1:
             raise UserError(f"{args.model_dir} has {len(model.labels)} labels; `cpuformer rerank` needs a "
                             "cross-encoder with one score per pair (use `cpuformer classify`)")
         chunk = max(8 * args.batch_size, 256)
-        scores = np.concatenate([model.score([(args.query, p) for p in passages[i:i + chunk]],
-                                             batch_size=args.batch_size)
+        scores = np.concatenate([score(model, list(passages[i:i + chunk]))
                                  for i in _progress(range(0, len(passages), chunk), "rerank")])
     order = np.argsort(-scores, kind="stable")[:args.top_k or None]
-    _print_json_lines([{"index": int(i), "score": float(scores[i]), "text": passages[i]} for i in order])
+    _print_json_lines([{"index": int(i), "score": float(scores[i]), "ids" if args.ids else "text": passages[i]}
+                       for i in order])
     return 0
 
 
 def _cmd_tag(args: argparse.Namespace) -> int:
-    texts = _texts(args)
     ignore = [label for label in args.ignore_labels.split(",") if label]
+    if args.ids:  # a label per given token: without text there are no words or offsets to group by
+        from .models import _id_tasks
+
+        if args.aggregation not in (None, "none"):
+            raise UserError(f"--ids labels each token (--aggregation none); --aggregation {args.aggregation} "
+                            "groups tokens into words, which needs text and the tokenizer")
+        if args.stride is not None:
+            raise UserError("--ids reads each input whole; --stride needs text (the tokenizer cuts the windows)")
+        sequences = _ids_of(_texts(args))
+        with _open_task_model(args, "tag", "token_classification") as model:
+            _run_in_chunks(sequences, args.batch_size, "tag",
+                           lambda chunk: _id_tasks.tag(model, chunk, ignore, args.batch_size))
+        return 0
+    texts = _texts(args)
+    aggregation = "simple" if args.aggregation is None else args.aggregation
     with _open_task_model(args, "tag", "token_classification") as model:
         _run_in_chunks(texts, args.batch_size, "tag",
-                       lambda chunk: model.tag(chunk, aggregation_strategy=args.aggregation, ignore_labels=ignore,
+                       lambda chunk: model.tag(chunk, aggregation_strategy=aggregation, ignore_labels=ignore,
                                                stride=args.stride, batch_size=args.batch_size))
     return 0
 
 
 def _cmd_answer(args: argparse.Namespace) -> int:
     pairs = _question_pairs(args)
+    if args.ids:  # question and context token ids, joined as question + context; spans are token positions
+        from .models import _id_tasks
+
+        if args.doc_stride is not None:
+            raise UserError("--ids reads each question and context whole; --doc-stride needs text (the tokenizer "
+                            "cuts the windows)")
+        id_pairs = [(_parse_ids(question, f"the question of input {number}"),
+                     _parse_ids(context, f"the context of input {number}"))
+                    for number, (question, context) in enumerate(pairs, 1)]
+        with _open_task_model(args, "answer", "question_answering") as model:
+            _run_in_chunks(id_pairs, args.batch_size, "answer",
+                           lambda chunk: _id_tasks.answer(model, chunk, args.top_k, args.max_answer_len,
+                                                         args.handle_impossible, args.batch_size))
+        return 0
     options = dict(top_k=args.top_k, doc_stride=args.doc_stride, max_answer_len=args.max_answer_len,
                    handle_impossible_answer=args.handle_impossible, batch_size=args.batch_size)
     with _open_task_model(args, "answer", "question_answering") as model:
@@ -395,10 +456,57 @@ def _question_pairs(args: argparse.Namespace) -> List[Any]:
 
 
 def _cmd_fill_mask(args: argparse.Namespace) -> int:
+    if args.mask_id is not None and not args.ids:
+        raise UserError("--mask-id goes with --ids (a text names its mask token as text)")
+    if args.ids:  # token ids that hold the mask id once; prints token ids
+        from .models import _id_tasks
+
+        sequences = _ids_of(_texts(args))
+        with _open_task_model(args, "fill-mask", "masked_lm") as model:
+            mask = args.mask_id
+            if mask is None:
+                if model._model_dir.tokenizer_path is None:
+                    raise UserError(f"{args.model_dir} has no tokenizer.json to name the mask token; give its id "
+                                    "with --mask-id N")
+                mask = _id_tasks.mask_id(model)
+            _run_in_chunks(sequences, args.batch_size, "fill-mask",
+                           lambda chunk: _id_tasks.fill_mask(model, chunk, mask, args.top_k, args.batch_size))
+        return 0
     texts = _texts(args)
     with _open_task_model(args, "fill-mask", "masked_lm") as model:
         _run_in_chunks(texts, args.batch_size, "fill-mask",
                        lambda chunk: model.fill_mask(chunk, top_k=args.top_k, batch_size=args.batch_size))
+    return 0
+
+
+# ---- tokenize ---------------------------------------------------------------------------------
+
+def _cmd_tokenize(args: argparse.Namespace) -> int:
+    from . import load
+
+    inputs: Sequence[Any] = _texts(args)
+    if args.decode:
+        inputs = _ids_of(inputs, "--decode")
+    path = args.model_dir
+    if not os.path.exists(path):
+        raise UserError(f"model directory {path} does not exist")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise UserError(f"{path} is not a model directory: it has no config.json")
+    with load(path) as model:
+        tokenizer = model.tokenizer
+        if args.decode:
+            for number, ids in enumerate(inputs, 1):
+                unknown = [t for t in ids if not 0 <= t < tokenizer.vocab_size]
+                if unknown:
+                    raise UserError(f"input {number}: token id {unknown[0]} is not in the tokenizer's vocabulary "
+                                    f"(ids 0 to {tokenizer.vocab_size - 1})")
+            texts = tokenizer.decode_batch(inputs, skip_special_tokens=args.no_special_tokens)
+            rows = [{"ids": ids, "text": text} for ids, text in zip(inputs, texts)]
+        else:
+            sequences = tokenizer.encode_batch(inputs, add_special_tokens=not args.no_special_tokens)
+            rows = [{"ids": ids, "tokens": [tokenizer.id_to_token(t) for t in ids], "count": len(ids)}
+                    for ids in sequences]
+    _print_json_lines(rows)
     return 0
 
 
@@ -517,6 +625,11 @@ def _add_text_inputs(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--file", metavar="PATH", help="read one input per non-empty line of PATH ('-': stdin)")
 
 
+def _add_ids_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--ids", action="store_true",
+                   help=f"{what} (e.g. '101 7592 102' or '101,7592,102'; used as given, no tokenizer needed)")
+
+
 def _add_generation_options(p: argparse.ArgumentParser, default_new: int) -> None:
     p.add_argument("--max-new-tokens", type=_non_negative_int, default=default_new, metavar="N",
                    help=f"most tokens to generate (default {default_new})")
@@ -547,7 +660,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     embed = sub.add_parser("embed", help="sentence embeddings from an encoder (JSON or .npy)",
                            description="Sentence embeddings [N, hidden] of texts with an encoder model directory "
-                                       f"({titles('encoder')}; needs tokenizer.json).")
+                                       f"({titles('encoder')}; needs tokenizer.json unless --ids).")
     embed.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(embed, "texts to embed")
     embed.add_argument("--pooling", choices=("mean", "cls", "max", "last"), default=None,
@@ -558,14 +671,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="json: a list of lists on stdout (default); npy: a NumPy .npy file")
     embed.add_argument("--output", "-o", metavar="PATH", help="write to PATH instead of stdout")
     embed.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="sequences per batch")
+    _add_ids_option(embed, "each input is token ids, special tokens included")
     _add_model_options(embed)
     embed.set_defaults(func=_cmd_embed)
 
     cls = sub.add_parser("classify", help="text classification with a sequence classification head (JSON lines)",
                          description="Classifies each text with an encoder checkpoint that has a sequence "
-                                     "classification head (...ForSequenceClassification; needs tokenizer.json), "
-                                     "as transformers' text-classification pipeline: one JSON line per input, "
-                                     'a list of {"label", "score"}, best first.')
+                                     "classification head (...ForSequenceClassification; needs tokenizer.json "
+                                     "unless --ids), as transformers' text-classification pipeline: one JSON line "
+                                     'per input, a list of {"label", "score"}, best first.')
     cls.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(cls, "texts to classify")
     cls.add_argument("--top-k", type=_non_negative_int, default=1, metavar="K",
@@ -573,50 +687,57 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("--function", choices=("softmax", "sigmoid", "none"), default=None,
                      help="score function (default: as the pipeline, from the config's problem_type and labels)")
     cls.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="texts per batch")
+    _add_ids_option(cls, "each input is token ids, special tokens included")
     _add_model_options(cls)
     cls.set_defaults(func=_cmd_classify)
 
     rerank = sub.add_parser("rerank", help="rerank passages for a query with a cross-encoder (JSON lines)",
                             description="Scores (query, passage) pairs with a cross-encoder (a "
                                         "...ForSequenceClassification checkpoint with one label; needs "
-                                        "tokenizer.json), as sentence-transformers' CrossEncoder.predict, and "
-                                        'prints the passages best first: one JSON line {"index", "score", "text"} '
-                                        "each (index: the passage's position in the input).")
+                                        "tokenizer.json unless --ids), as sentence-transformers' "
+                                        "CrossEncoder.predict, and prints the passages best first: one JSON line "
+                                        '{"index", "score", "text"} each (index: the passage\'s position in the '
+                                        "input).")
     rerank.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     rerank.add_argument("--query", required=True, metavar="TEXT", help="the query")
     _add_text_inputs(rerank, "passages")
     rerank.add_argument("--top-k", type=_non_negative_int, default=0, metavar="K",
                         help="print only the K best passages (default 0: all)")
     rerank.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="pairs per batch")
+    _add_ids_option(rerank, "--query and each passage are token ids, joined as query + passage (token types 0 "
+                    "then 1; include the special tokens: '[CLS] query [SEP]' and 'passage [SEP]'); prints ids")
     _add_model_options(rerank)
     rerank.set_defaults(func=_cmd_rerank)
 
     tag = sub.add_parser("tag", help="token classification: named entities, parts of speech (JSON lines)",
                          description="Tags the tokens of each text with an encoder checkpoint that has a token "
-                                     "classification head (...ForTokenClassification; needs tokenizer.json), as "
-                                     "transformers' token-classification pipeline: one JSON line per input, a list "
-                                     'of entities {"entity_group", "score", "word", "start", "end"} (with '
-                                     '--aggregation none: {"entity", "score", "index", "word", "start", "end"} per '
-                                     "token); start and end are character offsets in the text.")
+                                     "classification head (...ForTokenClassification; needs tokenizer.json unless "
+                                     "--ids), as transformers' token-classification pipeline: one JSON line per "
+                                     'input, a list of entities {"entity_group", "score", "word", "start", "end"} '
+                                     '(with --aggregation none: {"entity", "score", "index", "word", "start", "end"} '
+                                     "per token); start and end are character offsets in the text.")
     tag.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(tag, "texts to tag")
-    tag.add_argument("--aggregation", choices=("none", "simple", "first", "average", "max"), default="simple",
-                     help="how tokens are grouped into entities (default simple)")
+    tag.add_argument("--aggregation", choices=("none", "simple", "first", "average", "max"), default=None,
+                     help="how tokens are grouped into entities (default simple; with --ids: none)")
     tag.add_argument("--ignore-labels", default="O", metavar="LABELS",
                      help="comma-separated labels to leave out (default O; '' keeps every label)")
     tag.add_argument("--stride", type=_non_negative_int, default=None, metavar="N",
                      help="read texts longer than the model in windows overlapping by N tokens (default: "
                           "truncate them)")
     tag.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="windows per batch")
+    _add_ids_option(tag, "each input is token ids; prints a label per token "
+                    '({"entity", "score", "index", "token"}; no words or offsets)')
     _add_model_options(tag)
     tag.set_defaults(func=_cmd_tag)
 
     answer = sub.add_parser("answer", help="extractive question answering (JSON lines)",
                             description="Finds the answer to a question in a context with an encoder checkpoint "
                                         "that has a question answering head (...ForQuestionAnswering; needs "
-                                        "tokenizer.json), as transformers' question-answering pipeline: one JSON "
-                                        'line per question, {"score", "start", "end", "answer"} (a list of them '
-                                        "with --top-k > 1); start and end are character offsets in the context. "
+                                        "tokenizer.json unless --ids), as transformers' question-answering "
+                                        'pipeline: one JSON line per question, {"score", "start", "end", "answer"} '
+                                        "(a list of them with --top-k > 1); start and end are character offsets in "
+                                        "the context. "
                                         "A long context is read in overlapping windows.")
     answer.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     answer.add_argument("--question", metavar="TEXT", help="the question")
@@ -633,18 +754,25 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("--handle-impossible", action="store_true",
                         help='also offer the empty answer ("no answer in the context")')
     answer.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="windows per batch")
+    _add_ids_option(answer, "question and context are token ids, joined as question + context (token types 0 "
+                    "then 1; include the special tokens); start and end are token positions in the context "
+                    "and answer its ids")
     _add_model_options(answer)
     answer.set_defaults(func=_cmd_answer)
 
     fill = sub.add_parser("fill-mask", help="fill the mask token of each text with a masked LM (JSON lines)",
                           description="Predicts the mask token ([MASK] or <mask>; exactly one per text) with an "
                                       "encoder checkpoint that has a masked-LM head (...ForMaskedLM; needs "
-                                      "tokenizer.json), as transformers' fill-mask pipeline: one JSON line per "
-                                      'input, a list of {"score", "token", "token_str", "sequence"}, best first.')
+                                      "tokenizer.json unless --ids), as transformers' fill-mask pipeline: one "
+                                      'JSON line per input, a list of {"score", "token", "token_str", "sequence"}, '
+                                      "best first.")
     fill.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(fill, "texts with one mask token each")
     fill.add_argument("--top-k", type=_positive_int, default=5, metavar="K", help="fillings per text (default 5)")
     fill.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="texts per batch")
+    _add_ids_option(fill, "each input is token ids holding the mask id once; prints token ids")
+    fill.add_argument("--mask-id", type=_non_negative_int, default=None, metavar="ID",
+                      help="with --ids: the mask token's id (default: the tokenizer's mask token)")
     _add_model_options(fill)
     fill.set_defaults(func=_cmd_fill_mask)
 
@@ -668,13 +796,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", help="seq2seq generation (translation, summarisation), one line per input",
                         description=f"Runs an encoder-decoder model directory ({titles('seq2seq')}; needs "
-                                    "tokenizer.json) on each input and prints one output line per input, in order.")
+                                    "tokenizer.json unless --ids) on each input and prints one output line per "
+                                    "input, in order.")
     tr.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(tr, "source texts")
     _add_generation_options(tr, 128)
     tr.add_argument("--batch-size", type=_positive_int, default=16, metavar="N", help="sources per batch")
+    _add_ids_option(tr, "each source is token ids, special tokens included; prints token ids per line")
     _add_model_options(tr)
     tr.set_defaults(func=_cmd_translate)
+
+    tok = sub.add_parser("tokenize", help="text to token ids and tokens, or ids back to text (JSON lines)",
+                         description="Runs the tokenizer of a model directory (model.tokenizer, as the other "
+                                     'commands use it) on each input: one JSON line {"ids", "tokens", "count"} '
+                                     'per text, or with --decode {"ids", "text"} per line of token ids.')
+    tok.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    _add_text_inputs(tok, "texts (with --decode: token ids such as '101 7592 102')")
+    tok.add_argument("--decode", action="store_true", help="each input is token ids; print its text")
+    tok.add_argument("--no-special-tokens", action="store_true",
+                     help="encoding: add no special tokens ([CLS]/[SEP], BOS/EOS); --decode: leave special tokens "
+                          "out of the text (default: keep them)")
+    tok.set_defaults(func=_cmd_tokenize)
 
     conv = sub.add_parser("convert", help="store a model's weights in another dtype",
                           description="Writes a copy of the model directory SRC to DST with weights stored as "
