@@ -109,6 +109,23 @@ PHI3 = (
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
 )
 
+# Zephyr: indented blocks without whitespace control (trim_blocks and lstrip_blocks decide the text).
+ZEPHYR = """{% for message in messages %}
+    {% if message['role'] == 'user' %}
+<|user|>
+{{ message['content'] + eos_token }}
+    {% elif message['role'] == 'system' %}
+<|system|>
+{{ message['content'] + eos_token }}
+    {% else %}
+<|assistant|>
+  {{ message['content'] + eos_token }}
+    {% endif %}
+    {% if loop.last and add_generation_prompt %}
+<|assistant|>
+    {% endif %}
+{% endfor %}"""
+
 # Jinja features transformers' environment provides: tojson without HTML escaping, namespace,
 # loop controls, the {% generation %} tag, dict(), tools and documents, extra variables.
 FEATURES = (
@@ -120,11 +137,13 @@ FEATURES = (
     "{%- else %}{{ message | tojson }}{% endif -%}"
     "{%- if ns.count > 3 %}{% break %}{% endif -%}"
     "{%- endfor -%}"
-    "{{ dict(n=ns.count) | tojson }}|{{ tools | tojson }}|{{ documents | tojson(indent=1) }}|{{ pad_token }}"
+    "{{ strftime_now('%Y') }}|{{ dict(n=ns.count) | tojson }}|{{ tools | tojson }}|"
+    "{{ documents | tojson(indent=1) }}|{{ pad_token }}"
     "{%- if add_generation_prompt %}<go>{% endif -%}"
 )
 
-TEMPLATES = dict(chatml=CHATML, llama3=LLAMA3, mistral=MISTRAL, gemma=GEMMA, phi3=PHI3, features=FEATURES)
+TEMPLATES = dict(chatml=CHATML, llama3=LLAMA3, mistral=MISTRAL, gemma=GEMMA, phi3=PHI3, zephyr=ZEPHYR,
+                 features=FEATURES)
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>", "<|start_header_id|>",
             "<|end_header_id|>", "<|eot_id|>", "<start_of_turn>", "<end_of_turn>", "<|system|>", "<|user|>",
@@ -427,3 +446,17 @@ def test_jinja2_is_optional(monkeypatch, tmp_path):
         template.render([TURNS[0]])
     monkeypatch.undo()
     assert template.render([TURNS[0]]) == TURNS[0]["content"]
+
+
+def test_message_keys_as_transformers(tmp_path, model_dir):
+    """Keys whose value is None are dropped; the reasoning fields alias each other; other keys
+    reach the template."""
+    (tmp_path / "tokenizer.json").write_bytes((model_dir / "tokenizer.json").read_bytes())
+    write_config(tmp_path, "{% for m in messages %}{{ m.name is defined }}|{{ m.thinking }}|{{ m.reasoning_content }}|"
+                           "{{ m.tool_call_id }};{% endfor %}")
+    messages = [{"role": "user", "content": "q", "name": None},
+                {"role": "assistant", "content": "a", "reasoning": "because"},
+                {"role": "tool", "content": "42", "tool_call_id": "call-1", "name": "f"}]
+    expected = hf_tokenizer(tmp_path).apply_chat_template(messages, tokenize=False)
+    assert expected == "False|||;False|because|because|;True|||call-1;"
+    assert _chat.ChatTemplate.from_directory(tmp_path).render(messages) == expected
