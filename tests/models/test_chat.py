@@ -173,7 +173,9 @@ RP = dict(repetition_penalty=3.0)  # the random tiny model repeats itself withou
 
 
 def write_tokenizer(directory):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """Byte-level BPE with the chat formats' special tokens; encode(add_special_tokens=True) adds
+    BOS, as Llama's tokenizers do (a chat prompt must not get a second one)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -181,7 +183,8 @@ def write_tokenizer(directory):
     trainer = trainers.BpeTrainer(vocab_size=VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   special_tokens=SPECIALS)
     tokenizer.train_from_iterator(CORPUS * 3, trainer)
-    assert tokenizer.get_vocab_size() <= VOCAB
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    assert tokenizer.get_vocab_size() <= VOCAB and tokenizer.token_to_id("<s>") == 1
     tokenizer.save(str(directory / "tokenizer.json"))
 
 
@@ -276,6 +279,7 @@ def test_chat_is_generate_on_the_template_ids(gen, model_dir):
         assert prompt == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = list(hf.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
         assert ids == gen.tokenizer.encode(prompt, add_special_tokens=False)
+        assert gen.tokenizer.encode(prompt)[0] == 1 and ids[0] != 1  # the template of this model has no BOS
         expected = gen.tokenizer.decode(gen.generate(ids, max_new_tokens=NEW, **RP)[0], skip_special_tokens=True)
         reply = gen.chat(messages, max_new_tokens=NEW, **RP)
         assert reply == expected and reply
