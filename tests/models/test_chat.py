@@ -12,6 +12,7 @@ tokenizer trained in the test and a tiny random GPT-2 of its vocabulary size.
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -313,6 +314,7 @@ def test_closing_stream_chat_stops_it(gen):
     pieces.close()
     with pytest.raises(StopIteration):
         next(pieces)
+    assert not [t for t in threading.enumerate() if t.name == "cpuformer-stream"]  # the generation stopped
 
 
 def test_where_the_template_is_found(tmp_path, model_dir):
