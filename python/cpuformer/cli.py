@@ -248,6 +248,99 @@ def _ids_of(texts: Sequence[str], option: str = "--ids") -> List[Any]:
             for number, text in enumerate(texts, 1)]
 
 
+# ---- chat -------------------------------------------------------------------------------------
+
+_CHAT_HELP = "type a message; /reset clears the history, /exit or Ctrl-D quits, Ctrl-C stops an answer"
+
+
+def _chat_lines(interactive: bool) -> Callable[[], Optional[str]]:
+    """The next line the user typed (without its newline), None at the end of the input."""
+    def read() -> Optional[str]:
+        if sys.stdin is None:  # started with no stdin (file descriptor 0 closed)
+            return None
+        if interactive:
+            try:
+                return input("> ")
+            except EOFError:
+                return None
+        line = sys.stdin.readline()
+        return line.rstrip("\r\n") if line else None
+    return read
+
+
+def _chat_session(gen: Any, kwargs: Dict[str, Any], system: Optional[str], read: Callable[[], Optional[str]],
+                  out: Any, notes: Any) -> List[Dict[str, str]]:
+    """The chat loop: reads a line, streams the reply to ``out``, keeps the history (returned at
+    the end). Ctrl-C during an answer stops it (the reply so far stays in the history); at the
+    prompt it quits."""
+    start = [{"role": "system", "content": system}] if system is not None else []
+    history = list(start)
+    while True:
+        try:
+            line = read()
+        except KeyboardInterrupt:
+            out.write("\n")
+            out.flush()
+            return history
+        if line is None or line.strip() == "/exit":
+            return history
+        if line.strip() == "/reset":
+            history = list(start)
+            print("[history cleared]", file=notes, flush=True)
+            continue
+        if not line.strip():
+            continue
+        history.append({"role": "user", "content": line})
+        reply: List[str] = []
+        pieces = None
+        try:
+            pieces = gen.stream_chat(history, **kwargs)
+            for piece in pieces:
+                out.write(piece)
+                out.flush()  # each piece appears as it is produced
+                reply.append(piece)
+        except KeyboardInterrupt:
+            if pieces is not None:
+                pieces.close()  # stops the generation
+            out.write("\n")
+            out.flush()
+            print("[interrupted]", file=notes, flush=True)
+            history.append({"role": "assistant", "content": "".join(reply)})
+            continue
+        except ValueError as error:  # e.g. the conversation outgrew the model's positions
+            history.pop()
+            print(f"cpuformer chat: error: {_one_line(error)} (/reset clears the history)", file=notes, flush=True)
+            continue
+        out.write("\n")
+        out.flush()
+        history.append({"role": "assistant", "content": "".join(reply)})
+
+
+def _cmd_chat(args: argparse.Namespace) -> int:
+    kwargs = _generation_kwargs(args)
+    out = sys.stdout
+    if out is None:  # started with file descriptor 1 closed (`>&-`)
+        raise OSError(errno.EBADF, "stdout is closed; nothing can be written")
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    with _open_model(args.model_dir, "decoder", "chat", args.dtype, args.threads, _quantization(args)) as gen:
+        # The template, jinja2 and the options are checked before the first line is read (a stream
+        # that is never started generates nothing).
+        probe = ([{"role": "system", "content": args.system}] if args.system is not None else []) + \
+            [{"role": "user", "content": "hello"}]
+        try:
+            gen.stream_chat(probe, **kwargs).close()
+        except ImportError as error:
+            raise UserError(str(error)) from None
+        if interactive:
+            try:
+                import readline  # noqa: F401 (line editing and history for input())
+            except ImportError:
+                pass
+            print(f"chatting with {args.model_dir}: {_CHAT_HELP}", file=sys.stderr, flush=True)
+        _chat_session(gen, kwargs, args.system, _chat_lines(interactive), out, sys.stderr)
+    return 0
+
+
 # ---- translate --------------------------------------------------------------------------------
 
 def _cmd_translate(args: argparse.Namespace) -> int:
@@ -793,6 +886,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="speculative decoding with up to K draft tokens copied from the prompt's n-grams")
     _add_model_options(gen)
     gen.set_defaults(func=_cmd_generate)
+
+    chat = sub.add_parser("chat", help="chat with a model in the terminal (its chat template; needs jinja2)",
+                          description=f"An interactive chat with a decoder model directory ({titles('decoder')}; "
+                                      "needs tokenizer.json and a chat template, and jinja2: pip install "
+                                      "'cpuformer[chat]'). Reads a message per line from stdin and streams each "
+                                      f"reply; {_CHAT_HELP}. Greedy unless sampling options are given.")
+    chat.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    chat.add_argument("--system", metavar="TEXT", default=None, help="a system message that starts the conversation")
+    _add_generation_options(chat, 256)
+    _add_model_options(chat)
+    chat.set_defaults(func=_cmd_chat)
 
     tr = sub.add_parser("translate", help="seq2seq generation (translation, summarisation), one line per input",
                         description=f"Runs an encoder-decoder model directory ({titles('seq2seq')}; needs "

@@ -344,6 +344,57 @@ class Generator(TextMixin, ModelBase):
         return (f"layers={c['num_layers']}, hidden={c['hidden_size']}, "
                 f"heads={c['num_heads']}/{c['num_kv_heads']}")
 
+    # ---- chat (models/_chat.py; docs/decoders.md, "Chat") -------------------------------------
+
+    _chat_template = None
+
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = False,
+                            tools: Optional[Sequence[Mapping[str, Any]]] = None,
+                            documents: Optional[Sequence[Mapping[str, Any]]] = None, **template_kwargs: Any) -> str:
+        """The conversation as prompt text, rendered with the checkpoint's chat template as
+        transformers' ``tokenizer.apply_chat_template(messages, tokenize=False, ...)`` renders it.
+        messages: a list of {"role": "system"|"user"|"assistant"|"tool", "content": str} dicts. Needs
+        jinja2 (``pip install 'cpuformer[chat]'``)."""
+        from ._chat import ChatTemplate
+
+        if self._chat_template is None:
+            self._chat_template = ChatTemplate.from_directory(self._model_dir.path)
+        return self._chat_template.render(messages, add_generation_prompt, tools=tools, documents=documents,
+                                          **template_kwargs)
+
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> List[int]:
+        # The template writes BOS and the turn markers itself (apply_chat_template(tokenize=True)
+        # encodes without adding special tokens).
+        text = self.apply_chat_template(messages, add_generation_prompt)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not ids:
+            raise ValueError("the chat template rendered the messages as empty text")
+        return ids
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+             **generate_kwargs: Any) -> str:
+        """The model's reply to a conversation (its text, without special tokens): the messages are
+        rendered with the checkpoint's chat template (apply_chat_template), encoded and passed to
+        generate() as token ids with ``generate_kwargs`` (max_new_tokens, do_sample, stop, ...)."""
+        for key in ("return_log_probs", "return_stats"):
+            if generate_kwargs.get(key):
+                raise TypeError(f"chat() returns the reply text; for {key}=True call generate() on "
+                                "tokenizer.encode(apply_chat_template(...), add_special_tokens=False)")
+        stops = self._check_stop(generate_kwargs.get("stop"))
+        ids = self._chat_ids(messages, add_generation_prompt)
+        text = self._decode(self.generate(ids, **generate_kwargs)[0])
+        return cut_at_stop(text, stops)[0] if stops else text
+
+    def stream_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
+                    **kwargs: Any) -> Iterator[str]:
+        """chat() streamed: yields the reply's text pieces as they are produced (joining to chat()'s
+        text). Takes stream()'s keyword arguments; closing the iterator stops the generation."""
+        from ._chat import text_pieces
+
+        stops = self._check_stop(kwargs.get("stop"))
+        ids = self._chat_ids(messages, add_generation_prompt)
+        return text_pieces(self.stream(ids, **kwargs), self._decode, stops)
+
 
 class _StreamCancelled(Exception):
     """Raised inside stream()'s token callback to stop an abandoned generation."""
