@@ -126,8 +126,9 @@ struct GenerationResult {
 
 // Called with (sequence index, token) as each token is chosen (greedy / sampling only; beam search
 // reports each prompt's best sequence's tokens after the search). The sequence index is the
-// prompt's, or with sampling and num_return_sequences = n, prompt i's k-th sample is i·n + k. Returning true ends that
-// prompt's sequence after this token, as an EOS would (a stop string was found); beam search ignores it.
+// prompt's; with sampling and num_return_sequences = n, prompt i's k-th sample is i·n + k.
+// Returning true ends that sequence after this token, as an EOS would (a stop string was found;
+// its finish reason is then kStop); beam search ignores it.
 using TokenCallback = std::function<bool(long, int64_t)>;
 
 // Prompts must be non-empty with ids in [0, V); options validated by the caller.

@@ -410,6 +410,33 @@ def test_errors(decoders, seq2seqs):
         gen.stream([5, 6], no_repeat_ngram_size=-2)
 
 
+def test_the_bindings_own_refusals_and_output(decoders, seq2seqs):
+    """The C++ loop's checks behind the Python ones, and the binding's (tokens, log_probs, stats,
+    finish reasons, beam scores)."""
+    _, gen = decoders["gpt2"]
+    _, s2s = seq2seqs["marian"]
+    binding = gen._model
+    for options, message in (
+            ({"num_return_sequences": 2}, r"num_return_sequences > 1 needs beam search or sampling"),
+            ({"num_return_sequences": 0}, r"num_return_sequences must be >= 1"),
+            ({"num_beams": 2, "num_return_sequences": 3}, r"num_return_sequences must be in \[1, num_beams\]"),
+            ({"do_sample": True, "num_return_sequences": 2, "prompt_lookup_num_tokens": 2},
+             r"speculative decoding \(assistant_model, prompt_lookup_num_tokens\) does not combine with "
+             r"num_return_sequences > 1")):
+        with pytest.raises(ValueError, match=message):
+            binding.generate([[5, 6, 7]], {"max_new_tokens": 4, **options}, None, 1)
+    with pytest.raises(ValueError, match=r"num_return_sequences \(3\) must be between 1 and num_beams \(2\)"):
+        s2s._model.generate([[5, 6]], {"decoder_start_token_id": 100, "num_beams": 2, "num_return_sequences": 3})
+    tokens, log_probs, stats, reasons, scores = binding.generate(
+        [[5, 6, 7]], {"max_new_tokens": 4, "num_beams": 3, "num_return_sequences": 2, "eos_token_ids": []}, None, 1)
+    assert len(tokens) == 2 and log_probs is None and stats is None
+    assert reasons == ["length", "length"] and len(scores) == 2 and scores[0] >= scores[1]
+    tokens, _, _, reasons, scores = binding.generate(
+        [[5, 6, 7], [8]], {"max_new_tokens": 4, "do_sample": True, "num_return_sequences": 3, "eos_token_ids": []},
+        None, 1)
+    assert len(tokens) == 6 and reasons == ["length"] * 6 and scores is None
+
+
 def test_result_is_a_frozen_dataclass():
     r = cf.GenerationResult(token_ids=[1], text=None, finish_reason="eos", log_probs=[-0.5], score=-0.5)
     assert "GenerationResult" in cf.__all__ and r.finish_reason == "eos"
