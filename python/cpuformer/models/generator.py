@@ -354,9 +354,9 @@ class Generator(TextMixin, ModelBase):
                 if stops:
                     cut, found = cut_at_stop(decoded, stops)
                     if found:
-                        state.finish_reason = "stop"
                         if len(cut) > len(emitted) and cut.startswith(emitted):
                             yield cut[len(emitted):]
+                        state.finish_reason = "stop"
                         return
                     final = final[:len(final) - held_back(final, stops)]
                 if len(final) > len(emitted) and final.startswith(emitted):
@@ -366,9 +366,9 @@ class Generator(TextMixin, ModelBase):
             if stops:
                 text_of_all = cut_at_stop(text_of_all, stops)[0]
             rest = text_of_all[len(os.path.commonprefix([emitted, text_of_all])):]
-            state.finish_reason = worker.finish_reason
             if rest:
                 yield rest
+            state.finish_reason = worker.finish_reason
         finally:
             # Reached on exhaustion, on close() or garbage collection of an abandoned iterator and
             # on an exception in the consumer (KeyboardInterrupt while waiting for a token): the
