@@ -97,7 +97,7 @@ class PyDecoderModel : private ModelBuilder {
   }
 
   // prompts: token-id lists (validated here); options: the GenerationOptions fields by name,
-  // already validated by the Python layer. Returns (tokens, log_probs or None).
+  // already validated by the Python layer. Returns generation_output() (bindings/config.h).
   py::tuple generate(const std::vector<std::vector<int64_t>>& prompts, const py::dict& options,
                      const py::object& callback, int num_threads, const py::object& assistant) const {
     check_complete();
@@ -146,10 +146,7 @@ class PyDecoderModel : private ModelBuilder {
     } catch (const Interrupted&) {
       raise_interrupted();
     }
-    py::object log_probs = py::none();
-    if (o.return_log_probs) log_probs = py::cast(result.log_probs);
-    return py::make_tuple(py::cast(result.tokens), log_probs,
-                          speculation_stats(result, draft != nullptr || o.prompt_lookup_num_tokens > 0));
+    return generation_output(result, o, draft != nullptr || o.prompt_lookup_num_tokens > 0);
   }
 
   long vocab_size() const { return model_->config().vocab_size; }

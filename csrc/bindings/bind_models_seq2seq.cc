@@ -118,7 +118,7 @@ class PySeq2SeqModel : private ModelBuilder {
   }
 
   // sources: token-id lists; options: GenerationOptions fields by name (validated by the Python
-  // layer) plus decoder_start_token_id. Returns (tokens, log_probs or None).
+  // layer) plus decoder_start_token_id. Returns generation_output() (bindings/config.h).
   py::tuple generate(const std::vector<std::vector<int64_t>>& sources, const py::dict& options,
                      const py::object& callback, int num_threads, const py::object& assistant) const {
     check_complete();
@@ -148,7 +148,7 @@ class PySeq2SeqModel : private ModelBuilder {
     if (o.forced_eos_token_id >= 0) special.push_back(o.forced_eos_token_id);
     check_ids(special.data(), static_cast<long>(special.size()), "special token ids");
     if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
-    if (o.num_return_sequences < 1 || o.num_return_sequences > o.num_beams) {
+    if (o.num_return_sequences < 1 || (o.num_beams > 1 && o.num_return_sequences > o.num_beams)) {
       throw py::value_error("num_return_sequences (" + std::to_string(o.num_return_sequences) +
                             ") must be between 1 and num_beams (" + std::to_string(o.num_beams) + ")");
     }
@@ -177,10 +177,7 @@ class PySeq2SeqModel : private ModelBuilder {
     } catch (const Interrupted&) {
       raise_interrupted();
     }
-    py::object log_probs = py::none();
-    if (o.return_log_probs) log_probs = py::cast(result.log_probs);
-    return py::make_tuple(py::cast(result.tokens), log_probs,
-                          speculation_stats(result, draft != nullptr || o.prompt_lookup_num_tokens > 0));
+    return generation_output(result, o, draft != nullptr || o.prompt_lookup_num_tokens > 0);
   }
 
   long vocab_size() const { return model_->config().vocab_size; }

@@ -149,5 +149,17 @@ pybind11::object speculation_stats(const GenerationResult& result, bool speculat
   return std::move(stats);
 }
 
+pybind11::tuple generation_output(const GenerationResult& result, const GenerationOptions& options, bool speculative) {
+  pybind11::object log_probs = pybind11::none(), scores = pybind11::none();
+  if (options.return_log_probs) log_probs = pybind11::cast(result.log_probs);
+  if (!result.scores.empty()) scores = pybind11::cast(result.scores);
+  pybind11::list reasons;
+  for (FinishReason r : result.finish_reasons) {
+    reasons.append(r == FinishReason::kEos ? "eos" : r == FinishReason::kStop ? "stop" : "length");
+  }
+  return pybind11::make_tuple(pybind11::cast(result.tokens), log_probs, speculation_stats(result, speculative), reasons,
+                              scores);
+}
+
 }  // namespace bindings
 }  // namespace cpuformer

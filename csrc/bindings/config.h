@@ -34,6 +34,10 @@ KvType kv_cache_type(const GenerationOptions& options);
 // a plain run.
 pybind11::object speculation_stats(const GenerationResult& result, bool speculative);
 
+// What a generating binding's generate() returns: (tokens, log_probs or None, speculation_stats,
+// finish reasons ["eos" | "stop" | "length"] per sequence, beam scores per sequence or None).
+pybind11::tuple generation_output(const GenerationResult& result, const GenerationOptions& options, bool speculative);
+
 // "encoder" / "decoder" / "seq2seq".
 const char* kind_name(ModelKind kind);
 

@@ -192,8 +192,15 @@ struct Request {
   const std::vector<std::vector<int64_t>>& prompts;
   const GenerationOptions& options;
 
+  // Rows per prompt: its beams, or its samples (sampling with num_return_sequences).
+  long copies() const {
+    if (options.num_beams > 1) return options.num_beams;
+    return options.do_sample ? options.num_return_sequences : 1;
+  }
   long rows() const {
-    return checked_multiply(static_cast<long>(prompts.size()), options.num_beams, "the beams (inputs × num_beams)");
+    return checked_multiply(
+        static_cast<long>(prompts.size()), copies(),
+        options.num_beams > 1 ? "the beams (inputs × num_beams)" : "the samples (inputs × num_return_sequences)");
   }
   long longest() const {
     long n = 0;
@@ -206,8 +213,10 @@ struct Request {
   }
   // Buffers with one row per beam: blame the batch and num_beams.
   std::string batch() const {
-    return "num_beams " + std::to_string(options.num_beams) + " × " + std::to_string(prompts.size()) +
-           (prompts.size() == 1 ? " input" : " inputs");
+    const std::string per_input = options.num_beams == 1 && copies() > 1
+                                      ? "num_return_sequences " + std::to_string(copies())
+                                      : "num_beams " + std::to_string(options.num_beams);
+    return per_input + " × " + std::to_string(prompts.size()) + (prompts.size() == 1 ? " input" : " inputs");
   }
   // The model's state for the whole run (KV cache): blame the length first.
   std::string length() const {
@@ -233,19 +242,21 @@ void process(const GenerationOptions& o, const std::vector<int64_t>& history, co
 GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
                                   const std::vector<std::vector<int64_t>>& histories, const GenerationOptions& o,
                                   const TokenCallback& on_token) {
-  const long B = static_cast<long>(prompts.size()), V = model.vocab_size();
+  // One row per prompt, or per sample (num_return_sequences consecutive rows per prompt).
   const Request request{prompts, o};
+  const long copies = request.copies(), B = static_cast<long>(prompts.size()) * copies, V = model.vocab_size();
   std::vector<int64_t> ids, mask;
-  const long T = pad_prompts(prompts, 1, o.pad_token_id, ids, mask);
+  const long T = pad_prompts(prompts, copies, o.pad_token_id, ids, mask);
   std::vector<float> logits(static_cast<size_t>(B) * V), tmp, lp(o.return_log_probs ? V : 0);  // checked by row_buffers
   GenerationResult result;
   result.tokens.resize(B);
+  result.finish_reasons.assign(B, FinishReason::kLength);
   if (o.return_log_probs) result.log_probs.resize(B);
   std::vector<char> finished(B, 0);
   std::vector<int64_t> next(B, o.pad_token_id), seq;
   std::mt19937_64 rng(o.seed);
   with_size_context([&] { return request.prefill(); },
-                    [&] { model.prefill(ids.data(), mask.data(), B, T, 1, o.max_new_tokens, logits.data()); });
+                    [&] { model.prefill(ids.data(), mask.data(), B, T, copies, o.max_new_tokens, logits.data()); });
   for (long step = 0; step < o.max_new_tokens; ++step) {
     throw_if_interrupted();  // Ctrl-C between steps (runtime/interrupt.h)
     if (step > 0) model.step(next.data(), logits.data());
@@ -256,7 +267,7 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
         continue;
       }
       float* s = logits.data() + b * V;
-      process(o, histories[b], result.tokens[b], step, s, V, seq);
+      process(o, histories[b / copies], result.tokens[b], step, s, V, seq);
       long token;
       if (o.do_sample) {
         warp(o, s, V, tmp);
@@ -273,6 +284,7 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
       const bool stop = on_token && on_token(b, token);
       if (stop || is_eos(o, token)) {
         finished[b] = 1;
+        result.finish_reasons[b] = is_eos(o, token) ? FinishReason::kEos : FinishReason::kStop;
       } else {
         ++running;
       }
@@ -483,11 +495,19 @@ GenerationResult beam_search(StepModel& model, const std::vector<std::vector<int
   const long n = o.num_return_sequences;
   GenerationResult result;
   result.tokens.resize(B * n);
+  result.finish_reasons.resize(B * n);
+  result.scores.resize(B * n);
   if (o.return_log_probs) result.log_probs.resize(B * n);
   for (long b = 0; b < B; ++b) {
     for (long k = 0; k < n; ++k) {
-      const Hypothesis& best = done[b][k].finished ? done[b][k] : running[b][k];
+      // (The pool is full when the loop ends; a running beam stands in only if it were not.)
+      const bool finished = done[b][k].finished;
+      const Hypothesis& best = finished ? done[b][k] : running[b][k];
       result.tokens[b * n + k] = best.tokens;
+      result.finish_reasons[b * n + k] =
+          !best.tokens.empty() && is_eos(o, best.tokens.back()) ? FinishReason::kEos : FinishReason::kLength;
+      result.scores[b * n + k] =
+          finished ? best.score : best.score / length_factor(std::max<long>(1, static_cast<long>(best.tokens.size())));
       if (o.return_log_probs) result.log_probs[b * n + k] = best.log_probs;
       if (on_token && k == 0) {
         for (int64_t t : best.tokens) on_token(b, t);
@@ -572,6 +592,7 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
   std::vector<std::vector<double>> q;  // the draft model's distributions (sampling)
   GenerationResult result;
   result.tokens.resize(1);
+  result.finish_reasons.assign(1, FinishReason::kLength);
   if (o.return_log_probs) result.log_probs.resize(1);
   std::vector<int64_t>& out = result.tokens[0];
   std::vector<int64_t> seq, draft, with_draft, lookup(prompt);
@@ -588,6 +609,8 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
     out.push_back(token);
     const bool stop = on_token && on_token(0, token);
     finished = stop || is_eos(o, token) || static_cast<long>(out.size()) >= o.max_new_tokens;
+    if (stop || is_eos(o, token))
+      result.finish_reasons[0] = is_eos(o, token) ? FinishReason::kEos : FinishReason::kStop;
   };
   // The processed (and, sampling, warped) scores at a position whose output so far is `out`.
   auto scores_at = [&](float* s) {
@@ -721,13 +744,19 @@ GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_
   if (histories && histories->size() != prompts.size()) {
     throw std::invalid_argument("generate() needs one history per prompt");
   }
-  const long returned = options.num_beams > 1 ? options.num_return_sequences : 1;
-  if (options.num_return_sequences < 1 || returned > options.num_beams) {
+  if (options.num_return_sequences < 1) throw std::invalid_argument("num_return_sequences must be >= 1");
+  if (options.num_beams > 1 && options.num_return_sequences > options.num_beams) {
     throw std::invalid_argument("num_return_sequences must be in [1, num_beams]");
   }
+  if (options.num_beams == 1 && !options.do_sample && options.num_return_sequences > 1) {
+    throw std::invalid_argument("num_return_sequences > 1 needs beam search or sampling");
+  }
+  const long returned = options.num_beams > 1 || options.do_sample ? options.num_return_sequences : 1;
   if (options.max_new_tokens < 1) {
     GenerationResult empty;
     empty.tokens.resize(prompts.size() * returned);
+    empty.finish_reasons.assign(prompts.size() * returned, FinishReason::kLength);
+    if (options.num_beams > 1) empty.scores.assign(prompts.size() * returned, 0.0f);
     if (options.return_log_probs) empty.log_probs.resize(prompts.size() * returned);
     return empty;
   }
@@ -759,6 +788,11 @@ GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_
       throw std::invalid_argument(
           "speculative decoding (assistant_model, prompt_lookup_num_tokens) does not combine "
           "with beam search (num_beams > 1)");
+    }
+    if (returned > 1) {
+      throw std::invalid_argument(
+          "speculative decoding (assistant_model, prompt_lookup_num_tokens) does not combine "
+          "with num_return_sequences > 1");
     }
     if (!model.can_extend() || (assistant && !assistant->can_extend())) {
       throw std::invalid_argument("this model does not support speculative decoding");

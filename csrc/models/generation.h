@@ -52,7 +52,8 @@ struct GenerationOptions {
   float repetition_penalty = 1.0f;
   long no_repeat_ngram_size = 0;  // 0: off
   long num_beams = 1;
-  long num_return_sequences = 1;  // beam search: the best n finished hypotheses per prompt
+  // beam search: the best n finished hypotheses per prompt; sampling: n samples per prompt
+  long num_return_sequences = 1;
   float length_penalty = 1.0f;
   int early_stopping = 0;  // beam search: 0 = False (heuristic), 1 = True, 2 = "never"
   std::vector<int64_t> eos_token_ids;
@@ -104,19 +105,30 @@ struct GenerationOptions {
   }
 };
 
+// Why a sequence ended: its last token is an EOS id, the token callback found a stop (a stop
+// string), or it ran out of room (max_new_tokens).
+enum class FinishReason : int8_t { kLength = 0, kEos = 1, kStop = 2 };
+
 struct GenerationResult {
-  // New tokens per prompt (EOS included when produced); beam search with num_return_sequences = n
-  // gives n entries per prompt, best first (prompt i's at [i·n, i·n + n)).
+  // New tokens per prompt (EOS included when produced); beam search or sampling with
+  // num_return_sequences = n gives n entries per prompt (beams best first), prompt i's at
+  // [i·n, i·n + n).
   std::vector<std::vector<int64_t>> tokens;
   std::vector<std::vector<float>> log_probs;  // per new token, if requested
+  std::vector<FinishReason> finish_reasons;   // per entry of tokens
+  // Beam search: per entry, the hypothesis' final score (sum of its log-probabilities divided by
+  // length^length_penalty: transformers' sequences_scores). Empty otherwise.
+  std::vector<float> scores;
   // Speculative decoding: the model's forward passes after the prefill, the draft tokens it
   // checked and how many of them it kept.
   long target_passes = 0, draft_tokens = 0, accepted_tokens = 0;
 };
 
-// Called with (prompt index, token) as each token is chosen (greedy / sampling only; beam search
-// reports the final sequences' tokens after the search). Returning true ends that prompt's
-// sequence after this token, as an EOS would (a stop string was found); beam search ignores it.
+// Called with (sequence index, token) as each token is chosen (greedy / sampling only; beam search
+// reports each prompt's best sequence's tokens after the search). The sequence index is the
+// prompt's; with sampling and num_return_sequences = n, prompt i's k-th sample is i·n + k.
+// Returning true ends that sequence after this token, as an EOS would (a stop string was found;
+// its finish reason is then kStop); beam search ignores it.
 using TokenCallback = std::function<bool(long, int64_t)>;
 
 // Prompts must be non-empty with ids in [0, V); options validated by the caller.

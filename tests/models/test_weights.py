@@ -193,8 +193,8 @@ def test_generation_options_are_read_by_one_parser(models):
     with pytest.raises(ValueError, match=r"missing option 'decoder_start_token_id'"):
         seq2seq._model.generate([[1, 2, 3]], {"max_new_tokens": 4})
     # a missing option keeps GenerationOptions' default (20 new tokens, greedy)
-    tokens, log_probs, stats = generator._model.generate([[1, 2, 3]], {"min_new_tokens": 20}, None, 1)
-    assert len(tokens[0]) == 20 and log_probs is None and stats is None
+    tokens, log_probs, stats, reasons, scores = generator._model.generate([[1, 2, 3]], {"min_new_tokens": 20}, None, 1)
+    assert len(tokens[0]) == 20 and log_probs is None and stats is None and reasons == ["length"] and scores is None
     assert tokens == generator.generate([[1, 2, 3]], max_new_tokens=20, min_new_tokens=20)
 
 

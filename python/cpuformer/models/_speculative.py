@@ -127,6 +127,8 @@ def speculation(model: Any, ids: List[List[int]], options: Dict[str, Any], assis
     if options["num_beams"] > 1:
         raise ValueError(f"{what} does not combine with beam search (num_beams > 1): it runs greedy search or "
                          "sampling")
+    if options.get("num_return_sequences", 1) > 1:
+        raise ValueError(f"{what} gives one sequence; it does not combine with num_return_sequences > 1")
     if prompt_lookup_num_tokens is not None:
         if num_assistant_tokens is not None:
             raise ValueError("num_assistant_tokens applies to assistant_model; prompt lookup drafts "

@@ -24,6 +24,7 @@ from .._arguments import check_integer
 from .._model_dir import ModelDir, _describe, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d, fits_float
+from ._result import GenerationResult, GenerationStream, StreamState, log_probs_needed, results
 from ._speculative import speculation
 from ._text import StopWatch, TextMixin, check_stop, cut_at_stop, held_back
 
@@ -60,6 +61,22 @@ def check_bad_words(value: Any, vocab_size: int, source: str = "") -> List[List[
 def config_bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> List[List[int]]:
     """The bad_words_ids a model's generation settings declare (checked, naming the file)."""
     return check_bad_words(settings.get("bad_words_ids"), vocab_size, f"{source}: ")
+
+
+def sequence_options(options: Dict[str, Any], num_return_sequences: Any, no_repeat_ngram_size: Any) -> None:
+    """Checks num_return_sequences (beam search: at most num_beams; sampling: samples per input;
+    greedy search: 1, as transformers) and no_repeat_ngram_size, and adds them to options."""
+    n = check_integer("num_return_sequences", num_return_sequences, 0)
+    ngram = check_integer("no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    beams = options["num_beams"]
+    if beams > 1 and not 1 <= n <= beams:
+        raise ValueError(f"num_return_sequences ({n}) must be between 1 and num_beams ({beams})")
+    if beams == 1 and n < 1:
+        raise ValueError(f"num_return_sequences must be >= 1, got {n}")
+    if beams == 1 and n > 1 and not options["do_sample"]:
+        raise ValueError(f"num_return_sequences ({n}) > 1 needs beam search (num_beams > 1) or sampling "
+                         "(do_sample=True): greedy search gives one sequence per input")
+    options.update(num_return_sequences=int(n), no_repeat_ngram_size=int(ngram))
 
 
 def generation_setting(md: ModelDir, key: str) -> Tuple[Dict[str, Any], str]:
@@ -185,7 +202,9 @@ class Generator(TextMixin, ModelBase):
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
                  max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
                  kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
-                 stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False) -> Generated:
+                 stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False,
+                 num_return_sequences: int = 1, no_repeat_ngram_size: int = 0,
+                 return_scores: bool = False) -> Generated:
         """New tokens for each prompt (list[list[int]]; EOS included when produced).
 
         prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
@@ -210,20 +229,44 @@ class Generator(TextMixin, ModelBase):
         stop: a string or strings that end a sequence once its text holds one (needs tokenizer.json;
         text results are cut before it, token results end with the token that completed it; beam
         search cuts its final text only).
+        num_return_sequences: beam search, the n best beams (n ≤ num_beams); sampling, n samples per
+        prompt; prompt i's sequences are results [i·n, i·n + n) (a list of texts even for one
+        string prompt when n > 1). no_repeat_ngram_size: bans a token that would repeat an n-gram
+        of the prompt and output (transformers' NoRepeatNGramLogitsProcessor).
+        return_scores=True returns a list of cpuformer.GenerationResult, one per returned sequence
+        (token_ids, text, finish_reason, log_probs, score) instead of the tokens or texts
+        (docs/decoders.md, "Results, scores and finish reasons"); with return_stats, (results, stats).
         """
         model = self._live()
         ids, kind = self._prompts(prompts)
         options = self._options(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
                                 repetition_penalty, num_beams, length_penalty, early_stopping, eos_token_id, seed,
-                                return_log_probs)
+                                log_probs_needed(return_log_probs, return_scores))
+        sequence_options(options, num_return_sequences, no_repeat_ngram_size)
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
         options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
-        stops, on_token = self._stop_watch(stop, len(ids))
-        tokens, log_probs, stats = model.generate(ids, options, on_token, self.num_threads, draft)
+        stops, on_token = self._stop_watch(stop, len(ids) * options["num_return_sequences"])
+        tokens, log_probs, stats, reasons, beam_scores = model.generate(ids, options, on_token, self.num_threads,
+                                                                        draft)
+        if return_scores:
+            return self._scored(tokens, kind, log_probs, reasons, beam_scores, stops, stats, return_stats)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
-                            stops=stops)
+                            one_text=num_return_sequences == 1, stops=stops)
+
+    def _scored(self, tokens: List[List[int]], kind: str, log_probs: List[List[float]], reasons: List[str],
+                beam_scores: Optional[List[float]], stops: Sequence[str], stats: Optional[Dict[str, int]],
+                return_stats: bool) -> Any:
+        """generate(return_scores=True)'s return value: a GenerationResult per sequence (and stats)."""
+        texts: Optional[List[str]] = None
+        stopped: Optional[List[bool]] = None
+        if kind in ("str", "strs") or stops:
+            cuts = [cut_at_stop(self._decode(t), stops) for t in tokens]
+            stopped = [found for _, found in cuts]
+            texts = [text for text, _ in cuts] if kind in ("str", "strs") else None
+        out: List[GenerationResult] = results(tokens, log_probs, reasons, beam_scores, texts, stopped)
+        return (out, stats) if return_stats else out
 
     def _result(self, tokens: List[List[int]], kind: str, log_probs: Optional[List[List[float]]],
                 stats: Optional[Dict[str, int]], return_stats: bool, one_text: bool = True,
@@ -242,15 +285,18 @@ class Generator(TextMixin, ModelBase):
         extra = ([log_probs] if log_probs is not None else []) + ([stats] if return_stats else [])
         return tuple([out] + extra) if extra else out  # type: ignore[return-value]
 
-    def stream(self, prompt: Prompts, **kwargs: Any) -> Iterator[Union[int, str]]:
+    def stream(self, prompt: Prompts, **kwargs: Any) -> GenerationStream:
         """Yields the new tokens of one prompt as they are produced (greedy or sampling; beam search
         yields the best sequence at the end). Given a string (and tokenizer.json), yields text
         pieces instead, each once it is final (one token behind), joining to generate()'s text.
-        Takes generate()'s keyword arguments except return_log_probs. Closing or dropping the
-        iterator stops the generation."""
+        Takes generate()'s keyword arguments except return_log_probs, return_scores and
+        num_return_sequences. Closing or dropping the iterator stops the generation. The iterator's
+        finish_reason is "eos", "stop" or "length" once it is exhausted (None before, and after
+        close())."""
         model = self._live()
-        if "return_log_probs" in kwargs:
-            raise TypeError("stream() does not return log-probabilities; use generate(return_log_probs=True)")
+        for name in ("return_log_probs", "return_scores"):
+            if name in kwargs:
+                raise TypeError(f"stream() does not return log-probabilities or scores; use generate({name}=True)")
         ids, kind = self._prompts(prompt)
         if len(ids) != 1:
             raise ValueError(f"stream() takes one prompt, got {len(ids)}")
@@ -260,7 +306,8 @@ class Generator(TextMixin, ModelBase):
         speculative: Dict[str, Any] = dict(assistant_model=None, num_assistant_tokens=None,
                                            prompt_lookup_num_tokens=None, max_matching_ngram_size=None,
                                            num_assistant_tokens_schedule="heuristic")
-        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype", "bad_words_ids", "stop"}
+        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype", "bad_words_ids", "stop",
+                                                                     "no_repeat_ngram_size"}
         if unknown:
             raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
         for key in speculative:
@@ -268,14 +315,16 @@ class Generator(TextMixin, ModelBase):
         kv_cache_dtype = kwargs.pop("kv_cache_dtype", None)
         bad_words_ids = kwargs.pop("bad_words_ids", None)
         stops = self._check_stop(kwargs.pop("stop", None))
+        no_repeat_ngram_size = kwargs.pop("no_repeat_ngram_size", 0)
         defaults.update(kwargs)
         options = self._options(return_log_probs=False, **defaults)
+        sequence_options(options, 1, no_repeat_ngram_size)
         draft = speculation(self, ids, options, **speculative)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
         options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
-        return self._stream(model, ids, options, kind == "str", draft, stops)
+        return GenerationStream(lambda state: self._stream(model, ids, options, kind == "str", state, draft, stops))
 
-    def _stream(self, model, ids, options, text: bool, draft=None,
+    def _stream(self, model, ids, options, text: bool, state: StreamState, draft=None,
                 stops: Sequence[str] = ()) -> Iterator[Union[int, str]]:
         worker = _StreamWorker(model, ids, options, self.num_threads, draft)
         try:
@@ -284,7 +333,9 @@ class Generator(TextMixin, ModelBase):
                 for token in worker.tokens():
                     yield token
                     if watch is not None and watch.add(token):
+                        state.finish_reason = "stop"
                         return  # the stop string is complete (finally: the worker stops)
+                state.finish_reason = worker.finish_reason
                 return
             # A piece is yielded once it is final: text the decodes of the first n-1 and the first
             # n tokens agree on (a decoder may rewrite the end of its text when a token follows),
@@ -305,6 +356,7 @@ class Generator(TextMixin, ModelBase):
                     if found:
                         if len(cut) > len(emitted) and cut.startswith(emitted):
                             yield cut[len(emitted):]
+                        state.finish_reason = "stop"
                         return
                     final = final[:len(final) - held_back(final, stops)]
                 if len(final) > len(emitted) and final.startswith(emitted):
@@ -316,6 +368,7 @@ class Generator(TextMixin, ModelBase):
             rest = text_of_all[len(os.path.commonprefix([emitted, text_of_all])):]
             if rest:
                 yield rest
+            state.finish_reason = worker.finish_reason
         finally:
             # Reached on exhaustion, on close() or garbage collection of an abandoned iterator and
             # on an exception in the consumer (KeyboardInterrupt while waiting for a token): the
@@ -416,6 +469,7 @@ class _StreamWorker:
         self._failure: List[BaseException] = []
         self._cancelled = threading.Event()
         self._at_exit = False
+        self.finish_reason: Optional[str] = None  # the C++ loop's, once it has returned
 
         def on_token(_index: int, token: int) -> None:
             if self._cancelled.is_set():
@@ -424,7 +478,7 @@ class _StreamWorker:
 
         def run() -> None:
             try:
-                model.generate(ids, options, on_token, num_threads, draft)
+                self.finish_reason = model.generate(ids, options, on_token, num_threads, draft)[3][0]
             except _StreamCancelled:
                 pass
             except BaseException as error:  # handed to the consuming thread
@@ -491,4 +545,4 @@ os.register_at_fork(after_in_child=_orphan_live_streams)
 
 
 __all__ = ["Generator", "KV_CACHE_DTYPES", "check_bad_words", "config_bad_words", "generation_setting",
-           "kv_cache_code"]
+           "kv_cache_code", "sequence_options"]

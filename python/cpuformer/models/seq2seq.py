@@ -14,13 +14,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .._arguments import check_integer
 from .._model_dir import ModelDir, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d
+from ._result import log_probs_needed
 from ._speculative import speculation
 from ._text import TextMixin
-from .generator import Generator, check_bad_words, config_bad_words, generation_setting, kv_cache_code
+from .generator import Generator, check_bad_words, config_bad_words, generation_setting, kv_cache_code, sequence_options
 
 PathLike = Union[str, os.PathLike]
 
@@ -40,6 +40,7 @@ class Seq2Seq(TextMixin, ModelBase):
     _result = Generator._result
     _check_stop = Generator._check_stop
     _stop_watch = Generator._stop_watch
+    _scored = Generator._scored
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None,
@@ -123,13 +124,8 @@ class Seq2Seq(TextMixin, ModelBase):
 
     def _options(self, num_return_sequences, no_repeat_ngram_size, bad_words_ids=None, **kwargs) -> Dict[str, Any]:
         options = self._generator_options(**kwargs)
-        num_return_sequences = check_integer("num_return_sequences", num_return_sequences, 0)
-        no_repeat_ngram_size = check_integer("no_repeat_ngram_size", no_repeat_ngram_size, 0)
-        if not 1 <= num_return_sequences <= options["num_beams"]:
-            raise ValueError(f"num_return_sequences ({num_return_sequences}) must be between 1 and num_beams "
-                             f"({options['num_beams']})")
-        options.update(num_return_sequences=int(num_return_sequences), no_repeat_ngram_size=int(no_repeat_ngram_size),
-                       decoder_start_token_id=int(self.decoder_start_token_id),
+        sequence_options(options, num_return_sequences, no_repeat_ngram_size)
+        options.update(decoder_start_token_id=int(self.decoder_start_token_id),
                        forced_bos_token_id=self.forced_bos_token_id, forced_eos_token_id=self.forced_eos_token_id,
                        bad_words_ids=self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size))
         return options
@@ -143,7 +139,8 @@ class Seq2Seq(TextMixin, ModelBase):
                  num_assistant_tokens: Optional[int] = None, prompt_lookup_num_tokens: Optional[int] = None,
                  max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
                  kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
-                 stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False) -> Generated:
+                 stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False,
+                 return_scores: bool = False) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
@@ -156,6 +153,8 @@ class Seq2Seq(TextMixin, ModelBase):
         (assistant_model= a smaller Seq2Seq with the same vocabulary or a dtype name,
         prompt_lookup_num_tokens= n-gram lookup in the source and the output), return_stats and
         kv_cache_dtype (the decoder's self-attention cache) and stop strings as Generator.generate.
+        num_return_sequences also takes n > 1 with sampling (n samples per source); return_scores=True
+        returns a list of cpuformer.GenerationResult as Generator.generate does.
         """
         model = self._live()
         ids, kind = self._prompts(sources)
@@ -164,12 +163,16 @@ class Seq2Seq(TextMixin, ModelBase):
                                 min_new_tokens=min_new_tokens, do_sample=do_sample, temperature=temperature,
                                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, num_beams=num_beams,
                                 length_penalty=length_penalty, early_stopping=early_stopping,
-                                eos_token_id=eos_token_id, seed=seed, return_log_probs=return_log_probs)
+                                eos_token_id=eos_token_id, seed=seed,
+                                return_log_probs=log_probs_needed(return_log_probs, return_scores))
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
-        stops, on_token = self._stop_watch(stop, len(ids))
-        tokens, log_probs, stats = model.generate(ids, options, on_token, self.num_threads, draft)
+        stops, on_token = self._stop_watch(stop, len(ids) * options["num_return_sequences"])
+        tokens, log_probs, stats, reasons, beam_scores = model.generate(ids, options, on_token, self.num_threads,
+                                                                        draft)
+        if return_scores:
+            return self._scored(tokens, kind, log_probs, reasons, beam_scores, stops, stats, return_stats)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
                             one_text=num_return_sequences == 1, stops=stops)
 
