@@ -187,3 +187,20 @@ def test_saved_position_buffer_is_ignored(models, tmp_path):
     save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
     ids = [[5, 9, 40, 2]]
     np.testing.assert_array_equal(cf.load(tmp_path).encode(ids), s2s.encode(ids))
+
+
+def test_random_checkpoint_of_the_spec(tmp_path):
+    """The registry's own random checkpoint (cpuformer bench's models) has M2M100's tensors: no
+    final_logits_bias, no position table."""
+    import json
+
+    from cpuformer._bench import random_checkpoint
+    from cpuformer._model_dir import save_safetensors
+
+    arch = by_family()["m2m100"]
+    config = arch.example_config(**{k: v for k, v in SHAPES["odd"].items() if k != "init_std"})
+    tensors = random_checkpoint(arch, config, np.random.default_rng(0))
+    assert "final_logits_bias" not in tensors and not any("embed_positions" in name for name in tensors)
+    save_safetensors(str(tmp_path / "model.safetensors"), tensors, metadata={"format": "pt"})
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert len(cf.load(tmp_path).generate([5, 6, 7], max_new_tokens=3, min_new_tokens=3)[0]) == 3

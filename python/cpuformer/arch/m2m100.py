@@ -70,6 +70,11 @@ class M2M100(MBart):
             hp, positions="sinusoidal", position_offset=pad + 1, pad_token_id=pad, embedding_norm=False,
             embed_scale=math.sqrt(d) if config.get("scale_embedding", True) else 1.0)
 
+    def model_tensors(self, config: Mapping[str, Any], hp: Hparams) -> Dict[str, Source]:
+        out = super().model_tensors(config, hp)
+        del out["lm_head.bias"]  # no final_logits_bias
+        return out
+
     def stack_tensors(self, config: Mapping[str, Any], hp: Hparams, stack: str) -> Dict[str, Source]:
         rows = hp.max_positions + hp.position_offset
         return {"embed.positions": fairseq_positions(rows, hp.hidden_size, hp.pad_token_id),
