@@ -321,3 +321,19 @@ def test_generation_config_forced_bos_is_overridden(dirs, tmp_path):
     assert s2s.generate(source, max_new_tokens=2, tgt_lang="fra_Latn")[0][0] == tok.convert_tokens_to_ids("fra_Latn")
     assert np.array_equal(s2s.generate(source, max_new_tokens=NEW, min_new_tokens=NEW, tgt_lang="fra_Latn"),
                           [_hf_tokens(model, tok, source, tok.convert_tokens_to_ids("fra_Latn"))])
+
+
+def test_beam_search_with_languages(dirs):
+    directory, model, tok = dirs["nllb"]
+    tok.src_lang = "deu_Latn"
+    forced = tok.convert_tokens_to_ids("spa_Latn")
+    with torch.inference_mode():
+        expected = model.generate(**tok(TEXTS, return_tensors="pt", padding=True), max_new_tokens=NEW,
+                                  min_new_tokens=NEW, num_beams=3, do_sample=False,
+                                  forced_bos_token_id=forced)[:, 1:].tolist()
+    s2s = cf.load(directory)
+    decoded = []
+    decode = s2s._decode
+    s2s._decode = lambda t: decoded.append(list(t)) or decode(t)
+    s2s.generate(TEXTS, max_new_tokens=NEW, min_new_tokens=NEW, num_beams=3, tgt_lang="spa_Latn", src_lang="deu_Latn")
+    assert decoded == expected and all(t[0] == forced for t in decoded)
