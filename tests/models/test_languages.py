@@ -198,18 +198,17 @@ def test_source_ids_and_forced_token_are_transformers(dirs, name, src, tgt):
 
 
 @pytest.mark.parametrize("name, src, tgt", CASES)
-def test_generate_matches_transformers(dirs, name, src, tgt, monkeypatch):
+def test_generate_matches_transformers(dirs, name, src, tgt):
     directory, model, tok = dirs[name]
     s2s = cf.load(directory)
     tok.src_lang = src
     forced = _hf_target(tok, tgt)
-    decoded = []
-    decode = s2s._decode
-    monkeypatch.setattr(s2s, "_decode", lambda t: decoded.append(list(t)) or decode(t))
     expected = [_hf_tokens(model, tok, tok(text).input_ids, forced) for text in TEXTS]
     assert expected[0][0] == forced
+    results = s2s.generate(TEXTS, max_new_tokens=NEW, min_new_tokens=NEW, tgt_lang=tgt, src_lang=src,
+                           return_scores=True)
+    assert [r.token_ids for r in results] == expected
     texts = s2s.generate(TEXTS, max_new_tokens=NEW, min_new_tokens=NEW, tgt_lang=tgt, src_lang=src)
-    assert decoded == expected
     assert texts == [s2s.tokenizer.decode(t) for t in expected]
     # token-id sources: tgt_lang forces the first token
     assert s2s.generate(tok(TEXTS[0]).input_ids, max_new_tokens=NEW, min_new_tokens=NEW,
@@ -331,9 +330,6 @@ def test_beam_search_with_languages(dirs):
         expected = model.generate(**tok(TEXTS, return_tensors="pt", padding=True), max_new_tokens=NEW,
                                   min_new_tokens=NEW, num_beams=3, do_sample=False,
                                   forced_bos_token_id=forced)[:, 1:].tolist()
-    s2s = cf.load(directory)
-    decoded = []
-    decode = s2s._decode
-    s2s._decode = lambda t: decoded.append(list(t)) or decode(t)
-    s2s.generate(TEXTS, max_new_tokens=NEW, min_new_tokens=NEW, num_beams=3, tgt_lang="spa_Latn", src_lang="deu_Latn")
-    assert decoded == expected and all(t[0] == forced for t in decoded)
+    results = cf.load(directory).generate(TEXTS, max_new_tokens=NEW, min_new_tokens=NEW, num_beams=3,
+                                          tgt_lang="spa_Latn", src_lang="deu_Latn", return_scores=True)
+    assert [r.token_ids for r in results] == expected and all(t[0] == forced for t in expected)
