@@ -350,6 +350,7 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     sources: Sequence[Any] = _ids_of(texts) if args.ids else texts
     todo = [i for i, text in enumerate(texts) if text.strip()]
     kwargs = _generation_kwargs(args)
+    kwargs.update(tgt_lang=args.tgt_lang, src_lang=args.src_lang)
     done: Dict[int, str] = {}
     printed = 0
 
@@ -907,6 +908,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_options(tr, 128)
     tr.add_argument("--batch-size", type=_positive_int, default=16, metavar="N", help="sources per batch")
     _add_ids_option(tr, "each source is token ids, special tokens included; prints token ids per line")
+    tr.add_argument("--tgt-lang", metavar="CODE", default=None,
+                    help="target language of a multilingual model: NLLB fra_Latn, mBART-50 fr_XX, M2M100 fr, "
+                         "Marian fra")
+    tr.add_argument("--src-lang", metavar="CODE", default=None,
+                    help="source language (NLLB, mBART-50, M2M100): the sources are encoded with its code")
     _add_model_options(tr)
     tr.set_defaults(func=_cmd_translate)
 

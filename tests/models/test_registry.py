@@ -87,6 +87,11 @@ PARITY = {
                dict(vocab_size=101, pad_token_id=100, decoder_start_token_id=100, eos_token_id=0, **_BART)),
     "bart": ("BartForConditionalGeneration", "BartConfig", dict(vocab_size=97, **_BART)),
     "mbart": ("MBartForConditionalGeneration", "MBartConfig", dict(vocab_size=103, scale_embedding=True, **_BART)),
+    # NLLB's shape scaled down (pre-norm, relu, scaled embeddings, fairseq positions from row pad + 1)
+    # with a pad id of 5, so rows read from the wrong offset change every output.
+    "m2m100": ("M2M100ForConditionalGeneration", "M2M100Config",
+               dict(vocab_size=107, pad_token_id=5, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+                    **dict(_BART, init_std=0.2))),
     "t5": ("T5ForConditionalGeneration", "T5Config", dict(vocab_size=99, **_T5)),
     "mt5": ("MT5ForConditionalGeneration", "MT5Config", dict(vocab_size=93, feed_forward_proj="gated-gelu", **_T5)),
 }

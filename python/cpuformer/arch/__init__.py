@@ -10,13 +10,29 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Tuple
 
-from . import albert, bart, bert, deberta, electra, gemma, gpt2, llama, marian, modernbert, mpnet, phi3, t5, xlnet
+from . import (
+    albert,
+    bart,
+    bert,
+    deberta,
+    electra,
+    gemma,
+    gpt2,
+    llama,
+    m2m100,
+    marian,
+    modernbert,
+    mpnet,
+    phi3,
+    t5,
+    xlnet,
+)
 from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, Source, Tensor, canonical_shape
 
 #: Every registered architecture family, encoders first.
 ARCHS: Tuple[Arch, ...] = (bert.ARCHS + mpnet.ARCHS + electra.ARCHS + albert.ARCHS + deberta.ARCHS + modernbert.ARCHS
                            + xlnet.ARCHS + gpt2.ARCHS + llama.ARCHS + gemma.ARCHS + phi3.ARCHS + marian.ARCHS
-                           + bart.ARCHS + t5.ARCHS)
+                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS)
 
 
 def supported(kind: str) -> List[str]:

@@ -17,6 +17,7 @@ import numpy as np
 from .._model_dir import ModelDir, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d
+from ._languages import apply_languages
 from ._result import log_probs_needed
 from ._speculative import speculation
 from ._text import TextMixin
@@ -140,7 +141,8 @@ class Seq2Seq(TextMixin, ModelBase):
                  max_matching_ngram_size: Optional[int] = None, num_assistant_tokens_schedule: str = "heuristic",
                  kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
                  stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False,
-                 return_scores: bool = False) -> Generated:
+                 return_scores: bool = False, tgt_lang: Optional[str] = None,
+                 src_lang: Optional[str] = None) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
@@ -155,9 +157,13 @@ class Seq2Seq(TextMixin, ModelBase):
         kv_cache_dtype (the decoder's self-attention cache) and stop strings as Generator.generate.
         num_return_sequences also takes n > 1 with sampling (n samples per source); return_scores=True
         returns a list of cpuformer.GenerationResult as Generator.generate does.
+        tgt_lang / src_lang: language codes of a multilingual translation model (NLLB "fra_Latn",
+        mBART-50 "fr_XX", M2M100 "fr", Marian "fra"; models/_languages.py): tgt_lang forces the
+        target language's token first (Marian: prefixes it to the source), src_lang encodes string
+        sources with the source language's code, as the transformers tokenizer with src_lang set.
         """
         model = self._live()
-        ids, kind = self._prompts(sources)
+        ids, kind, forced_bos = apply_languages(self, sources, tgt_lang, src_lang)
         options = self._options(num_return_sequences, no_repeat_ngram_size, bad_words_ids,
                                 max_new_tokens=max_new_tokens,
                                 min_new_tokens=min_new_tokens, do_sample=do_sample, temperature=temperature,
@@ -165,6 +171,8 @@ class Seq2Seq(TextMixin, ModelBase):
                                 length_penalty=length_penalty, early_stopping=early_stopping,
                                 eos_token_id=eos_token_id, seed=seed,
                                 return_log_probs=log_probs_needed(return_log_probs, return_scores))
+        if forced_bos is not None:
+            options["forced_bos_token_id"] = forced_bos
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
