@@ -666,9 +666,9 @@ class MarianSentencePiece(SentencePieceTokenizer):
         eos = self._token("eos_token", "</s>")
         for token in (eos, unk, self._token("pad_token", "<pad>")):
             if token in encoder:
+                # at its vocab.json id, also when decoding with target_vocab.json (transformers'
+                # added tokens come before the vocabulary)
                 self._add(token, encoder[token])
-        # _add wrote the source ids into the decoding table: put the target vocabulary back
-        self._tokens = {i: t for t, i in target.items()}
         self._read_added_tokens_decoder()
         self._suffix = [self._require(eos, vocab_path)]
         self._finish()
