@@ -29,6 +29,7 @@ NumPy table maps its ids to the model's. The ``sentencepiece`` package is an opt
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import re
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -286,14 +287,18 @@ class SentencePieceTokenizer(Tokenizer):
         if not segments:
             return []
         rows = self._sp.encode(segments)
+        # one table lookup for the whole batch
+        total = sum(len(row) for row in rows)
+        mapped = self._table[np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)].tolist()
         unk = self._sp.unk_id()
         result = []
+        start = 0
         for segment, row in zip(segments, rows):
+            ids = mapped[start:start + len(row)]
+            start += len(row)
             if self._str_vocab is not None and unk in row:
                 # an unknown piece is looked up by its text, as the slow tokenizers do
                 ids = [self._str_vocab.get(p, self._unk) for p in self._sp.encode(segment, out_type=str)]
-            else:
-                ids = self._table[np.asarray(row, dtype=np.int64)].tolist() if row else []
             if self._trailing_space_piece and segment.endswith(" "):
                 ids.append(self._space)
             result.append(ids)
