@@ -92,18 +92,13 @@ def _load_processor(directory: pathlib.Path, file: str, edit: Any = None) -> Any
     ``edit`` first when given); ValueError naming the file for one the library cannot read."""
     module = _import_sentencepiece(directory, file)
     path = directory / file
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read the SentencePiece model ({error.strerror or error})") from None
+    data = path.read_bytes()
     processor = module.SentencePieceProcessor()
     try:
         processor.LoadFromSerializedProto(edit(data) if edit is not None else data)
     except Exception as error:  # the library raises RuntimeError/OSError with its own text
         reason = " ".join(str(error).split()) or type(error).__name__
         raise ValueError(f"{path}: not a valid SentencePiece model ({reason})") from None
-    if processor.get_piece_size() == 0:
-        raise ValueError(f"{path}: not a valid SentencePiece model (it has no pieces)")
     return processor
 
 

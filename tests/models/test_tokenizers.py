@@ -214,6 +214,11 @@ def test_family_specifics(directories):
     assert llama.count("hi") == len(llama.encode("hi"))
     m2m = open_tokenizer(directories["m2m100"])
     assert m2m.encode("Bonjour")[0] == m2m.token_to_id("__fr__") and m2m.encode("Bonjour")[-1] == 2
+    with pytest.raises(TypeError, match="encode.. takes strings, got int"):
+        m2m.encode_batch(["a", 5])
+    with pytest.raises(TypeError, match="encode.. takes a string, got bytes"):
+        t5.encode(b"a")
+    assert "T5SentencePiece(" in repr(t5) and "vocab_size=356" in repr(t5)
 
 
 def test_nllb_legacy_behaviour(tmp_path):
@@ -268,6 +273,11 @@ def test_corrupt_sentencepiece_file(directories, tmp_path):
     (directory / "spiece.model").write_bytes(b"")
     with pytest.raises(ValueError, match=r"spiece.model: not a valid SentencePiece model"):
         open_tokenizer(directory)
+    llama = tmp_path / "llama"  # its model is rewritten (no normalizer) before loading
+    shutil.copytree(directories["llama"], llama)
+    (llama / "tokenizer.model").write_bytes((llama / "tokenizer.model").read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"tokenizer.model: not a valid SentencePiece model \(.+\)"):
+        open_tokenizer(llama)
 
 
 def test_vocab_json_errors(directories, tmp_path):
@@ -324,6 +334,43 @@ def test_directory_errors(directories, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert open_tokenizer(empty) is None and open_sentencepiece(empty, {}) is None
+
+
+def test_settings_errors(directories, tmp_path):
+    t5 = tmp_path / "t5"
+    shutil.copytree(directories["t5"], t5)
+    write_json(t5 / "tokenizer_config.json", {"extra_ids": -1})
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: extra_ids must be an integer >= 0, got -1"):
+        open_tokenizer(t5)
+    write_json(t5 / "tokenizer_config.json", {"added_tokens_decoder": ["<x>"]})
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: added_tokens_decoder must be an object of id -> "
+                                         "token, got list"):
+        open_tokenizer(t5)
+    write_json(t5 / "tokenizer_config.json", {"added_tokens_decoder": {"x": {"content": "<x>"}}})
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: added_tokens_decoder entry 'x' must map an "
+                                         "integer id to a token"):
+        open_tokenizer(t5)
+    write_json(t5 / "tokenizer_config.json", {"added_tokens_decoder": {"400": {"content": "<x>", "special": False}}})
+    tokenizer = open_tokenizer(t5)
+    assert tokenizer.encode("a<x>b", False) == tokenizer.encode("a", False) + [400] + tokenizer.encode("b", False)
+    assert tokenizer.decode([400]) == "<x>" and tokenizer.id_to_token(400) == "<x>"
+    assert tokenizer.vocab_size == 401
+    write_json(t5 / "tokenizer_config.json", {"pad_token": "<nothing>"})
+    with pytest.raises(ValueError, match=r"spiece.model: has no '<nothing>' token"):
+        open_tokenizer(t5)
+    m2m = tmp_path / "m2m"
+    shutil.copytree(directories["m2m100"], m2m)
+    write_json(m2m / "tokenizer_config.json", {"language_codes": "m2m200"})
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: language_codes must be 'm2m100' or 'wmt21', got "
+                                         "'m2m200'"):
+        open_tokenizer(m2m)
+    write_json(m2m / "tokenizer_config.json", {"language_codes": "wmt21", "src_lang": "fr"})
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: src_lang 'fr' is not a language code of the "
+                                         "M2M100 tokenizer"):
+        open_tokenizer(m2m)
+    write_json(m2m / "tokenizer_config.json", {"language_codes": "wmt21", "src_lang": "de"})
+    size = len(json.loads((m2m / "vocab.json").read_text(encoding="utf-8")))
+    assert open_tokenizer(m2m).encode("x")[0] == open_tokenizer(m2m).token_to_id("__de__") == size + 7
 
 
 def test_sentencepiece_not_installed(directories, monkeypatch):
