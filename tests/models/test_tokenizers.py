@@ -73,6 +73,24 @@ def make_t5(directory):
     return directory
 
 
+def make_t5_config(directory):
+    # tokenizer_config.json as t5-small's
+    make_t5(directory)
+    write_json(directory / "tokenizer_config.json",
+               {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "extra_ids": 100,
+                "additional_special_tokens": [f"<extra_id_{i}>" for i in range(100)], "model_max_length": 512,
+                "tokenizer_class": "T5Tokenizer"})
+    return directory
+
+
+def make_mt5(directory):
+    # as mT5's: no sentinels added, no tokenizer_class (config.json's model_type decides)
+    make_t5(directory)
+    write_json(directory / "config.json", {"model_type": "mt5"})
+    write_json(directory / "tokenizer_config.json", {"extra_ids": 0, "additional_special_tokens": None})
+    return directory
+
+
 def make_marian(directory, separate=False):
     source = train(directory / "source.spm", "unigram", 256)
     if separate:
@@ -125,13 +143,13 @@ def make_llama_untyped(directory):
     return directory
 
 
-MAKERS = {"t5": make_t5, "marian": make_marian, "marian_separate": lambda d: make_marian(d, separate=True),
-          "m2m100": make_m2m100, "mbart50": make_mbart50, "nllb": make_nllb, "llama": make_llama,
-          "llama_untyped": make_llama_untyped}
+MAKERS = {"t5": make_t5, "t5_config": make_t5_config, "mt5": make_mt5, "marian": make_marian,
+          "marian_separate": lambda d: make_marian(d, separate=True), "m2m100": make_m2m100, "mbart50": make_mbart50,
+          "nllb": make_nllb, "llama": make_llama, "llama_untyped": make_llama_untyped}
 # the transformers class of each directory (besides AutoTokenizer)
-CLASSES = {"t5": "T5Tokenizer", "marian": "MarianTokenizer", "marian_separate": "MarianTokenizer",
-           "m2m100": "M2M100Tokenizer", "mbart50": "MBart50Tokenizer", "nllb": "NllbTokenizer",
-           "llama": "LlamaTokenizer", "llama_untyped": None}
+CLASSES = {"t5": "T5Tokenizer", "t5_config": "T5Tokenizer", "mt5": "T5Tokenizer", "marian": "MarianTokenizer",
+           "marian_separate": "MarianTokenizer", "m2m100": "M2M100Tokenizer", "mbart50": "MBart50Tokenizer",
+           "nllb": "NllbTokenizer", "llama": "LlamaTokenizer", "llama_untyped": None}
 
 
 @pytest.fixture(scope="module")
