@@ -450,6 +450,22 @@ def test_t5_translates_text(directories, tmp_path):
         prompt = "translate English to German: The house is wonderful. <extra_id_0>"
         text = model.generate(prompt, max_new_tokens=8)
         ids = model.generate(np.array(reference(prompt)["input_ids"]), max_new_tokens=8)[0]
-        assert text == reference.decode(ids, skip_special_tokens=True)
+        assert len(ids) > 0 and text == reference.decode(ids, skip_special_tokens=True)
         assert model.tokenizer.vocab_size == 356 and model.tokenizer.decode(model.tokenizer.encode(prompt)) == (
             reference.decode(reference(prompt)["input_ids"], skip_special_tokens=True))
+
+
+def test_llama_generates_text(directories, tmp_path):
+    directory = tmp_path / "llama_model"
+    shutil.copytree(directories["llama"], directory)
+    config = transformers.LlamaConfig(vocab_size=400, hidden_size=32, intermediate_size=37, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                      bos_token_id=1, eos_token_id=2)
+    _save_model(directory, "LlamaForCausalLM", config)
+    reference = transformers.LlamaTokenizer.from_pretrained(directory)
+    with cf.Generator(directory) as model:
+        prompt = "Привет, 世界! 😀"
+        text = model.generate(prompt, max_new_tokens=6)
+        ids = model.generate(reference(prompt)["input_ids"], max_new_tokens=6)[0]
+        assert len(ids) == 6 and text == reference.decode(ids, skip_special_tokens=True)
+        assert model.tokenizer.encode(prompt) == reference(prompt)["input_ids"]
