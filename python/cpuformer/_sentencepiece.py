@@ -183,8 +183,8 @@ def _byte_piece(token: str) -> Optional[int]:
 
 class SentencePieceTokenizer(Tokenizer):
     """A tokenizer over a SentencePiece model: the pieces of ``SentencePieceProcessor.encode``
-    mapped to the model's ids, the family's special tokens added around them. ``backend`` is the
-    encoding ``SentencePieceProcessor``."""
+    mapped to the model's ids, the family's special tokens added around them. ``backend`` is None
+    (there is no tokenizers.Tokenizer); ``path`` is the SentencePiece model that encodes."""
 
     #: the family's name in messages and repr
     family = ""
