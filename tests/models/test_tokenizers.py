@@ -469,3 +469,4 @@ def test_llama_generates_text(directories, tmp_path):
         ids = model.generate(reference(prompt)["input_ids"], max_new_tokens=6)[0]
         assert len(ids) == 6 and text == reference.decode(ids, skip_special_tokens=True)
         assert model.tokenizer.encode(prompt) == reference(prompt)["input_ids"]
+        assert "".join(model.stream(prompt, max_new_tokens=6)) == text
