@@ -136,7 +136,8 @@ def test_translate_ids_one_line_of_ids_per_input(tiny, tmp_path):
     assert_user_error(run("translate", bare, "--ids", "5 6", "hello"), "translate", "--ids: input 2 must be token ids")
     assert_user_error(run("translate", bare, "--ids", "--file", "-", stdin="5 6\n\nfive\n"), "translate",
                       "--ids: input 3 must be token ids")  # input numbers count --file lines, blank ones too
-    assert_user_error(run("translate", bare, "hello"), "translate", "has no tokenizer.json", "pass token ids")
+    assert_user_error(run("translate", bare, "hello"), "translate",
+                      "has no tokenizer (tokenizer.json or SentencePiece model)", "pass token ids")
 
 
 # ---- encoder task heads ---------------------------------------------------------------------------

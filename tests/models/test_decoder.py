@@ -483,7 +483,7 @@ def test_bad_input_raises_clear_errors(models):
         gen.logits(np.zeros((1, 3), dtype=np.float32))
     with pytest.raises(TypeError, match="prompts must hold integer token ids, got dtype float64"):
         gen.generate(np.zeros((1, 3)))
-    with pytest.raises(ValueError, match="has no tokenizer.json"):
+    with pytest.raises(ValueError, match=r"has no tokenizer \(tokenizer.json or SentencePiece model\)"):
         gen.generate("hello")
     with pytest.raises(ValueError, match=r"sequence length 129 exceeds the model's maximum of 128"):
         gen.logits(np.ones((1, 129), dtype=np.int64))

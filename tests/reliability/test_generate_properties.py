@@ -103,7 +103,7 @@ HOSTILE_PROMPTS = [
     ("three_dim", ValueError, "prompts must be 1-D or 2-D"),
     ("float_array", TypeError, "prompts must hold integer token ids, got dtype float"),
     ("object", TypeError, "prompts must be a string, a list of strings or token-id lists"),
-    ("text", ValueError, "has no tokenizer.json; pass token ids instead"),
+    ("text", ValueError, "has no tokenizer (tokenizer.json or SentencePiece model); pass token ids instead"),
 ]
 
 

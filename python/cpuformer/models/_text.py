@@ -7,6 +7,7 @@ from typing import Any, Callable, List, Sequence, Tuple
 
 import numpy as np
 
+from .._sentencepiece import SentencePieceTokenizer
 from .._tokenizer import Tokenizer, open_tokenizer
 from ._inputs import token_ids
 
@@ -24,8 +25,13 @@ class TextMixin:
         if self._tokenizer is None:
             tokenizer = open_tokenizer(self._model_dir.path)
             if tokenizer is None:
-                raise ValueError(f"the {self._INPUT} is a string, but {self._model_dir.path} has no tokenizer.json; "
-                                 "pass token ids instead")
+                raise ValueError(f"the {self._INPUT} is a string, but {self._model_dir.path} has no tokenizer "
+                                 "(tokenizer.json or SentencePiece model); pass token ids instead")
+            if isinstance(tokenizer, SentencePieceTokenizer) and tokenizer.vocab_size > self.vocab_size:
+                # vocab.json or the .spm of another model: its ids would index past the embeddings
+                raise ValueError(f"{tokenizer.path}: the tokenizer has {tokenizer.vocab_size} token ids, but the "
+                                 f"model's vocab_size is {self.vocab_size}; the tokenizer files do not belong to "
+                                 "this model")
             self._tokenizer = tokenizer
         return self._tokenizer
 
