@@ -142,17 +142,4 @@ def read_tokenizer_settings(directory: PathLike) -> Dict[str, Any]:
     return _read_json_object(path) if path.is_file() else {}
 
 
-def open_tokenizer(directory: PathLike) -> Optional[Tokenizer]:
-    """The tokenizer of a model directory, None when it has no tokenizer file: tokenizer.json when
-    present, else the SentencePiece files of the families _sentencepiece.py reads (Marian, T5,
-    Llama, mBART-50, NLLB, M2M100; docs/tokenizers.md)."""
-    directory = pathlib.Path(os.fspath(directory))
-    path = directory / "tokenizer.json"
-    if path.is_file():
-        return Tokenizer(load_tokenizer(path), path, read_tokenizer_settings(directory))
-    from ._sentencepiece import open_sentencepiece
-
-    return open_sentencepiece(directory, read_tokenizer_settings(directory))
-
-
-__all__ = ["Tokenizer", "load_tokenizer", "open_tokenizer", "read_length_limit", "read_tokenizer_settings"]
+__all__ = ["Tokenizer", "load_tokenizer", "read_length_limit", "read_tokenizer_settings"]

@@ -576,7 +576,8 @@ def _cmd_fill_mask(args: argparse.Namespace) -> int:
 # ---- tokenize ---------------------------------------------------------------------------------
 
 def _cmd_tokenize(args: argparse.Namespace) -> int:
-    from . import load
+    from . import _sentence
+    from ._tokenizer_dir import open_tokenizer
 
     inputs: Sequence[Any] = _texts(args)
     if args.decode:
@@ -586,20 +587,25 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
         raise UserError(f"model directory {path} does not exist")
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise UserError(f"{path} is not a model directory: it has no config.json")
-    with load(path) as model:
-        tokenizer = model.tokenizer
-        if args.decode:
-            for number, ids in enumerate(inputs, 1):
-                unknown = [t for t in ids if not 0 <= t < tokenizer.vocab_size]
-                if unknown:
-                    raise UserError(f"input {number}: token id {unknown[0]} is not in the tokenizer's vocabulary "
-                                    f"(ids 0 to {tokenizer.vocab_size - 1})")
-            texts = tokenizer.decode_batch(inputs, skip_special_tokens=args.no_special_tokens)
-            rows = [{"ids": ids, "text": text} for ids, text in zip(inputs, texts)]
-        else:
-            sequences = tokenizer.encode_batch(inputs, add_special_tokens=not args.no_special_tokens)
-            rows = [{"ids": ids, "tokens": [tokenizer.id_to_token(t) for t in ids], "count": len(ids)}
-                    for ids in sequences]
+    # The tokenizer alone: no weights are read (a sentence-transformers directory's lowercasing as
+    # Encoder.tokenizer applies it).
+    tokenizer = open_tokenizer(path)
+    if tokenizer is None:
+        raise UserError(f"{path} has no tokenizer (tokenizer.json or SentencePiece model)")
+    if tokenizer.backend is not None and _sentence.read_do_lower_case(path):
+        _sentence.lowercase_tokenizer(tokenizer.backend)
+    if args.decode:
+        for number, ids in enumerate(inputs, 1):
+            unknown = [t for t in ids if not 0 <= t < tokenizer.vocab_size]
+            if unknown:
+                raise UserError(f"input {number}: token id {unknown[0]} is not in the tokenizer's vocabulary "
+                                f"(ids 0 to {tokenizer.vocab_size - 1})")
+        texts = tokenizer.decode_batch(inputs, skip_special_tokens=args.no_special_tokens)
+        rows = [{"ids": ids, "text": text} for ids, text in zip(inputs, texts)]
+    else:
+        sequences = tokenizer.encode_batch(inputs, add_special_tokens=not args.no_special_tokens)
+        rows = [{"ids": ids, "tokens": [tokenizer.id_to_token(t) for t in ids], "count": len(ids)}
+                for ids in sequences]
     _print_json_lines(rows)
     return 0
 
@@ -872,7 +878,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="generate text from a prompt, streamed as it is produced",
                          description=f"Continues PROMPT with a decoder model directory ({titles('decoder')}; "
-                                     "needs tokenizer.json unless --ids), writing tokens to stdout "
+                                     "needs its tokenizer unless --ids: tokenizer.json or SentencePiece files), "
+                                     "writing tokens to stdout "
                                      "as they are produced. Greedy unless sampling options are given.")
     gen.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     gen.add_argument("prompt", metavar="PROMPT", help="the prompt text")
@@ -890,7 +897,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat = sub.add_parser("chat", help="chat with a model in the terminal (its chat template; needs jinja2)",
                           description=f"An interactive chat with a decoder model directory ({titles('decoder')}; "
-                                      "needs tokenizer.json and a chat template, and jinja2: pip install "
+                                      "needs its tokenizer and a chat template, and jinja2: pip install "
                                       "'cpuformer[chat]'). Reads a message per line from stdin and streams each "
                                       f"reply; {_CHAT_HELP}. Greedy unless sampling options are given.")
     chat.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
@@ -901,8 +908,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("translate", help="seq2seq generation (translation, summarisation), one line per input",
                         description=f"Runs an encoder-decoder model directory ({titles('seq2seq')}; needs "
-                                    "tokenizer.json unless --ids) on each input and prints one output line per "
-                                    "input, in order.")
+                                    "its tokenizer unless --ids: tokenizer.json or SentencePiece files) on each input "
+                                    "and prints one output line per input, in order.")
     tr.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(tr, "source texts")
     _add_generation_options(tr, 128)

@@ -18,7 +18,7 @@ import pytest
 
 import cpuformer as cf
 from cpuformer import _bench
-from cpuformer._tokenizer import open_tokenizer
+from cpuformer._tokenizer_dir import open_tokenizer
 from cpuformer.models import _chat
 
 CHATML = (

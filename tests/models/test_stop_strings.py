@@ -119,5 +119,6 @@ def test_stop_errors(gen, tmp_path):
         list(gen.stream("t5", stop=""))
     _build("gpt2", tmp_path)
     no_tokenizer = cf.load(tmp_path)
-    with pytest.raises(ValueError, match=r"stop strings need the model's tokenizer.json to read the text; .* has none"):
+    with pytest.raises(ValueError, match=r"stop strings need the model's tokenizer to read the text, but .* has no "
+                                         r"tokenizer \(tokenizer.json or SentencePiece model\)"):
         no_tokenizer.generate([5, 6], stop="x")

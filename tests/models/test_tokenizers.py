@@ -14,7 +14,7 @@ import pytest
 
 import cpuformer as cf
 from cpuformer._sentencepiece import NLLB_CODES, open_sentencepiece
-from cpuformer._tokenizer import open_tokenizer
+from cpuformer._tokenizer_dir import open_tokenizer
 
 spm = pytest.importorskip("sentencepiece")
 transformers = pytest.importorskip("transformers")

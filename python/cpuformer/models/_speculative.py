@@ -31,13 +31,24 @@ def weight_bytes(model: Any) -> float:
     return model.num_parameters * _BYTES_PER_WEIGHT[model.dtype]
 
 
-def _same_tokenizer(model: Any, draft: Any) -> bool:
-    """False when both directories have a tokenizer and their vocabularies (added tokens
-    included) differ; True otherwise (token ids are then the only contract)."""
-    a, b = model._model_dir.tokenizer_path, draft._model_dir.tokenizer_path
-    if a is None or b is None or a == b:
-        return True
-    return bool(model._get_tokenizer().get_vocab() == draft._get_tokenizer().get_vocab())
+def _tokenizer_or_none(model: Any) -> Any:
+    """The model's tokenizer; None when it has none or it cannot be read (token ids are then the
+    only contract: a call on ids must not need the tokenizer's files or packages)."""
+    try:
+        return model._get_tokenizer()
+    except (ValueError, ImportError):
+        return None
+
+
+def _different_tokenizers(model: Any, draft: Any) -> Any:
+    """(the model's tokenizer, the draft's) when both directories have one and their vocabularies
+    (added tokens included) differ; None otherwise."""
+    if model._model_dir.path == draft._model_dir.path:
+        return None
+    a, b = _tokenizer_or_none(model), _tokenizer_or_none(draft)
+    if a is None or b is None or a.get_vocab() == b.get_vocab():
+        return None
+    return a, b
 
 
 def resolve_assistant(model: Any, assistant_model: Any) -> Any:
@@ -67,9 +78,10 @@ def resolve_assistant(model: Any, assistant_model: Any) -> Any:
     if draft.vocab_size != model.vocab_size:
         raise ValueError(f"the assistant model's vocabulary ({draft.vocab_size} tokens) differs from the model's "
                          f"({model.vocab_size}); the draft must share the model's tokenizer")
-    if not _same_tokenizer(model, draft):
-        raise ValueError(f"the assistant model's tokenizer ({draft._model_dir.tokenizer_path}) maps tokens to "
-                         f"other ids than the model's ({model._model_dir.tokenizer_path}); the draft must share "
+    different = _different_tokenizers(model, draft)
+    if different:
+        raise ValueError(f"the assistant model's tokenizer ({different[1].path}) maps tokens to "
+                         f"other ids than the model's ({different[0].path}); the draft must share "
                          "the model's tokenizer")
     if weight_bytes(draft) >= weight_bytes(model):
         raise ValueError(f"the assistant model ({draft.architecture}, {draft.num_parameters:,} parameters at "

@@ -8,7 +8,8 @@ from typing import Any, Callable, List, Sequence, Tuple
 import numpy as np
 
 from .._sentencepiece import SentencePieceTokenizer
-from .._tokenizer import Tokenizer, open_tokenizer
+from .._tokenizer import Tokenizer
+from .._tokenizer_dir import open_tokenizer
 from ._inputs import token_ids
 
 
@@ -21,11 +22,14 @@ class TextMixin:
     _model_dir = None
     vocab_size: int
 
-    def _get_tokenizer(self) -> Tokenizer:
+    def _get_tokenizer(self, reason: str = "") -> Tokenizer:
+        """The directory's tokenizer, opened once; without one a ValueError that starts with
+        ``reason`` (what needed it; default: a string prompt)."""
         if self._tokenizer is None:
             tokenizer = open_tokenizer(self._model_dir.path)
             if tokenizer is None:
-                raise ValueError(f"the {self._INPUT} is a string, but {self._model_dir.path} has no tokenizer "
+                why = reason or f"the {self._INPUT} is a string"
+                raise ValueError(f"{why}, but {self._model_dir.path} has no tokenizer "
                                  "(tokenizer.json or SentencePiece model); pass token ids instead")
             if isinstance(tokenizer, SentencePieceTokenizer) and tokenizer.vocab_size > self.vocab_size:
                 # vocab.json or the .spm of another model: its ids would index past the embeddings

@@ -379,9 +379,8 @@ class Generator(TextMixin, ModelBase):
     def _check_stop(self, stop: Any) -> List[str]:
         """The stop strings (check_stop), after checking that the model has a tokenizer to read them."""
         stops = check_stop(stop)
-        if stops and self._model_dir.tokenizer_path is None:
-            raise ValueError(f"stop strings need the model's tokenizer.json to read the text; {self._model_dir.path} "
-                             "has none")
+        if stops:
+            self._get_tokenizer("stop strings need the model's tokenizer to read the text")
         return stops
 
     def _stop_watch(self, stop: Any, count: int) -> Tuple[List[str], Any]:
