@@ -312,6 +312,29 @@ def test_translate_file_keeps_blank_lines(tiny, tmp_path):
     assert out.stdout.split("\n") == [expected[0], "", expected[1], "", expected[2], ""]
 
 
+def test_translate_scores(tiny, tmp_path):
+    """--scores: each output line ends with a tab and the sequence score (beam search's
+    sequences_scores, greedy's sum of log-probabilities); blank lines stay blank."""
+    path = tmp_path / "sources.txt"
+    path.write_text(f"{TEXTS[0]}\n\n{TEXTS[1]}\n")
+    with cf.Seq2Seq(tiny["seq2seq"]) as s2s:
+        for options in ([], ["--num-beams", "3"]):
+            out = run_cli("translate", tiny["seq2seq"], "--file", path, "--max-new-tokens", 5, "--scores", *options)
+            assert out.returncode == 0, out.stderr
+            results = s2s.generate(TEXTS[:2], max_new_tokens=5, num_beams=3 if options else 1, return_scores=True)
+            lines = out.stdout.split("\n")
+            assert lines[1] == lines[3] == ""
+            for line, result in zip((lines[0], lines[2]), results):
+                text, score = line.split("\t")
+                assert text == result.text and abs(float(score) - result.score) <= 1e-5 * max(1.0, abs(result.score))
+                assert float(score) < 0
+            ids = run_cli("translate", tiny["seq2seq"], "--ids", "5 6 7", "--max-new-tokens", 5, "--scores", *options)
+            assert ids.returncode == 0, ids.stderr
+            tokens, score = ids.stdout.rstrip("\n").split("\t")
+            result = s2s.generate([[5, 6, 7]], max_new_tokens=5, num_beams=3 if options else 1, return_scores=True)[0]
+            assert tokens == " ".join(map(str, result.token_ids)) and abs(float(score) - result.score) < 1e-4
+
+
 def test_translate_errors(tiny, tmp_path):
     assert_user_error(run_cli("translate", tiny["encoder"], "t5"), "translate", "BertModel", "cpuformer embed")
     assert_user_error(run_cli("translate", tmp_path / "nope", "t5"), "translate", "does not exist")

@@ -357,15 +357,16 @@ def _cmd_translate(args: argparse.Namespace) -> int:
     def flush() -> None:
         nonlocal printed
         while printed < len(texts) and (printed in done or not texts[printed].strip()):
-            print(done.pop(printed, "").replace("\n", " "), flush=True)
+            print(done.pop(printed, ""), flush=True)
             printed += 1
 
     with _open_model(args.model_dir, "seq2seq", "translate", args.dtype, args.threads, _quantization(args)) as s2s:
         for start in _progress(range(0, len(todo), args.batch_size), "translate"):
             batch = todo[start:start + args.batch_size]
-            outputs = s2s.generate([sources[i] for i in batch], **kwargs)
-            if args.ids:  # token ids in, token ids out
-                outputs = [" ".join(map(str, ids)) for ids in outputs]
+            results = s2s.generate([sources[i] for i in batch], return_scores=True, **kwargs)
+            # token ids in, token ids out; --scores: a tab and the sequence score after each output
+            outputs = [(" ".join(map(str, r.token_ids)) if args.ids else str(r.text).replace("\n", " ")) +
+                       (f"\t{r.score:.6g}" if args.scores else "") for r in results]
             done.update(zip(batch, outputs))
             flush()
     return 0
@@ -920,6 +921,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "Marian fra")
     tr.add_argument("--src-lang", metavar="CODE", default=None,
                     help="source language (NLLB, mBART-50, M2M100): the sources are encoded with its code")
+    tr.add_argument("--scores", action="store_true",
+                    help="append a tab and each output's score: beam search's length-normalised score "
+                         "(transformers' sequences_scores), else the sum of the tokens' log-probabilities")
     _add_model_options(tr)
     tr.set_defaults(func=_cmd_translate)
 
