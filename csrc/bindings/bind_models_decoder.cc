@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bindings/arrays.h"
@@ -230,10 +231,30 @@ py::tuple kv_cache_reorder(const py::array& k_in, const py::array& v_in, const p
   return py::make_tuple(k_out, v_out);
 }
 
+// Testing hook: the cost-aware draft schedule (SpeculationCostGuard) fed a sequence of measured
+// events — ("step", seconds, 1) for a plain decode step, ("round", seconds, emitted tokens) for a
+// speculative round — returns after each event the plain steps it wants before speculating again.
+std::vector<long> speculation_cost_guard(const std::vector<std::tuple<std::string, double, long>>& events) {
+  SpeculationCostGuard guard(true);
+  std::vector<long> out;
+  for (const auto& [kind, seconds, emitted] : events) {
+    if (kind == "step") {
+      guard.plain_step(seconds);
+    } else if (kind == "round") {
+      guard.round(seconds, emitted);
+    } else {
+      throw py::value_error("event kinds are 'step' and 'round', got '" + kind + "'");
+    }
+    out.push_back(guard.plain_left);
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_models_decoder(py::module_& m) {
   m.def("_kv_cache_reorder", &kv_cache_reorder, py::arg("k"), py::arg("v"), py::arg("source"), py::arg("num_threads"));
+  m.def("_speculation_cost_guard", &speculation_cost_guard, py::arg("events"));
   py::class_<PyDecoderModel>(m, "DecoderModel")
       .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("tensors"))
       .def("add_layer", &PyDecoderModel::add_layer, py::arg("stack"), py::arg("tensors"))

@@ -630,14 +630,19 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
   }
   scores_at(logits.data());
   emit(choose(logits.data()), logits.data());
+  SpeculationCostGuard guard(dm && o.adaptive_draft && !o.do_sample);
 
   while (!finished) {
     throw_if_interrupted();
     const long remaining = o.max_new_tokens - static_cast<long>(out.size());
+    const SpeculationCostGuard::Clock::time_point round_start = SpeculationCostGuard::Clock::now();
+    const long emitted_before = static_cast<long>(out.size());
     // Draft m ≤ k tokens (never past max_new_tokens: the model's own token follows them).
     long m = 0;
     draft.clear();
-    if (dm) {
+    if (guard.plain()) {
+      // a plain step (measured, or speculation is not paying off): m stays 0
+    } else if (dm) {
       const long k = std::min(dm->k, remaining - 1);
       if (k > 0) {
         const long lag = static_cast<long>(out.size()) - dm->consumed;  // ≥ 1: at least the last token
@@ -674,7 +679,9 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
       m = lookup_draft(lookup, o.max_matching_ngram_size, std::min(o.prompt_lookup_num_tokens, remaining - 1), draft);
     }
     if (m == 0) {
+      const SpeculationCostGuard::Clock::time_point step_start = SpeculationCostGuard::Clock::now();
       model.step(&out.back(), logits.data());
+      guard.plain_step(SpeculationCostGuard::since(step_start));
       ++result.target_passes;
       scores_at(logits.data());
       emit(choose(logits.data()), logits.data());
@@ -722,6 +729,7 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
       break;
     }
     result.accepted_tokens += accepted;
+    guard.round(SpeculationCostGuard::since(round_start), static_cast<long>(out.size()) - emitted_before);
     if (finished) break;
     model.rollback(m - accepted);  // the rejected drafts' cache entries
     if (dm) {

@@ -8,6 +8,8 @@
 // cross-attention caches).
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -122,6 +124,44 @@ struct GenerationResult {
   // Speculative decoding: the model's forward passes after the prefill, the draft tokens it
   // checked and how many of them it kept.
   long target_passes = 0, draft_tokens = 0, accepted_tokens = 0;
+};
+
+// The cost-aware part of the adaptive schedule (greedy with a draft model): a round of
+// speculation pays for the draft's steps and a verification pass over m + 1 positions, which
+// saves time only when enough drafts are kept. The time per emitted token of speculative rounds
+// and of plain steps are both measured (running averages); when rounds cost more per token than
+// plain steps, the run decodes plainly for a while (8 tokens, doubling while speculation keeps
+// losing, at most 64) and then tries speculation again. Greedy output does not depend on the
+// choice, so timing may decide it; sampling keeps the schedule fixed (a seed gives one output).
+struct SpeculationCostGuard {
+  using Clock = std::chrono::steady_clock;
+  static constexpr long kWarmupSteps = 2, kRoundsToJudge = 3, kFirstBackoff = 8, kMaxBackoff = 64;
+  bool enabled;
+  long plain_left;  // plain steps to take before speculating (again)
+  long backoff = kFirstBackoff;
+  double step_seconds = 0.0, round_seconds_per_token = 0.0;
+  long steps_measured = 0, rounds_measured = 0;
+
+  explicit SpeculationCostGuard(bool on) : enabled(on), plain_left(on ? kWarmupSteps : 0) {}
+  static double average(double mean, long n, double x) { return n == 0 ? x : 0.7 * mean + 0.3 * x; }
+  static double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  bool plain() const { return plain_left > 0; }
+  void plain_step(double seconds) {
+    if (!enabled) return;
+    step_seconds = average(step_seconds, steps_measured++, seconds);
+    if (plain_left > 0 && --plain_left == 0) rounds_measured = 0;  // judge the next rounds afresh
+  }
+  void round(double seconds, long emitted) {
+    if (!enabled || emitted < 1) return;
+    round_seconds_per_token = average(round_seconds_per_token, rounds_measured++, seconds / emitted);
+    if (rounds_measured < kRoundsToJudge || steps_measured == 0) return;
+    if (round_seconds_per_token > step_seconds) {
+      plain_left = backoff;
+      backoff = std::min(2 * backoff, kMaxBackoff);
+    } else {
+      backoff = kFirstBackoff;
+    }
+  }
 };
 
 // Called with (sequence index, token) as each token is chosen (greedy / sampling only; beam search

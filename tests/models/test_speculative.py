@@ -336,3 +336,28 @@ def test_the_binding_refuses_what_the_python_layer_checks_first(tmp_path):
     for prompts, options, assistant, message in cases:
         with pytest.raises(ValueError, match=message):
             native.generate(prompts, dict(options, max_new_tokens=3), None, 1, assistant)
+
+
+def test_cost_guard_decodes_plainly_while_speculation_loses():
+    """The cost-aware schedule (greedy with a draft model): two measured plain steps first; after
+    three rounds whose time per emitted token exceeds a plain step's, plain decoding for 8 steps,
+    then 16, 32 and 64 (the cap) while speculation keeps losing; a winning judgement resets it.
+    Fed measured times through the testing hook, so the policy is tested without timing."""
+    guard = cf._core._speculation_cost_guard
+    step, losing, winning = ("step", 0.010, 1), ("round", 0.040, 2), ("round", 0.015, 3)
+    assert guard([step, step, losing, losing, losing]) == [1, 0, 0, 0, 8]
+    events = [step, step] + [losing] * 3
+    expected = [1, 0, 0, 0, 8]
+    for backoff, next_backoff in ((8, 16), (16, 32), (32, 64), (64, 64)):
+        events += [step] * backoff + [losing] * 3
+        expected += list(range(backoff - 1, -1, -1)) + [0, 0, next_backoff]
+    assert guard(events) == expected
+    # Rounds that cost less per token than a step keep speculating and reset the backoff to 8.
+    # (Running averages: one losing round after three winning ones stays below a step's time, a
+    # second does not; the backoff is 8 again, not 16.)
+    events = [step, step] + [losing] * 3 + [step] * 8 + [winning] * 3 + [losing]
+    assert guard(events)[-4:] == [0, 0, 0, 0]
+    assert guard(events + [losing])[-1] == 8
+    assert guard([step, step, ("round", 1.0, 0)] * 3)[-1] == 0  # a round that emitted nothing is not judged
+    with pytest.raises(ValueError, match="event kinds are 'step' and 'round', got 'walk'"):
+        guard([("walk", 0.1, 1)])
