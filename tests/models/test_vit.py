@@ -297,6 +297,17 @@ def test_opening_errors(vit_base, tmp_path):
     assert not (tmp_path / "int8").exists()
 
 
+def test_missing_qkv_bias(tmp_path):
+    import json
+
+    _save(tmp_path, "ViTModel", "ViTConfig", **dict(VIT_B16, num_hidden_layers=1, qkv_bias=False))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), qkv_bias=True)))
+    with pytest.raises(ValueError, match="config.json: qkv_bias is true .its default., but the checkpoint has no "
+                                         "tensor 'encoder.layer.0.attention.attention.query.bias'"):
+        cf.load(tmp_path)
+
+
 def test_config_errors(tmp_path):
     import json
 

@@ -49,6 +49,9 @@ class Vision:
     #: itself; DeiT with teacher: the CLS and the distillation head). Empty: no classification head.
     heads: Tuple[Tuple[str, int], ...] = ()
     labels: Tuple[str, ...] = ()
+    #: Tensors the layers declare optional that this config requires, and the config's reason.
+    required: Tuple[Tensor, ...] = ()
+    required_by: str = ""
 
     @property
     def grid(self) -> Tuple[int, int]:
@@ -177,8 +180,14 @@ class ViT(Arch):
                 tensors[f"head.{head}.bias"] = Tensor(f"{head}.bias", root=True, rows_key="id2label")
                 shapes[f"head.{head}"] = (len(names), H)
                 shapes[f"head.{head}.bias"] = (len(names),)
+        required: Tuple[Tensor, ...] = ()
+        if config.get("qkv_bias", True) is not False:  # transformers' default: the q, k, v biases exist
+            required = tuple(tensor for layer in range(hp.num_layers)
+                             for name, tensor in self.layer_tensors(hp, "encoder", layer).items()
+                             if name in ("attn.q.bias", "attn.k.bias", "attn.v.bias"))
         return Vision(image, patch, channels, k, tensors, shapes,
-                      tuple((f"head.{head}", token) for head, token in heads), names)
+                      tuple((f"head.{head}", token) for head, token in heads), names, required,
+                      "config.json: qkv_bias is true (its default)")
 
     def head(self, config: Mapping[str, Any], hp: Hparams, task: str) -> Optional[Any]:
         return None  # the classifier is declared by vision()

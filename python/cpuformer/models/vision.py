@@ -131,6 +131,10 @@ class ImageEncoder(ModelBase):
             # Every vision tensor (the heads too) is declared, so that the loader accounts for them.
             declared = Head("image_classification", (), dict(vision.tensors), dict(vision.shapes), vision.labels)
             checkpoint = Checkpoint(model_dir, arch, self.hparams, None, declared, settings)
+            for tensor in vision.required:
+                if checkpoint.checkpoint_name(tensor) is None:
+                    raise ValueError(f"{model_dir.path}: {vision.required_by}, but the checkpoint has no tensor "
+                                     f"{checkpoint.prefix + tensor.name!r}")
             wanted = vision.tensors if self._classifier else vision.body_tensors
             arrays, _ = checkpoint.read(wanted, vision.shapes)
             arrays = {key: np.array(value, dtype=np.float32) for key, value in arrays.items()}  # own copies
