@@ -75,6 +75,67 @@ class PyEncoderModel : private ModelBuilder {
     return std::move(out);
   }
 
+  // The stack on input embeddings [B, T, embedding width] (no token or position embedding added):
+  // the hidden states, or (hidden states, pooled output) with return_pooler.
+  py::object forward_embeddings(const py::object& embeddings, const py::object& attention_mask, bool return_pooler,
+                                int num_threads) const {
+    const TransformerConfig& c = model_->config();
+    if (!model_->complete()) {
+      throw py::value_error("the encoder has " + std::to_string(model_->num_layers_added()) + " of its " +
+                            std::to_string(c.distinct_layers()) + " layers; add_layer() the rest before calling it");
+    }
+    if (c.transformer_xl_attention) {
+      throw py::value_error("forward_embeddings cannot run Transformer-XL attention (XLNet): it needs token ids");
+    }
+    if (return_pooler && !model_->has_pooler()) {
+      throw py::value_error("this checkpoint has no pooler (pooler.dense weights); return_pooler needs one");
+    }
+    if (num_threads < 0)
+      throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
+    const FloatArray e = as_float32(embeddings, "embeddings");
+    require_ndim(e, 3, "embeddings", "[batch, seq_len, hidden]");
+    const long B = static_cast<long>(e.shape(0)), T = static_cast<long>(e.shape(1)), E = c.embedding_width();
+    if (B == 0 || T == 0) {
+      throw py::value_error("embeddings must hold at least one sequence of at least one position, got shape " +
+                            shape_string(e));
+    }
+    if (e.shape(2) != E) {
+      throw py::value_error("embeddings must have shape [batch, seq_len, " + std::to_string(E) +
+                            "] (the model's embedding width), got " + shape_string(e));
+    }
+    IdArray mask;
+    if (!attention_mask.is_none()) {
+      mask = as_ids(attention_mask, "attention_mask");
+      if (mask.shape(0) != B || mask.shape(1) != T) {
+        throw py::value_error("attention_mask must have shape [batch, seq_len] = [" + std::to_string(B) + ", " +
+                              std::to_string(T) + "] (of embeddings), got " + shape_string(mask));
+      }
+      const int64_t* m = mask.data();
+      for (long r = 0; r < B * T; ++r) {
+        if (m[r] != 0 && m[r] != 1) {
+          throw py::value_error("attention_mask" + at_index(r, T) + " = " + std::to_string(m[r]) +
+                                "; attention_mask entries must be 0 (padding) or 1 (attended)");
+        }
+      }
+    }
+    const std::string request = "embeddings of shape " + shape_string(e);
+    py::array_t<float> out = sized_output({B, T, c.hidden_size}, request, "the hidden states");
+    py::array_t<float> pooled;
+    if (return_pooler) pooled = py::array_t<float>({B, c.hidden_size});
+    float* op = out.mutable_data();
+    float* pp = return_pooler ? pooled.mutable_data() : nullptr;
+    const float* ep = e.data();
+    const int64_t* mp = attention_mask.is_none() ? nullptr : mask.data();
+    {
+      GilReleased release;
+      ScopedNumThreads threads(num_threads);
+      ComputeSlots slots(current_num_threads());
+      with_size_context([&] { return request; }, [&] { model_->forward_embeddings(ep, mp, B, T, op, pp); });
+    }
+    if (return_pooler) return py::make_tuple(out, pooled);
+    return std::move(out);
+  }
+
   // Transformer-XL models: (hidden states [B, T, H], every layer's input [layers, B, T, H]) with
   // the keys and values of layer l extended by memory[l] [B, M, H] (None or an empty M: none).
   py::tuple forward_memory(const py::object& input_ids, const py::object& attention_mask,
@@ -235,6 +296,8 @@ void register_models_encoder(py::module_& m) {
       .def("add_layer", &PyEncoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("forward", &PyEncoderModel::forward, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("token_type_ids") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0)
+      .def("forward_embeddings", &PyEncoderModel::forward_embeddings, py::arg("embeddings"),
+           py::arg("attention_mask") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0)
       .def("forward_memory", &PyEncoderModel::forward_memory, py::arg("input_ids"),
            py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
            py::arg("memory") = py::none(), py::arg("num_threads") = 0)

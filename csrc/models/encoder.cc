@@ -140,16 +140,31 @@ void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_ma
   if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
-    run(input_ids, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, workspace_);
+    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
-    run(input_ids, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, own);
+    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, own);
   }
 }
 
-void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
-                       long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory,
-                       Workspace& ws) const {
+void EncoderModel::forward_embeddings(const float* embeddings, const int64_t* attention_mask, long batch, long seq_len,
+                                      float* out, float* pooled) const {
+  if (!complete()) throw std::logic_error("the encoder is missing layers");
+  if (embeddings == nullptr) throw std::invalid_argument("forward_embeddings needs its input embeddings");
+  if (config_.transformer_xl_attention) throw std::logic_error("Transformer-XL attention needs token ids");
+  if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
+  std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
+  if (lock.owns_lock()) {
+    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, workspace_);
+  } else {
+    Workspace own;  // another thread is using the shared scratch space
+    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, own);
+  }
+}
+
+void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
+                       const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
+                       const EncoderMemory* memory, Workspace& ws) const {
   const long H = config_.hidden_size;
   const long rows = checked_multiply(batch, seq_len, "the tokens of a batch (batch × seq_len)");
   float* h = out;  // the hidden state lives in the output array from the start
@@ -166,7 +181,15 @@ void EncoderModel::run(const int64_t* input_ids, const int64_t* attention_mask, 
     if (any_masked) key_mask = m;
   }
 
-  embed(input_ids, token_type_ids, batch, seq_len, h, ws);
+  if (embeddings) {
+    const long E = config_.embedding_width();
+    float* e = has_embed_project_ ? ws.embeddings.reserve({rows, E}) : h;
+    if (e != embeddings) std::memcpy(e, embeddings, rows * E * sizeof(float));
+    if (config_.embedding_norm) embedding_norm_.apply(config_, e, e, rows);
+    if (has_embed_project_) embed_project_.apply(e, rows, E, h, H);
+  } else {
+    embed(input_ids, token_type_ids, batch, seq_len, h, ws);
+  }
   SelfAttentionInput in;
   in.args.batch = batch;
   in.args.q_len = in.args.kv_len = seq_len;

@@ -56,6 +56,15 @@ class EncoderModel {
   void forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
                long seq_len, float* out, float* pooled, const EncoderMemory* memory = nullptr) const;
 
+  // The stack on given input embeddings [batch, seq_len, embedding_width()] (hidden_size unless the
+  // config has a narrower embedding_size) instead of token ids: no word, position or token type
+  // embedding is added, the rest runs as in forward (embedding norm when configured, embed.project,
+  // the layers with their RoPE or relative bias, final norm, pooler). attention_mask [batch,
+  // seq_len] (null: every position is attended). Not for Transformer-XL attention. Vision
+  // transformers (ViT, CLIP's vision tower) enter here with their patch embeddings.
+  void forward_embeddings(const float* embeddings, const int64_t* attention_mask, long batch, long seq_len, float* out,
+                          float* pooled) const;
+
  private:
   struct Workspace {
     BlockWorkspace block;
@@ -72,8 +81,10 @@ class EncoderModel {
   const float* rope_table(const std::vector<float>& inv_freq, long batch, long seq_len, ScratchBuffer& buffer) const;
   void embed(const int64_t* input_ids, const int64_t* token_type_ids, long batch, long seq_len, float* h,
              Workspace& ws) const;
-  void run(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
-           long seq_len, float* out, float* pooled, const EncoderMemory* memory, Workspace& ws) const;
+  // embeddings (not null): the input embeddings instead of input_ids' (forward_embeddings).
+  void run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
+           const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
+           const EncoderMemory* memory, Workspace& ws) const;
 
   TransformerConfig config_;
   EmbeddingTable word_embeddings_;

@@ -53,8 +53,10 @@ def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None,
         arch, name = find(model_dir.config)
         kind = arch.kind
         if kind != want:
+            use = (f"use `cpuformer {_KIND_COMMAND[kind]}`" if kind in _KIND_COMMAND
+                   else "no cpuformer command runs it yet; use the Python API, cpuformer.load")
             raise UserError(f"{path} holds {name}, {KIND_TEXT[kind]}; `cpuformer {command}` needs "
-                            f"{KIND_TEXT[want]} (use `cpuformer {_KIND_COMMAND[kind]}`)")
+                            f"{KIND_TEXT[want]} ({use})")
         return CLASSES[kind](model_dir, dtype=dtype, num_threads=threads, quantization=quantization)
     except BaseException:
         model_dir.close()

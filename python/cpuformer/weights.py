@@ -494,7 +494,10 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
         raise ValueError(f"the destination {dst} is the source directory")
     md = ModelDir(src)
     try:
-        arch, _ = find(md.config)
+        arch, name = find(md.config)
+        if arch.kind == "vision":  # their patch embedding, tokens and positions are read outside the graph
+            raise NotImplementedError(f"{md.path}: {name} is an image model; cpuformer convert does not convert "
+                                      "image models yet (load the checkpoint with dtype= instead)")
         already = stored_dtype(md.config)
         if already is not None:
             raise ValueError(f"{md.path} is already converted (dtype {already!r}); convert the original checkpoint")

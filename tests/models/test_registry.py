@@ -28,6 +28,9 @@ _T5 = dict(d_model=48, d_kv=12, d_ff=53, num_layers=2, num_heads=4, decoder_star
 _LLAMA = dict(vocab_size=97, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
               intermediate_size=45, max_position_embeddings=64, initializer_range=0.2)
 
+_VISION = dict(hidden_size=40, num_hidden_layers=2, num_attention_heads=4, intermediate_size=51, image_size=32,
+               patch_size=8, initializer_range=0.2)
+
 #: family -> (transformers model class, config class, config keyword arguments)
 PARITY = {
     "bert": ("BertModel", "BertConfig", dict(vocab_size=99, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -94,6 +97,9 @@ PARITY = {
                     **dict(_BART, init_std=0.2))),
     "t5": ("T5ForConditionalGeneration", "T5Config", dict(vocab_size=99, **_T5)),
     "mt5": ("MT5ForConditionalGeneration", "MT5Config", dict(vocab_size=93, feed_forward_proj="gated-gelu", **_T5)),
+    # Image models (kind "vision", tests/models/test_vit.py has the rest): patch 8 on 40x24 images.
+    "vit": ("ViTModel", "ViTConfig", dict(_VISION, image_size=[40, 24])),
+    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(_VISION, num_labels=3)),
 }
 
 NEW_TOKENS = 6
@@ -137,11 +143,31 @@ def _forward(model, ids, mask, target):
 INT4_OVER_INT8 = 400
 
 
+def _vision_parity(hf, model, directory):
+    """Image models: hidden states on random pixel values (and the logits of a classifier)."""
+    height, width = model.image_size
+    pixels = np.random.default_rng(0).standard_normal((2, 3, height, width)).astype(np.float32)
+    ref = model(pixels)
+    distance = {dtype: 1.0 - cosine_rows(cf.load(directory, dtype=dtype)(pixels), ref).min()
+                for dtype in ("int8", "int4")}
+    assert distance["int4"] <= max(INT4_OVER_INT8 * distance["int8"], 0.01), distance
+    assert distance["int4"] > distance["int8"], distance
+    with torch.no_grad():
+        out = hf(pixel_values=torch.tensor(pixels))
+    base = getattr(hf, hf.base_model_prefix, hf)
+    with torch.no_grad():
+        assert_close(ref, base(pixel_values=torch.tensor(pixels)).last_hidden_state.numpy())
+    if isinstance(model, cf.ImageClassifier):
+        assert_close(model.logits(pixels), out.logits.numpy())
+
+
 @pytest.mark.parametrize("family", sorted(PARITY))
 def test_parity_with_transformers(family, tmp_path):
     hf = _build(family, tmp_path)
     model = cf.load(tmp_path)
     assert model.family == family
+    if by_family()[family].kind == "vision":
+        return _vision_parity(hf, model, tmp_path)
     rng = np.random.default_rng(0)
     vocab = model.config["vocab_size"]
     ids = rng.integers(3, vocab - 2, size=(2, 9))

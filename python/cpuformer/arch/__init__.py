@@ -25,6 +25,7 @@ from . import (
     mpnet,
     phi3,
     t5,
+    vit,
     xlnet,
 )
 from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, Source, Tensor, canonical_shape
@@ -32,7 +33,7 @@ from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, So
 #: Every registered architecture family, encoders first.
 ARCHS: Tuple[Arch, ...] = (bert.ARCHS + mpnet.ARCHS + electra.ARCHS + albert.ARCHS + deberta.ARCHS + modernbert.ARCHS
                            + xlnet.ARCHS + gpt2.ARCHS + llama.ARCHS + gemma.ARCHS + phi3.ARCHS + marian.ARCHS
-                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS)
+                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS + vit.ARCHS)
 
 
 def supported(kind: str) -> List[str]:
@@ -40,7 +41,8 @@ def supported(kind: str) -> List[str]:
     return sorted(name for arch in ARCHS if arch.kind == kind for name in arch.architectures)
 
 
-KIND_PLURAL = {"encoder": "encoders", "decoder": "decoders (causal LMs)", "seq2seq": "encoder-decoders (seq2seq)"}
+KIND_PLURAL = {"encoder": "encoders", "decoder": "decoders (causal LMs)", "seq2seq": "encoder-decoders (seq2seq)",
+               "vision": "image models"}
 
 
 def supported_text() -> str:

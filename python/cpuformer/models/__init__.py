@@ -3,8 +3,9 @@
 from .encoder import Encoder
 from .generator import Generator
 from .seq2seq import Seq2Seq
+from .vision import ImageClassifier, ImageEncoder, open_image_model
 
-#: The class that runs each model kind.
-CLASSES = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq}
+#: The class that runs each model kind (image models: ImageClassifier or ImageEncoder, by checkpoint).
+CLASSES = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq, "vision": open_image_model}
 
-__all__ = ["CLASSES", "Encoder", "Generator", "Seq2Seq"]
+__all__ = ["CLASSES", "Encoder", "Generator", "ImageClassifier", "ImageEncoder", "Seq2Seq"]

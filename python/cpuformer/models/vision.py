@@ -1,0 +1,357 @@
+"""``cpuformer.ImageEncoder`` and ``cpuformer.ImageClassifier``: the registry's image models (model
+kind "vision": ViT, DeiT; arch/vit.py) on preprocessed pixel values.
+
+The encoder stack is the C++ encoder graph (``EncoderModel.forward_embeddings``). In front of it,
+in NumPy and cpuformer's kernels: the patch embedding — the Conv2d with stride = kernel = patch
+size is one GEMM: the image [B, C, H, W] is cut into patches reshaped to rows
+[B · patches, C · ph · pw] (channel, row, column order, the Conv2d weight's), multiplied by the
+flattened weight packed once at load in the model's dtype (``_core.Linear``) — then the CLS (and
+distillation) tokens and the position embeddings, bicubically interpolated as transformers does
+for another image size (``interpolate_pos_encoding=True``, ``interpolate_positions`` below).
+After it, the classifier heads (a Linear on the CLS token; DeiT with teacher: the average of the
+CLS and the distillation heads).
+
+Inputs are float32 ``pixel_values`` [batch, channels, height, width], already preprocessed (resized,
+rescaled, normalized) as the checkpoint's image processor does. Images (file paths, PIL images,
+uint8 arrays) go through ``_preprocess``, the hook of the image preprocessing (not available yet:
+NotImplementedError naming what to pass instead).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
+
+from .. import _core
+from .._arguments import check_integer, check_num_threads
+from .._model_dir import ModelDir
+from ..arch import find, wrong_kind
+from ..arch.heads import Head
+from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
+from . import _graph
+from ._base import ModelBase
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _cubic_weights(t: np.ndarray) -> np.ndarray:
+    """PyTorch's bicubic convolution weights (A = -0.75) of the four taps at floor - 1 .. floor + 2
+    for fractional offsets t: [len(t), 4]."""
+    A = -0.75
+
+    def near(x: np.ndarray) -> np.ndarray:  # |x| <= 1
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def far(x: np.ndarray) -> np.ndarray:  # 1 < |x| < 2
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=1)
+
+
+def _resize_matrix(size: int, out: int) -> np.ndarray:
+    """[out, size]: the rows of torch.nn.functional.interpolate(mode="bicubic", align_corners=False)
+    along one axis (source index scale · (i + 0.5) - 0.5 with scale = size / out in float32, as
+    PyTorch computes it; taps beyond the border clamped to it)."""
+    scale = np.float32(size) / np.float32(out)
+    source = scale * (np.arange(out, dtype=np.float32) + np.float32(0.5)) - np.float32(0.5)
+    first = np.floor(source)
+    weights = _cubic_weights((source - first).astype(np.float64))
+    matrix = np.zeros((out, size), dtype=np.float64)
+    rows = np.arange(out)
+    for tap in range(4):
+        index = np.clip(first.astype(np.int64) - 1 + tap, 0, size - 1)
+        np.add.at(matrix, (rows, index), weights[:, tap])
+    return matrix
+
+
+def interpolate_positions(grid: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Bicubic resize of a position grid [rows, cols, dim] to [height, width, dim], as
+    ``torch.nn.functional.interpolate(..., mode="bicubic", align_corners=False)`` (float64 inside,
+    float32 out)."""
+    rows = _resize_matrix(grid.shape[0], height)
+    cols = _resize_matrix(grid.shape[1], width)
+    out = np.einsum("ia,jb,abd->ijd", rows, cols, grid.astype(np.float64), optimize=True)
+    return out.astype(np.float32)
+
+
+class ImageEncoder(ModelBase):
+    """An image model loaded from a Hugging Face model directory: the registry's vision transformers
+    (``cpuformer.arch.supported("vision")``: ViT, DeiT), base models or classification checkpoints
+    (whose classifier is then not used; ``ImageClassifier`` runs it).
+
+    ``ImageEncoder(path, dtype=None, num_threads=None, quantization=None)``; dtype "float32",
+    "float16", "bfloat16", "int8" or "int4" (docs/precision.md, docs/vision.md).
+
+    ``enc(pixel_values, interpolate_pos_encoding=False, return_pooler=False)`` (also
+    ``enc.forward``) returns transformers' ``last_hidden_state`` float32 [B, tokens, hidden]
+    (tokens = CLS (+ distillation) + patches); with ``return_pooler``, ``(last_hidden_state,
+    pooler_output)`` for checkpoints with a pooler (``has_pooler``); ``enc.pooler_output(...)``
+    returns just that. ``pixel_values``: float32 [B, num_channels, H, W], already preprocessed; H and
+    W must be the checkpoint's ``image_size`` unless ``interpolate_pos_encoding`` (then any size of
+    at least one patch; as transformers' Conv2d, the pixels past the last whole patch are not used).
+    """
+
+    #: Whether the class needs a classification checkpoint.
+    _classifier = False
+
+    def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None):
+        self._open_vision(path, dtype, num_threads, quantization)
+
+    def _open_vision(self, path: Union[PathLike, ModelDir], dtype: Optional[str], num_threads: Optional[int],
+                     quantization: Optional[Mapping[str, Any]]) -> None:
+        """ModelBase._open for image models: the encoder graph, plus the patch embedding, tokens,
+        positions (and the classifier heads) packed or copied here; the weights maps are closed
+        after, loaded or not."""
+        check_dtype(dtype)
+        self.num_threads = check_num_threads(num_threads)
+        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
+        self._model_dir = model_dir
+        self._model = None
+        try:
+            self.dtype, self._stored_dtype, settings = resolve_dtype(dtype, model_dir.config, quantization)
+            self.quantization = settings
+            arch, name = find(model_dir.config)
+            if arch.kind != "vision":
+                raise wrong_kind(arch.kind, name)
+            if self._stored_dtype is not None:
+                raise NotImplementedError(f"{model_dir.path}: a directory converted by `cpuformer convert` "
+                                          f"({self._stored_dtype}) cannot be opened as an image model yet; open the "
+                                          "original checkpoint with dtype=")
+            self.architecture, self.family, self._arch = name, arch.family, arch
+            self.hparams = arch.hparams(model_dir.config)
+            self.config = self.hparams.as_dict()
+            vision = arch.vision(model_dir.config, self.hparams, name)  # type: ignore[attr-defined]
+            if self._classifier and not vision.heads:
+                raise ValueError(f"{model_dir.path}: {name} has no classification head; open it with "
+                                 "cpuformer.ImageEncoder (or cpuformer.load)")
+            self.vision = vision
+            # Every vision tensor (the heads too) is declared, so that the loader accounts for them.
+            declared = Head("image_classification", (), dict(vision.tensors), dict(vision.shapes), vision.labels)
+            checkpoint = Checkpoint(model_dir, arch, self.hparams, None, declared, settings)
+            for tensor in vision.required:
+                if checkpoint.checkpoint_name(tensor) is None:
+                    raise ValueError(f"{model_dir.path}: {vision.required_by}, but the checkpoint has no tensor "
+                                     f"{checkpoint.prefix + tensor.name!r}")
+            wanted = vision.tensors if self._classifier else vision.body_tensors
+            arrays, _ = checkpoint.read(wanted, vision.shapes)
+            arrays = {key: np.array(value, dtype=np.float32) for key, value in arrays.items()}  # own copies
+            self._model = _graph.build(checkpoint, graph_format(self.dtype, settings))
+            self._pack(arrays, settings)
+        finally:
+            model_dir.close()
+
+    def _pack(self, arrays: Dict[str, np.ndarray], settings: Mapping[str, Any]) -> None:
+        v = self.vision
+        group_size, zero_point = settings["group_size"], settings["zero_point"]
+        self._patch = _core.Linear(arrays["vision.patch"], arrays["vision.patch.bias"], None, self.dtype, group_size,
+                                   zero_point)
+        self._tokens = np.concatenate([arrays[f"vision.token{i}"] for i in range(v.prefix_tokens)])  # [k, hidden]
+        self._positions = arrays["vision.positions"]
+        self._interpolated: Dict[Tuple[int, int], np.ndarray] = {}
+        self._heads = [(_core.Linear(arrays[name], arrays[name + ".bias"], None, settings["lm_head"], group_size,
+                                     zero_point), token) for name, token in v.heads if name in arrays]
+
+    # ---- properties ------------------------------------------------------------------------
+
+    @property
+    def hidden_size(self) -> int:
+        return self._live().hidden_size
+
+    @property
+    def has_pooler(self) -> bool:
+        return self._live().has_pooler
+
+    @property
+    def image_size(self) -> Tuple[int, int]:
+        """(height, width) of the checkpoint's images (config.json image_size)."""
+        return self.vision.image_size
+
+    @property
+    def patch_size(self) -> Tuple[int, int]:
+        return self.vision.patch_size
+
+    @property
+    def num_channels(self) -> int:
+        return self.vision.num_channels
+
+    def _shape_text(self) -> str:
+        hp = self.hparams
+        h, w = self.vision.image_size
+        ph, pw = self.vision.patch_size
+        return (f"layers={hp.num_layers}, hidden={hp.hidden_size}, heads={hp.num_heads}, image={h}x{w}, "
+                f"patch={ph}x{pw}")
+
+    # ---- inputs ----------------------------------------------------------------------------
+
+    def _preprocess(self, images: Any) -> np.ndarray:
+        """The hook of image preprocessing: file paths, PIL images and uint8 arrays would become
+        float32 pixel_values here (resize, crop, rescale, normalize as preprocessor_config.json
+        says). Not available yet."""
+        raise NotImplementedError(
+            f"{type(self).__name__} takes preprocessed float32 pixel_values [batch, {self.num_channels}, height, "
+            f"width] for now; image preprocessing (file paths, PIL images, uint8 arrays, got "
+            f"{type(images).__name__}{'' if not isinstance(images, np.ndarray) else ' of dtype ' + str(images.dtype)}) "
+            "is not available yet: resize, rescale and normalize the images as the checkpoint's image processor does")
+
+    def _pixel_values(self, pixel_values: Any, interpolate: bool) -> np.ndarray:
+        """Checked float32 [B, C, H, W] (ValueError / TypeError naming what is wrong)."""
+        if not isinstance(interpolate, bool):
+            raise TypeError(f"interpolate_pos_encoding must be True or False, got {interpolate!r}")
+        if not isinstance(pixel_values, np.ndarray):
+            raise TypeError(f"pixel_values must be a float32 NumPy array [batch, {self.num_channels}, height, width], "
+                            f"got {type(pixel_values).__name__}")
+        if pixel_values.dtype != np.float32:
+            raise TypeError(f"pixel_values must be float32 (preprocessed images), got dtype {pixel_values.dtype}")
+        if pixel_values.ndim != 4:
+            hint = "; add the batch axis (pixel_values[None])" if pixel_values.ndim == 3 else ""
+            raise ValueError(f"pixel_values must have 4 dimensions [batch, {self.num_channels}, height, width], got "
+                             f"shape {list(pixel_values.shape)}{hint}")
+        B, C, H, W = pixel_values.shape
+        if B == 0:
+            raise ValueError(f"pixel_values must hold at least one image, got shape {list(pixel_values.shape)}")
+        if C != self.num_channels:
+            raise ValueError(f"pixel_values must have {self.num_channels} channels (axis 1, channels first: "
+                             f"[batch, channels, height, width]), got shape {list(pixel_values.shape)}")
+        (h, w), (ph, pw) = self.vision.image_size, self.vision.patch_size
+        if not interpolate and (H, W) != (h, w):
+            raise ValueError(f"pixel_values are {H}x{W} (height x width) but the model's image size is {h}x{w}; "
+                             "resize the images, or pass interpolate_pos_encoding=True to interpolate the position "
+                             "embeddings")
+        if H < ph or W < pw:
+            raise ValueError(f"pixel_values are {H}x{W} (height x width), smaller than one patch ({ph}x{pw})")
+        if not np.isfinite(pixel_values).all():
+            raise ValueError("pixel_values contain NaN or infinite values")
+        return np.ascontiguousarray(pixel_values)
+
+    def _position_table(self, height: int, width: int, interpolate: bool) -> np.ndarray:
+        """[k + patches, hidden]: transformers' interpolate_pos_encoding (the table itself when the
+        patch count is the table's and the image is square, else the grid resized bicubically)."""
+        v = self.vision
+        k, table = v.prefix_tokens, self._positions
+        rows, cols = height // v.patch_size[0], width // v.patch_size[1]
+        if not interpolate:
+            return table
+        positions = table.shape[0] - k
+        if rows * cols == positions and height == width:
+            return table
+        key = (rows, cols)
+        if key not in self._interpolated:
+            side = int(positions ** 0.5)
+            if side * side != positions:
+                raise ValueError(f"interpolate_pos_encoding needs a square grid of position embeddings; this "
+                                 f"checkpoint's is {v.grid[0]}x{v.grid[1]} (image_size {list(v.image_size)})")
+            grid = table[k:].reshape(side, side, -1)
+            resized = interpolate_positions(grid, rows, cols).reshape(rows * cols, -1)
+            self._interpolated[key] = np.concatenate([table[:k], resized])
+        return self._interpolated[key]
+
+    def embeddings(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False) -> np.ndarray:
+        """The encoder's input embeddings [B, k + patches, hidden]: the patch embeddings after the
+        CLS (and distillation) tokens, plus the position embeddings (transformers' ``embeddings``
+        module output)."""
+        x = self._pixel_values(pixel_values, interpolate_pos_encoding)
+        self._live()
+        B, C, H, W = x.shape
+        (ph, pw), k = self.vision.patch_size, self.vision.prefix_tokens
+        rows, cols = H // ph, W // pw
+        x = x[:, :, :rows * ph, :cols * pw]  # Conv2d with stride = kernel: the partial patches are not used
+        patches = x.reshape(B, C, rows, ph, cols, pw).transpose(0, 2, 4, 1, 3, 5).reshape(B * rows * cols, C * ph * pw)
+        embedded = self._patch(np.ascontiguousarray(patches)).reshape(B, rows * cols, -1)
+        out = np.empty((B, k + rows * cols, embedded.shape[2]), dtype=np.float32)
+        out[:, :k] = self._tokens
+        out[:, k:] = embedded
+        out += self._position_table(H, W, interpolate_pos_encoding)
+        return out
+
+    # ---- forward ---------------------------------------------------------------------------
+
+    def __call__(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False,
+                 return_pooler: bool = False) -> Any:
+        """last_hidden_state [B, tokens, hidden]; with return_pooler, (last_hidden_state, pooler_output)."""
+        if not isinstance(return_pooler, bool):
+            raise TypeError(f"return_pooler must be True or False, got {return_pooler!r}")
+        if return_pooler and not self.has_pooler:
+            raise ValueError(f"{self.architecture}: this checkpoint has no pooler (pooler.dense weights); "
+                             "return_pooler needs one")
+        embeddings = self.embeddings(pixel_values, interpolate_pos_encoding)
+        return self._live().forward_embeddings(embeddings, None, return_pooler, self.num_threads)
+
+    forward = __call__
+
+    def pooler_output(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False) -> np.ndarray:
+        """transformers' pooler_output [B, hidden]: tanh(dense(last_hidden_state[:, 0]))."""
+        return self(pixel_values, interpolate_pos_encoding, return_pooler=True)[1]
+
+
+class ImageClassifier(ImageEncoder):
+    """An image classification checkpoint (the "ForImageClassification" classes of the
+    registry's vision families): ``logits(pixel_values)`` and ``classify(pixel_values, top_k=5)``;
+    everything ``ImageEncoder`` has (hidden states, the pooler when there is one).
+
+    The classifiers run on cpuformer's kernels at the ``quantization["lm_head"]`` dtype (the
+    model's dtype, int8 under int4: docs/precision.md)."""
+
+    _classifier = True
+
+    @property
+    def labels(self) -> List[str]:
+        """The class labels in id order (config.json id2label)."""
+        return list(self.vision.labels)
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.vision.labels)
+
+    def logits(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False) -> np.ndarray:
+        """transformers' ``logits`` [B, num_labels] (DeiT with teacher: the average of the CLS and
+        the distillation heads)."""
+        hidden = self(pixel_values, interpolate_pos_encoding)
+        out: Optional[np.ndarray] = None
+        for linear, token in self._heads:
+            logits = linear(np.ascontiguousarray(hidden[:, token]))
+            out = logits if out is None else out + logits
+        assert out is not None
+        if len(self._heads) > 1:
+            out = out / np.float32(len(self._heads))
+        return out
+
+    def classify(self, images: Any, top_k: int = 5, interpolate_pos_encoding: bool = False
+                 ) -> List[List[Tuple[str, float]]]:
+        """Per image, its top_k (label, probability) pairs (softmax of the logits), most likely first
+        (ties in label order). ``images``: float32 pixel_values [B, C, H, W]; other inputs go
+        through image preprocessing (``_preprocess``). top_k is capped at the number of labels."""
+        top_k = check_integer("top_k", top_k, 1)
+        if isinstance(images, np.ndarray) and images.dtype == np.float32:
+            pixel_values = images
+        else:
+            pixel_values = self._preprocess(images)
+        logits = self.logits(pixel_values, interpolate_pos_encoding).astype(np.float64)
+        logits -= logits.max(axis=1, keepdims=True)
+        probabilities = np.exp(logits)
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
+        k = min(top_k, self.num_labels)
+        out = []
+        for row in probabilities:
+            order = np.argsort(-row, kind="stable")[:k]
+            out.append([(self.vision.labels[i], float(row[i])) for i in order])
+        return out
+
+
+def open_image_model(path: Union[PathLike, ModelDir], dtype: Optional[str] = None, num_threads: Optional[int] = None,
+                     quantization: Optional[Mapping[str, Any]] = None) -> ImageEncoder:
+    """``cpuformer.load`` for the "vision" kind: an ImageClassifier for a checkpoint with a
+    classification head, else an ImageEncoder."""
+    model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
+    try:
+        arch, name = find(model_dir.config)
+    except BaseException:
+        model_dir.close()
+        raise
+    cls = ImageClassifier if name in getattr(arch, "classifiers", {}) else ImageEncoder
+    return cls(model_dir, dtype=dtype, num_threads=num_threads, quantization=quantization)
+
+
+__all__ = ["ImageClassifier", "ImageEncoder", "interpolate_positions", "open_image_model"]
