@@ -140,6 +140,12 @@ def test_files_match_transformers(processors, tmp_path):
         _close(preprocess([str(png), jpeg], config, backend=backend), want)
         _close(preprocess(str(jpeg), config, backend=backend), want[1:])
     np.testing.assert_array_equal(load_image(jpeg), np.asarray(Image.open(jpeg).convert("RGB")))
+    rotated = tmp_path / "rotated.jpg"  # EXIF orientation 6: stored 100 wide, shown 100 high
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(PICTURES["75x100"]).save(rotated, exif=exif)
+    assert load_image(rotated).shape == (100, 75, 3)
+    _close(preprocess(rotated, config), _reference(processor, str(rotated)))
 
 
 def test_image_modes_match_transformers(processors, tmp_path):

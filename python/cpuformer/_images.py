@@ -17,8 +17,8 @@ Accepted arrays (the dtype gives the value range, the shape the layout):
     the last one if it has 3 or 4 entries, else the first (after N) if that has 3 or 4, else the last one if it
     has 1, else the first; ``layout=`` ("HWC", "CHW", "NHWC", "NCHW") says it explicitly;
   - 1 channel is repeated to RGB, 4 channels (RGBA) are composited onto white as transformers' convert_rgb does.
-A float image is the 8-bit image ``x * 255``: without resizing its values are used as they are; resizing
-quantizes it to 8 bits first (rounded), as transformers' PIL resize does (which truncates).
+A float image is the 8-bit image ``x * 255``: without resizing its values are used as they are; with
+``do_resize`` it is quantized to 8 bits first (rounded), as transformers' PIL resize does (which truncates).
 """
 
 from __future__ import annotations
@@ -483,7 +483,10 @@ def _coefficients(in_size: int, out_size: int, resample: int) -> Tuple[np.ndarra
     return xmin, fixed
 
 
-_BLOCK = 64  # output pixels per banded block of a pass
+_BLOCK = 16  # output pixels per banded block of a pass
+# Each matrix product stays below OpenBLAS's threading threshold (m * n * k < 65536 * 4): the products are small,
+# and threads would only contend (a batch of 32 images took ten times longer with them on a busy machine).
+_GEMM_WORK = 200_000
 
 
 def _resample_planar(planes: np.ndarray, axis: int, out_size: int, resample: int) -> np.ndarray:
@@ -495,11 +498,10 @@ def _resample_planar(planes: np.ndarray, axis: int, out_size: int, resample: int
     xmin, fixed = _coefficients(in_size, out_size, resample)
     ksize = fixed.shape[1]
     channels, height, width = planes.shape
-    if axis == 2:  # columns: [C*H, W] @ weights.T, block by block
+    if axis == 2:  # columns: [C*H, W] @ weights.T
         source = planes.reshape(channels * height, width)
         out = np.empty((channels * height, out_size), dtype=np.float64)
-    else:
-        source = planes
+    else:  # rows: weights @ [H, W] per channel
         out = np.empty((channels, out_size, width), dtype=np.float64)
     taps = np.arange(ksize)
     for start in range(0, out_size, _BLOCK):
@@ -511,10 +513,18 @@ def _resample_planar(planes: np.ndarray, axis: int, out_size: int, resample: int
         weights = np.zeros((stop - start, high - low), dtype=np.float64)
         rows = np.broadcast_to(np.arange(stop - start)[:, None], cols.shape)
         weights[rows[inside], cols[inside]] = fixed[start:stop][inside]
+        chunk = max(1, _GEMM_WORK // ((high - low) * (stop - start)))
         if axis == 2:
-            np.matmul(source[:, low:high], weights.T, out=out[:, start:stop])
+            block = weights.T
+            for first in range(0, source.shape[0], chunk):
+                last = first + chunk
+                np.matmul(source[first:last, low:high], block, out=out[first:last, start:stop])
         else:
-            np.matmul(weights, source[:, low:high, :], out=out[:, start:stop, :])
+            for channel in range(channels):
+                for first in range(0, width, chunk):
+                    last = first + chunk
+                    np.matmul(weights, planes[channel, low:high, first:last],
+                              out=out[channel, start:stop, first:last])
     if axis == 2:
         out = out.reshape(channels, height, out_size)
     out += float(1 << (_PRECISION_BITS - 1))
@@ -672,9 +682,9 @@ def preprocess(images: ImageInput, config: ImageConfig, *, layout: Optional[str]
         pixels = _pixels(image, name)
         if config.do_resize:
             target = _target_size(pixels.shape[0], pixels.shape[1], config)
+            if pixels.dtype != np.uint8:  # a float image: to 8 bits, as transformers' PIL resize does
+                pixels = np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
             if target != pixels.shape[:2]:
-                if pixels.dtype != np.uint8:  # a float image: to 8 bits as transformers' PIL resize does
-                    pixels = np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
                 pixels = _resize_pil(pixels, target, config.resample) if use_pil else resize(
                     pixels, target, config.resample)
         if config.do_center_crop:
