@@ -560,7 +560,7 @@ def resize(image: np.ndarray, size: Tuple[int, int], resample: int = BILINEAR) -
         cols = _nearest_indices(image.shape[1], width)
         return np.ascontiguousarray(image[rows][:, cols])
     in_height, in_width = image.shape[:2]
-    planes = image.transpose(2, 0, 1).astype(np.float64)
+    planes = image.transpose(2, 0, 1).astype(np.float64, order="C")
     # Pillow (Resample.c, since 12.x): the vertical pass goes first when the height shrinks by more than twice
     # as many pixels as the width does
     vertical_first = in_height - height > 0 and in_height - height > (in_width - width) * 2
