@@ -305,6 +305,8 @@ def test_bad_files(processors, tmp_path):
     with pytest.raises(ValueError, match=r"image 0: a I;16 image with values in \[0, 63000\]; converting it to "
                                          r"RGB \(as transformers does\) would clip them"):
         preprocess(wide, config)
+    with pytest.raises(ValueError, match=r"image 1: an empty image \(0x5 pixels\)"):
+        preprocess([Image.fromarray(PICTURES["1x1"]), Image.new("RGB", (0, 5))], config)
     wide.save(tmp_path / "wide.png")
     with pytest.raises(ValueError, match=r"wide\.png: a I;16 image with values in \[0, 63000\]"):
         preprocess(str(tmp_path / "wide.png"), config)

@@ -282,8 +282,10 @@ _WIDE_MODES = ("I", "F", "I;16", "I;16L", "I;16B", "I;16N")
 
 
 def _check_wide(image: Any, name: str) -> None:
-    """16-bit, 32-bit integer and float PIL images: Pillow's RGB conversion clips their values to [0, 255];
-    only images already in that range convert faithfully."""
+    """Empty PIL images are refused. 16-bit, 32-bit integer and float PIL images: Pillow's RGB conversion
+    clips their values to [0, 255]; only images already in that range convert faithfully."""
+    if image.width == 0 or image.height == 0:
+        raise ValueError(f"{name}: an empty image ({image.width}x{image.height} pixels)")
     if image.mode in _WIDE_MODES:
         values = np.asarray(image)
         low, high = float(values.min()), float(values.max())
@@ -297,7 +299,7 @@ def _check_wide(image: Any, name: str) -> None:
 def _pil_to_rgb(image: Any, name: str) -> np.ndarray:
     """transformers' convert_to_rgb for a PIL image: transparency composited onto white, then RGB."""
     Image = _pil()
-    _check_wide(image, name)
+    _check_wide(image, name)  # and empty images
     try:
         has_alpha = "A" in image.getbands() or image.info.get("transparency") is not None
         if has_alpha:
