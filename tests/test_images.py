@@ -12,12 +12,10 @@ import warnings
 
 import numpy as np
 import pytest
+from PIL import Image  # the test extra installs Pillow (the vision extra)
 
 from cpuformer import _images
 from cpuformer._images import ImageConfig, load_image, preprocess, read_image_config, resize
-
-Image = pytest.importorskip("PIL.Image")  # the test extra installs Pillow; the vision extra is Pillow
-transformers = pytest.importorskip("transformers")
 
 TOL = 1e-5
 
