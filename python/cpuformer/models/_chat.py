@@ -29,13 +29,12 @@ import json
 import os
 import pathlib
 from datetime import datetime
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .._model_dir import _describe, _read_json_object
 from .._tokenizer import read_tokenizer_settings
-from ._text import cut_at_stop, held_back
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -336,39 +335,5 @@ class ChatTemplate:
             raise ValueError(f"the chat template of {self.source} failed: {type(error).__name__}: {error}") from error
 
 
-def text_pieces(tokens: Iterator[int], decode: Any, stops: Sequence[str] = ()) -> Iterator[str]:
-    """Text pieces of a token stream, each once it is final, joining to the decode of all the
-    tokens cut before the first stop string (the text path of Generator.stream, for a prompt
-    given as token ids). Closing this generator closes ``tokens``."""
-    produced: List[int] = []
-    emitted = previous = ""
-    try:
-        for token in tokens:
-            produced.append(int(token))
-            decoded = decode(produced)
-            final = os.path.commonprefix([previous, decoded]).rstrip("\ufffd")
-            previous = decoded
-            if stops:
-                cut, found = cut_at_stop(decoded, stops)
-                if found:
-                    if len(cut) > len(emitted) and cut.startswith(emitted):
-                        yield cut[len(emitted):]
-                    return
-                final = final[:len(final) - held_back(final, stops)]
-            if len(final) > len(emitted) and final.startswith(emitted):
-                yield final[len(emitted):]
-                emitted = final
-        text = decode(produced)
-        if stops:
-            text = cut_at_stop(text, stops)[0]
-        rest = text[len(os.path.commonprefix([emitted, text])):]
-        if rest:
-            yield rest
-    finally:
-        close = getattr(tokens, "close", None)
-        if close is not None:
-            close()
-
-
 __all__ = ["CHAT_TEMPLATE_DIR", "CHAT_TEMPLATE_FILE", "ChatTemplate", "LEGACY_CHAT_TEMPLATE_FILE", "ROLES",
-           "check_messages", "find_templates", "special_tokens", "text_pieces"]
+           "check_messages", "find_templates", "special_tokens"]

@@ -3,7 +3,8 @@ tokenizer, strings or token ids in, text or token ids out)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence, Tuple
+import os
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -135,3 +136,46 @@ class StopWatch:
             self.prefix_offset, self.read_offset = self.read_offset, len(self.tokens)
             self.stopped = any(self.text.find(s, start) >= 0 for s in self.stops)
         return self.stopped
+
+
+def text_pieces(tokens: Iterator[int], decode: Callable[[List[int]], str], stops: Sequence[str] = (),
+                on_stop: Optional[Callable[[], None]] = None) -> Iterator[str]:
+    """Text pieces of a token stream, each once it is final, joining to the decode of all the
+    tokens cut before the first stop string (Generator.stream's text, stream_chat). A piece is
+    yielded once it is final: text the decodes of the first n-1 and the first n tokens agree on (a
+    decoder may rewrite the end of its text when a token follows), without a trailing U+FFFD (a
+    byte-level token may end inside a UTF-8 sequence that the next token completes); the rest is
+    flushed from the decode of the whole sequence, so the pieces join to generate()'s text. With
+    stop strings, the text up to the first one is yielded, text that could still turn out to
+    begin one is held back until the next token says, and ``on_stop()`` is called when one ends
+    the text. Closing this generator closes ``tokens``."""
+    produced: List[int] = []
+    emitted = previous = ""
+    try:
+        for token in tokens:
+            produced.append(int(token))
+            decoded = decode(produced)
+            final = os.path.commonprefix([previous, decoded]).rstrip("\ufffd")
+            previous = decoded
+            if stops:
+                cut, found = cut_at_stop(decoded, stops)
+                if found:
+                    if on_stop is not None:
+                        on_stop()
+                    if len(cut) > len(emitted) and cut.startswith(emitted):
+                        yield cut[len(emitted):]
+                    return
+                final = final[:len(final) - held_back(final, stops)]
+            if len(final) > len(emitted) and final.startswith(emitted):
+                yield final[len(emitted):]
+                emitted = final
+        text = decode(produced)
+        if stops:
+            text = cut_at_stop(text, stops)[0]
+        rest = text[len(os.path.commonprefix([emitted, text])):]
+        if rest:
+            yield rest
+    finally:
+        close = getattr(tokens, "close", None)
+        if close is not None:
+            close()

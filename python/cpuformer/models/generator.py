@@ -26,7 +26,7 @@ from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d, fits_float
 from ._result import GenerationResult, GenerationStream, StreamState, log_probs_needed, results
 from ._speculative import speculation
-from ._text import StopWatch, TextMixin, check_stop, cut_at_stop, held_back
+from ._text import StopWatch, TextMixin, check_stop, cut_at_stop, text_pieces
 
 PathLike = Union[str, os.PathLike]
 
@@ -337,38 +337,9 @@ class Generator(TextMixin, ModelBase):
                         return  # the stop string is complete (finally: the worker stops)
                 state.finish_reason = worker.finish_reason
                 return
-            # A piece is yielded once it is final: text the decodes of the first n-1 and the first
-            # n tokens agree on (a decoder may rewrite the end of its text when a token follows),
-            # without a trailing U+FFFD (a byte-level token may end inside a UTF-8 sequence that the
-            # next token completes). The rest is flushed from the decode of the whole sequence, so
-            # the pieces join to generate()'s text.
-            # With stop strings, the text up to the first one is what is yielded, and text that
-            # could still turn out to begin one is held back until the next token says.
-            produced: List[int] = []
-            emitted = previous = ""
-            for token in worker.tokens():
-                produced.append(token)
-                decoded = self._decode(produced)
-                final = os.path.commonprefix([previous, decoded]).rstrip("\ufffd")
-                previous = decoded
-                if stops:
-                    cut, found = cut_at_stop(decoded, stops)
-                    if found:
-                        if len(cut) > len(emitted) and cut.startswith(emitted):
-                            yield cut[len(emitted):]
-                        state.finish_reason = "stop"
-                        return
-                    final = final[:len(final) - held_back(final, stops)]
-                if len(final) > len(emitted) and final.startswith(emitted):
-                    yield final[len(emitted):]
-                    emitted = final
-            text_of_all = self._decode(produced)
-            if stops:
-                text_of_all = cut_at_stop(text_of_all, stops)[0]
-            rest = text_of_all[len(os.path.commonprefix([emitted, text_of_all])):]
-            if rest:
-                yield rest
-            state.finish_reason = worker.finish_reason
+            stopped: List[bool] = []
+            yield from text_pieces(worker.tokens(), self._decode, stops, on_stop=lambda: stopped.append(True))
+            state.finish_reason = "stop" if stopped else worker.finish_reason
         finally:
             # Reached on exhaustion, on close() or garbage collection of an abandoned iterator and
             # on an exception in the consumer (KeyboardInterrupt while waiting for a token): the
@@ -441,8 +412,6 @@ class Generator(TextMixin, ModelBase):
                     **kwargs: Any) -> Iterator[str]:
         """chat() streamed: yields the reply's text pieces as they are produced (joining to chat()'s
         text). Takes stream()'s keyword arguments; closing the iterator stops the generation."""
-        from ._chat import text_pieces
-
         stops = self._check_stop(kwargs.get("stop"))
         ids = self._chat_ids(messages, add_generation_prompt)
         return text_pieces(self.stream(ids, **kwargs), self._decode, stops)
