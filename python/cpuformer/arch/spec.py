@@ -55,7 +55,7 @@ NORMS = frozenset({"attn_norm", "cross_norm", "ffn_norm", "embed.norm", "final_n
 
 NORM_KINDS = ("layer", "rms")
 POSITION_KINDS = ("learned", "sinusoidal", "rope", "relative", "none")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "quick_gelu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +117,9 @@ class Hparams:
     # types are compared for equality (no table); relative_clamp > 0 clamps the distances.
     transformer_xl_attention: bool = False
     relative_clamp: int = 0
+    # Encoders whose tokens attend only to keys at or before their own position, besides the padding
+    # mask (CLIP's text tower); decoders are causal anyway.
+    causal: bool = False
 
     @property
     def relative_span(self) -> int:
