@@ -37,13 +37,15 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 import numpy as np
 
 #: "vision": image models (arch/vit.py); their Hparams are an encoder's (kind "encoder"), the
-#: family's kind picks the model class (ImageClassifier / ImageEncoder).
-KINDS = ("encoder", "decoder", "seq2seq", "vision")
+#: family's kind picks the model class (ImageClassifier / ImageEncoder). "clip": CLIP, two encoder
+#: stacks (arch/clip.py; its Hparams are the text tower's).
+KINDS = ("encoder", "decoder", "seq2seq", "vision", "clip")
 #: What the error messages call each kind.
 KIND_TEXT = {"encoder": "an encoder", "decoder": "a decoder (causal LM)", "seq2seq": "an encoder-decoder (seq2seq)",
-             "vision": "an image model"}
+             "vision": "an image model", "clip": "a CLIP (text and image) model"}
 #: The model class that runs each kind.
-KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq", "vision": "ImageEncoder"}
+KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq", "vision": "ImageEncoder",
+              "clip": "CLIP"}
 
 #: Canonical weights that multiply activations (quantized or stored in 16 bits by the dtype policy).
 MATMUL = frozenset({"attn.q", "attn.k", "attn.v", "attn.o", "cross.q", "cross.k", "cross.v", "cross.o", "ffn.gate",
