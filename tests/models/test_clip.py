@@ -156,6 +156,9 @@ def test_embed_texts_tokenizes_as_transformers(checkpoint):
     reference = reference / np.linalg.norm(reference, axis=-1, keepdims=True)
     assert_close(clip.embed_texts(TEXTS), reference)
     assert_close(clip.embed_texts(TEXTS, normalize=False), _hf_text(model, ids, mask))
+    # In batches of 3 and 1 (each padded to its own longest text): the same embeddings.
+    assert_close(clip.embed_texts(TEXTS, batch_size=3), reference)
+    assert_close(clip.embed_texts(TEXTS, batch_size=1), reference)
 
 
 def test_legacy_eos_pools_the_largest_id(checkpoint):
@@ -180,8 +183,9 @@ def test_image_features(checkpoint):
     assert_close(ours, _hf_image(model, pixels))
     reference = _hf_image(model, pixels)
     assert_close(clip.embed_images(pixels), reference / np.linalg.norm(reference, axis=-1, keepdims=True))
-    # One image alone gives its row of the batch.
+    # One image alone gives its row of the batch, and so do batches of 2.
     assert_close(clip.get_image_features(pixels[1:2])[0], reference[1])
+    assert_close(clip.embed_images(pixels, normalize=False, batch_size=2), reference)
 
 
 def test_logits_and_zero_shot_labels(checkpoint):
@@ -252,6 +256,10 @@ def test_bad_input(checkpoint):
         clip.embed_texts([3])
     with pytest.raises(ValueError, match="token id"):
         clip.get_text_features([[0, clip.hparams.vocab_size]])
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
+        clip.embed_texts(["a dog"], batch_size=0)
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 1.5"):
+        clip.embed_images(_pixels(1, size), batch_size=1.5)
     with pytest.raises(ValueError, match="labels must be a non-empty list of strings"):
         clip.classify(_pixels(1, size), [])
     clip.close()

@@ -38,6 +38,11 @@ def _l2_normalize(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32, copy=False)
 
 
+def _check_batch_size(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32, copy=False)
@@ -168,16 +173,13 @@ class CLIP(ModelBase):
         pooled = hidden[np.arange(len(ids)), self._pool_positions(ids)]
         return self._text_projection(np.ascontiguousarray(pooled))
 
-    def _encode_texts(self, texts: Sequence[str]):
-        if isinstance(texts, str):
-            texts = [texts]
-        if not isinstance(texts, (list, tuple)) or not texts:
-            raise ValueError("texts must be a non-empty list of strings")
-        for i, text in enumerate(texts):
+    def _encode_texts(self, texts: Sequence[str], offset: int = 0):
+        """(ids, mask) [len(texts), longest] of texts[offset:...] of the caller's list, padded on the right."""
+        for i, text in enumerate(texts, offset):
             if not isinstance(text, str):
                 raise TypeError(f"texts[{i}] must be a string, got {type(text).__name__}")
         sequences = self.tokenizer.encode_batch(list(texts))
-        for i, ids in enumerate(sequences):
+        for i, ids in enumerate(sequences, offset):
             if len(ids) > self.max_tokens:
                 raise ValueError(f"texts[{i}] is {len(ids)} tokens long; the text tower takes at most "
                                  f"{self.max_tokens} (max_position_embeddings)")
@@ -202,12 +204,21 @@ class CLIP(ModelBase):
                 return token_id
         return self.hparams.pad_token_id
 
-    def embed_texts(self, texts: Sequence[str], normalize: bool = True) -> np.ndarray:
-        """Text embeddings [len(texts), projection_dim]: get_text_features of the tokenized texts
-        (padded as a batch), L2-normalized unless normalize=False. ValueError for a text longer than
-        max_position_embeddings tokens (it is not truncated)."""
-        ids, mask = self._encode_texts(texts)
-        features = self.get_text_features(ids, mask)
+    def embed_texts(self, texts: Sequence[str], normalize: bool = True, batch_size: int = 32) -> np.ndarray:
+        """Text embeddings [len(texts), projection_dim]: get_text_features of the tokenized texts,
+        run ``batch_size`` texts at a time (each batch padded to its longest text; padding does not
+        change a text's embedding), L2-normalized unless normalize=False. ValueError for a text
+        longer than max_position_embeddings tokens (it is not truncated)."""
+        _check_batch_size(batch_size)
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, (list, tuple)) or not texts:
+            raise ValueError("texts must be a non-empty list of strings")
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            ids, mask = self._encode_texts(texts[start:start + batch_size], offset=start)
+            parts.append(self.get_text_features(ids, mask))
+        features = np.concatenate(parts)
         return _l2_normalize(features) if normalize else features
 
     # ---- images -------------------------------------------------------------------------------
@@ -273,9 +284,13 @@ class CLIP(ModelBase):
                         f"got {type(images).__name__} (reading image files and PIL images is not available in "
                         "this version)")
 
-    def embed_images(self, pixel_values: PixelValues, normalize: bool = True) -> np.ndarray:
-        """Image embeddings [B, projection_dim]: get_image_features, L2-normalized unless normalize=False."""
-        features = self.get_image_features(self._as_pixels(pixel_values))
+    def embed_images(self, pixel_values: PixelValues, normalize: bool = True, batch_size: int = 32) -> np.ndarray:
+        """Image embeddings [B, projection_dim]: get_image_features, ``batch_size`` images at a time,
+        L2-normalized unless normalize=False."""
+        _check_batch_size(batch_size)
+        pixels = self._pixels(self._as_pixels(pixel_values))
+        features = np.concatenate([self.get_image_features(pixels[start:start + batch_size])
+                                   for start in range(0, len(pixels), batch_size)])
         return _l2_normalize(features) if normalize else features
 
     def logits_per_image(self, images: PixelValues, texts: Union[Sequence[str], TokenIds],
