@@ -188,6 +188,23 @@ def test_image_features(checkpoint):
     assert_close(clip.embed_images(pixels, normalize=False, batch_size=2), reference)
 
 
+def test_position_interpolation(checkpoint):
+    name, directory, model, _ = checkpoint
+    size, patch = SHAPES[name]["vision"]["image_size"], SHAPES[name]["vision"]["patch_size"]
+    clip = cf.CLIP(directory)
+    # Non-square (more patches one way, fewer the other), larger, and the model's own size.
+    for height, width in ((size + 2 * patch + 3, size - patch), (2 * size, 2 * size), (size, size)):
+        pixels = _pixels(2, height, seed=height)[:, :, :, :width].copy()
+        with torch.no_grad():
+            reference = model.get_image_features(pixel_values=torch.from_numpy(pixels),
+                                                 interpolate_pos_encoding=True).pooler_output.numpy()
+        assert_close(clip.get_image_features(pixels, interpolate_pos_encoding=True), reference)
+    with pytest.raises(ValueError, match=rf"smaller than one patch \({patch}×{patch}\)"):
+        clip.get_image_features(_pixels(1, patch - 1), interpolate_pos_encoding=True)
+    with pytest.raises(TypeError, match="interpolate_pos_encoding must be True or False, got 1"):
+        clip.get_image_features(_pixels(1, size), interpolate_pos_encoding=1)
+
+
 def test_logits_and_zero_shot_labels(checkpoint):
     name, directory, model, fast = checkpoint
     size = SHAPES[name]["vision"]["image_size"]
@@ -233,7 +250,8 @@ def test_bad_input(checkpoint):
         clip.get_image_features(np.zeros((2, 1, size, size), np.float32))
     with pytest.raises(ValueError, match=r"pixel_values must have shape .*got \[3, 64, 64\]"):
         clip.get_image_features(np.zeros((3, 64, 64), np.float32))
-    with pytest.raises(ValueError, match=rf"are {size + 1}×{size} images, but the model takes {size}×{size}"):
+    with pytest.raises(ValueError, match=rf"are {size + 1}×{size} images, but the model takes {size}×{size} "
+                       r"\(vision_config.image_size\); resize them, or pass interpolate_pos_encoding=True"):
         clip.get_image_features(np.zeros((1, 3, size + 1, size), np.float32))
     with pytest.raises(ValueError, match="batch size 0"):
         clip.get_image_features(np.zeros((0, 3, size, size), np.float32))

@@ -27,6 +27,7 @@ from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
 from . import _graph
 from ._base import ModelBase, TokenIds
 from ._inputs import as_2d
+from .vision import interpolate_positions
 
 #: What get_image_features / embed_images / scores take as images: float32 pixel values
 #: [B, channels, H, W], already preprocessed as the checkpoint's image processor does.
@@ -223,7 +224,7 @@ class CLIP(ModelBase):
 
     # ---- images -------------------------------------------------------------------------------
 
-    def _pixels(self, pixel_values: Any) -> np.ndarray:
+    def _pixels(self, pixel_values: Any, interpolate: bool = False) -> np.ndarray:
         if not isinstance(pixel_values, np.ndarray):
             raise TypeError("pixel_values must be a float32 NumPy array [batch, channels, height, width] (image "
                             f"files and PIL images: see docs/vision.md), got {type(pixel_values).__name__}")
@@ -232,44 +233,65 @@ class CLIP(ModelBase):
                             f"{pixel_values.dtype}")
         x = np.ascontiguousarray(pixel_values, dtype=np.float32)
         C, S = self.num_channels, self.image_size
+        if not isinstance(interpolate, bool):
+            raise TypeError(f"interpolate_pos_encoding must be True or False, got {interpolate!r}")
         if x.ndim != 4 or x.shape[1] != C:
             raise ValueError(f"pixel_values must have shape [batch, {C}, {S}, {S}], got {list(x.shape)}")
         if x.shape[0] == 0:
             raise ValueError("pixel_values holds no image (batch size 0)")
-        if x.shape[2] != S or x.shape[3] != S:
+        if not interpolate and (x.shape[2] != S or x.shape[3] != S):
             raise ValueError(f"pixel_values are {x.shape[2]}×{x.shape[3]} images, but the model takes "
-                             f"{S}×{S} (vision_config.image_size)")
+                             f"{S}×{S} (vision_config.image_size); resize them, or pass "
+                             "interpolate_pos_encoding=True")
+        if x.shape[2] < self.patch_size or x.shape[3] < self.patch_size:
+            raise ValueError(f"pixel_values are {x.shape[2]}×{x.shape[3]} images, smaller than one patch "
+                             f"({self.patch_size}×{self.patch_size})")
         if not np.isfinite(x).all():
             raise ValueError("pixel_values holds NaN or infinite values")
         return x
 
+    def _position_table(self, height: int, width: int) -> np.ndarray:
+        """[1 + patches, hidden]: transformers' CLIPVisionEmbeddings.interpolate_pos_encoding (the
+        table itself for its own patch count on a square image, else the grid resized bicubically)."""
+        table = self._vision_positions
+        rows, cols = height // self.patch_size, width // self.patch_size
+        positions = table.shape[0] - 1
+        if rows * cols == positions and height == width:
+            return table
+        side = int(positions ** 0.5)
+        grid = table[1:].reshape(side, side, -1)
+        resized = interpolate_positions(grid, rows, cols).reshape(rows * cols, -1)
+        return np.concatenate([table[:1], resized])
+
     def _image_embeddings(self, x: np.ndarray) -> np.ndarray:
         """[B, 1 + patches, hidden]: class embedding, then the patches (Conv2d as a GEMM), plus positions."""
-        B, C = x.shape[:2]
+        B, C, H, W = x.shape
         p = self.patch_size
-        g = self.image_size // p
+        rows, cols = H // p, W // p
         Hv = self.vision_hparams.hidden_size
-        # Conv2d with stride = kernel ignores the last image_size % patch rows and columns.
-        patches = x[:, :, :g * p, :g * p].reshape(B, C, g, p, g, p).transpose(0, 2, 4, 1, 3, 5)
-        patches = np.ascontiguousarray(patches).reshape(B * g * g, C * p * p)
-        out = np.empty((B, 1 + g * g, Hv), dtype=np.float32)
+        # Conv2d with stride = kernel ignores the rows and columns past the last whole patch.
+        patches = x[:, :, :rows * p, :cols * p].reshape(B, C, rows, p, cols, p).transpose(0, 2, 4, 1, 3, 5)
+        patches = np.ascontiguousarray(patches).reshape(B * rows * cols, C * p * p)
+        out = np.empty((B, 1 + rows * cols, Hv), dtype=np.float32)
         out[:, 0] = self._class_embedding
-        out[:, 1:] = self._patch(patches).reshape(B, g * g, Hv)
-        out += self._vision_positions
+        out[:, 1:] = self._patch(patches).reshape(B, rows * cols, Hv)
+        out += self._position_table(H, W)
         return out
 
-    def image_hidden_states(self, pixel_values: PixelValues) -> np.ndarray:
+    def image_hidden_states(self, pixel_values: PixelValues, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """The vision tower's last hidden state [B, 1 + patches, hidden] (before post_layernorm, as
-        transformers' last_hidden_state)."""
-        x = self._pixels(pixel_values)
+        transformers' last_hidden_state). interpolate_pos_encoding: images of another size than
+        image_size, the position embeddings resized bicubically as transformers does."""
+        x = self._pixels(pixel_values, interpolate_pos_encoding)
         vision = self._live_vision()
         return vision.forward_embeddings(self._image_embeddings(x), num_threads=self.num_threads)
 
-    def get_image_features(self, pixel_values: PixelValues) -> np.ndarray:
+    def get_image_features(self, pixel_values: PixelValues, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """visual_projection(post_layernorm(class token)) [B, projection_dim] for preprocessed
-        float32 pixel values [B, channels, image_size, image_size]: what transformers'
-        CLIP get_image_features returns as pooler_output (not normalized)."""
-        hidden = self.image_hidden_states(pixel_values)
+        float32 pixel values [B, channels, image_size, image_size] (any size of at least one patch
+        with interpolate_pos_encoding): what transformers' CLIP get_image_features returns as
+        pooler_output (not normalized)."""
+        hidden = self.image_hidden_states(pixel_values, interpolate_pos_encoding)
         weight, bias = self._post_norm
         pooled = ops.layer_norm(np.ascontiguousarray(hidden[:, 0]), weight, bias, self.vision_hparams.norm_eps)
         return self._visual_projection(pooled)
@@ -284,12 +306,13 @@ class CLIP(ModelBase):
                         f"got {type(images).__name__} (reading image files and PIL images is not available in "
                         "this version)")
 
-    def embed_images(self, pixel_values: PixelValues, normalize: bool = True, batch_size: int = 32) -> np.ndarray:
+    def embed_images(self, pixel_values: PixelValues, normalize: bool = True, batch_size: int = 32,
+                     interpolate_pos_encoding: bool = False) -> np.ndarray:
         """Image embeddings [B, projection_dim]: get_image_features, ``batch_size`` images at a time,
         L2-normalized unless normalize=False."""
         _check_batch_size(batch_size)
-        pixels = self._pixels(self._as_pixels(pixel_values))
-        features = np.concatenate([self.get_image_features(pixels[start:start + batch_size])
+        pixels = self._pixels(self._as_pixels(pixel_values), interpolate_pos_encoding)
+        features = np.concatenate([self.get_image_features(pixels[start:start + batch_size], interpolate_pos_encoding)
                                    for start in range(0, len(pixels), batch_size)])
         return _l2_normalize(features) if normalize else features
 
