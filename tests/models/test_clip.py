@@ -299,3 +299,12 @@ def test_config_errors(tmp_path, tokenizer):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="text_config: hidden_size 32 is not a multiple of num_attention_heads 5"):
         cf.CLIP(tmp_path)
+
+
+def test_cli_names_the_kind(checkpoint, capsys):
+    from cpuformer import cli
+
+    assert cli.main(["embed", str(checkpoint[1]), "hello"]) != 0
+    error = capsys.readouterr().err
+    assert ("holds CLIPModel, a CLIP (text and image) model; `cpuformer embed` needs an encoder (no cpuformer "
+            "command runs it yet; use the Python API, cpuformer.load)") in error
