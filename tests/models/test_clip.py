@@ -308,3 +308,19 @@ def test_cli_names_the_kind(checkpoint, capsys):
     error = capsys.readouterr().err
     assert ("holds CLIPModel, a CLIP (text and image) model; `cpuformer embed` needs an encoder (no cpuformer "
             "command runs it yet; use the Python API, cpuformer.load)") in error
+
+
+def test_causal_needs_a_plain_encoder_stack():
+    from cpuformer import _core
+    from cpuformer.arch import by_family
+    from cpuformer.weights import graph_format
+
+    bert = by_family()["bert"]
+    config = bert.example_config(vocab_size=40, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=24, max_position_embeddings=32)
+    hp = dict(bert.hparams(config).as_dict(), **graph_format("float32"), causal=True)
+    message = "causal .a causal mask in an encoder stack. needs an encoder without disentangled or Transformer-XL"
+    with pytest.raises(ValueError, match=message):
+        _core.EncoderModel(dict(hp, content_to_position=True, max_relative_positions=8), {})
+    with pytest.raises(ValueError, match=message):
+        _core.EncoderModel(dict(hp, transformer_xl_attention=True, positions="none", type_vocab_size=0), {})
