@@ -85,6 +85,9 @@ def _build(directory, name, tok, seed=0):
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=EOS,
                                                 unk_token=EOS)
     fast.save_pretrained(directory)
+    size = shape["vision"]["image_size"]
+    transformers.CLIPImageProcessor(size={"shortest_edge": size},
+                                    crop_size={"height": size, "width": size}).save_pretrained(directory)
     return model, fast
 
 
@@ -205,6 +208,53 @@ def test_position_interpolation(checkpoint):
         clip.get_image_features(_pixels(1, size), interpolate_pos_encoding=1)
 
 
+def _image_files(directory):
+    """Gradients and shapes of several sizes and aspect ratios, saved as PNG and JPEG."""
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    paths = []
+    for i, (height, width) in enumerate([(50, 80), (97, 64), (64, 64), (31, 45)]):
+        y, x = np.mgrid[0:height, 0:width]
+        image = np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1),
+                          np.full_like(x, 40 * i)], axis=-1).astype(np.uint8)
+        image[height // 4:height // 2, width // 3:width // 2] = rng.integers(0, 256, 3, dtype=np.uint8)
+        path = directory / f"image{i}.{'png' if i % 2 == 0 else 'jpg'}"
+        Image.fromarray(image).save(path)
+        paths.append(path)
+    return paths
+
+
+def test_images_are_preprocessed_as_transformers(checkpoint, tmp_path):
+    from PIL import Image
+
+    _, directory, model, fast = checkpoint
+    paths = _image_files(tmp_path)
+    processor = transformers.CLIPImageProcessor.from_pretrained(directory)
+    pil_images = [Image.open(path).convert("RGB") for path in paths]
+    pixels = processor(images=pil_images, return_tensors="np")["pixel_values"].astype(np.float32)
+    reference = _hf_image(model, pixels)
+    clip = cf.CLIP(directory)
+    np.testing.assert_allclose(clip.preprocess(paths), pixels, atol=1e-5)
+    normalized = reference / np.linalg.norm(reference, axis=-1, keepdims=True)
+    assert_close(clip.embed_images([str(path) for path in paths]), normalized)
+    assert_close(clip.embed_images(pil_images, normalize=False), reference)
+    assert_close(clip.embed_images(np.asarray(pil_images[2])), normalized[2:3])  # one uint8 HWC array
+    ids, mask = _ids(fast, LABELS)
+    with torch.no_grad():
+        out = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                    pixel_values=torch.from_numpy(pixels))
+    assert_close(clip.scores(paths, LABELS), out.logits_per_image.softmax(dim=1).numpy())
+    top = clip.classify(paths, LABELS, top_k=1)
+    assert [row[0][0] for row in top] == [LABELS[j] for j in out.logits_per_image.numpy().argmax(axis=1)]
+    (directory / "preprocessor_config.json").rename(tmp_path / "saved.json")
+    try:
+        with pytest.raises(ValueError, match="preprocessor_config.json: no such file"):
+            cf.CLIP(directory).embed_images(paths)
+    finally:
+        (tmp_path / "saved.json").rename(directory / "preprocessor_config.json")
+
+
 def test_logits_and_zero_shot_labels(checkpoint):
     name, directory, model, fast = checkpoint
     size = SHAPES[name]["vision"]["image_size"]
@@ -261,7 +311,7 @@ def test_bad_input(checkpoint):
         clip.get_image_features(np.zeros((1, 3, size, size), np.uint8))
     with pytest.raises(TypeError, match="must be a float32 NumPy array"):
         clip.get_image_features([[0.0]])
-    with pytest.raises(TypeError, match="preprocessed float32 pixel values"):
+    with pytest.raises(ValueError, match="cat.jpg: no such image file"):
         clip.embed_images("cat.jpg")
     long_text = " ".join(["cat"] * (limit + 1))
     with pytest.raises(ValueError, match=rf"texts\[1\] is \d+ tokens long; the text tower takes at most {limit}"):

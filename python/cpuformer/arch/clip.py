@@ -179,6 +179,8 @@ class Clip(Arch):
     title = "CLIP"
     architectures = ("CLIPModel",)
     model_types = ("clip",)
+    #: transformers' image processor of the family (its defaults fill preprocessor_config.json's gaps).
+    image_processor = "CLIPImageProcessor"
 
     def __init__(self) -> None:
         self.text, self.vision = ClipText(), ClipVision()

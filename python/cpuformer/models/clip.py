@@ -16,7 +16,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import ops
+from .. import _images, ops
 from .._arguments import check_num_threads
 from .._model_dir import ModelDir
 from .._tokenizer import Tokenizer, load_tokenizer, read_tokenizer_settings
@@ -29,9 +29,12 @@ from ._base import ModelBase, TokenIds
 from ._inputs import as_2d
 from .vision import interpolate_positions
 
-#: What get_image_features / embed_images / scores take as images: float32 pixel values
-#: [B, channels, H, W], already preprocessed as the checkpoint's image processor does.
+#: What get_image_features takes: float32 pixel values [B, channels, H, W], already preprocessed
+#: as the checkpoint's image processor does.
 PixelValues = np.ndarray
+#: What embed_images / logits_per_image / scores / classify take: pixel values (a float array), or
+#: images to preprocess (file paths, PIL images, uint8 arrays, or a list of images).
+Images = Any
 
 
 def _l2_normalize(x: np.ndarray) -> np.ndarray:
@@ -95,6 +98,7 @@ class CLIP(ModelBase):
             model_dir.close()
         self._model_dir = model_dir
         self._tokenizer: Optional[Tokenizer] = None
+        self._image_config: Any = None
 
     def _read_extras(self, checkpoint: Checkpoint) -> None:
         Ht, Hv, P = self.hparams.hidden_size, self.vision_hparams.hidden_size, self.projection_dim
@@ -296,30 +300,44 @@ class CLIP(ModelBase):
         pooled = ops.layer_norm(np.ascontiguousarray(hidden[:, 0]), weight, bias, self.vision_hparams.norm_eps)
         return self._visual_projection(pooled)
 
+    @property
+    def image_config(self) -> Any:
+        """The checkpoint's image preprocessing (preprocessor_config.json, read on first use;
+        ``_images.ImageConfig``); ValueError naming the file when it is missing or wrong."""
+        if self._image_config is None:
+            self._image_config = _images.read_image_config(self._model_dir.path, self._arch.image_processor)
+        return self._image_config
+
+    def preprocess(self, images: Any) -> np.ndarray:
+        """Images as the checkpoint's image processor prepares them: file paths, PIL images or NumPy
+        arrays (uint8 in [0, 255] or float in [0, 1]; HW, HWC, CHW or a 4-D batch), one or a list,
+        -> float32 pixel values [B, 3, H, W] (docs/vision.md, "Images in")."""
+        return _images.preprocess(images, self.image_config)
+
     def _as_pixels(self, images: Any) -> np.ndarray:
-        """The hook for images that are not pixel values yet (paths, PIL images, uint8 arrays): they
-        go through the checkpoint's preprocessor (python/cpuformer/_images.py) once it exists; for
-        now only float32 pixel values are accepted."""
+        """Pixel values for ``images``: a float NumPy array is taken as preprocessed pixel values
+        [B, C, H, W]; anything else (paths, PIL images, uint8 arrays, lists) is preprocessed."""
         if isinstance(images, np.ndarray) and images.dtype.kind == "f":
             return images
-        raise TypeError("images must be preprocessed float32 pixel values [batch, channels, height, width]; "
-                        f"got {type(images).__name__} (reading image files and PIL images is not available in "
-                        "this version)")
+        return self.preprocess(images)
 
-    def embed_images(self, pixel_values: PixelValues, normalize: bool = True, batch_size: int = 32,
+    def embed_images(self, images: Images, normalize: bool = True, batch_size: int = 32,
                      interpolate_pos_encoding: bool = False) -> np.ndarray:
         """Image embeddings [B, projection_dim]: get_image_features, ``batch_size`` images at a time,
-        L2-normalized unless normalize=False."""
+        L2-normalized unless normalize=False. images: float pixel values [B, C, H, W] (already
+        preprocessed), or file paths, PIL images, uint8 arrays or a list of them (preprocessed as
+        preprocessor_config.json says, ``preprocess``)."""
         _check_batch_size(batch_size)
-        pixels = self._pixels(self._as_pixels(pixel_values), interpolate_pos_encoding)
+        pixels = self._pixels(self._as_pixels(images), interpolate_pos_encoding)
         features = np.concatenate([self.get_image_features(pixels[start:start + batch_size], interpolate_pos_encoding)
                                    for start in range(0, len(pixels), batch_size)])
         return _l2_normalize(features) if normalize else features
 
-    def logits_per_image(self, images: PixelValues, texts: Union[Sequence[str], TokenIds],
+    def logits_per_image(self, images: Images, texts: Union[Sequence[str], TokenIds],
                          attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """exp(logit_scale) · cosine(image, text) [images, texts], transformers' logits_per_image.
-        texts: strings (tokenized) or token ids [N, T] with attention_mask."""
+        images: as embed_images takes them; texts: strings (tokenized) or token ids [N, T] with
+        attention_mask."""
         image_embeds = self.embed_images(images)
         if isinstance(texts, str) or (isinstance(texts, (list, tuple)) and texts and isinstance(texts[0], str)):
             text_embeds = self.embed_texts(texts)  # type: ignore[arg-type]
@@ -327,12 +345,12 @@ class CLIP(ModelBase):
             text_embeds = _l2_normalize(self.get_text_features(texts, attention_mask))
         return (np.float32(self.logit_scale) * (image_embeds @ text_embeds.T)).astype(np.float32)
 
-    def scores(self, images: PixelValues, texts: Union[Sequence[str], TokenIds],
+    def scores(self, images: Images, texts: Union[Sequence[str], TokenIds],
                attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """Zero-shot probabilities [images, texts]: softmax over the texts of logits_per_image."""
         return _softmax(self.logits_per_image(images, texts, attention_mask))
 
-    def classify(self, images: PixelValues, labels: Sequence[str], top_k: int = 5) -> List[List[tuple]]:
+    def classify(self, images: Images, labels: Sequence[str], top_k: int = 5) -> List[List[tuple]]:
         """Zero-shot labels: per image, the top_k (label, probability) of ``scores(images, labels)``."""
         if isinstance(labels, str) or not isinstance(labels, (list, tuple)) or not labels:
             raise ValueError("labels must be a non-empty list of strings")
