@@ -28,7 +28,9 @@ Activation parse_activation(const py::object& name) {
   if (s == "gelu") return Activation::kGeluErf;
   if (s == "gelu_tanh") return Activation::kGeluTanh;
   if (s == "silu") return Activation::kSilu;
-  throw py::value_error("activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', got '" + s + "'");
+  if (s == "quick_gelu") return Activation::kQuickGelu;
+  throw py::value_error("activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', 'quick_gelu', got '" + s +
+                        "'");
 }
 
 WeightType parse_dtype(const std::string& s) {

@@ -249,6 +249,7 @@ void register_ops_norm(py::module_& m) {
   m.def("gelu", &gelu_op, py::arg("x"), py::arg("approximate") = "none");
   m.def("silu", [](const py::object& x) { return activation_op(x, Activation::kSilu); }, py::arg("x"));
   m.def("relu", [](const py::object& x) { return activation_op(x, Activation::kRelu); }, py::arg("x"));
+  m.def("quick_gelu", [](const py::object& x) { return activation_op(x, Activation::kQuickGelu); }, py::arg("x"));
   m.def("softmax", &softmax_op, py::arg("x"));
   m.def("silu_mul", &silu_mul_op, py::arg("gate"), py::arg("up"));
   m.def("_norm_fused", &norm_fused_op, py::arg("kind"), py::arg("x"), py::arg("weight"), py::arg("bias"),

@@ -63,7 +63,8 @@ struct Reader {
                                      {{"gelu", Activation::kGeluErf},
                                       {"gelu_tanh", Activation::kGeluTanh},
                                       {"relu", Activation::kRelu},
-                                      {"silu", Activation::kSilu}});
+                                      {"silu", Activation::kSilu},
+                                      {"quick_gelu", Activation::kQuickGelu}});
   }
   void operator()(const char* name, WeightType& field) {
     field = parse_choice<WeightType>(value(name), name,

@@ -154,7 +154,9 @@ inline Activation parse_activation(const std::string& s) {
   if (s == "gelu") return Activation::kGeluErf;
   if (s == "relu") return Activation::kRelu;
   if (s == "silu") return Activation::kSilu;
-  throw pybind11::value_error("activation must be 'gelu_tanh', 'gelu', 'relu' or 'silu', got '" + s + "'");
+  if (s == "quick_gelu") return Activation::kQuickGelu;
+  throw pybind11::value_error("activation must be 'gelu_tanh', 'gelu', 'relu', 'silu' or 'quick_gelu', got '" + s +
+                              "'");
 }
 
 // The float32 tensors of a model's dicts, named "<what> tensor '<key>'" in errors (what =

@@ -84,6 +84,11 @@ void TransformerConfig::validate() const {
             "Transformer-XL attention needs positions 'none', no other relative scheme, post-norm layers, no "
             "token-type table and num_kv_heads == num_heads");
   }
+  if (causal) {
+    require(kind == ModelKind::kEncoder && !disentangled_attention() && !transformer_xl_attention,
+            "causal (a causal mask in an encoder stack) needs an encoder without disentangled or Transformer-XL "
+            "attention");
+  }
   if (kind == ModelKind::kEncoder) {
     require(pad_token_id < vocab_size, "pad_token_id must be < vocab_size");
     require(max_seq_len() >= 1, "max_positions leaves no positions after the padding id");

@@ -98,6 +98,9 @@ struct TransformerConfig {
   // Storage of the token-embedding table: float32, or int8 rows (layers/embedding_table.h; the
   // loader's policy picks int8 when the projections are int4).
   WeightType embedding_dtype = WeightType::kFloat32;
+  // Encoders whose tokens see only the keys up to their own position, on top of the padding mask
+  // (CLIP's text tower). Decoders are causal anyway.
+  bool causal = false;
 
   // Every field once: v(name, field). The Python names (Hparams) with "dtype" for weight_type.
   template <class Visitor>
@@ -149,6 +152,7 @@ struct TransformerConfig {
     v("zero_point", zero_point);
     v("head_dtype", head_dtype);
     v("embedding_dtype", embedding_dtype);
+    v("causal", causal);
   }
 
   // The storage of the projections (and the pooler) and of the LM head.

@@ -14,12 +14,13 @@ import numpy as np
 from . import _core
 
 __all__ = ["Linear", "linear", "peak_gops", "quantize_int8", "quantize_int4", "to_float16_bits", "to_bfloat16_bits",
-           "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "softmax", "silu_mul"]
+           "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "quick_gelu", "softmax", "silu_mul"]
 
 
 class Linear:
     """y = activation(x · wᵀ + bias) with ``w`` [N, K] in PyTorch ``nn.Linear`` layout, packed once
-    for the GEMM microkernel. ``activation`` is None, "relu", "gelu" (erf), "gelu_tanh" or "silu".
+    for the GEMM microkernel. ``activation`` is None, "relu", "gelu" (erf), "gelu_tanh", "silu" or
+    "quick_gelu" (x·σ(1.702·x), CLIP's).
     Calling it maps x [..., K] to [..., N]; ``residual`` [..., N], if given, is added after the
     activation (fused into the GEMM's epilogue).
 
@@ -140,6 +141,11 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 def relu(x: np.ndarray) -> np.ndarray:
     return _core.relu(x)
+
+
+def quick_gelu(x: np.ndarray) -> np.ndarray:
+    """x · sigmoid(1.702 · x), transformers' "quick_gelu" (CLIP)."""
+    return _core.quick_gelu(x)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -498,6 +498,9 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
         if arch.kind == "vision":  # their patch embedding, tokens and positions are read outside the graph
             raise NotImplementedError(f"{md.path}: {name} is an image model; cpuformer convert does not convert "
                                       "image models yet (load the checkpoint with dtype= instead)")
+        if arch.kind == "clip":  # two towers (docs/vision.md, "CLIP"): load the checkpoint with dtype=... instead
+            raise NotImplementedError(f"{md.path}: cpuformer cannot convert {arch.title} checkpoints yet; load the "
+                                      "original directory with dtype=...")
         already = stored_dtype(md.config)
         if already is not None:
             raise ValueError(f"{md.path} is already converted (dtype {already!r}); convert the original checkpoint")

@@ -23,6 +23,8 @@ def activate(z, activation):
         return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
     if activation == "silu":
         return z / (1.0 + np.exp(-z))
+    if activation == "quick_gelu":
+        return z / (1.0 + np.exp(-1.702 * z))
     return z
 
 

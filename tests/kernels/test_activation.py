@@ -2,7 +2,7 @@
 
 Tolerances: element-wise activations |got - ref| <= 2e-6 + 1e-6·|ref| (float32 evaluation of the
 reference formulas); softmax relative 1e-5 + 1e-8 absolute (a float32 sum over up to 4097 terms);
-silu_mul (2e-6 + 1e-6·|silu|)·|up|. Special values (NaN, ±inf) must match exactly.
+silu_mul (2e-6 + 1e-6·|silu|)·|up|. quick_gelu is x·σ(1.702·x) (CLIP). Special values (NaN, ±inf) must match exactly.
 """
 
 import math
@@ -26,6 +26,8 @@ def reference(name, x):
             return 0.5 * d * (1.0 + _erf(d / math.sqrt(2.0)).astype(np.float64))
         if name == "gelu_tanh":
             return 0.5 * d * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (d + 0.044715 * d ** 3)))
+        if name == "quick_gelu":
+            return d / (1.0 + np.exp(-1.702 * d))
         return d / (1.0 + np.exp(-d))  # silu
 
 
@@ -54,7 +56,7 @@ def wide_inputs(rng):
     return np.concatenate([dense, magnitudes, -magnitudes, SPECIALS])
 
 
-NAMES = ["relu", "gelu", "gelu_tanh", "silu"]
+NAMES = ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -84,7 +86,7 @@ def test_multithreaded_and_shapes(rng, name):
 def test_special_values():
     x = np.float32([np.nan, np.inf, -np.inf])
     np.testing.assert_array_equal(cf.ops.relu(x), [np.nan, np.inf, 0.0])
-    for name in ("gelu", "gelu_tanh", "silu"):
+    for name in ("gelu", "gelu_tanh", "silu", "quick_gelu"):
         # +inf·1 = +inf; -inf gives NaN as in the reference (-inf·0) and PyTorch.
         np.testing.assert_array_equal(run(name, x), [np.nan, np.inf, np.nan])
 
@@ -92,8 +94,8 @@ def test_special_values():
 def test_saturation():
     # Large negative inputs give ±0 (never a residue of 1 + erf(x) that grows with |x|), large
     # positive inputs give x itself.
-    for name in ("gelu", "gelu_tanh", "silu", "relu"):
-        neg = np.float32([-100.0, -1e10, -1e30, -3e38] + ([] if name == "silu" else [-10.0]))
+    for name in ("gelu", "gelu_tanh", "silu", "quick_gelu", "relu"):
+        neg = np.float32([-100.0, -1e10, -1e30, -3e38] + ([] if name in ("silu", "quick_gelu") else [-10.0]))
         got = run(name, neg)
         assert np.all(np.abs(got) < 1e-30), (name, got)
         pos = -neg

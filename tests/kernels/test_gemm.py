@@ -17,7 +17,7 @@ import pytest
 import cpuformer as cf
 from cpuformer import ops
 
-ACTIVATIONS = [None, "relu", "gelu", "gelu_tanh", "silu"]
+ACTIVATIONS = [None, "relu", "gelu", "gelu_tanh", "silu", "quick_gelu"]
 _erf = np.vectorize(math.erf)
 
 
@@ -35,6 +35,8 @@ def reference(x, w, bias=None, activation=None, residual=None):
         y = 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
     elif activation == "silu":
         y = z / (1.0 + np.exp(-z))
+    elif activation == "quick_gelu":
+        y = z / (1.0 + np.exp(-1.702 * z))
     else:
         y = z
     if residual is not None:
@@ -234,7 +236,8 @@ def test_error_bias_type():
 def test_error_unknown_activation():
     w = np.zeros((4, 3), np.float32)
     with pytest.raises(ValueError,
-                       match="activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', got 'tanh'"):
+                       match="activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', 'quick_gelu', "
+                             "got 'tanh'"):
         ops.Linear(w, None, "tanh")
     with pytest.raises(ValueError, match="activation must be one of .*, got 'GELU'"):
         ops.linear(np.zeros((1, 3), np.float32), w, None, "GELU")

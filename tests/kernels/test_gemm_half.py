@@ -55,7 +55,7 @@ def multiplied_input(x, dtype):
 
 def slope_bound(activation):
     """Largest |act'(z)|: how much a pre-activation error can grow through the activation."""
-    return {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1}[activation]
+    return {None: 1.0, "relu": 1.0, "gelu": 1.13, "gelu_tanh": 1.13, "silu": 1.1, "quick_gelu": 1.1}[activation]
 
 
 def check(x, w, dtype, bias=None, activation=None, residual=None):
@@ -102,7 +102,7 @@ def test_shapes(rng, dtype, m, k, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
 @pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100), (60, 600, 70)])
 def test_activations(rng, dtype, activation, m, k, n):
     x, w, b = randn(rng, m, k), randn(rng, n, k) * 0.1, randn(rng, n)

@@ -88,7 +88,7 @@ def test_shapes_exact(rng, m, k, n, group_size, zero_point):
     check(x, w, group_size=group_size, zero_point=zero_point)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
 @pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100)])
 def test_activations(rng, activation, m, k, n):
     x, w, b = randn(rng, m, k), randn(rng, n, k) * 0.3, randn(rng, n)

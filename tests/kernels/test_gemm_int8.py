@@ -71,7 +71,7 @@ def test_shapes_exact(rng, m, k, n):
     check(x, w)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
 @pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100)])
 def test_activations(rng, activation, m, k, n):
     x, w, b = randn(rng, m, k), randn(rng, n, k) * 0.3, randn(rng, n)
@@ -88,6 +88,7 @@ def test_residual(rng, activation, m, k, n):
 
 ACTIVATION_OPS = {
     "relu": ops.relu, "gelu": ops.gelu, "gelu_tanh": lambda v: ops.gelu(v, approximate="tanh"), "silu": ops.silu,
+    "quick_gelu": ops.quick_gelu,
 }
 
 

@@ -106,7 +106,8 @@ NEW_TOKENS = 6
 
 
 def test_every_family_has_a_parity_row():
-    registered = {arch.family for arch in ARCHS}
+    # (CLIP, two towers and no logits of this shape, has its own parity tests: tests/models/test_clip.py)
+    registered = {arch.family for arch in ARCHS if arch.kind != "clip"}
     assert sorted(registered - set(PARITY)) == [], "registered families without a parity row"
     assert sorted(set(PARITY) - registered) == [], "parity rows for families that are not registered"
     for family, (model_class, _, _) in PARITY.items():

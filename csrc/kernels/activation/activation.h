@@ -6,7 +6,7 @@
 // too (the GEMM epilogue calls `apply` on each finished tile row) and never reading past x + n.
 //
 // Results: the scalar reference defines them, including special values. NaN gives NaN; +inf
-// gives +inf (relu, GELUs, SiLU); -inf gives NaN for the GELUs and SiLU (x·Φ(x) evaluates as
+// gives +inf (relu, GELUs, SiLU); -inf gives NaN for the GELUs (quick GELU included) and SiLU (x·Φ(x) evaluates as
 // -inf·0, as in PyTorch) and 0 for relu; large negative inputs give ±0. The SIMD versions agree
 // with the reference to 2e-6 absolute + 1e-6 relative (tests/kernels/test_activation.py).
 #pragma once
@@ -19,6 +19,7 @@ enum class Activation : int {
   kGeluErf = 2,   // x·Φ(x) with the exact erf: BERT, HF "gelu"
   kGeluTanh = 3,  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): GPT-2, HF "gelu_new"/"gelu_pytorch_tanh"
   kSilu = 4,      // x·σ(x): Llama family
+  kQuickGelu = 5,  // x·σ(1.702·x): CLIP, HF "quick_gelu"
 };
 
 struct ActivationKernels {

@@ -31,6 +31,7 @@ void apply(Activation act, const float* x, float* y, long n) {
     case Activation::kGeluErf: return map(x, y, n, [](__m256 v) { return gelu_erf_ps(v); });
     case Activation::kGeluTanh: return map(x, y, n, [](__m256 v) { return gelu_tanh_ps(v); });
     case Activation::kSilu: return map(x, y, n, [](__m256 v) { return silu_ps(v); });
+    case Activation::kQuickGelu: return map(x, y, n, [](__m256 v) { return quick_gelu_ps(v); });
   }
 }
 

@@ -18,6 +18,7 @@ inline float activate(Activation act, float v) {
       return 0.5f * v * (1.0f + std::tanh(inner));
     }
     case Activation::kSilu: return v / (1.0f + std::exp(-v));
+    case Activation::kQuickGelu: return v / (1.0f + std::exp(-1.702f * v));
   }
   return v;
 }

@@ -184,6 +184,7 @@ void finish_row(const float* acc, float sa, const float* bias, Activation act, c
     case Activation::kGeluErf: return finish_row_act<Activation::kGeluErf>(acc, sa, bias, residual, c, ncols);
     case Activation::kGeluTanh: return finish_row_act<Activation::kGeluTanh>(acc, sa, bias, residual, c, ncols);
     case Activation::kSilu: return finish_row_act<Activation::kSilu>(acc, sa, bias, residual, c, ncols);
+    case Activation::kQuickGelu: return finish_row_act<Activation::kQuickGelu>(acc, sa, bias, residual, c, ncols);
     default: return finish_row_act<Activation::kNone>(acc, sa, bias, residual, c, ncols);
   }
 }

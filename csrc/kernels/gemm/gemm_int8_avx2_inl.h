@@ -66,6 +66,7 @@ float quantize_row(const float* x, long k, long kp, uint8_t* out) {
 
 using avx2::gelu_erf_ps;
 using avx2::gelu_tanh_ps;
+using avx2::quick_gelu_ps;
 using avx2::silu_ps;
 
 // The activation is applied in registers with the lane-wise functions of vector_math_avx2.h, the
@@ -77,6 +78,7 @@ inline __m256 i8_activate(__m256 v) {
     case Activation::kGeluErf: return gelu_erf_ps(v);
     case Activation::kGeluTanh: return gelu_tanh_ps(v);
     case Activation::kSilu: return silu_ps(v);
+    case Activation::kQuickGelu: return quick_gelu_ps(v);
     default: return v;
   }
 }

@@ -46,6 +46,7 @@ float quantize_row(const float* x, long k, long kp, uint8_t* out) {
 
 using avx512::gelu_erf_ps;
 using avx512::gelu_tanh_ps;
+using avx512::quick_gelu_ps;
 using avx512::silu_ps;
 
 // The activation is applied in registers with the lane-wise functions of vector_math_avx512.h,
@@ -57,6 +58,7 @@ inline __m512 i8_activate(__m512 v) {
     case Activation::kGeluErf: return gelu_erf_ps(v);
     case Activation::kGeluTanh: return gelu_tanh_ps(v);
     case Activation::kSilu: return silu_ps(v);
+    case Activation::kQuickGelu: return quick_gelu_ps(v);
     default: return v;
   }
 }

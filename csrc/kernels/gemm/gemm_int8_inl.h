@@ -48,6 +48,8 @@ inline void finish_row(const int32_t* acc, const int32_t* comp, float sa, const 
     case Activation::kGeluTanh:
       return finish_row_act<Activation::kGeluTanh>(acc, comp, sa, scales, bias, residual, c, ncols);
     case Activation::kSilu: return finish_row_act<Activation::kSilu>(acc, comp, sa, scales, bias, residual, c, ncols);
+    case Activation::kQuickGelu:
+      return finish_row_act<Activation::kQuickGelu>(acc, comp, sa, scales, bias, residual, c, ncols);
     default: return finish_row_act<Activation::kNone>(acc, comp, sa, scales, bias, residual, c, ncols);
   }
 }

@@ -120,6 +120,8 @@ inline __m256 gelu_tanh_ps(__m256 x) {
 
 inline __m256 silu_ps(__m256 x) { return _mm256_mul_ps(x, sigmoid_ps(x)); }
 
+inline __m256 quick_gelu_ps(__m256 x) { return _mm256_mul_ps(x, sigmoid_ps(_mm256_mul_ps(_mm256_set1_ps(1.702f), x))); }
+
 inline float reduce_add(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));

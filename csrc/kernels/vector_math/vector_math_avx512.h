@@ -136,6 +136,8 @@ inline __m512 gelu_tanh_ps(__m512 x) {
 // x·σ(x), relative error ≤ 3.6e-7
 inline __m512 silu_ps(__m512 x) { return _mm512_mul_ps(x, sigmoid_ps(x)); }
 
+inline __m512 quick_gelu_ps(__m512 x) { return _mm512_mul_ps(x, sigmoid_ps(_mm512_mul_ps(_mm512_set1_ps(1.702f), x))); }
+
 inline float reduce_add(__m512 v) { return _mm512_reduce_add_ps(v); }
 inline float reduce_max(__m512 v) { return _mm512_reduce_max_ps(v); }
 

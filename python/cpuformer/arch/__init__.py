@@ -14,6 +14,7 @@ from . import (
     albert,
     bart,
     bert,
+    clip,
     deberta,
     electra,
     gemma,
@@ -33,7 +34,7 @@ from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, So
 #: Every registered architecture family, encoders first.
 ARCHS: Tuple[Arch, ...] = (bert.ARCHS + mpnet.ARCHS + electra.ARCHS + albert.ARCHS + deberta.ARCHS + modernbert.ARCHS
                            + xlnet.ARCHS + gpt2.ARCHS + llama.ARCHS + gemma.ARCHS + phi3.ARCHS + marian.ARCHS
-                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS + vit.ARCHS)
+                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS + vit.ARCHS + clip.ARCHS)
 
 
 def supported(kind: str) -> List[str]:
@@ -42,7 +43,7 @@ def supported(kind: str) -> List[str]:
 
 
 KIND_PLURAL = {"encoder": "encoders", "decoder": "decoders (causal LMs)", "seq2seq": "encoder-decoders (seq2seq)",
-               "vision": "image models"}
+               "vision": "image models", "clip": "CLIP models"}
 
 
 def supported_text() -> str:

@@ -37,13 +37,15 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 import numpy as np
 
 #: "vision": image models (arch/vit.py); their Hparams are an encoder's (kind "encoder"), the
-#: family's kind picks the model class (ImageClassifier / ImageEncoder).
-KINDS = ("encoder", "decoder", "seq2seq", "vision")
+#: family's kind picks the model class (ImageClassifier / ImageEncoder). "clip": CLIP, two encoder
+#: stacks (arch/clip.py; its Hparams are the text tower's).
+KINDS = ("encoder", "decoder", "seq2seq", "vision", "clip")
 #: What the error messages call each kind.
 KIND_TEXT = {"encoder": "an encoder", "decoder": "a decoder (causal LM)", "seq2seq": "an encoder-decoder (seq2seq)",
-             "vision": "an image model"}
+             "vision": "an image model", "clip": "a CLIP (text and image) model"}
 #: The model class that runs each kind.
-KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq", "vision": "ImageEncoder"}
+KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq", "vision": "ImageEncoder",
+              "clip": "CLIP"}
 
 #: Canonical weights that multiply activations (quantized or stored in 16 bits by the dtype policy).
 MATMUL = frozenset({"attn.q", "attn.k", "attn.v", "attn.o", "cross.q", "cross.k", "cross.v", "cross.o", "ffn.gate",
@@ -55,7 +57,7 @@ NORMS = frozenset({"attn_norm", "cross_norm", "ffn_norm", "embed.norm", "final_n
 
 NORM_KINDS = ("layer", "rms")
 POSITION_KINDS = ("learned", "sinusoidal", "rope", "relative", "none")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "quick_gelu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,6 +119,9 @@ class Hparams:
     # types are compared for equality (no table); relative_clamp > 0 clamps the distances.
     transformer_xl_attention: bool = False
     relative_clamp: int = 0
+    # Encoders whose tokens attend only to keys at or before their own position, besides the padding
+    # mask (CLIP's text tower); decoders are causal anyway.
+    causal: bool = False
 
     @property
     def relative_span(self) -> int:

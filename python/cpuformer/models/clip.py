@@ -1,0 +1,373 @@
+"""``cpuformer.CLIP``: CLIP checkpoints, text and images embedded into one space.
+
+Two C++ encoder graphs (arch/clip.py declares them): the text tower runs on token ids with a
+causal mask plus the padding mask; the vision tower runs on embeddings made here (the patch
+embedding as one GEMM over the flattened patches, the class embedding, learned positions) through
+``forward_embeddings``. The pooled outputs (end-of-text token; class token after
+``post_layernorm``) are projected by ``text_projection`` / ``visual_projection``. The transformer
+layers and the projections are stored in the model's dtype; the patch embedding, the embedding
+tables and the norms stay float32 (docs/vision.md, "CLIP").
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from .. import _images, ops
+from .._arguments import check_num_threads
+from .._model_dir import ModelDir
+from .._tokenizer import Tokenizer, load_tokenizer, read_tokenizer_settings
+from ..arch import find, wrong_kind
+from ..arch.clip import CLIP_TENSORS, Clip
+from ..arch.spec import Tensor
+from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
+from . import _graph
+from ._base import ModelBase, TokenIds
+from ._inputs import as_2d
+from .vision import interpolate_positions
+
+#: What get_image_features takes: float32 pixel values [B, channels, H, W], already preprocessed
+#: as the checkpoint's image processor does.
+PixelValues = np.ndarray
+#: What embed_images / logits_per_image / scores / classify take: pixel values (a float array), or
+#: images to preprocess (file paths, PIL images, uint8 arrays, or a list of images).
+Images = Any
+
+
+def _l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows divided by their L2 norm, as transformers' CLIP normalizes the embeddings (no epsilon)."""
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32, copy=False)
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32, copy=False)
+
+
+class CLIP(ModelBase):
+    """A CLIP checkpoint: ``get_text_features`` / ``get_image_features`` as transformers names
+    and computes them, ``embed_texts`` / ``embed_images`` (optionally L2-normalized) and
+    ``scores`` (zero-shot probabilities, softmax over the texts of transformers' logits_per_image).
+
+    dtype: storage of both towers' projections and of text_projection / visual_projection
+    ("float32", "float16", "bfloat16", "int8", "int4"; docs/precision.md); quantization: as for
+    the other models (the projections follow its ``lm_head`` dtype).
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]", ModelDir], dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None):
+        self._model = None
+        check_dtype(dtype)
+        self.num_threads = check_num_threads(num_threads)
+        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
+        try:
+            self.dtype, stored, settings = resolve_dtype(dtype, model_dir.config, quantization)
+            if stored is not None:
+                raise NotImplementedError(f"{model_dir.path}: cpuformer does not read converted CLIP directories; "
+                                          "load the original checkpoint with dtype=...")
+            self.quantization = settings
+            arch, name = find(model_dir.config)
+            if arch.kind != "clip":
+                raise wrong_kind(arch.kind, name)
+            assert isinstance(arch, Clip)
+            self.architecture, self.family, self._arch = name, arch.family, arch
+            config = model_dir.config
+            #: The text tower's hyperparameters (arch.Hparams), and the vision tower's.
+            self.hparams = arch.hparams(config)
+            self.vision_hparams = arch.vision.hparams(config)
+            self.config = self.hparams.as_dict()
+            self.num_channels, self.image_size, self.patch_size = arch.vision.geometry(config)
+            self.projection_dim = arch.projection_dim(config)
+            self.eos_token_id = arch.eos_token_id(config)
+            text = Checkpoint(model_dir, arch.text, self.hparams, None, None, settings)
+            vision = Checkpoint(model_dir, arch.vision, self.vision_hparams, None, None, settings)
+            self._read_extras(vision)
+            form = graph_format(self.dtype, settings)
+            self._text = _graph.build(text, form)
+            self._vision = _graph.build(vision, form)
+            self._model = self._text
+        finally:
+            model_dir.close()
+        self._model_dir = model_dir
+        self._tokenizer: Optional[Tokenizer] = None
+        self._image_config: Any = None
+
+    def _read_extras(self, checkpoint: Checkpoint) -> None:
+        Ht, Hv, P = self.hparams.hidden_size, self.vision_hparams.hidden_size, self.projection_dim
+        C, p = self.num_channels, self.patch_size
+        grid = self.image_size // p
+        shapes = {"patch_embedding": (Hv, C, p, p), "class_embedding": (Hv,), "vision_positions": (grid * grid + 1, Hv),
+                  "post_layernorm": (Hv,), "post_layernorm.bias": (Hv,), "text_projection": (P, Ht),
+                  "visual_projection": (P, Hv), "logit_scale": ()}
+        sources = {key: Tensor(name, root=True) for key, name in CLIP_TENSORS.items()}
+        arrays, _ = checkpoint.read(sources, shapes)
+        copy = {key: np.array(value, dtype=np.float32) for key, value in arrays.items()}  # outlive the maps
+        settings = self.quantization
+        head = dict(dtype=settings["lm_head"], group_size=settings["group_size"], zero_point=settings["zero_point"])
+        # The Conv2d (kernel = stride = patch) as a GEMM: [Hv, C·p·p] over patches flattened (c, y, x).
+        self._patch = ops.Linear(copy["patch_embedding"].reshape(Hv, C * p * p))
+        self._class_embedding = copy["class_embedding"]
+        self._vision_positions = copy["vision_positions"]
+        self._post_norm = (copy["post_layernorm"], copy["post_layernorm.bias"])
+        self._text_projection = ops.Linear(copy["text_projection"], **head)
+        self._visual_projection = ops.Linear(copy["visual_projection"], **head)
+        #: exp(logit_scale): the temperature of logits_per_image / logits_per_text.
+        self.logit_scale = float(np.exp(copy["logit_scale"]))
+
+    def _shape_text(self) -> str:
+        t, v = self.hparams, self.vision_hparams
+        return (f"text: layers={t.num_layers}, hidden={t.hidden_size}; vision: layers={v.num_layers}, "
+                f"hidden={v.hidden_size}, image={self.image_size}, patch={self.patch_size}; "
+                f"projection={self.projection_dim}")
+
+    def close(self) -> None:
+        self._text = self._vision = None
+        super().close()
+
+    # ---- text ----------------------------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model directory's tokenizer (tokenizer.json; cpuformer.Tokenizer); ValueError without one."""
+        if self._tokenizer is None:
+            path = self._model_dir.tokenizer_path
+            if path is None:
+                raise ValueError(f"{self._model_dir.path} has no tokenizer.json; pass token ids to "
+                                 "get_text_features instead of texts")
+            backend = load_tokenizer(path)
+            backend.no_padding()  # batches are padded here
+            backend.no_truncation()  # a text too long for the position table is an error, not cut
+            self._tokenizer = Tokenizer(backend, path, read_tokenizer_settings(self._model_dir.path))
+        return self._tokenizer
+
+    @property
+    def max_tokens(self) -> int:
+        """The longest token sequence the text tower takes (max_position_embeddings)."""
+        return self.hparams.max_positions
+
+    def _pool_positions(self, ids: np.ndarray) -> np.ndarray:
+        """Per row, the position transformers 5.24 pools: the largest id for the legacy
+        eos_token_id 2, else the first eos_token_id (position 0 when there is none)."""
+        if self.eos_token_id == 2:
+            return ids.argmax(axis=-1)
+        return (ids == self.eos_token_id).argmax(axis=-1)
+
+    def text_hidden_states(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """The text tower's last hidden state (after final_layer_norm) [B, T, hidden]."""
+        ids = as_2d(input_ids, "input_ids", vocab_size=self.hparams.vocab_size)
+        if ids.shape[1] > self.max_tokens:
+            raise ValueError(f"input_ids has {ids.shape[1]} tokens per row, more than the text tower's "
+                             f"max_position_embeddings ({self.max_tokens})")
+        mask = None if attention_mask is None else as_2d(attention_mask, "attention_mask", allow_bool=True)
+        return self._live_text().forward(ids, mask, num_threads=self.num_threads)
+
+    def get_text_features(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """text_projection(pooled) [B, projection_dim] for token ids [B, T] (padding on the right,
+        masked by attention_mask): what transformers' CLIP get_text_features returns as
+        pooler_output (not normalized)."""
+        ids = as_2d(input_ids, "input_ids", vocab_size=self.hparams.vocab_size)
+        hidden = self.text_hidden_states(ids, attention_mask)
+        pooled = hidden[np.arange(len(ids)), self._pool_positions(ids)]
+        return self._text_projection(np.ascontiguousarray(pooled))
+
+    def _encode_texts(self, texts: Sequence[str], offset: int = 0):
+        """(ids, mask) [len(texts), longest] of texts[offset:...] of the caller's list, padded on the right."""
+        for i, text in enumerate(texts, offset):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] must be a string, got {type(text).__name__}")
+        sequences = self.tokenizer.encode_batch(list(texts))
+        for i, ids in enumerate(sequences, offset):
+            if len(ids) > self.max_tokens:
+                raise ValueError(f"texts[{i}] is {len(ids)} tokens long; the text tower takes at most "
+                                 f"{self.max_tokens} (max_position_embeddings)")
+            if not ids:
+                raise ValueError(f"texts[{i}] has no tokens")
+        length = max(len(ids) for ids in sequences)
+        pad = self._pad_id()
+        ids = np.full((len(sequences), length), pad, dtype=np.int64)
+        mask = np.zeros((len(sequences), length), dtype=np.int64)
+        for i, row in enumerate(sequences):
+            ids[i, :len(row)] = row
+            mask[i, :len(row)] = 1
+        return ids, mask
+
+    def _pad_id(self) -> int:
+        """The tokenizer's pad token (as transformers' tokenizer pads), else the end-of-text token."""
+        tokenizer = self.tokenizer
+        for name in ("pad_token", "eos_token"):
+            token = tokenizer.special_token(name)
+            token_id = tokenizer.token_to_id(token) if token is not None else None
+            if token_id is not None:
+                return token_id
+        return self.hparams.pad_token_id
+
+    def embed_texts(self, texts: Sequence[str], normalize: bool = True, batch_size: int = 32) -> np.ndarray:
+        """Text embeddings [len(texts), projection_dim]: get_text_features of the tokenized texts,
+        run ``batch_size`` texts at a time (each batch padded to its longest text; padding does not
+        change a text's embedding), L2-normalized unless normalize=False. ValueError for a text
+        longer than max_position_embeddings tokens (it is not truncated)."""
+        _check_batch_size(batch_size)
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, (list, tuple)) or not texts:
+            raise ValueError("texts must be a non-empty list of strings")
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            ids, mask = self._encode_texts(texts[start:start + batch_size], offset=start)
+            parts.append(self.get_text_features(ids, mask))
+        features = np.concatenate(parts)
+        return _l2_normalize(features) if normalize else features
+
+    # ---- images -------------------------------------------------------------------------------
+
+    def _pixels(self, pixel_values: Any, interpolate: bool = False) -> np.ndarray:
+        if not isinstance(pixel_values, np.ndarray):
+            raise TypeError("pixel_values must be a float32 NumPy array [batch, channels, height, width] (image "
+                            f"files and PIL images: see docs/vision.md), got {type(pixel_values).__name__}")
+        if pixel_values.dtype.kind != "f":
+            raise TypeError(f"pixel_values must be a float array (preprocessed pixel values), got dtype "
+                            f"{pixel_values.dtype}")
+        x = np.ascontiguousarray(pixel_values, dtype=np.float32)
+        C, S = self.num_channels, self.image_size
+        if not isinstance(interpolate, bool):
+            raise TypeError(f"interpolate_pos_encoding must be True or False, got {interpolate!r}")
+        if x.ndim != 4 or x.shape[1] != C:
+            raise ValueError(f"pixel_values must have shape [batch, {C}, {S}, {S}], got {list(x.shape)}")
+        if x.shape[0] == 0:
+            raise ValueError("pixel_values holds no image (batch size 0)")
+        if not interpolate and (x.shape[2] != S or x.shape[3] != S):
+            raise ValueError(f"pixel_values are {x.shape[2]}×{x.shape[3]} images, but the model takes "
+                             f"{S}×{S} (vision_config.image_size); resize them, or pass "
+                             "interpolate_pos_encoding=True")
+        if x.shape[2] < self.patch_size or x.shape[3] < self.patch_size:
+            raise ValueError(f"pixel_values are {x.shape[2]}×{x.shape[3]} images, smaller than one patch "
+                             f"({self.patch_size}×{self.patch_size})")
+        if not np.isfinite(x).all():
+            raise ValueError("pixel_values holds NaN or infinite values")
+        return x
+
+    def _position_table(self, height: int, width: int) -> np.ndarray:
+        """[1 + patches, hidden]: transformers' CLIPVisionEmbeddings.interpolate_pos_encoding (the
+        table itself for its own patch count on a square image, else the grid resized bicubically)."""
+        table = self._vision_positions
+        rows, cols = height // self.patch_size, width // self.patch_size
+        positions = table.shape[0] - 1
+        if rows * cols == positions and height == width:
+            return table
+        side = int(positions ** 0.5)
+        grid = table[1:].reshape(side, side, -1)
+        resized = interpolate_positions(grid, rows, cols).reshape(rows * cols, -1)
+        return np.concatenate([table[:1], resized])
+
+    def _image_embeddings(self, x: np.ndarray) -> np.ndarray:
+        """[B, 1 + patches, hidden]: class embedding, then the patches (Conv2d as a GEMM), plus positions."""
+        B, C, H, W = x.shape
+        p = self.patch_size
+        rows, cols = H // p, W // p
+        Hv = self.vision_hparams.hidden_size
+        # Conv2d with stride = kernel ignores the rows and columns past the last whole patch.
+        patches = x[:, :, :rows * p, :cols * p].reshape(B, C, rows, p, cols, p).transpose(0, 2, 4, 1, 3, 5)
+        patches = np.ascontiguousarray(patches).reshape(B * rows * cols, C * p * p)
+        out = np.empty((B, 1 + rows * cols, Hv), dtype=np.float32)
+        out[:, 0] = self._class_embedding
+        out[:, 1:] = self._patch(patches).reshape(B, rows * cols, Hv)
+        out += self._position_table(H, W)
+        return out
+
+    def image_hidden_states(self, pixel_values: PixelValues, interpolate_pos_encoding: bool = False) -> np.ndarray:
+        """The vision tower's last hidden state [B, 1 + patches, hidden] (before post_layernorm, as
+        transformers' last_hidden_state). interpolate_pos_encoding: images of another size than
+        image_size, the position embeddings resized bicubically as transformers does."""
+        x = self._pixels(pixel_values, interpolate_pos_encoding)
+        vision = self._live_vision()
+        return vision.forward_embeddings(self._image_embeddings(x), num_threads=self.num_threads)
+
+    def get_image_features(self, pixel_values: PixelValues, interpolate_pos_encoding: bool = False) -> np.ndarray:
+        """visual_projection(post_layernorm(class token)) [B, projection_dim] for preprocessed
+        float32 pixel values [B, channels, image_size, image_size] (any size of at least one patch
+        with interpolate_pos_encoding): what transformers' CLIP get_image_features returns as
+        pooler_output (not normalized)."""
+        hidden = self.image_hidden_states(pixel_values, interpolate_pos_encoding)
+        weight, bias = self._post_norm
+        pooled = ops.layer_norm(np.ascontiguousarray(hidden[:, 0]), weight, bias, self.vision_hparams.norm_eps)
+        return self._visual_projection(pooled)
+
+    @property
+    def image_config(self) -> Any:
+        """The checkpoint's image preprocessing (preprocessor_config.json, read on first use;
+        ``_images.ImageConfig``); ValueError naming the file when it is missing or wrong."""
+        if self._image_config is None:
+            self._image_config = _images.read_image_config(self._model_dir.path, self._arch.image_processor)
+        return self._image_config
+
+    def preprocess(self, images: Any) -> np.ndarray:
+        """Images as the checkpoint's image processor prepares them: file paths, PIL images or NumPy
+        arrays (uint8 in [0, 255] or float in [0, 1]; HW, HWC, CHW or a 4-D batch), one or a list,
+        -> float32 pixel values [B, 3, H, W] (docs/vision.md, "Images in")."""
+        return _images.preprocess(images, self.image_config)
+
+    def _as_pixels(self, images: Any) -> np.ndarray:
+        """Pixel values for ``images``: a float NumPy array is taken as preprocessed pixel values
+        [B, C, H, W]; anything else (paths, PIL images, uint8 arrays, lists) is preprocessed."""
+        if isinstance(images, np.ndarray) and images.dtype.kind == "f":
+            return images
+        return self.preprocess(images)
+
+    def embed_images(self, images: Images, normalize: bool = True, batch_size: int = 32,
+                     interpolate_pos_encoding: bool = False) -> np.ndarray:
+        """Image embeddings [B, projection_dim]: get_image_features, ``batch_size`` images at a time,
+        L2-normalized unless normalize=False. images: float pixel values [B, C, H, W] (already
+        preprocessed), or file paths, PIL images, uint8 arrays or a list of them (preprocessed as
+        preprocessor_config.json says, ``preprocess``)."""
+        _check_batch_size(batch_size)
+        pixels = self._pixels(self._as_pixels(images), interpolate_pos_encoding)
+        features = np.concatenate([self.get_image_features(pixels[start:start + batch_size], interpolate_pos_encoding)
+                                   for start in range(0, len(pixels), batch_size)])
+        return _l2_normalize(features) if normalize else features
+
+    def logits_per_image(self, images: Images, texts: Union[Sequence[str], TokenIds],
+                         attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """exp(logit_scale) · cosine(image, text) [images, texts], transformers' logits_per_image.
+        images: as embed_images takes them; texts: strings (tokenized) or token ids [N, T] with
+        attention_mask."""
+        image_embeds = self.embed_images(images)
+        if isinstance(texts, str) or (isinstance(texts, (list, tuple)) and texts and isinstance(texts[0], str)):
+            text_embeds = self.embed_texts(texts)  # type: ignore[arg-type]
+        else:
+            text_embeds = _l2_normalize(self.get_text_features(texts, attention_mask))
+        return (np.float32(self.logit_scale) * (image_embeds @ text_embeds.T)).astype(np.float32)
+
+    def scores(self, images: Images, texts: Union[Sequence[str], TokenIds],
+               attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """Zero-shot probabilities [images, texts]: softmax over the texts of logits_per_image."""
+        return _softmax(self.logits_per_image(images, texts, attention_mask))
+
+    def classify(self, images: Images, labels: Sequence[str], top_k: int = 5) -> List[List[tuple]]:
+        """Zero-shot labels: per image, the top_k (label, probability) of ``scores(images, labels)``."""
+        if isinstance(labels, str) or not isinstance(labels, (list, tuple)) or not labels:
+            raise ValueError("labels must be a non-empty list of strings")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
+        probs = self.scores(images, list(labels))
+        order = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
+        return [[(labels[j], float(row[j])) for j in idx] for row, idx in zip(probs, order)]
+
+    # ---- state --------------------------------------------------------------------------------
+
+    def _live_text(self) -> Any:
+        self._live()
+        return self._text
+
+    def _live_vision(self) -> Any:
+        self._live()
+        return self._vision
+
+__all__ = ["CLIP"]
