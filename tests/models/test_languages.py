@@ -286,8 +286,9 @@ def test_errors(dirs, tmp_path):
 
 
 def _run_cli(*args):
+    # the cpuformer these tests import (the installed one in CI, not necessarily the source tree's)
     environment = dict(os.environ)
-    package = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
+    package = os.path.dirname(os.path.dirname(os.path.abspath(cf.__file__)))
     environment["PYTHONPATH"] = package + os.pathsep + environment.get("PYTHONPATH", "")
     return subprocess.run([sys.executable, "-m", "cpuformer", *map(str, args)], capture_output=True, text=True,
                           timeout=600, env=environment)
