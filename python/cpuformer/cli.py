@@ -233,8 +233,9 @@ def _embed_images(args: argparse.Namespace, kind: str) -> int:
     paths = _image_paths(args.images, "--images")
     args.format = args.format or "npy"
     with _open_model(args.model_dir, "vision", "embed", args.dtype, args.threads, _quantization(args)) as model:
-        parts = [model.embed(paths[i:i + args.batch_size], pooling=args.pooling or "cls",
-                             normalize=not args.no_normalize, batch_size=args.batch_size)
+        parts = [_numbered(i, lambda part: model.embed(part, pooling=args.pooling or "cls",
+                                                       normalize=not args.no_normalize, batch_size=args.batch_size),
+                           paths[i:i + args.batch_size])
                  for i in _progress(range(0, len(paths), args.batch_size), "embed")]
     vectors = np.concatenate(parts)
     if args.format == "json":
@@ -248,6 +249,20 @@ def _embed_images(args: argparse.Namespace, kind: str) -> int:
         return 0
     _write_vectors(args, vectors)
     return 0
+
+
+def _numbered(start: int, run: Callable[[List[str]], Any], paths: List[str]) -> Any:
+    """``run(paths)`` on a part of the images that starts at ``start``; its errors name the image by
+    its position among all of them."""
+    from .models.vision import _renumber
+
+    try:
+        return run(paths)
+    except (ValueError, TypeError) as error:
+        message = _renumber(str(error), start, paths)
+        if message == str(error):
+            raise
+        raise type(error)(message) from None
 
 
 def _write_vectors(args: argparse.Namespace, vectors: Any) -> None:
@@ -547,7 +562,8 @@ def _classify_images(args: argparse.Namespace) -> int:
                             "head; `cpuformer classify` needs an image classifier (use `cpuformer embed --images`)")
         for start in _progress(range(0, len(items), args.batch_size), "classify"):
             paths = items[start:start + args.batch_size]
-            results = model.classify(paths, top_k=top_k or model.num_labels, batch_size=args.batch_size)
+            results = _numbered(start, lambda part: model.classify(part, top_k=top_k or model.num_labels,
+                                                                   batch_size=args.batch_size), paths)
             _print_json_lines([{"image": path, "labels": [{"label": label, "score": score} for label, score in row]}
                                for path, row in zip(paths, results)])
     return 0

@@ -201,6 +201,18 @@ def test_image_errors(vit, deit, images):
     directory, paths = images
     with pytest.raises(ValueError, match=r"image 1: .*notes.txt: cannot read the image"):
         model.classify([paths[0], str(directory / "notes.txt")])
+    with pytest.raises(ValueError, match=r"image 5: .*notes.txt: cannot read the image"):  # counted over batches
+        model.classify(paths + [str(directory / "notes.txt")], batch_size=2)
+    arrays = np.zeros((5, 8, 8, 3), np.float32)
+    arrays[3, 0, 0, 0] = 2
+    with pytest.raises(ValueError, match=r"image\[2:4\]: a float image must have values in \[0, 1\]"):
+        model.embed(arrays, batch_size=2)
+    with pytest.raises(ValueError, match=r"image\[0:4\]: a float image must have values in \[0, 1\]"):
+        model.embed(arrays, batch_size=4)
+    with pytest.raises(ValueError, match=r"^image: a float image must have values in \[0, 1\]"):
+        model.embed(arrays)  # one batch: the input itself
+    with pytest.raises(TypeError, match="image 4: expected a file path, a PIL image or a NumPy array, got int"):
+        model.embed(paths[:4] + [3], batch_size=3)
     with pytest.raises(ValueError, match=r"image 0: .*missing.png: no such image file"):
         model.classify(str(directory / "missing.png"))
     with pytest.raises(ValueError, match="images: an empty batch"):
@@ -299,6 +311,8 @@ def test_cli_errors(vit, deit, images, tmp_path, capsys):
             "classify text)") in error
     error = _cli_error(capsys, "classify", vit[0], image_dir / "notes.txt")
     assert "image 0: " in error and "notes.txt: cannot read the image" in error
+    error = _cli_error(capsys, "classify", vit[0], *paths, image_dir / "notes.txt", "--batch-size", "2")
+    assert "image 5: " in error and "notes.txt: cannot read the image" in error  # counted over the batches
     error = _cli_error(capsys, "classify", vit[0], image_dir)
     assert "a directory; " in error
     error = _cli_error(capsys, "classify", vit[0], paths[0], "--function", "sigmoid")

@@ -22,6 +22,7 @@ images.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -215,9 +216,11 @@ class ImageEncoder(ModelBase):
         return (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 4
                 and images.shape[1] == self.num_channels)
 
-    def _preprocess(self, images: Any) -> np.ndarray:
+    def _preprocess(self, images: Any, offset: Optional[int] = None) -> np.ndarray:
         """Images (file paths, PIL images, NumPy arrays, a list of them) -> float32 pixel_values as the
-        checkpoint's preprocessor_config.json says."""
+        checkpoint's preprocessor_config.json says. ``offset``: the first index of this batch in the
+        whole input when it is a part of it (``_batches``), so that errors name the image by its index
+        there."""
         if self._is_pixel_values(images):
             return images
         try:
@@ -230,11 +233,14 @@ class ImageEncoder(ModelBase):
             raise ValueError(f"{error} (got {got})") from None
         try:
             return _images.preprocess(images, config)
-        except ValueError as error:
-            if isinstance(images, np.ndarray) and images.ndim == 4 and images.shape[1] == self.num_channels:
-                raise ValueError(f"{error} (pixel_values, already preprocessed, must be float32; got "
-                                 f"{images.dtype})") from None
-            raise
+        except (ValueError, TypeError) as error:
+            message = _renumber(str(error), offset, images)
+            if isinstance(error, ValueError) and isinstance(images, np.ndarray) and images.ndim == 4 \
+                    and images.shape[1] == self.num_channels:
+                message += f" (pixel_values, already preprocessed, must be float32; got {images.dtype})"
+            if message == str(error):
+                raise
+            raise type(error)(message) from None
 
     def preprocess(self, images: Any) -> np.ndarray:
         """float32 pixel_values [B, channels, H, W] of images as the checkpoint's preprocessor_config.json
@@ -350,7 +356,8 @@ class ImageEncoder(ModelBase):
             raise ValueError(f"{self.architecture}: this checkpoint has no pooler (pooler.dense weights); use "
                              "pooling='cls' or 'mean'")
         parts = []
-        for batch in _batches(images, batch_size):
+        for offset, batch in _batches(images, batch_size):
+            batch = self._preprocess(batch, offset)
             if pooling == "pooler":
                 vectors = self(batch, interpolate_pos_encoding, return_pooler=True)[1]
             else:
@@ -364,16 +371,28 @@ class ImageEncoder(ModelBase):
         return out.astype(np.float32, copy=False)
 
 
-def _batches(images: Any, batch_size: int) -> List[Any]:
-    """The input in batches of at most batch_size images: a list by its items, a 4-D array along
-    axis 0; anything else (one image) is one batch."""
+def _batches(images: Any, batch_size: int) -> List[Tuple[Optional[int], Any]]:
+    """The input in batches of at most batch_size images, with each batch's first index: a list by
+    its items, a 4-D array along axis 0; anything else (one image, a small array) is one batch
+    (index None: the input itself)."""
     if isinstance(images, (list, tuple)):
         if not images:
             raise ValueError("images: an empty batch")
-        return [list(images[i:i + batch_size]) for i in range(0, len(images), batch_size)]
+        return [(i, list(images[i:i + batch_size])) for i in range(0, len(images), batch_size)]
     if isinstance(images, np.ndarray) and images.ndim == 4 and images.shape[0] > batch_size:
-        return [images[i:i + batch_size] for i in range(0, images.shape[0], batch_size)]
-    return [images]
+        return [(i, images[i:i + batch_size]) for i in range(0, images.shape[0], batch_size)]
+    return [(None, images)]
+
+
+def _renumber(message: str, offset: Optional[int], batch: Any) -> str:
+    """An error of cpuformer._images about a batch that starts at ``offset``: "image 3: ..." /
+    "image[3]: ..." renumbered to the image's index in the whole input; "image: ..." about a slice
+    of a batch array names the slice."""
+    if offset is None:
+        return message
+    if isinstance(batch, np.ndarray) and message.startswith("image: "):
+        return f"image[{offset}:{offset + batch.shape[0]}]: " + message[len("image: "):]
+    return re.sub(r"^image( |\[)(\d+)", lambda m: f"image{m.group(1)}{int(m.group(2)) + offset}", message)
 
 
 class ImageClassifier(ImageEncoder):
@@ -420,8 +439,8 @@ class ImageClassifier(ImageEncoder):
         self._live()
         k = min(top_k, self.num_labels)
         out = []
-        for batch in _batches(images, batch_size):
-            logits = self.logits(batch, interpolate_pos_encoding).astype(np.float64)
+        for offset, batch in _batches(images, batch_size):
+            logits = self.logits(self._preprocess(batch, offset), interpolate_pos_encoding).astype(np.float64)
             logits -= logits.max(axis=1, keepdims=True)
             probabilities = np.exp(logits)
             probabilities /= probabilities.sum(axis=1, keepdims=True)
