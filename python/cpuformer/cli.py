@@ -64,8 +64,9 @@ def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None,
         raise
 
 
-def _model_kind(path: str) -> str:
-    """The registry kind of the model at ``path`` ("encoder", "vision", ...), checking the directory."""
+def _model_kind(path: str) -> Any:
+    """(the registry kind, the architecture) of the model at ``path`` (kind "encoder", "vision", ...),
+    checking the directory first."""
     from ._model_dir import ModelDir
 
     if not os.path.exists(path):
@@ -76,7 +77,8 @@ def _model_kind(path: str) -> str:
         raise UserError(f"{path} is not a model directory: it has no config.json")
     model_dir = ModelDir(path)
     try:
-        return find(model_dir.config)[0].kind
+        arch, name = find(model_dir.config)
+        return arch.kind, name
     finally:
         model_dir.close()
 
@@ -196,9 +198,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
-    kind = _model_kind(args.model_dir)
+    kind, name = _model_kind(args.model_dir)
     if args.images is not None or kind == "vision":
-        return _embed_images(args, kind)
+        return _embed_images(args, kind, name)
     if args.pooling == "pooler":
         raise UserError("--pooling pooler is for image models (--images); text models pool with mean, cls, max or "
                         "last")
@@ -215,13 +217,13 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embed_images(args: argparse.Namespace, kind: str) -> int:
+def _embed_images(args: argparse.Namespace, kind: str, name: str) -> int:
     """`cpuformer embed MODEL --images DIR_OR_FILES`: pooled image embeddings."""
     import numpy as np
 
     if kind != "vision":
-        raise UserError(f"{args.model_dir} holds a text model; --images needs an image model "
-                        f"({titles('vision')}); embed texts without --images")
+        raise UserError(f"{args.model_dir} holds {name}, {KIND_TEXT[kind]}; --images needs an image model "
+                        f"({titles('vision')})")
     if args.images is None:
         raise UserError(f"{args.model_dir} holds an image model: give the images with --images DIR_OR_FILES "
                         "(it does not embed text)")
@@ -524,7 +526,7 @@ def _run_in_chunks(texts: Sequence[Any], batch_size: int, command: str, run: Cal
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
-    if _model_kind(args.model_dir) == "vision":
+    if _model_kind(args.model_dir)[0] == "vision":
         return _classify_images(args)
     if args.top_k is None:
         args.top_k = 1

@@ -342,7 +342,24 @@ def test_cli_errors(vit, deit, images, tmp_path, capsys):
         vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40))
     capsys.readouterr()  # transformers' saving progress
     error = _cli_error(capsys, "embed", bert, "--images", paths[0])
-    assert f"{bert} holds a text model; --images needs an image model (ViT, DeiT" in error
+    assert f"{bert} holds BertModel, an encoder; --images needs an image model (ViT, DeiT)" in error
     error = _cli_error(capsys, "embed", bert, "--ids", "1 2 3", "--pooling", "pooler")
     assert "--pooling pooler is for image models (--images)" in error
     assert not (tmp_path / "x.npy").exists()
+
+
+def test_cli_progress_counts_image_batches(vit, deit, images, tmp_path, monkeypatch, capsys):
+    """The progress bar (shown on a terminal) is given the batches of images, as for the text commands."""
+    _, paths = images
+    seen = []
+
+    def progress(steps, desc):
+        seen.append((desc, list(steps)))
+        return steps
+
+    monkeypatch.setattr(cli, "_progress", progress)
+    output = str(tmp_path / "e.npy")
+    assert cli.main(["embed", str(deit[0]), "--images", *paths, "--batch-size", "2", "-o", output]) == 0
+    assert cli.main(["classify", str(vit[0]), *paths, "--batch-size", "3"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 5
+    assert seen == [("embed", [0, 2, 4]), ("classify", [0, 3])]
