@@ -19,7 +19,8 @@ from .arch import KIND_TEXT, find, titles
 from .models import CLASSES
 from .weights import DTYPES, EMBEDDING_DTYPES, GROUP_SIZES
 
-_KIND_COMMAND = {"encoder": "embed", "decoder": "generate", "seq2seq": "translate"}
+_KIND_COMMAND = {"encoder": "embed", "decoder": "generate", "seq2seq": "translate",
+                 "vision": "classify` or `cpuformer embed --images"}
 
 
 class UserError(Exception):
@@ -61,6 +62,49 @@ def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None,
     except BaseException:
         model_dir.close()
         raise
+
+
+def _model_kind(path: str) -> Any:
+    """(the registry kind, the architecture) of the model at ``path`` (kind "encoder", "vision", ...),
+    checking the directory first."""
+    from ._model_dir import ModelDir
+
+    if not os.path.exists(path):
+        raise UserError(f"model directory {path} does not exist")
+    if not os.path.isdir(path):
+        raise UserError(f"{path} is not a directory (give a Hugging Face model directory)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise UserError(f"{path} is not a model directory: it has no config.json")
+    model_dir = ModelDir(path)
+    try:
+        arch, name = find(model_dir.config)
+        return arch.kind, name
+    finally:
+        model_dir.close()
+
+
+#: What a directory given to --images is read for (the extensions Pillow reads most commonly).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
+
+
+def _image_paths(items: Sequence[str], option: str) -> List[str]:
+    """Image files from paths and directories (a directory: its files with an image extension,
+    sorted by name, not recursive). Missing paths and empty directories are UserErrors; a file
+    that is not an image fails when it is read."""
+    paths: List[str] = []
+    for item in items:
+        if os.path.isdir(item):
+            found = sorted(name for name in os.listdir(item)
+                           if name.lower().endswith(IMAGE_EXTENSIONS) and os.path.isfile(os.path.join(item, name)))
+            if not found:
+                raise UserError(f"{option} {item}: the directory has no image files "
+                                f"({', '.join(IMAGE_EXTENSIONS)})")
+            paths.extend(os.path.join(item, name) for name in found)
+        elif os.path.isfile(item):
+            paths.append(item)
+        else:
+            raise UserError(f"{option} {item}: no such image file or directory")
+    return paths
 
 
 def _texts(args: argparse.Namespace, keep_blank: bool = False) -> List[str]:
@@ -154,6 +198,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
+    kind, name = _model_kind(args.model_dir)
+    if args.images is not None or kind == "vision":
+        return _embed_images(args, kind, name)
+    if args.pooling == "pooler":
+        raise UserError("--pooling pooler is for image models (--images); text models pool with mean, cls, max or "
+                        "last")
+    args.format = args.format or "json"
     texts: Sequence[Any] = _ids_of(_texts(args)) if args.ids else _texts(args)
     chunk = max(8 * args.batch_size, 256)  # embed() sorts each chunk by length; chunks give a progress bar
     starts = range(0, len(texts), chunk)
@@ -162,6 +213,64 @@ def _cmd_embed(args: argparse.Namespace) -> int:
                            batch_size=args.batch_size)
                  for i in _progress(starts, "embed")]
     vectors = np.concatenate(parts)
+    _write_vectors(args, vectors)
+    return 0
+
+
+def _embed_images(args: argparse.Namespace, kind: str, name: str) -> int:
+    """`cpuformer embed MODEL --images DIR_OR_FILES`: pooled image embeddings."""
+    import numpy as np
+
+    if kind != "vision":
+        raise UserError(f"{args.model_dir} holds {name}, {KIND_TEXT[kind]}; --images needs an image model "
+                        f"({titles('vision')})")
+    if args.images is None:
+        raise UserError(f"{args.model_dir} holds an image model: give the images with --images DIR_OR_FILES "
+                        "(it does not embed text)")
+    if args.texts or args.file is not None or args.ids:
+        raise UserError("--images takes the images; texts, --file and --ids are for text models")
+    if args.pooling not in (None, "cls", "mean", "pooler"):
+        raise UserError(f"--pooling {args.pooling} is for text models; image models pool with cls (default), "
+                        "mean or pooler")
+    paths = _image_paths(args.images, "--images")
+    args.format = args.format or "npy"
+    with _open_model(args.model_dir, "vision", "embed", args.dtype, args.threads, _quantization(args)) as model:
+        parts = [_numbered(i, lambda part: model.embed(part, pooling=args.pooling or "cls",
+                                                       normalize=not args.no_normalize, batch_size=args.batch_size),
+                           paths[i:i + args.batch_size])
+                 for i in _progress(range(0, len(paths), args.batch_size), "embed")]
+    vectors = np.concatenate(parts)
+    if args.format == "json":
+        lines = "".join(json.dumps({"image": path, "embedding": row}) + "\n"
+                        for path, row in zip(paths, vectors.tolist()))
+        if args.output is None:
+            sys.stdout.write(lines)
+            sys.stdout.flush()
+        else:
+            _write(args.output, lambda f: f.write(lines))
+        return 0
+    _write_vectors(args, vectors)
+    return 0
+
+
+def _numbered(start: int, run: Callable[[List[str]], Any], paths: List[str]) -> Any:
+    """``run(paths)`` on a part of the images that starts at ``start``; its errors name the image by
+    its position among all of them."""
+    from .models.vision import _renumber
+
+    try:
+        return run(paths)
+    except (ValueError, TypeError) as error:
+        message = _renumber(str(error), start, paths)
+        if message == str(error):
+            raise
+        raise type(error)(message) from None
+
+
+def _write_vectors(args: argparse.Namespace, vectors: Any) -> None:
+    """--format npy / json of the text form: the array [N, D] to --output or stdout."""
+    import numpy as np
+
     if args.format == "npy":
         if args.output is None:
             if sys.stdout.isatty():
@@ -170,13 +279,12 @@ def _cmd_embed(args: argparse.Namespace) -> int:
             sys.stdout.buffer.flush()
         else:
             _write(args.output, lambda f: np.save(f, vectors), binary=True)
-        return 0
+        return
     text = json.dumps(vectors.tolist())
     if args.output is None:
         print(text)
     else:
         _write(args.output, lambda f: f.write(text + "\n"))
-    return 0
 
 
 def _write(path: str, write: Callable[[Any], Any], binary: bool = False) -> None:
@@ -418,6 +526,10 @@ def _run_in_chunks(texts: Sequence[Any], batch_size: int, command: str, run: Cal
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
+    if _model_kind(args.model_dir)[0] == "vision":
+        return _classify_images(args)
+    if args.top_k is None:
+        args.top_k = 1
     if args.ids:
         from .models import _id_tasks
 
@@ -432,6 +544,30 @@ def _cmd_classify(args: argparse.Namespace) -> int:
         _run_in_chunks(texts, args.batch_size, "classify",
                        lambda chunk: model.classify(chunk, top_k=args.top_k or None, function_to_apply=args.function,
                                                     batch_size=args.batch_size))
+    return 0
+
+
+def _classify_images(args: argparse.Namespace) -> int:
+    """`cpuformer classify` on an image classifier: one JSON line per image file."""
+    if args.ids or args.function is not None:
+        raise UserError(f"{args.model_dir} holds an image classifier; --ids and --function are for text classifiers")
+    items = _texts(args)  # the positional paths, or the lines of --file
+    for item in items:
+        if not os.path.isfile(item):
+            what = "a directory" if os.path.isdir(item) else "no such file"
+            raise UserError(f"{item}: {what}; {args.model_dir} holds an image classifier: give image files (it does "
+                            "not classify text)")
+    top_k = 5 if args.top_k is None else args.top_k
+    with _open_model(args.model_dir, "vision", "classify", args.dtype, args.threads, _quantization(args)) as model:
+        if not hasattr(model, "classify"):
+            raise UserError(f"{args.model_dir} holds {model.architecture}, an image model without a classification "
+                            "head; `cpuformer classify` needs an image classifier (use `cpuformer embed --images`)")
+        for start in _progress(range(0, len(items), args.batch_size), "classify"):
+            paths = items[start:start + args.batch_size]
+            results = _numbered(start, lambda part: model.classify(part, top_k=top_k or model.num_labels,
+                                                                   batch_size=args.batch_size), paths)
+            _print_json_lines([{"image": path, "labels": [{"label": label, "score": score} for label, score in row]}
+                               for path, row in zip(paths, results)])
     return 0
 
 
@@ -761,35 +897,45 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_cmd_info)
 
-    embed = sub.add_parser("embed", help="sentence embeddings from an encoder (JSON or .npy)",
+    embed = sub.add_parser("embed", help="sentence or image embeddings (JSON or .npy)",
                            description="Sentence embeddings [N, hidden] of texts with an encoder model directory "
-                                       f"({titles('encoder')}; needs tokenizer.json unless --ids).")
+                                       f"({titles('encoder')}; needs tokenizer.json unless --ids), or image "
+                                       f"embeddings of --images with an image model ({titles('vision')}; needs "
+                                       "preprocessor_config.json).")
     embed.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(embed, "texts to embed")
-    embed.add_argument("--pooling", choices=("mean", "cls", "max", "last"), default=None,
-                       help="token pooling (default: the sentence-transformers configuration, else mean)")
+    embed.add_argument("--images", nargs="+", metavar="DIR_OR_FILE",
+                       help="image model: embed these image files, or the image files of these directories (sorted "
+                            "by name)")
+    embed.add_argument("--pooling", choices=("mean", "cls", "max", "last", "pooler"), default=None,
+                       help="token pooling (text: default the sentence-transformers configuration, else mean; images: "
+                            "cls (default), mean of the patch tokens, or pooler)")
     embed.add_argument("--no-normalize", action="store_true",
                        help="do not L2-normalise the embeddings (default: as configured, else normalised)")
-    embed.add_argument("--format", choices=("json", "npy"), default="json",
-                       help="json: a list of lists on stdout (default); npy: a NumPy .npy file")
+    embed.add_argument("--format", choices=("json", "npy"), default=None,
+                       help="json: a list of lists on stdout (images: one JSON line per image); npy: a NumPy .npy "
+                            "file (default for --images; json for texts)")
     embed.add_argument("--output", "-o", metavar="PATH", help="write to PATH instead of stdout")
-    embed.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="sequences per batch")
+    embed.add_argument("--batch-size", type=_positive_int, default=32, metavar="N",
+                       help="sequences (images) per batch")
     _add_ids_option(embed, "each input is token ids, special tokens included")
     _add_model_options(embed)
     embed.set_defaults(func=_cmd_embed)
 
-    cls = sub.add_parser("classify", help="text classification with a sequence classification head (JSON lines)",
+    cls = sub.add_parser("classify", help="text or image classification (JSON lines)",
                          description="Classifies each text with an encoder checkpoint that has a sequence "
                                      "classification head (...ForSequenceClassification; needs tokenizer.json "
                                      "unless --ids), as transformers' text-classification pipeline: one JSON line "
-                                     'per input, a list of {"label", "score"}, best first.')
+                                     'per input, a list of {"label", "score"}, best first. With an image '
+                                     "classifier (...ForImageClassification; needs preprocessor_config.json) the "
+                                     'inputs are image files: one line {"image", "labels"} per image.')
     cls.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
-    _add_text_inputs(cls, "texts to classify")
-    cls.add_argument("--top-k", type=_non_negative_int, default=1, metavar="K",
-                     help="labels per input (default 1; 0: all)")
+    _add_text_inputs(cls, "texts (or image files) to classify")
+    cls.add_argument("--top-k", type=_non_negative_int, default=None, metavar="K",
+                     help="labels per input (default 1 for texts, 5 for images; 0: all)")
     cls.add_argument("--function", choices=("softmax", "sigmoid", "none"), default=None,
                      help="score function (default: as the pipeline, from the config's problem_type and labels)")
-    cls.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="texts per batch")
+    cls.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="texts (images) per batch")
     _add_ids_option(cls, "each input is token ids, special tokens included")
     _add_model_options(cls)
     cls.set_defaults(func=_cmd_classify)

@@ -240,17 +240,19 @@ def test_labels_identical_in_16_bits(deit_teacher):
 def test_pixel_value_errors(vit_base, vit_classifier):
     model = cf.load(vit_base[0])
     good = _pixels(1, 64, 64)
-    with pytest.raises(TypeError, match=r"pixel_values must be a float32 NumPy array \[batch, 3, height, width\], "
-                                        "got list"):
+    # Anything but float32 [B, 3, H, W] is images, and these directories have no preprocessor_config.json
+    # (tests/models/test_vision_api.py preprocesses).
+    no_config = "has no preprocessor_config.json, so ImageEncoder cannot preprocess images; give float32 pixel_values"
+    with pytest.raises(ValueError, match=no_config + r".*\(got list\)"):
         model(good.tolist())
-    with pytest.raises(TypeError, match="pixel_values must be float32 .preprocessed images., got dtype float64"):
+    with pytest.raises(ValueError, match=no_config + r".*\(got a float64 array of shape \[1, 3, 64, 64\]\)"):
         model(good.astype(np.float64))
-    with pytest.raises(ValueError, match=r"4 dimensions .*got shape \[3, 64, 64\]; add the batch axis"):
+    with pytest.raises(ValueError, match=no_config + r".*\(got a float32 array of shape \[3, 64, 64\]\)"):
         model(good[0])
     with pytest.raises(ValueError, match=r"at least one image, got shape \[0, 3, 64, 64\]"):
         model(good[:0])
-    with pytest.raises(ValueError, match=r"must have 3 channels \(axis 1, channels first"):
-        model(np.zeros((1, 64, 64, 3), np.float32))
+    with pytest.raises(ValueError, match=no_config + r".*\(got a float32 array of shape \[1, 64, 64, 3\]\)"):
+        model(np.zeros((1, 64, 64, 3), np.float32))  # channels last: images
     with pytest.raises(ValueError, match="pixel_values are 64x48 .height x width. but the model's image size is 64x64; "
                                          "resize the images, or pass interpolate_pos_encoding=True"):
         model(_pixels(1, 64, 48))
@@ -270,10 +272,10 @@ def test_pixel_value_errors(vit_base, vit_classifier):
         classifier(_pixels(1, 70, 42), interpolate_pos_encoding=True)
     with pytest.raises(ValueError, match="top_k must be an integer >= 1, got 0"):
         classifier.classify(_pixels(1, 56, 42), top_k=0)
-    with pytest.raises(NotImplementedError, match="takes preprocessed float32 pixel_values .* got ndarray of dtype "
-                                                  "uint8.* is not available yet"):
+    with pytest.raises(ValueError, match=r"has no preprocessor_config.json, so ImageClassifier cannot preprocess "
+                                         r"images.*\(got a uint8 array of shape \[1, 56, 42, 3\]\)"):
         classifier.classify(np.zeros((1, 56, 42, 3), np.uint8))
-    with pytest.raises(NotImplementedError, match="got str"):
+    with pytest.raises(ValueError, match=r"has no preprocessor_config.json.*\(got str\)"):
         classifier.classify("cat.jpg")
     model.close()
     with pytest.raises(ValueError, match="this ImageEncoder is closed"):
@@ -327,7 +329,10 @@ def test_config_errors(tmp_path):
 def test_cli_names_the_kind(vit_base, capsys):
     from cpuformer import cli
 
+    assert cli.main(["generate", str(vit_base[0]), "hello"]) != 0
+    error = capsys.readouterr().err
+    assert "holds ViTModel, an image model; `cpuformer generate` needs a decoder (causal LM) (use " \
+           "`cpuformer classify` or `cpuformer embed --images`)" in error, error
     assert cli.main(["embed", str(vit_base[0]), "hello"]) != 0
     error = capsys.readouterr().err
-    assert "holds ViTModel, an image model; `cpuformer embed` needs an encoder (no cpuformer command runs it yet; " \
-           "use the Python API, cpuformer.load)" in error, error
+    assert "holds an image model: give the images with --images DIR_OR_FILES (it does not embed text)" in error, error

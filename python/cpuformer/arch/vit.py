@@ -96,6 +96,8 @@ class ViT(Arch):
     token_names: Tuple[str, ...] = ("embeddings.cls_token",)
     #: The classification classes: class name -> ((head tensor, token index), ...).
     classifiers: Dict[str, Tuple[Tuple[str, int], ...]] = {"ViTForImageClassification": (("classifier", 0),)}
+    #: The image processor a preprocessor_config.json without a type is read as (transformers goes by model_type).
+    image_processor = "ViTImageProcessor"
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         hidden = config_int(config, "hidden_size", default=768)
@@ -201,6 +203,7 @@ class DeiT(ViT):
     prefixes = ("", "deit.")
     ignored = (r"(deit\.)?embeddings\.mask_token",)
     token_names = ("embeddings.cls_token", "embeddings.distillation_token")
+    image_processor = "DeiTImageProcessor"
     # With teacher: the average of the CLS token's head and the distillation token's, as transformers.
     classifiers = {"DeiTForImageClassification": (("classifier", 0),),
                    "DeiTForImageClassificationWithTeacher": (("cls_classifier", 0), ("distillation_classifier", 1))}

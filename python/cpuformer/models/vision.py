@@ -11,20 +11,23 @@ for another image size (``interpolate_pos_encoding=True``, ``interpolate_positio
 After it, the classifier heads (a Linear on the CLS token; DeiT with teacher: the average of the
 CLS and the distillation heads).
 
-Inputs are float32 ``pixel_values`` [batch, channels, height, width], already preprocessed (resized,
-rescaled, normalized) as the checkpoint's image processor does. Images (file paths, PIL images,
-uint8 arrays) go through ``_preprocess``, the hook of the image preprocessing (not available yet:
-NotImplementedError naming what to pass instead).
+Inputs (``images`` below): already preprocessed float32 ``pixel_values`` [batch, channels, height,
+width], or images — file paths, PIL images, NumPy arrays (uint8 in [0, 255], float in [0, 1]; HW,
+HWC, CHW, NHWC, NCHW), or a list of these — preprocessed as the checkpoint's
+``preprocessor_config.json`` says (``cpuformer._images.preprocess``; read at first use). The rule:
+a float32 4-D array with ``num_channels`` entries in axis 1 is pixel_values; everything else is
+images.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from .. import _core
+from .. import _core, _images
 from .._arguments import check_integer, check_num_threads
 from .._model_dir import ModelDir
 from ..arch import find, wrong_kind
@@ -88,9 +91,13 @@ class ImageEncoder(ModelBase):
     ``enc.forward``) returns transformers' ``last_hidden_state`` float32 [B, tokens, hidden]
     (tokens = CLS (+ distillation) + patches); with ``return_pooler``, ``(last_hidden_state,
     pooler_output)`` for checkpoints with a pooler (``has_pooler``); ``enc.pooler_output(...)``
-    returns just that. ``pixel_values``: float32 [B, num_channels, H, W], already preprocessed; H and
+    returns just that; ``enc.embed(images, pooling="cls", normalize=False)`` pooled vectors
+    [N, hidden]. ``pixel_values``: float32 [B, num_channels, H, W], already preprocessed; H and
     W must be the checkpoint's ``image_size`` unless ``interpolate_pos_encoding`` (then any size of
     at least one patch; as transformers' Conv2d, the pixels past the last whole patch are not used).
+    Or images (file paths, PIL images, NumPy arrays, a list of them), preprocessed with the
+    checkpoint's preprocessor_config.json (``image_config``, ``preprocess``): a float32 4-D array
+    with num_channels entries in axis 1 is pixel_values, everything else is images.
     """
 
     #: Whether the class needs a classification checkpoint.
@@ -121,6 +128,8 @@ class ImageEncoder(ModelBase):
                                           f"({self._stored_dtype}) cannot be opened as an image model yet; open the "
                                           "original checkpoint with dtype=")
             self.architecture, self.family, self._arch = name, arch.family, arch
+            self._path = model_dir.path
+            self._image_config: Optional[_images.ImageConfig] = None
             self.hparams = arch.hparams(model_dir.config)
             self.config = self.hparams.as_dict()
             vision = arch.vision(model_dir.config, self.hparams, name)  # type: ignore[attr-defined]
@@ -186,15 +195,58 @@ class ImageEncoder(ModelBase):
 
     # ---- inputs ----------------------------------------------------------------------------
 
-    def _preprocess(self, images: Any) -> np.ndarray:
-        """The hook of image preprocessing: file paths, PIL images and uint8 arrays would become
-        float32 pixel_values here (resize, crop, rescale, normalize as preprocessor_config.json
-        says). Not available yet."""
-        raise NotImplementedError(
-            f"{type(self).__name__} takes preprocessed float32 pixel_values [batch, {self.num_channels}, height, "
-            f"width] for now; image preprocessing (file paths, PIL images, uint8 arrays, got "
-            f"{type(images).__name__}{'' if not isinstance(images, np.ndarray) else ' of dtype ' + str(images.dtype)}) "
-            "is not available yet: resize, rescale and normalize the images as the checkpoint's image processor does")
+    @property
+    def image_config(self) -> _images.ImageConfig:
+        """The checkpoint's preprocessing (its preprocessor_config.json, read at first use; a file
+        without a type is read as the family's image processor). ValueError without the file."""
+        if self._image_config is None:
+            file = os.path.join(self._path, _images.CONFIG_NAME)
+            if not os.path.isfile(file):
+                raise ValueError(f"{self._path} has no {_images.CONFIG_NAME}, so {type(self).__name__} cannot "
+                                 "preprocess images; give float32 pixel_values [batch, "
+                                 f"{self.num_channels}, height, width], preprocessed as the checkpoint's image "
+                                 "processor does")
+            self._image_config = _images.read_image_config(
+                file, default_type=getattr(self._arch, "image_processor", None))
+        return self._image_config
+
+    def _is_pixel_values(self, images: Any) -> bool:
+        """The rule of the inputs: a float32 4-D array with num_channels entries in axis 1 is
+        pixel_values; everything else is images."""
+        return (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 4
+                and images.shape[1] == self.num_channels)
+
+    def _preprocess(self, images: Any, offset: Optional[int] = None) -> np.ndarray:
+        """Images (file paths, PIL images, NumPy arrays, a list of them) -> float32 pixel_values as the
+        checkpoint's preprocessor_config.json says. ``offset``: the first index of this batch in the
+        whole input when it is a part of it (``_batches``), so that errors name the image by its index
+        there."""
+        if self._is_pixel_values(images):
+            return images
+        try:
+            config = self.image_config
+        except ValueError as error:
+            if isinstance(images, np.ndarray):
+                got = f"a {images.dtype} array of shape {list(images.shape)}"
+            else:
+                got = f"{type(images).__name__}"
+            raise ValueError(f"{error} (got {got})") from None
+        try:
+            return _images.preprocess(images, config)
+        except (ValueError, TypeError) as error:
+            message = _renumber(str(error), offset, images)
+            if isinstance(error, ValueError) and isinstance(images, np.ndarray) and images.ndim == 4 \
+                    and images.shape[1] == self.num_channels:
+                message += f" (pixel_values, already preprocessed, must be float32; got {images.dtype})"
+            if message == str(error):
+                raise
+            raise type(error)(message) from None
+
+    def preprocess(self, images: Any) -> np.ndarray:
+        """float32 pixel_values [B, channels, H, W] of images as the checkpoint's preprocessor_config.json
+        says (pixel_values are returned as they are)."""
+        self._live()
+        return self._preprocess(images)
 
     def _pixel_values(self, pixel_values: Any, interpolate: bool) -> np.ndarray:
         """Checked float32 [B, C, H, W] (ValueError / TypeError naming what is wrong)."""
@@ -248,12 +300,12 @@ class ImageEncoder(ModelBase):
             self._interpolated[key] = np.concatenate([table[:k], resized])
         return self._interpolated[key]
 
-    def embeddings(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False) -> np.ndarray:
+    def embeddings(self, pixel_values: Any, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """The encoder's input embeddings [B, k + patches, hidden]: the patch embeddings after the
         CLS (and distillation) tokens, plus the position embeddings (transformers' ``embeddings``
-        module output)."""
-        x = self._pixel_values(pixel_values, interpolate_pos_encoding)
+        module output). ``pixel_values``: pixel_values or images (module docstring)."""
         self._live()
+        x = self._pixel_values(self._preprocess(pixel_values), interpolate_pos_encoding)
         B, C, H, W = x.shape
         (ph, pw), k = self.vision.patch_size, self.vision.prefix_tokens
         rows, cols = H // ph, W // pw
@@ -268,9 +320,10 @@ class ImageEncoder(ModelBase):
 
     # ---- forward ---------------------------------------------------------------------------
 
-    def __call__(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False,
+    def __call__(self, pixel_values: Any, interpolate_pos_encoding: bool = False,
                  return_pooler: bool = False) -> Any:
-        """last_hidden_state [B, tokens, hidden]; with return_pooler, (last_hidden_state, pooler_output)."""
+        """last_hidden_state [B, tokens, hidden]; with return_pooler, (last_hidden_state, pooler_output).
+        ``pixel_values``: pixel_values or images (module docstring)."""
         if not isinstance(return_pooler, bool):
             raise TypeError(f"return_pooler must be True or False, got {return_pooler!r}")
         if return_pooler and not self.has_pooler:
@@ -284,6 +337,62 @@ class ImageEncoder(ModelBase):
     def pooler_output(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """transformers' pooler_output [B, hidden]: tanh(dense(last_hidden_state[:, 0]))."""
         return self(pixel_values, interpolate_pos_encoding, return_pooler=True)[1]
+
+
+    def embed(self, images: Any, pooling: str = "cls", normalize: bool = False, batch_size: int = 32,
+              interpolate_pos_encoding: bool = False) -> np.ndarray:
+        """Image embeddings float32 [N, hidden], in input order. ``images``: pixel_values or images (a
+        list is preprocessed and run ``batch_size`` images at a time). ``pooling``: "cls" the CLS
+        token of last_hidden_state (after the final norm), "mean" the mean of the patch tokens (the
+        CLS and distillation tokens left out, as timm's average pooling), "pooler" pooler_output
+        (checkpoints with a pooler). ``normalize``: L2-normalize each vector."""
+        if pooling not in ("cls", "mean", "pooler"):
+            raise ValueError(f"pooling must be 'cls', 'mean' or 'pooler', got {pooling!r}")
+        if not isinstance(normalize, bool):
+            raise TypeError(f"normalize must be True or False, got {normalize!r}")
+        batch_size = check_integer("batch_size", batch_size, 1)
+        self._live()
+        if pooling == "pooler" and not self.has_pooler:
+            raise ValueError(f"{self.architecture}: this checkpoint has no pooler (pooler.dense weights); use "
+                             "pooling='cls' or 'mean'")
+        parts = []
+        for offset, batch in _batches(images, batch_size):
+            batch = self._preprocess(batch, offset)
+            if pooling == "pooler":
+                vectors = self(batch, interpolate_pos_encoding, return_pooler=True)[1]
+            else:
+                hidden = self(batch, interpolate_pos_encoding)
+                vectors = hidden[:, 0] if pooling == "cls" else hidden[:, self.vision.prefix_tokens:].mean(axis=1)
+            parts.append(np.ascontiguousarray(vectors, dtype=np.float32))
+        out = np.concatenate(parts)
+        if normalize:
+            norms = np.linalg.norm(out, axis=1, keepdims=True)
+            out = out / np.maximum(norms, np.float32(1e-12))
+        return out.astype(np.float32, copy=False)
+
+
+def _batches(images: Any, batch_size: int) -> List[Tuple[Optional[int], Any]]:
+    """The input in batches of at most batch_size images, with each batch's first index: a list by
+    its items, a 4-D array along axis 0; anything else (one image, a small array) is one batch
+    (index None: the input itself)."""
+    if isinstance(images, (list, tuple)):
+        if not images:
+            raise ValueError("images: an empty batch")
+        return [(i, list(images[i:i + batch_size])) for i in range(0, len(images), batch_size)]
+    if isinstance(images, np.ndarray) and images.ndim == 4 and images.shape[0] > batch_size:
+        return [(i, images[i:i + batch_size]) for i in range(0, images.shape[0], batch_size)]
+    return [(None, images)]
+
+
+def _renumber(message: str, offset: Optional[int], batch: Any) -> str:
+    """An error of cpuformer._images about a batch that starts at ``offset``: "image 3: ..." /
+    "image[3]: ..." renumbered to the image's index in the whole input; "image: ..." about a slice
+    of a batch array names the slice."""
+    if offset is None:
+        return message
+    if isinstance(batch, np.ndarray) and message.startswith("image: "):
+        return f"image[{offset}:{offset + batch.shape[0]}]: " + message[len("image: "):]
+    return re.sub(r"^image( |\[)(\d+)", lambda m: f"image{m.group(1)}{int(m.group(2)) + offset}", message)
 
 
 class ImageClassifier(ImageEncoder):
@@ -305,9 +414,9 @@ class ImageClassifier(ImageEncoder):
     def num_labels(self) -> int:
         return len(self.vision.labels)
 
-    def logits(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False) -> np.ndarray:
+    def logits(self, pixel_values: Any, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """transformers' ``logits`` [B, num_labels] (DeiT with teacher: the average of the CLS and
-        the distillation heads)."""
+        the distillation heads). ``pixel_values``: pixel_values or images (module docstring)."""
         hidden = self(pixel_values, interpolate_pos_encoding)
         out: Optional[np.ndarray] = None
         for linear, token in self._heads:
@@ -318,25 +427,26 @@ class ImageClassifier(ImageEncoder):
             out = out / np.float32(len(self._heads))
         return out
 
-    def classify(self, images: Any, top_k: int = 5, interpolate_pos_encoding: bool = False
+    def classify(self, images: Any, top_k: int = 5, interpolate_pos_encoding: bool = False, batch_size: int = 32
                  ) -> List[List[Tuple[str, float]]]:
         """Per image, its top_k (label, probability) pairs (softmax of the logits), most likely first
-        (ties in label order). ``images``: float32 pixel_values [B, C, H, W]; other inputs go
-        through image preprocessing (``_preprocess``). top_k is capped at the number of labels."""
+        (ties in label order). ``images``: float32 pixel_values [B, C, H, W], or images (file paths,
+        PIL images, NumPy arrays, a list of them) preprocessed as the checkpoint's
+        preprocessor_config.json says, ``batch_size`` at a time. top_k is capped at the number of
+        labels."""
         top_k = check_integer("top_k", top_k, 1)
-        if isinstance(images, np.ndarray) and images.dtype == np.float32:
-            pixel_values = images
-        else:
-            pixel_values = self._preprocess(images)
-        logits = self.logits(pixel_values, interpolate_pos_encoding).astype(np.float64)
-        logits -= logits.max(axis=1, keepdims=True)
-        probabilities = np.exp(logits)
-        probabilities /= probabilities.sum(axis=1, keepdims=True)
+        batch_size = check_integer("batch_size", batch_size, 1)
+        self._live()
         k = min(top_k, self.num_labels)
         out = []
-        for row in probabilities:
-            order = np.argsort(-row, kind="stable")[:k]
-            out.append([(self.vision.labels[i], float(row[i])) for i in order])
+        for offset, batch in _batches(images, batch_size):
+            logits = self.logits(self._preprocess(batch, offset), interpolate_pos_encoding).astype(np.float64)
+            logits -= logits.max(axis=1, keepdims=True)
+            probabilities = np.exp(logits)
+            probabilities /= probabilities.sum(axis=1, keepdims=True)
+            for row in probabilities:
+                order = np.argsort(-row, kind="stable")[:k]
+                out.append([(self.vision.labels[i], float(row[i])) for i in order])
         return out
 
 
