@@ -232,16 +232,18 @@ py::tuple kv_cache_reorder(const py::array& k_in, const py::array& v_in, const p
 }
 
 // Testing hook: the cost-aware draft schedule (SpeculationCostGuard) fed a sequence of measured
-// events — ("step", seconds, 1) for a plain decode step, ("round", seconds, emitted tokens) for a
-// speculative round — returns after each event the plain steps it wants before speculating again.
-std::vector<long> speculation_cost_guard(const std::vector<std::tuple<std::string, double, long>>& events) {
+// events — ("step", seconds, 1, 0, 0) for a plain decode step, ("round", seconds, emitted tokens,
+// verification seconds, verified positions) for a speculative round — returns after each event the
+// plain steps it wants before speculating again.
+std::vector<long> speculation_cost_guard(
+    const std::vector<std::tuple<std::string, double, long, double, long>>& events) {
   SpeculationCostGuard guard(true);
   std::vector<long> out;
-  for (const auto& [kind, seconds, emitted] : events) {
+  for (const auto& [kind, seconds, emitted, verify, positions] : events) {
     if (kind == "step") {
       guard.plain_step(seconds);
     } else if (kind == "round") {
-      guard.round(seconds, emitted);
+      guard.round(seconds, emitted, verify, positions);
     } else {
       throw py::value_error("event kinds are 'step' and 'round', got '" + kind + "'");
     }

@@ -689,7 +689,9 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
     }
     // Verify: the last token and the m drafts in one pass; logits row j follows draft j - 1.
     draft.insert(draft.begin(), out.back());
+    const SpeculationCostGuard::Clock::time_point verify_start = SpeculationCostGuard::Clock::now();
     model.extend(draft.data(), m + 1, logits.data());
+    const double verify_seconds = SpeculationCostGuard::since(verify_start);
     ++result.target_passes;
     result.draft_tokens += m;
     long accepted = 0;
@@ -729,7 +731,8 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
       break;
     }
     result.accepted_tokens += accepted;
-    guard.round(SpeculationCostGuard::since(round_start), static_cast<long>(out.size()) - emitted_before);
+    guard.round(SpeculationCostGuard::since(round_start), static_cast<long>(out.size()) - emitted_before,
+                verify_seconds, m + 1);
     if (finished) break;
     model.rollback(m - accepted);  // the rejected drafts' cache entries
     if (dm) {

@@ -128,34 +128,48 @@ struct GenerationResult {
 
 // The cost-aware part of the adaptive schedule (greedy with a draft model): a round of
 // speculation pays for the draft's steps and a verification pass over m + 1 positions, which
-// saves time only when enough drafts are kept. The time per emitted token of speculative rounds
-// and of plain steps are both measured (running averages); when rounds cost more per token than
-// plain steps, the run decodes plainly for a while (8 tokens, doubling while speculation keeps
-// losing, at most 64) and then tries speculation again. Greedy output does not depend on the
-// choice, so timing may decide it; sampling keeps the schedule fixed (a seed gives one output).
+// saves time only when enough drafts are kept. Measured per round (running averages over rounds):
+// the time per emitted token and the verification pass's time per position. A plain step costs at
+// least that much (one pass over m + 1 positions is never slower than m + 1 steps), so rounds no
+// dearer per token than a verified position win and nothing else is measured. Otherwise one plain
+// step is timed, and while rounds cost more per emitted token than a plain step the run decodes
+// plainly for a while (8 tokens, doubling while speculation keeps losing, at most 64), timing
+// those steps too, then tries speculation again. Greedy output does not depend on the choice, so
+// timing may decide it; sampling keeps the schedule fixed (a seed gives one output).
 struct SpeculationCostGuard {
   using Clock = std::chrono::steady_clock;
-  static constexpr long kWarmupSteps = 2, kRoundsToJudge = 3, kFirstBackoff = 8, kMaxBackoff = 64;
+  static constexpr long kMeasureSteps = 1, kRoundsToJudge = 3, kFirstBackoff = 8, kMaxBackoff = 64;
   bool enabled;
-  long plain_left;  // plain steps to take before speculating (again)
+  long plain_left = 0;      // plain steps to take before speculating (again)
+  bool measuring = false;   // those steps only measure a plain step (speculation was not judged losing)
   long backoff = kFirstBackoff;
-  double step_seconds = 0.0, round_seconds_per_token = 0.0;
+  double step_seconds = 0.0, round_seconds_per_token = 0.0, verify_seconds_per_position = 0.0;
   long steps_measured = 0, rounds_measured = 0;
 
-  explicit SpeculationCostGuard(bool on) : enabled(on), plain_left(on ? kWarmupSteps : 0) {}
+  explicit SpeculationCostGuard(bool on) : enabled(on) {}
   static double average(double mean, long n, double x) { return n == 0 ? x : 0.7 * mean + 0.3 * x; }
   static double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
   bool plain() const { return plain_left > 0; }
   void plain_step(double seconds) {
     if (!enabled) return;
     step_seconds = average(step_seconds, steps_measured++, seconds);
-    if (plain_left > 0 && --plain_left == 0) rounds_measured = 0;  // judge the next rounds afresh
+    if (plain_left > 0 && --plain_left == 0) {
+      if (!measuring) rounds_measured = 0;  // after a fallback: judge the next rounds afresh
+      measuring = false;
+    }
   }
-  void round(double seconds, long emitted) {
-    if (!enabled || emitted < 1) return;
+  // A speculative round: its time, the tokens it emitted, its verification pass's time and positions.
+  void round(double seconds, long emitted, double verify, long positions) {
+    if (!enabled || emitted < 1 || positions < 1) return;
+    verify_seconds_per_position = average(verify_seconds_per_position, rounds_measured, verify / positions);
     round_seconds_per_token = average(round_seconds_per_token, rounds_measured++, seconds / emitted);
-    if (rounds_measured < kRoundsToJudge || steps_measured == 0) return;
-    if (round_seconds_per_token > step_seconds) {
+    if (rounds_measured < kRoundsToJudge) return;
+    if (round_seconds_per_token <= verify_seconds_per_position) {  // no dearer than any plain step
+      backoff = kFirstBackoff;
+    } else if (steps_measured == 0) {
+      plain_left = kMeasureSteps;
+      measuring = true;
+    } else if (round_seconds_per_token > step_seconds) {
       plain_left = backoff;
       backoff = std::min(2 * backoff, kMaxBackoff);
     } else {

@@ -46,9 +46,10 @@ def attention(q: _F32, k: _F32, v: _F32, causal: bool = False,
 # q, k, v, out and mask are used as they are (no conversion): float32 NumPy arrays of 4 dimensions.
 def _attention_views(q: _F32, k: _F32, v: _F32, out: _F32, causal: bool, causal_offset: int, window: int,
                      mask: Optional[_F32], scale: float) -> None: ...
-# The cost-aware draft schedule fed ("step", seconds, 1) / ("round", seconds, emitted) events: the
-# plain steps it wants before speculating again, after each event.
-def _speculation_cost_guard(events: List[Tuple[str, float, int]]) -> List[int]: ...
+# The cost-aware draft schedule fed ("step", seconds, 1, 0.0, 0) / ("round", seconds, emitted,
+# verification seconds, verified positions) events: the plain steps it wants before speculating
+# again, after each event.
+def _speculation_cost_guard(events: List[Tuple[str, float, int, float, int]]) -> List[int]: ...
 # k and v stored in a KV cache of kv_dtype (0 float32, 1 float16, 2 bfloat16, 3 int8), q attending:
 # (out, k as stored, v as stored).
 def _attention_kv_cache(q: _F32, k: _F32, v: _F32, kv_dtype: int, causal: bool = False) -> Tuple[_F32, _F32, _F32]: ...

@@ -339,25 +339,32 @@ def test_the_binding_refuses_what_the_python_layer_checks_first(tmp_path):
 
 
 def test_cost_guard_decodes_plainly_while_speculation_loses():
-    """The cost-aware schedule (greedy with a draft model): two measured plain steps first; after
-    three rounds whose time per emitted token exceeds a plain step's, plain decoding for 8 steps,
-    then 16, 32 and 64 (the cap) while speculation keeps losing; a winning judgement resets it.
-    Fed measured times through the testing hook, so the policy is tested without timing."""
+    """The cost-aware schedule (greedy with a draft model). Rounds no dearer per emitted token than
+    one verified position win outright (a plain step costs at least that), so nothing is measured;
+    otherwise, after three rounds, one plain step is timed, and while rounds cost more per token
+    than a plain step the run decodes plainly for 8 steps, then 16, 32 and 64 (the cap); a winning
+    judgement resets that to 8. Fed measured times through the testing hook, so the policy is
+    tested without timing."""
     guard = cf._core._speculation_cost_guard
-    step, losing, winning = ("step", 0.010, 1), ("round", 0.040, 2), ("round", 0.015, 3)
-    assert guard([step, step, losing, losing, losing]) == [1, 0, 0, 0, 8]
-    events = [step, step] + [losing] * 3
-    expected = [1, 0, 0, 0, 8]
+    step = ("step", 0.010, 1, 0.0, 0)
+    # 20 ms a token, verification 12 ms over 3 positions (4 ms each): judged against a plain step
+    losing = ("round", 0.040, 2, 0.012, 3)
+    sure = ("round", 0.030, 6, 0.036, 6)  # 5 ms a token: no more than a verified position's 6 ms
+    close = ("round", 0.016, 2, 0.006, 3)  # 8 ms a token: more than a position's 2 ms, less than a step
+    assert guard([sure] * 6) == [0] * 6  # winning rounds never stop to measure a plain step
+    # three losing rounds: measure one step; the next round is judged against it: 8 plain steps
+    assert guard([losing] * 3 + [step] + [losing]) == [0, 0, 1, 0, 8]
+    events = [losing] * 3 + [step] + [losing]
+    expected = [0, 0, 1, 0, 8]
     for backoff, next_backoff in ((8, 16), (16, 32), (32, 64), (64, 64)):
         events += [step] * backoff + [losing] * 3
         expected += list(range(backoff - 1, -1, -1)) + [0, 0, next_backoff]
     assert guard(events) == expected
-    # Rounds that cost less per token than a step keep speculating and reset the backoff to 8.
-    # (Running averages: one losing round after three winning ones stays below a step's time, a
-    # second does not; the backoff is 8 again, not 16.)
-    events = [step, step] + [losing] * 3 + [step] * 8 + [winning] * 3 + [losing]
-    assert guard(events)[-4:] == [0, 0, 0, 0]
+    # Rounds that cost less per token than a step keep speculating and reset the backoff to 8:
+    # after 8 + 16 plain steps, close rounds win; a losing one then falls back for 8, not 32.
+    events = [losing] * 3 + [step] + [losing] + [step] * 8 + [losing] * 3 + [step] * 16 + [close] * 3
+    assert guard(events)[-3:] == [0, 0, 0]
     assert guard(events + [losing])[-1] == 8
-    assert guard([step, step, ("round", 1.0, 0)] * 3)[-1] == 0  # a round that emitted nothing is not judged
+    assert guard([("round", 1.0, 0, 0.5, 2)] * 4) == [0] * 4  # a round that emitted nothing is not judged
     with pytest.raises(ValueError, match="event kinds are 'step' and 'round', got 'walk'"):
-        guard([("walk", 0.1, 1)])
+        guard([("walk", 0.1, 1, 0.0, 0)])
