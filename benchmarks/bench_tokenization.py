@@ -187,7 +187,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--vocab", type=int, default=2000, help="SentencePiece pieces (the documentation holds ~2,100 at most)")
+    parser.add_argument("--vocab", type=int, default=2000,
+                        help="SentencePiece pieces (the documentation's text allows ~2,100 at most)")
     parser.add_argument("--chat-tokens", type=int, default=128, help="tokens per chat / generate call")
     parser.add_argument("--output")
     args = parser.parse_args()
