@@ -38,17 +38,22 @@ def _quantization(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     return given or None
 
 
-def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None, threads: Optional[int] = None,
-                quantization: Optional[Dict[str, Any]] = None):
-    """Loads the model at ``path``, checking first that it is the kind ``command`` needs."""
-    from ._model_dir import ModelDir
-
+def _check_model_path(path: str) -> None:
+    """UserError unless ``path`` is a directory with a config.json."""
     if not os.path.exists(path):
         raise UserError(f"model directory {path} does not exist")
     if not os.path.isdir(path):
         raise UserError(f"{path} is not a directory (give a Hugging Face model directory)")
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise UserError(f"{path} is not a model directory: it has no config.json")
+
+
+def _open_model(path: str, want: str, command: str, dtype: Optional[str] = None, threads: Optional[int] = None,
+                quantization: Optional[Dict[str, Any]] = None):
+    """Loads the model at ``path``, checking first that it is the kind ``command`` needs."""
+    from ._model_dir import ModelDir
+
+    _check_model_path(path)
     model_dir = ModelDir(path)
     try:
         arch, name = find(model_dir.config)
@@ -69,12 +74,7 @@ def _model_kind(path: str) -> Any:
     checking the directory first."""
     from ._model_dir import ModelDir
 
-    if not os.path.exists(path):
-        raise UserError(f"model directory {path} does not exist")
-    if not os.path.isdir(path):
-        raise UserError(f"{path} is not a directory (give a Hugging Face model directory)")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise UserError(f"{path} is not a model directory: it has no config.json")
+    _check_model_path(path)
     model_dir = ModelDir(path)
     try:
         arch, name = find(model_dir.config)
@@ -722,10 +722,7 @@ def _cmd_tokenize(args: argparse.Namespace) -> int:
     if args.decode:
         inputs = _ids_of(inputs, "--decode")
     path = args.model_dir
-    if not os.path.exists(path):
-        raise UserError(f"model directory {path} does not exist")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise UserError(f"{path} is not a model directory: it has no config.json")
+    _check_model_path(path)
     # The tokenizer alone: no weights are read (a sentence-transformers directory's lowercasing as
     # Encoder.tokenizer applies it).
     tokenizer = open_tokenizer(path)
