@@ -4,9 +4,11 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import cpuformer as cf
+from cpuformer import ops
 
 LEVELS = ["scalar", "avx2", "avx512"]
 
@@ -135,3 +137,57 @@ def test_import_sets_the_spin_count_only_while_loading_the_core():
     env, loaded = _environment_after_import({"OMP_WAIT_POLICY": "active"})
     assert env == {"GOMP_SPINCOUNT": None, "OMP_WAIT_POLICY": "active"}
     assert loaded != ["1000"]  # libgomp's own active-policy count
+
+
+_OP_THREADS = r"""
+import sys
+import numpy as np
+from cpuformer import ops
+
+def threads():
+    return int([line for line in open("/proc/self/status") if line.startswith("Threads:")][0].split()[1])
+
+x = np.random.rand(4096, 256).astype(np.float32)
+w = np.random.rand(256, 256).astype(np.float32)
+q = np.random.rand(2, 4, 128, 64).astype(np.float32)
+lin = ops.Linear(w)
+call = {"linear": lambda n: lin(x, num_threads=n), "attention": lambda n: ops.attention(q, q, q, num_threads=n),
+        "layer_norm": lambda n: ops.layer_norm(x, w[0], num_threads=n)}[sys.argv[1]]
+counts = [threads()]
+for n in (1, 3):
+    call(n)
+    counts.append(threads())
+print(counts)
+"""
+
+
+@pytest.mark.parametrize("op", ["linear", "attention", "layer_norm"])
+def test_op_num_threads_is_honored(op):
+    """ops.Linear, attention and layer_norm run on their num_threads argument, not the process's
+    count: in a fresh process with OMP_NUM_THREADS=1, num_threads=1 starts no OpenMP worker and
+    num_threads=3 starts two (/proc/self/status counts the process's threads)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-c", _OP_THREADS, op], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    base, one, three = json.loads(run.stdout)
+    assert one == base and three == base + 2, (base, one, three)
+
+
+def test_op_num_threads_results_and_errors():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 48), dtype=np.float32)
+    w = rng.standard_normal((32, 48), dtype=np.float32)
+    q = rng.standard_normal((1, 2, 16, 8), dtype=np.float32)
+    lin = ops.Linear(w, dtype="int8")
+    for n in (1, 2, 3):
+        np.testing.assert_array_equal(lin(x, num_threads=n), lin(x))
+        np.testing.assert_array_equal(ops.attention(q, q, q, num_threads=n), ops.attention(q, q, q))
+        np.testing.assert_array_equal(ops.layer_norm(x, x[0], num_threads=n), ops.layer_norm(x, x[0]))
+    message = r"num_threads must be >= 1 \(or 0 for the default\), got -1"
+    with pytest.raises(ValueError, match=message):
+        lin(x, num_threads=-1)
+    with pytest.raises(ValueError, match=message):
+        ops.attention(q, q, q, num_threads=-1)
+    with pytest.raises(ValueError, match=message):
+        ops.layer_norm(x, x[0], num_threads=-1)

@@ -56,5 +56,11 @@ void require_nonempty(const py::array& a, const char* name) {
   }
 }
 
+void check_op_threads(int num_threads) {
+  if (num_threads < 0)
+    throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
+}
+
 }  // namespace bindings
+
 }  // namespace cpuformer

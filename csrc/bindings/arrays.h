@@ -35,5 +35,8 @@ void require_ndim(const py::array& a, py::ssize_t ndim, const char* name, const 
 // Raises ValueError if any dimension is zero.
 void require_nonempty(const py::array& a, const char* name);
 
+// The num_threads argument of an op: >= 1, or 0 for the calling thread's count (ValueError otherwise).
+void check_op_threads(int num_threads);
+
 }  // namespace bindings
 }  // namespace cpuformer

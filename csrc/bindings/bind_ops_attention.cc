@@ -55,7 +55,8 @@ AttentionArgs dense_query(const FloatArray& q, long Hkv, long Tk) {
 }
 
 py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj, bool causal,
-                                const py::object& mask_obj, const py::object& scale_obj) {
+                                const py::object& mask_obj, const py::object& scale_obj, int num_threads) {
+  check_op_threads(num_threads);
   // Before as_float32, which would copy a broadcast (zero-stride) view of that many keys.
   for (const py::object* kv : {&k_obj, &v_obj}) {
     if (py::isinstance<py::array>(*kv)) {
@@ -143,6 +144,7 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
   a.out_stride_t = D;
   {
     GilReleased release;
+    ScopedNumThreads threads(num_threads);
     ComputeSlots slots(current_num_threads());
     attention(a);
   }
@@ -295,7 +297,7 @@ void register_ops_attention(py::module_& m) {
   m.def("_attention_kv_cache", &attention_kv_cache, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("kv_dtype"),
         py::arg("causal") = false);
   m.def("attention", &attention_op, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
-        py::arg("mask") = py::none(), py::arg("scale") = py::none());
+        py::arg("mask") = py::none(), py::arg("scale") = py::none(), py::arg("num_threads") = 0);
   m.def("_attention_views", &attention_views, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
         py::arg("causal"), py::arg("causal_offset"), py::arg("window"), py::arg("mask"), py::arg("scale"));
 }

@@ -148,7 +148,8 @@ class Linear {
   // x [..., K] -> [..., N]; residual [..., N] (optional) is added after the activation. The output
   // starts as a copy of the residual and the GEMM accumulates into it in place, the way the models
   // use it.
-  py::array_t<float> operator()(const py::object& input, const py::object& residual) const {
+  py::array_t<float> operator()(const py::object& input, const py::object& residual, int num_threads) const {
+    check_op_threads(num_threads);
     FloatArray x = as_float32(input, "x");
     if (x.ndim() < 1 || x.shape(x.ndim() - 1) != k_) {
       throw py::value_error("x must have shape [..., " + std::to_string(k_) + "] (K of w), got " + shape_string(x));
@@ -178,6 +179,7 @@ class Linear {
     }
     {
       GilReleased release;
+      ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());
       gemm(xp, m, k_, packed_, op, n_, epilogue);
     }
@@ -225,7 +227,7 @@ void register_ops_gemm(py::module_& m) {
       .def(py::init<const py::object&, const py::object&, const py::object&, const std::string&, long, bool>(),
            py::arg("w"), py::arg("bias") = py::none(), py::arg("activation") = py::none(), py::arg("dtype") = "float32",
            py::arg("group_size") = kInt4DefaultGroupSize, py::arg("zero_point") = false)
-      .def("__call__", &Linear::operator(), py::arg("x"), py::arg("residual") = py::none())
+      .def("__call__", &Linear::operator(), py::arg("x"), py::arg("residual") = py::none(), py::arg("num_threads") = 0)
       .def_property_readonly("out_features", &Linear::n)
       .def_property_readonly("in_features", &Linear::k)
       .def_property_readonly("dtype", &Linear::dtype)

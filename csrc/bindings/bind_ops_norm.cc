@@ -61,8 +61,9 @@ void check_eps(float eps) {
 }
 
 py::array_t<float> layer_norm_op(const py::object& x, const py::object& weight, const py::object& bias, float eps,
-                                 const py::object& residual) {
+                                 const py::object& residual, int num_threads) {
   check_eps(eps);
+  check_op_threads(num_threads);
   NormInputs in = norm_inputs(x, weight, &bias, residual);
   FloatArray y = new_like(in.x);
   const float* r = in.has_residual ? in.residual.data() : nullptr;
@@ -71,6 +72,7 @@ py::array_t<float> layer_norm_op(const py::object& x, const py::object& weight, 
   float* yp = y.mutable_data();
   {
     GilReleased release;  // scoped: returning y converts it, which needs the GIL
+    ScopedNumThreads threads(num_threads);
     ComputeSlots slots(current_num_threads());
     layer_norm(xp, r, nullptr, wp, b, eps, yp, in.rows, in.n);
   }
@@ -243,7 +245,7 @@ py::tuple row_reductions_op(const py::object& x_obj, float shift, float offset, 
 
 void register_ops_norm(py::module_& m) {
   m.def("layer_norm", &layer_norm_op, py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
-        py::arg("eps") = 1e-5f, py::arg("residual") = py::none());
+        py::arg("eps") = 1e-5f, py::arg("residual") = py::none(), py::arg("num_threads") = 0);
   m.def("rms_norm", &rms_norm_op, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6f,
         py::arg("residual") = py::none());
   m.def("gelu", &gelu_op, py::arg("x"), py::arg("approximate") = "none");

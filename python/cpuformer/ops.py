@@ -55,8 +55,10 @@ class Linear:
         """Whether an int4 weight's groups have zero points."""
         return self._impl.zero_point
 
-    def __call__(self, x: np.ndarray, residual: Optional[np.ndarray] = None) -> np.ndarray:
-        return self._impl(x, residual)
+    def __call__(self, x: np.ndarray, residual: Optional[np.ndarray] = None, num_threads: int = 0) -> np.ndarray:
+        """``x @ w.T + bias`` (then the activation) ``+ residual``; ``num_threads`` threads (0: the
+        calling thread's count, ``get_num_threads()``)."""
+        return self._impl(x, residual, num_threads)
 
     def __repr__(self) -> str:
         return f"Linear(in_features={self.in_features}, out_features={self.out_features}, dtype={self.dtype!r})"
@@ -110,19 +112,21 @@ def to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
-              mask: Optional[np.ndarray] = None, scale: Optional[float] = None) -> np.ndarray:
+              mask: Optional[np.ndarray] = None, scale: Optional[float] = None, num_threads: int = 0) -> np.ndarray:
     """Fused attention. q [B, H, Tq, D]; k, v [B, Hkv, Tk, D] with Hkv dividing H (grouped-query).
     ``causal`` aligns the triangle to the end (query i sees keys j <= i + Tk - Tq).
     ``mask``: additive float32 or boolean (True = attend), broadcastable to [B, 1|H, Tq, Tk].
     ``scale`` defaults to 1/sqrt(D). A query that sees no key returns zeros. A key a query does not
-    see (causal, or a -inf / False mask value) never affects it, even if its k or v hold NaN or inf."""
-    return _core.attention(q, k, v, bool(causal), mask, scale)
+    see (causal, or a -inf / False mask value) never affects it, even if its k or v hold NaN or inf.
+    ``num_threads``: 0 uses the calling thread's count (``get_num_threads()``)."""
+    return _core.attention(q, k, v, bool(causal), mask, scale, num_threads)
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray] = None, eps: float = 1e-5,
-               residual: Optional[np.ndarray] = None) -> np.ndarray:
-    """LayerNorm over the last dimension of ``x + residual`` (residual optional, fused)."""
-    return _core.layer_norm(x, weight, bias, float(eps), residual)
+               residual: Optional[np.ndarray] = None, num_threads: int = 0) -> np.ndarray:
+    """LayerNorm over the last dimension of ``x + residual`` (residual optional, fused);
+    ``num_threads`` as for ``attention``."""
+    return _core.layer_norm(x, weight, bias, float(eps), residual, num_threads)
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6, residual: Optional[np.ndarray] = None) -> np.ndarray:

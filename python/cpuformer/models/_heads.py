@@ -43,28 +43,28 @@ class TaskHead:
             elif step[0] == "norm":
                 self._steps.append(_norm(arrays[step[1]], arrays.get(step[1] + ".bias"), step[2]))
             elif step[0] == "first":
-                self._steps.append(lambda x, pooled, mask: np.ascontiguousarray(x[:, 0]))
+                self._steps.append(lambda x, pooled, mask, threads: np.ascontiguousarray(x[:, 0]))
             elif step[0] == "last":
                 self._steps.append(_last_token)
             elif step[0] == "mean":
                 self._steps.append(_masked_mean)
             elif step[0] == "pooler":
-                self._steps.append(lambda x, pooled, mask: pooled)
+                self._steps.append(lambda x, pooled, mask, threads: pooled)
             else:  # pragma: no cover - the declarations are checked by the tests
                 raise AssertionError(f"unknown head step {step!r}")
             i += 1
 
     def __call__(self, hidden: np.ndarray, pooled: Optional[np.ndarray] = None,
-                 mask: Optional[np.ndarray] = None) -> np.ndarray:
+                 mask: Optional[np.ndarray] = None, num_threads: int = 0) -> np.ndarray:
         """hidden [B, T, H]; pooled [B, H] (heads on the pooler); mask [B, T] (0 at padding; None:
-        no padding)."""
+        no padding); the GEMMs and norms on ``num_threads`` threads (0: the calling thread's count)."""
         x = hidden
         for step in self._steps:
-            x = step(x, pooled, mask)
+            x = step(x, pooled, mask, num_threads)
         return x
 
 
-def _last_token(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray]) -> np.ndarray:
+def _last_token(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray], threads: int) -> np.ndarray:
     """Each sequence's last unpadded token (the last position without a mask, or for a row with no
     token at all)."""
     if mask is None:
@@ -73,7 +73,7 @@ def _last_token(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray]) -> np.nd
     return np.ascontiguousarray(x[np.arange(x.shape[0]), last])
 
 
-def _masked_mean(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray]) -> np.ndarray:
+def _masked_mean(x: np.ndarray, pooled: Any, mask: Optional[np.ndarray], threads: int) -> np.ndarray:
     """The mean over each sequence's unpadded tokens (padded rows are selected out, never multiplied
     by 0: a padded row may hold anything)."""
     if mask is None:
@@ -88,19 +88,19 @@ def _dense(weight: np.ndarray, bias: Optional[np.ndarray], activation: Optional[
     linear = _core.Linear(np.ascontiguousarray(weight, dtype=np.float32),
                           None if bias is None else np.ascontiguousarray(bias, dtype=np.float32), activation, dtype,
                           group_size, zero_point)
-    return lambda x, pooled, mask: linear(x)
+    return lambda x, pooled, mask, threads: linear(x, None, threads)
 
 
 def _activation(name: str) -> Callable[..., np.ndarray]:
     if name == "tanh":
-        return lambda x, pooled, mask: np.tanh(x)
+        return lambda x, pooled, mask, threads: np.tanh(x)
     kernel = {"gelu": lambda x: _core.gelu(x, "none"), "gelu_tanh": lambda x: _core.gelu(x, "tanh"),
               "relu": _core.relu, "silu": _core.silu}[name]
-    return lambda x, pooled, mask: kernel(np.ascontiguousarray(x))
+    return lambda x, pooled, mask, threads: kernel(np.ascontiguousarray(x))
 
 
 def _norm(weight: np.ndarray, bias: Optional[np.ndarray], eps: float) -> Callable[..., np.ndarray]:
-    return lambda x, pooled, mask: _core.layer_norm(x, weight, bias, float(eps), None)
+    return lambda x, pooled, mask, threads: _core.layer_norm(x, weight, bias, float(eps), None, threads)
 
 
 __all__ = ["TaskHead"]

@@ -90,7 +90,7 @@ class TaskMixin:
     def _logits(self, head: Any, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
         out, mask = self._forward(input_ids, attention_mask, token_type_ids, head.uses_pooler)
         hidden, pooled = out if head.uses_pooler else (out, None)
-        out = head(hidden, pooled, mask)
+        out = head(hidden, pooled, mask, self.num_threads)
         if head.task == "question_answering":
             return np.ascontiguousarray(out[..., 0]), np.ascontiguousarray(out[..., 1])
         return out
@@ -139,7 +139,7 @@ class TaskMixin:
         """[N, labels] of a sequence-level head, in input order."""
         out = np.empty((len(encodings), len(head.labels)), dtype=np.float32)
         for chunk, hidden, pooled, mask in self._batches(encodings, batch_size, head.uses_pooler):
-            out[chunk] = head(hidden, pooled, mask)
+            out[chunk] = head(hidden, pooled, mask, self.num_threads)
         return out
 
     # ---- classification ----------------------------------------------------------------------

@@ -176,7 +176,7 @@ class CLIP(ModelBase):
         ids = as_2d(input_ids, "input_ids", vocab_size=self.hparams.vocab_size)
         hidden = self.text_hidden_states(ids, attention_mask)
         pooled = hidden[np.arange(len(ids)), self._pool_positions(ids)]
-        return self._text_projection(np.ascontiguousarray(pooled))
+        return self._text_projection(np.ascontiguousarray(pooled), num_threads=self.num_threads)
 
     def _encode_texts(self, texts: Sequence[str], offset: int = 0):
         """(ids, mask) [len(texts), longest] of texts[offset:...] of the caller's list, padded on the right."""
@@ -278,7 +278,7 @@ class CLIP(ModelBase):
         patches = np.ascontiguousarray(patches).reshape(B * rows * cols, C * p * p)
         out = np.empty((B, 1 + rows * cols, Hv), dtype=np.float32)
         out[:, 0] = self._class_embedding
-        out[:, 1:] = self._patch(patches).reshape(B, rows * cols, Hv)
+        out[:, 1:] = self._patch(patches, num_threads=self.num_threads).reshape(B, rows * cols, Hv)
         out += self._position_table(H, W)
         return out
 
@@ -297,8 +297,9 @@ class CLIP(ModelBase):
         pooler_output (not normalized)."""
         hidden = self.image_hidden_states(pixel_values, interpolate_pos_encoding)
         weight, bias = self._post_norm
-        pooled = ops.layer_norm(np.ascontiguousarray(hidden[:, 0]), weight, bias, self.vision_hparams.norm_eps)
-        return self._visual_projection(pooled)
+        pooled = ops.layer_norm(np.ascontiguousarray(hidden[:, 0]), weight, bias, self.vision_hparams.norm_eps,
+                                num_threads=self.num_threads)
+        return self._visual_projection(pooled, num_threads=self.num_threads)
 
     @property
     def image_config(self) -> Any:

@@ -311,7 +311,7 @@ class ImageEncoder(ModelBase):
         rows, cols = H // ph, W // pw
         x = x[:, :, :rows * ph, :cols * pw]  # Conv2d with stride = kernel: the partial patches are not used
         patches = x.reshape(B, C, rows, ph, cols, pw).transpose(0, 2, 4, 1, 3, 5).reshape(B * rows * cols, C * ph * pw)
-        embedded = self._patch(np.ascontiguousarray(patches)).reshape(B, rows * cols, -1)
+        embedded = self._patch(np.ascontiguousarray(patches), None, self.num_threads).reshape(B, rows * cols, -1)
         out = np.empty((B, k + rows * cols, embedded.shape[2]), dtype=np.float32)
         out[:, :k] = self._tokens
         out[:, k:] = embedded
@@ -420,7 +420,7 @@ class ImageClassifier(ImageEncoder):
         hidden = self(pixel_values, interpolate_pos_encoding)
         out: Optional[np.ndarray] = None
         for linear, token in self._heads:
-            logits = linear(np.ascontiguousarray(hidden[:, token]))
+            logits = linear(np.ascontiguousarray(hidden[:, token]), None, self.num_threads)
             out = logits if out is None else out + logits
         assert out is not None
         if len(self._heads) > 1:
