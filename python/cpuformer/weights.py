@@ -279,12 +279,32 @@ class Checkpoint:
             if self._ignored is not None and self._ignored.fullmatch(name):
                 continue
             stray.append(name)
+        self._check_tied_copies()
         if stray:
             shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
             raise ValueError(f"{self.md.path}: the checkpoint has tensors that {self.arch.title} models do not "
                              f"use: {shown}; config.json names the {self.arch.title} architecture, so either it does "
                              "not match the weights, or this is a variant (a task head, a checkpoint format) that "
                              "cpuformer does not support yet")
+
+    def _check_tied_copies(self) -> None:
+        """With tie_word_embeddings false, a stored copy of a table (Arch.tied_copies) must hold the
+        table's values: transformers 5 then uses the copy itself (e.g. separate encoder and decoder
+        embeddings), which cpuformer's one table cannot represent (NotImplementedError)."""
+        if self.stored is not None or self.hp.tie_word_embeddings:
+            return
+        for copy, table in self.arch.tied_copies:
+            copy_name, table_name = self.prefix + copy, self.prefix + table
+            if copy_name not in self.md or table_name not in self.md:
+                continue
+            a, b = self.md.tensor(copy_name), self.md.tensor(table_name)
+            same = a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+            self.md.release(copy_name)
+            if not same:
+                raise NotImplementedError(
+                    f"{self.md.path}: {copy_name} differs from {table_name} and config.json has "
+                    "tie_word_embeddings=false, so transformers uses separate tables there; cpuformer reads one "
+                    f"table ({table_name}) and does not support separate ones")
 
     # ---- arrays ----------------------------------------------------------------------------
 

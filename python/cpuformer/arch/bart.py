@@ -24,6 +24,7 @@ class Bart(Arch):
     prefixes = ("model.", "")
     # The encoder's and decoder's embed_tokens are the shared table (tied copies).
     ignored = (r"(model\.)?(encoder|decoder)\.embed_tokens\.weight",)
+    tied_copies = (("encoder.embed_tokens.weight", "shared.weight"), ("decoder.embed_tokens.weight", "shared.weight"))
     pre_norm = False
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:

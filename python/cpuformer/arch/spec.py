@@ -177,6 +177,11 @@ class Arch:
     prefixes: Tuple[str, ...] = ("",)
     #: Regular expressions of checkpoint tensors knowingly not used (task heads, buffers, tied copies).
     ignored: Tuple[str, ...] = ()
+    #: (copy, table): checkpoint tensors (names without the prefix) that cpuformer reads as the
+    #: table ``table``. With tie_word_embeddings false, transformers 5 unties such copies (e.g.
+    #: BART's encoder and decoder embed_tokens from its shared table); the loader then checks that a
+    #: stored copy holds the table's values and refuses the checkpoint if not.
+    tied_copies: Tuple[Tuple[str, str], ...] = ()
     #: Seq2seq generation starts from the pad token when the config names no start token (T5).
     start_from_pad: bool = False
     #: config.json entries of a typical checkpoint besides its sizes (``cpuformer bench``'s models).
