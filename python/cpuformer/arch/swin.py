@@ -82,10 +82,12 @@ def _int_list(config: Mapping[str, Any], key: str, default: List[int]) -> Tuple[
 def _linear(canonical: str, name: str, fallback: str, rows: int, cols: int, bias: bool = True,
             tensors: Optional[Dict[str, Tensor]] = None, shapes: Optional[Dict[str, Tuple[int, ...]]] = None) -> None:
     assert tensors is not None and shapes is not None
-    tensors[canonical] = Tensor(name + ".weight", fallbacks=(fallback + ".weight",))
+    # transformers 5's module name first, the name it saves (and older versions used) as the fallback:
+    # a missing tensor is named by its last fallback, the name checkpoints have.
+    tensors[canonical] = Tensor(fallback + ".weight", fallbacks=(name + ".weight",))
     shapes[canonical] = (rows, cols)
     if bias:
-        tensors[canonical + ".bias"] = Tensor(name + ".bias", fallbacks=(fallback + ".bias",))
+        tensors[canonical + ".bias"] = Tensor(fallback + ".bias", fallbacks=(name + ".bias",))
         shapes[canonical + ".bias"] = (rows,)
 
 
@@ -197,8 +199,8 @@ class Swin(Arch):
                 for short, old, new in (("q", "query", "q_proj"), ("k", "key", "k_proj"), ("v", "value", "v_proj")):
                     _linear(c + short, p + "attention.self." + old, p + "attention." + new, dim, dim, s.qkv_bias,
                             t, sh)
-                t[c + "bias_table"] = Tensor(p + "attention.self.relative_position_bias_table", fallbacks=(
-                    p + "attention.relative_position_bias.relative_position_bias_table",))
+                t[c + "bias_table"] = Tensor(p + "attention.relative_position_bias.relative_position_bias_table",
+                                             fallbacks=(p + "attention.self.relative_position_bias_table",))
                 sh[c + "bias_table"] = ((2 * ws - 1) ** 2, heads)
                 _linear(c + "o", p + "attention.output.dense", p + "attention.o_proj", dim, dim, True, t, sh)
                 _norm(c + "norm2", p + "layernorm_after", dim, t, sh)
