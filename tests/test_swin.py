@@ -14,7 +14,7 @@ import pytest
 
 import cpuformer as cf
 from cpuformer import cli
-from cpuformer.models.swin import SwinImageClassifier, SwinImageEncoder
+from cpuformer.models.swin import SwinImageClassifier, SwinImageEncoder, relative_position_index
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -152,6 +152,18 @@ def test_absolute_positions_and_interpolation(absolute):
     embedded = model.embed(_pixels(3, 40, 56, seed=5), interpolate_pos_encoding=True, normalize=True)
     assert embedded.shape == (3, 32)
     np.testing.assert_allclose(np.linalg.norm(embedded, axis=1), 1, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [1, 2, 7])
+def test_relative_position_index_is_transformers(window):
+    from transformers.models.swin.modeling_swin import SwinRelativePositionBias
+
+    expected = SwinRelativePositionBias(2, (window, window))._create_relative_position_index().numpy()
+    np.testing.assert_array_equal(relative_position_index(window, window), expected)
+    # A smaller window's rows in the full window's table: the top-left corner's rows and columns.
+    corner = (np.arange(2)[:, None] * 7 + np.arange(2)[None, :]).reshape(-1)
+    full = SwinRelativePositionBias(2, (7, 7))._create_relative_position_index().numpy()
+    np.testing.assert_array_equal(relative_position_index(2, 7), full[np.ix_(corner, corner)])
 
 
 def _windows_of_transformers(hf, pixels, window_size, patch_size):
@@ -350,3 +362,19 @@ def test_images_and_cli(with_images, tmp_path, capsys):
     assert_close(model.embed(paths), pooled)
     assert cli.main(["embed", str(directory), "--images", paths[0], "--pooling", "cls"]) == 2
     assert "pooling must be 'mean' or 'pooler' for Swin models" in capsys.readouterr().err
+
+
+def test_cli_classify_needs_a_classifier(absolute, with_images, capsys):
+    _, _, paths = with_images
+    assert cli.main(["classify", str(absolute[0]), paths[0]]) == 2
+    assert ("holds SwinModel, an image model without a classification head; `cpuformer classify` needs an image "
+            "classifier") in capsys.readouterr().err
+
+
+def test_window_layouts_are_cached_per_size(odd):
+    model = cf.load(odd[0])
+    block = model._live().stages[0][0][1]
+    for size in range(20, 60, 4):  # 10 patch grids
+        model(_pixels(1, size, size + 3))
+    assert len(block._grids) == 8
+    assert block.grid(9, 11) is block.grid(9, 11)

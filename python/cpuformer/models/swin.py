@@ -56,6 +56,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 #: transformers' mask value between the regions of a shifted window.
 _SHIFT_MASK = -100.0
+#: Input sizes whose window layout and mask each block keeps (the oldest one is dropped).
+_GRIDS = 8
 
 
 def relative_position_index(window: int, frame: int) -> np.ndarray:
@@ -143,10 +145,15 @@ class _Block:
         self._grids: Dict[Tuple[int, int], _Grid] = {}
 
     def grid(self, height: int, width: int) -> _Grid:
+        """The layout at this resolution (cached; the cache keeps the last _GRIDS sizes)."""
         key = (height, width)
-        if key not in self._grids:
-            self._grids[key] = _Grid(height, width, self.window_size, self.shift, self.table)
-        return self._grids[key]
+        grid = self._grids.get(key)
+        if grid is None:
+            grid = _Grid(height, width, self.window_size, self.shift, self.table)
+            if len(self._grids) >= _GRIDS:
+                self._grids.pop(next(iter(self._grids)))
+            self._grids[key] = grid
+        return grid
 
     def __call__(self, x: np.ndarray, batch: int, height: int, width: int) -> np.ndarray:
         """x [B · H · W, C] -> the block's output, same shape."""
