@@ -345,6 +345,12 @@ def test_images_and_cli(with_images, tmp_path, capsys):
     model = cf.load(directory)
     pixels = model.preprocess(paths)
     assert pixels.shape == (3, 3, 58, 45)
+    from transformers import AutoImageProcessor
+    from transformers.image_utils import load_image
+
+    processor = AutoImageProcessor.from_pretrained(str(directory))  # transformers' pipeline preprocessing
+    expected_pixels = processor([load_image(path) for path in paths], return_tensors="np")["pixel_values"]
+    np.testing.assert_allclose(pixels, expected_pixels, atol=1e-5)
     expected = _hf(hf, pixels).logits.numpy()
     top = model.classify(paths, top_k=2)
     assert [row[0][0] for row in top] == [model.labels[i] for i in expected.argmax(-1)]

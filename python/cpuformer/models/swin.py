@@ -14,7 +14,8 @@ Swin's stages have different widths, so it does not fit the uniform C++ encoder 
   ONE ``_core.attention`` call with the additive mask [1, nW · heads, ws², ws²]: the relative
   position bias (table rows picked by the relative position index, computed here) plus the
   shifted windows' mask (-100 between the regions the roll brought together), cached per block and
-  input size, broadcast over the batch;
+  input size, broadcast over the batch (an unshifted block: q, k, v as [B · nW, heads, ws², hd]
+  and the bias alone [1, heads, ws², ws²], broadcast over batch and windows);
 * the attention output goes back to token order with one fancy index (the inverse of the gather;
   the padding dropped) and through the output projection, whose ``residual=`` adds the shortcut;
 * the MLP: ``layer_norm``, the up projection with its activation fused, the down projection with
@@ -119,11 +120,15 @@ class _Grid:
         heads = table.shape[1]
         bias = table[relative_position_index(window, window_size).reshape(-1)]  # [area², heads]
         bias = bias.reshape(area, area, heads).transpose(2, 0, 1)  # [heads, area, area]
+        # The attention runs on [groups, rows, area, head_dim] with the mask [1, rows, area, area]
+        # broadcast over the groups: shifted, [B, nW · heads] (the mask differs per window);
+        # unshifted, [B · nW, heads] (the bias alone, the same for every window).
         if shift_size > 0:
             mask = bias[None] + _shift_mask(hp, wp, window, shift_size)[:, None]  # [nW, heads, area, area]
+            self.rows = self.windows * heads
         else:
-            mask = np.broadcast_to(bias[None], (self.windows, heads, area, area))
-        self.mask = np.ascontiguousarray(mask.reshape(1, self.windows * heads, area, area), dtype=np.float32)
+            mask, self.rows = bias[None], heads
+        self.mask = np.ascontiguousarray(mask.reshape(1, self.rows, area, area), dtype=np.float32)
 
 
 class _Block:
@@ -166,8 +171,8 @@ class _Block:
             windows[:, g.padding] = 0.0
         qkv = self.qkv(windows.reshape(-1, C))  # [B · nW · area, 3C]
         qkv = qkv.reshape(batch, g.windows, area, 3, heads, C // heads).transpose(3, 0, 1, 4, 2, 5)
-        qkv = np.ascontiguousarray(qkv).reshape(3, batch, g.windows * heads, area, C // heads)
-        out = _core.attention(qkv[0], qkv[1], qkv[2], mask=g.mask)  # [B, nW · heads, area, hd]
+        qkv = np.ascontiguousarray(qkv).reshape(3, batch * g.windows * heads // g.rows, g.rows, area, C // heads)
+        out = _core.attention(qkv[0], qkv[1], qkv[2], mask=g.mask)  # [B, nW, heads, area, hd] in memory
         out = out.reshape(batch, g.windows, heads, area, C // heads).transpose(0, 1, 3, 2, 4)
         # Back to token order, the heads merged (one gather; the padding dropped).
         tokens = out[:, g.inverse_window, g.inverse_position].reshape(batch * height * width, C)
