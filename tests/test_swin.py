@@ -384,3 +384,20 @@ def test_window_layouts_are_cached_per_size(odd):
         model(_pixels(1, size, size + 3))
     assert len(block._grids) == 8
     assert block.grid(9, 11) is block.grid(9, 11)
+
+
+def test_num_threads_reaches_every_kernel(odd):
+    """Each kernel call holds num_threads compute slots (_core._compute_slots): a model opened with
+    num_threads=1 never holds more than one, so none of its kernels ran on the process default."""
+    from cpuformer import _core
+
+    pixels = _pixels(2, 58, 45, seed=40)
+    one, default = cf.load(odd[0], num_threads=1), cf.load(odd[0])
+    assert one.num_threads == 1
+    _core._reset_compute_slots_peak()
+    logits = one.logits(pixels)
+    assert _core._compute_slots()["peak"] == 1
+    assert_close(logits, default.logits(pixels))
+    _core._reset_compute_slots_peak()
+    default.logits(pixels)
+    assert _core._compute_slots()["peak"] == min(_core.get_num_threads(), _core._compute_slots()["capacity"])

@@ -160,25 +160,26 @@ class _Block:
             self._grids[key] = grid
         return grid
 
-    def __call__(self, x: np.ndarray, batch: int, height: int, width: int) -> np.ndarray:
-        """x [B · H · W, C] -> the block's output, same shape."""
+    def __call__(self, x: np.ndarray, batch: int, height: int, width: int, threads: int) -> np.ndarray:
+        """x [B · H · W, C] -> the block's output, same shape (``threads``: the kernels' num_threads)."""
         C = x.shape[1]
         g = self.grid(height, width)
         heads, area = self.heads, g.window * g.window
-        n = _core.layer_norm(x, self.norm1[0], self.norm1[1], self.eps)
+        n = _core.layer_norm(x, self.norm1[0], self.norm1[1], self.eps, num_threads=threads)
         windows = np.take(n.reshape(batch, height * width, C), g.source, axis=1)  # [B, nW · area, C]
         if g.padded:
             windows[:, g.padding] = 0.0
-        qkv = self.qkv(windows.reshape(-1, C))  # [B · nW · area, 3C]
+        qkv = self.qkv(windows.reshape(-1, C), None, threads)  # [B · nW · area, 3C]
         qkv = qkv.reshape(batch, g.windows, area, 3, heads, C // heads).transpose(3, 0, 1, 4, 2, 5)
         qkv = np.ascontiguousarray(qkv).reshape(3, batch * g.windows * heads // g.rows, g.rows, area, C // heads)
-        out = _core.attention(qkv[0], qkv[1], qkv[2], mask=g.mask)  # [B, nW, heads, area, hd] in memory
+        # out: [B, nW, heads, area, hd] in memory
+        out = _core.attention(qkv[0], qkv[1], qkv[2], mask=g.mask, num_threads=threads)
         out = out.reshape(batch, g.windows, heads, area, C // heads).transpose(0, 1, 3, 2, 4)
         # Back to token order, the heads merged (one gather; the padding dropped).
         tokens = out[:, g.inverse_window, g.inverse_position].reshape(batch * height * width, C)
-        x = self.o(tokens, residual=x)
-        m = _core.layer_norm(x, self.norm2[0], self.norm2[1], self.eps)
-        return self.down(self.up(m), residual=x)
+        x = self.o(tokens, x, threads)
+        m = _core.layer_norm(x, self.norm2[0], self.norm2[1], self.eps, num_threads=threads)
+        return self.down(self.up(m, None, threads), x, threads)
 
 
 class _Swin:
@@ -211,7 +212,7 @@ class _Swin:
     def hidden_size(self) -> int:
         return int(self.shape.num_features)
 
-    def embeddings(self, x: np.ndarray, positions: Optional[np.ndarray]) -> Tuple[np.ndarray, int, int]:
+    def embeddings(self, x: np.ndarray, positions: Optional[np.ndarray], threads: int) -> Tuple[np.ndarray, int, int]:
         """Patch embeddings [B · rows · cols, embed_dim] after the embeddings norm (and positions)."""
         B, C, H, W = x.shape
         ph, pw = self.shape.patch_size
@@ -221,26 +222,27 @@ class _Swin:
             padded[:, :, :H, :W] = x
             x = padded
         patches = x.reshape(B, C, rows, ph, cols, pw).transpose(0, 2, 4, 1, 3, 5).reshape(B * rows * cols, C * ph * pw)
-        embedded = self.patch(np.ascontiguousarray(patches))
-        embedded = _core.layer_norm(embedded, self.norm[0], self.norm[1], 1e-5)  # nn.LayerNorm's default eps
+        embedded = self.patch(np.ascontiguousarray(patches), None, threads)
+        # nn.LayerNorm's default eps, as transformers' embeddings norm
+        embedded = _core.layer_norm(embedded, self.norm[0], self.norm[1], 1e-5, num_threads=threads)
         if positions is not None:
             embedded = (embedded.reshape(B, rows * cols, -1) + positions).reshape(B * rows * cols, -1)
         return embedded, rows, cols
 
-    def forward(self, x: np.ndarray, positions: Optional[np.ndarray]) -> np.ndarray:
+    def forward(self, x: np.ndarray, positions: Optional[np.ndarray], threads: int) -> np.ndarray:
         batch = x.shape[0]
-        hidden, height, width = self.embeddings(x, positions)
+        hidden, height, width = self.embeddings(x, positions, threads)
         for blocks, merge in self.stages:
             for block in blocks:
-                hidden = block(hidden, batch, height, width)
+                hidden = block(hidden, batch, height, width, threads)
             if merge is not None:
-                hidden, height, width = _merge(hidden, batch, height, width, *merge)
-        out = _core.layer_norm(hidden, self.final_norm[0], self.final_norm[1], self.shape.eps)
+                hidden, height, width = _merge(hidden, batch, height, width, *merge, threads)
+        out = _core.layer_norm(hidden, self.final_norm[0], self.final_norm[1], self.shape.eps, num_threads=threads)
         return out.reshape(batch, height * width, -1)
 
 
 def _merge(x: np.ndarray, batch: int, height: int, width: int, weight: np.ndarray, bias: np.ndarray,
-           reduction: Any) -> Tuple[np.ndarray, int, int]:
+           reduction: Any, threads: int) -> Tuple[np.ndarray, int, int]:
     """transformers' SwinPatchMerging: [B · H · W, C] -> [B · ceil(H/2) · ceil(W/2), 2C]."""
     C = x.shape[1]
     grid = x.reshape(batch, height, width, C)
@@ -251,8 +253,8 @@ def _merge(x: np.ndarray, batch: int, height: int, width: int, weight: np.ndarra
         grid = padded
     # Concatenated as x0 (even row, even column), x1 (odd, even), x2 (even, odd), x3 (odd, odd).
     merged = grid.reshape(batch, h2, 2, w2, 2, C).transpose(0, 1, 3, 4, 2, 5).reshape(batch * h2 * w2, 4 * C)
-    merged = _core.layer_norm(merged, weight, bias, 1e-5)  # nn.LayerNorm(4 · dim): the default eps
-    return reduction(merged), h2, w2
+    merged = _core.layer_norm(merged, weight, bias, 1e-5, num_threads=threads)  # nn.LayerNorm(4 · dim): default eps
+    return reduction(merged, None, threads), h2, w2
 
 
 class SwinImageEncoder(ImageEncoder):
@@ -388,7 +390,7 @@ class SwinImageEncoder(ImageEncoder):
         model = self._live()
         x = self._pixel_values(self._preprocess(pixel_values), interpolate_pos_encoding)
         positions = self._position_table(x.shape[2], x.shape[3], interpolate_pos_encoding)
-        embedded, rows, cols = model.embeddings(x, positions)
+        embedded, rows, cols = model.embeddings(x, positions, self.num_threads)
         return embedded.reshape(x.shape[0], rows * cols, -1)
 
     # ---- forward ---------------------------------------------------------------------------
@@ -401,7 +403,8 @@ class SwinImageEncoder(ImageEncoder):
             raise TypeError(f"return_pooler must be True or False, got {return_pooler!r}")
         model = self._live()
         x = self._pixel_values(self._preprocess(pixel_values), interpolate_pos_encoding)
-        hidden = model.forward(x, self._position_table(x.shape[2], x.shape[3], interpolate_pos_encoding))
+        positions = self._position_table(x.shape[2], x.shape[3], interpolate_pos_encoding)
+        hidden = model.forward(x, positions, self.num_threads)
         if return_pooler:
             return hidden, hidden.mean(axis=1, dtype=np.float32)
         return hidden
@@ -443,7 +446,7 @@ class SwinImageClassifier(SwinImageEncoder, ImageClassifier):
         pooled = self.pooler_output(pixel_values, interpolate_pos_encoding)
         classifier = self._live().classifier
         assert classifier is not None
-        return classifier(np.ascontiguousarray(pooled))
+        return classifier(np.ascontiguousarray(pooled), None, self.num_threads)
 
 
 def open_vision_model(path: Union[PathLike, ModelDir], dtype: Optional[str] = None, num_threads: Optional[int] = None,
