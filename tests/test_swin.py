@@ -401,3 +401,27 @@ def test_num_threads_reaches_every_kernel(odd):
     _core._reset_compute_slots_peak()
     default.logits(pixels)
     assert _core._compute_slots()["peak"] == min(_core.get_num_threads(), _core._compute_slots()["capacity"])
+
+
+def test_threads_share_a_model(odd):
+    """Threads calling one model on different sizes (more than the layout cache keeps) get what
+    sequential calls give."""
+    import threading
+
+    model = cf.load(odd[0])
+    sizes = [(20 + 4 * i, 30 + 3 * i) for i in range(12)]
+    expected = [model.logits(_pixels(1, h, w, seed=i)) for i, (h, w) in enumerate(sizes)]
+    results = [None] * len(sizes)
+
+    def work(part):
+        for i in part:
+            h, w = sizes[i]
+            results[i] = model.logits(_pixels(1, h, w, seed=i))
+
+    threads = [threading.Thread(target=work, args=(range(t, len(sizes), 4),)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for got, want in zip(results, expected):
+        np.testing.assert_array_equal(got, want)

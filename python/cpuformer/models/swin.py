@@ -41,6 +41,7 @@ tokens (transformers' AdaptiveAvgPool1d), logits the classifier on the pooler ou
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
@@ -148,17 +149,19 @@ class _Block:
         self.down = _core.Linear(arrays[c + "down"], arrays[c + "down.bias"], None, dtype, group_size, zero_point)
         self.table = np.ascontiguousarray(arrays[c + "bias_table"])
         self._grids: Dict[Tuple[int, int], _Grid] = {}
+        self._lock = threading.Lock()  # the cache is shared by the threads calling the model
 
     def grid(self, height: int, width: int) -> _Grid:
         """The layout at this resolution (cached; the cache keeps the last _GRIDS sizes)."""
         key = (height, width)
-        grid = self._grids.get(key)
-        if grid is None:
-            grid = _Grid(height, width, self.window_size, self.shift, self.table)
-            if len(self._grids) >= _GRIDS:
-                self._grids.pop(next(iter(self._grids)))
-            self._grids[key] = grid
-        return grid
+        with self._lock:
+            grid = self._grids.get(key)
+            if grid is None:
+                grid = _Grid(height, width, self.window_size, self.shift, self.table)
+                if len(self._grids) >= _GRIDS:
+                    self._grids.pop(next(iter(self._grids)))
+                self._grids[key] = grid
+            return grid
 
     def __call__(self, x: np.ndarray, batch: int, height: int, width: int, threads: int) -> np.ndarray:
         """x [B · H · W, C] -> the block's output, same shape (``threads``: the kernels' num_threads)."""
