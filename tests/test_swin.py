@@ -425,3 +425,26 @@ def test_threads_share_a_model(odd):
         thread.join()
     for got, want in zip(results, expected):
         np.testing.assert_array_equal(got, want)
+
+
+def test_transformers_5_module_names(odd, tmp_path):
+    """A checkpoint with transformers 5's module names (q_proj, o_proj, mlp.fc1, ...) reads the same."""
+    renames = [("attention.self.query.", "attention.q_proj."), ("attention.self.key.", "attention.k_proj."),
+               ("attention.self.value.", "attention.v_proj."), ("attention.output.dense.", "attention.o_proj."),
+               ("attention.self.relative_position_bias_table", "attention.relative_position_bias."
+                                                               "relative_position_bias_table"),
+               ("intermediate.dense.", "mlp.fc1."), ("blocks.0.output.dense.", "blocks.0.mlp.fc2."),
+               ("blocks.1.output.dense.", "blocks.1.mlp.fc2.")]
+
+    def rename(weights):
+        for name in list(weights):
+            new = name
+            for old, replacement in renames:
+                new = new.replace(old, replacement)
+            if new != name:
+                weights[new] = weights.pop(name)
+        assert not [name for name in weights if any(old in name for old in ("self.", "intermediate", "output.dense"))]
+
+    renamed = _edit(odd[0], tmp_path / "renamed", tensors=rename)
+    pixels = _pixels(1, 58, 45, seed=41)
+    np.testing.assert_array_equal(cf.load(renamed).logits(pixels), cf.load(odd[0]).logits(pixels))
