@@ -18,8 +18,9 @@ def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads
     checkpoints (base models and task-head checkpoints; the heads are ignored), a
     :class:`~cpuformer.Generator` for GPT-2 / Llama / Mistral / Qwen2 / Qwen3 causal LMs, a
     :class:`~cpuformer.Seq2Seq` for Marian / BART / mBART / T5 / mT5 encoder-decoders, an
-    :class:`~cpuformer.ImageClassifier` for ViT / DeiT image classification checkpoints, an
-    :class:`~cpuformer.ImageEncoder` for their base models and a :class:`~cpuformer.CLIP` for CLIP
+    :class:`~cpuformer.ImageClassifier` for ViT / DeiT / Swin image classification checkpoints, an
+    :class:`~cpuformer.ImageEncoder` for their base models (Swin: their subclasses in
+    ``cpuformer.models.swin``) and a :class:`~cpuformer.CLIP` for CLIP
     checkpoints (the
     registry in ``cpuformer.arch`` lists every architecture). Unknown architectures raise
     ValueError listing what is supported.

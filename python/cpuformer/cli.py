@@ -235,7 +235,8 @@ def _embed_images(args: argparse.Namespace, kind: str, name: str) -> int:
     paths = _image_paths(args.images, "--images")
     args.format = args.format or "npy"
     with _open_model(args.model_dir, "vision", "embed", args.dtype, args.threads, _quantization(args)) as model:
-        parts = [_numbered(i, lambda part: model.embed(part, pooling=args.pooling or "cls",
+        pooling = args.pooling or getattr(model, "default_pooling", "cls")  # Swin: mean (no CLS token)
+        parts = [_numbered(i, lambda part: model.embed(part, pooling=pooling,
                                                        normalize=not args.no_normalize, batch_size=args.batch_size),
                            paths[i:i + args.batch_size])
                  for i in _progress(range(0, len(paths), args.batch_size), "embed")]
@@ -906,7 +907,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "by name)")
     embed.add_argument("--pooling", choices=("mean", "cls", "max", "last", "pooler"), default=None,
                        help="token pooling (text: default the sentence-transformers configuration, else mean; images: "
-                            "cls (default), mean of the patch tokens, or pooler)")
+                            "cls (default; Swin: mean), mean of the patch tokens, or pooler)")
     embed.add_argument("--no-normalize", action="store_true",
                        help="do not L2-normalise the embeddings (default: as configured, else normalised)")
     embed.add_argument("--format", choices=("json", "npy"), default=None,

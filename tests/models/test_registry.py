@@ -100,6 +100,11 @@ PARITY = {
     # Image models (kind "vision", tests/models/test_vit.py has the rest): patch 8 on 40x24 images.
     "vit": ("ViTModel", "ViTConfig", dict(_VISION, image_size=[40, 24])),
     "deit": ("DeiTForImageClassificationWithTeacher", "DeiTConfig", dict(_VISION, num_labels=3)),
+    # Swin (tests/test_swin.py has the rest): 40x24 images, patch 4, window 3 (shifted in the first
+    # stage, 10x6; the second, 5x3, is one window).
+    "swin": ("SwinForImageClassification", "SwinConfig",
+             dict(image_size=[40, 24], patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 4], window_size=3,
+                  num_labels=3, initializer_range=0.2)),
 }
 
 NEW_TOKENS = 6
@@ -118,7 +123,7 @@ def test_every_family_has_a_parity_row():
 #: does not change the weights (and the near-ties other tests check for) of the others.
 SEED_ORDER = ("albert", "bart", "bert", "deberta-v2", "distilbert", "electra", "gemma", "gpt2", "llama", "marian",
               "mbart", "mistral", "modernbert", "mpnet", "mt5", "phi3", "qwen2", "qwen3", "roberta", "t5",
-              "xlm-roberta", "xlnet", "m2m100", "vit", "deit")
+              "xlm-roberta", "xlnet", "m2m100", "vit", "deit", "swin")
 
 
 def _build(family, directory):

@@ -342,7 +342,7 @@ def test_cli_errors(vit, deit, images, tmp_path, capsys):
         vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=40))
     capsys.readouterr()  # transformers' saving progress
     error = _cli_error(capsys, "embed", bert, "--images", paths[0])
-    assert f"{bert} holds BertModel, an encoder; --images needs an image model (ViT, DeiT)" in error
+    assert f"{bert} holds BertModel, an encoder; --images needs an image model (ViT, DeiT, Swin)" in error
     error = _cli_error(capsys, "embed", bert, "--ids", "1 2 3", "--pooling", "pooler")
     assert "--pooling pooler is for image models (--images)" in error
     assert not (tmp_path / "x.npy").exists()

@@ -25,6 +25,7 @@ from . import (
     modernbert,
     mpnet,
     phi3,
+    swin,
     t5,
     vit,
     xlnet,
@@ -34,7 +35,7 @@ from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, So
 #: Every registered architecture family, encoders first.
 ARCHS: Tuple[Arch, ...] = (bert.ARCHS + mpnet.ARCHS + electra.ARCHS + albert.ARCHS + deberta.ARCHS + modernbert.ARCHS
                            + xlnet.ARCHS + gpt2.ARCHS + llama.ARCHS + gemma.ARCHS + phi3.ARCHS + marian.ARCHS
-                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS + vit.ARCHS + clip.ARCHS)
+                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS + vit.ARCHS + swin.ARCHS + clip.ARCHS)
 
 
 def supported(kind: str) -> List[str]:

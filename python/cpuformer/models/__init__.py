@@ -4,9 +4,11 @@ from .clip import CLIP
 from .encoder import Encoder
 from .generator import Generator
 from .seq2seq import Seq2Seq
-from .vision import ImageClassifier, ImageEncoder, open_image_model
+from .swin import open_vision_model
+from .vision import ImageClassifier, ImageEncoder
 
-#: The class that runs each model kind (image models: ImageClassifier or ImageEncoder, by checkpoint).
-CLASSES = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq, "vision": open_image_model, "clip": CLIP}
+#: The class that runs each model kind (image models: ImageClassifier or ImageEncoder, by checkpoint;
+#: Swin: their subclasses in models/swin.py).
+CLASSES = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq, "vision": open_vision_model, "clip": CLIP}
 
 __all__ = ["CLASSES", "CLIP", "Encoder", "Generator", "ImageClassifier", "ImageEncoder", "Seq2Seq"]

@@ -123,6 +123,8 @@ class ImageEncoder(ModelBase):
             arch, name = find(model_dir.config)
             if arch.kind != "vision":
                 raise wrong_kind(arch.kind, name)
+            if getattr(arch, "hierarchical", False):  # Swin: models/swin.py
+                raise ValueError(f"{name} ({arch.title}) runs stage by stage; open it with cpuformer.load")
             if self._stored_dtype is not None:
                 raise NotImplementedError(f"{model_dir.path}: a directory converted by `cpuformer convert` "
                                           f"({self._stored_dtype}) cannot be opened as an image model yet; open the "
