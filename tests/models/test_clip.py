@@ -132,8 +132,6 @@ def test_load_returns_clip(checkpoint):
     assert "CLIPModel" in repr(model)
     with pytest.raises(ValueError, match="a CLIP .* open it with cpuformer.CLIP"):
         cf.Encoder(directory)
-    with pytest.raises(NotImplementedError, match="cannot convert CLIP checkpoints yet"):
-        cf.convert(directory, directory.parent / f"{name}-int8", "int8", progress=False)
 
 
 def test_text_features(checkpoint):

@@ -181,6 +181,8 @@ class Clip(Arch):
     model_types = ("clip",)
     #: transformers' image processor of the family (its defaults fill preprocessor_config.json's gaps).
     image_processor = "CLIPImageProcessor"
+    #: cpuformer convert writes both towers (weights.convert_checkpoints); models/clip.py reads the result.
+    convertible = True
 
     def __init__(self) -> None:
         self.text, self.vision = ClipText(), ClipVision()
@@ -191,6 +193,10 @@ class Clip(Arch):
             not_supported(sub.get("position_embedding_type") not in (None, "absolute"),
                           f"{tower}_config.position_embedding_type {sub.get('position_embedding_type')!r} is not "
                           "supported")
+
+    def towers(self, config: Mapping[str, Any]) -> Tuple[Tuple[Arch, Hparams], ...]:
+        """(tower spec, its hyperparameters) of each encoder graph the model builds."""
+        return ((self.text, self.hparams(config)), (self.vision, self.vision.hparams(config)))
 
     def projection_dim(self, config: Mapping[str, Any]) -> int:
         return config_int(config, "projection_dim", default=512)

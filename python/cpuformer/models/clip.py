@@ -70,9 +70,6 @@ class CLIP(ModelBase):
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
             self.dtype, stored, settings = resolve_dtype(dtype, model_dir.config, quantization)
-            if stored is not None:
-                raise NotImplementedError(f"{model_dir.path}: cpuformer does not read converted CLIP directories; "
-                                          "load the original checkpoint with dtype=...")
             self.quantization = settings
             arch, name = find(model_dir.config)
             if arch.kind != "clip":
@@ -87,8 +84,11 @@ class CLIP(ModelBase):
             self.num_channels, self.image_size, self.patch_size = arch.vision.geometry(config)
             self.projection_dim = arch.projection_dim(config)
             self.eos_token_id = arch.eos_token_id(config)
-            text = Checkpoint(model_dir, arch.text, self.hparams, None, None, settings)
-            vision = Checkpoint(model_dir, arch.vision, self.vision_hparams, None, None, settings)
+            # A converted directory (cpuformer convert) stores the towers' matrices in its dtype and the
+            # tensors read here (CLIP_TENSORS) in float32.
+            self._stored_dtype = stored
+            text = Checkpoint(model_dir, arch.text, self.hparams, stored, None, settings)
+            vision = Checkpoint(model_dir, arch.vision, self.vision_hparams, stored, None, settings)
             self._read_extras(vision)
             form = graph_format(self.dtype, settings)
             self._text = _graph.build(text, form)

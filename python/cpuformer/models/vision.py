@@ -123,10 +123,6 @@ class ImageEncoder(ModelBase):
             arch, name = find(model_dir.config)
             if arch.kind != "vision":
                 raise wrong_kind(arch.kind, name)
-            if self._stored_dtype is not None:
-                raise NotImplementedError(f"{model_dir.path}: a directory converted by `cpuformer convert` "
-                                          f"({self._stored_dtype}) cannot be opened as an image model yet; open the "
-                                          "original checkpoint with dtype=")
             self.architecture, self.family, self._arch = name, arch.family, arch
             self._path = model_dir.path
             self._image_config: Optional[_images.ImageConfig] = None
@@ -139,7 +135,9 @@ class ImageEncoder(ModelBase):
             self.vision = vision
             # Every vision tensor (the heads too) is declared, so that the loader accounts for them.
             declared = Head("image_classification", (), dict(vision.tensors), dict(vision.shapes), vision.labels)
-            checkpoint = Checkpoint(model_dir, arch, self.hparams, None, declared, settings)
+            # A converted directory (cpuformer convert) stores the layers' matrices in its dtype and the
+            # vision tensors in float32 (packed here, as a plain checkpoint's).
+            checkpoint = Checkpoint(model_dir, arch, self.hparams, self._stored_dtype, declared, settings)
             for tensor in vision.required:
                 if checkpoint.checkpoint_name(tensor) is None:
                     raise ValueError(f"{model_dir.path}: {vision.required_by}, but the checkpoint has no tensor "
