@@ -357,10 +357,10 @@ def test_config_errors(tmp_path, tokenizer):
 def test_cli_names_the_kind(checkpoint, capsys):
     from cpuformer import cli
 
-    assert cli.main(["embed", str(checkpoint[1]), "hello"]) != 0
+    assert cli.main(["generate", str(checkpoint[1]), "hello"]) != 0
     error = capsys.readouterr().err
-    assert ("holds CLIPModel, a CLIP (text and image) model; `cpuformer embed` needs an encoder (no cpuformer "
-            "command runs it yet; use the Python API, cpuformer.load)") in error
+    assert ("holds CLIPModel, a CLIP (text and image) model; `cpuformer generate` needs a decoder (causal LM) (use "
+            "`cpuformer embed` or `cpuformer classify --labels`)") in error
 
 
 def test_causal_needs_a_plain_encoder_stack():

@@ -27,7 +27,7 @@ from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
 from . import _graph
 from ._base import ModelBase, TokenIds
 from ._inputs import as_2d
-from .vision import interpolate_positions
+from .vision import _renumber, interpolate_positions
 
 #: What get_image_features takes: float32 pixel values [B, channels, H, W], already preprocessed
 #: as the checkpoint's image processor does.
@@ -351,15 +351,65 @@ class CLIP(ModelBase):
         """Zero-shot probabilities [images, texts]: softmax over the texts of logits_per_image."""
         return _softmax(self.logits_per_image(images, texts, attention_mask))
 
-    def classify(self, images: Images, labels: Sequence[str], top_k: int = 5) -> List[List[tuple]]:
-        """Zero-shot labels: per image, the top_k (label, probability) of ``scores(images, labels)``."""
-        if isinstance(labels, str) or not isinstance(labels, (list, tuple)) or not labels:
-            raise ValueError("labels must be a non-empty list of strings")
+    def classify(self, images: Images, labels: Sequence[str], top_k: int = 5, hypothesis_template: str = "{}",
+                 batch_size: int = 32) -> List[List[tuple]]:
+        """Zero-shot labels: per image, the top_k (label, probability) pairs, most likely first:
+        the softmax over the labels of exp(logit_scale) · cosine(image, text) with each text
+        ``hypothesis_template.format(label)`` (default "{}": the label itself; transformers'
+        zero-shot-image-classification pipeline, and ``cpuformer classify``, use "This is a photo
+        of {}."). The labels are embedded once, the images ``batch_size`` at a time. top_k is capped
+        at the number of labels."""
+        hypotheses = self._hypotheses(labels, hypothesis_template)
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ValueError(f"top_k must be an integer >= 1, got {top_k!r}")
-        probs = self.scores(images, list(labels))
-        order = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
-        return [[(labels[j], float(row[j])) for j in idx] for row, idx in zip(probs, order)]
+        _check_batch_size(batch_size)
+        return self._zero_shot(images, list(labels), self.embed_texts(hypotheses, batch_size=batch_size), top_k,
+                               batch_size)
+
+    @staticmethod
+    def _hypotheses(labels: Sequence[str], template: str) -> List[str]:
+        """The texts of the labels: ``template.format(label)``; ValueError / TypeError for bad labels or template."""
+        if isinstance(labels, str) or not isinstance(labels, (list, tuple)) or not labels:
+            raise ValueError("labels must be a non-empty list of strings")
+        for i, label in enumerate(labels):
+            if not isinstance(label, str):
+                raise TypeError(f"labels[{i}] must be a string, got {type(label).__name__}")
+        if not isinstance(template, str):
+            raise TypeError(f"hypothesis_template must be a string, got {type(template).__name__}")
+        if "{}" not in template:
+            raise ValueError(f"hypothesis_template must contain {{}} (where each label goes), got {template!r}")
+        try:
+            return [template.format(label) for label in labels]
+        except (IndexError, KeyError, ValueError) as error:
+            raise ValueError(f"hypothesis_template {template!r}: only one {{}} placeholder is allowed, and literal "
+                             f"braces are written {{{{ and }}}} ({type(error).__name__}: {error})") from None
+
+    def _zero_shot(self, images: Images, labels: List[str], text_embeds: np.ndarray, top_k: int,
+                   batch_size: int) -> List[List[tuple]]:
+        """classify() with the labels' normalized text embeddings already computed."""
+        out: List[List[tuple]] = []
+        for image_embeds in self._image_batches(images, batch_size):
+            probs = _softmax(np.float32(self.logit_scale) * (image_embeds @ text_embeds.T))
+            order = np.argsort(-probs, axis=-1, kind="stable")[:, :top_k]
+            out.extend([(labels[j], float(row[j])) for j in idx] for row, idx in zip(probs, order))
+        return out
+
+    def _image_batches(self, images: Images, batch_size: int):
+        """Normalized image embeddings of ``images``, ``batch_size`` at a time (a list is preprocessed per batch)."""
+        if isinstance(images, (list, tuple)):
+            if not images:
+                raise ValueError("images: an empty batch")
+            for start in range(0, len(images), batch_size):
+                part = list(images[start:start + batch_size])
+                try:
+                    yield self.embed_images(part, batch_size=batch_size)
+                except (ValueError, TypeError) as error:
+                    message = _renumber(str(error), start, part)
+                    if message == str(error):
+                        raise
+                    raise type(error)(message) from None
+        else:
+            yield self.embed_images(images, batch_size=batch_size)
 
     # ---- state --------------------------------------------------------------------------------
 
