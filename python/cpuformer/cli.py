@@ -664,7 +664,7 @@ def _classify_clip(args: argparse.Namespace, name: str) -> int:
     with _open_model(args.model_dir, "clip", "classify", args.dtype, args.threads, _quantization(args)) as model:
         if not hasattr(model, "_zero_shot"):
             raise UserError(f"{args.model_dir} holds {name}, one CLIP tower; zero-shot classification needs both "
-                            "(a CLIPModel checkpoint)")
+                            "(a full CLIP checkpoint)")
         text_embeds = model.embed_texts(model._hypotheses(labels, template), batch_size=args.batch_size)
         k = min(top_k or len(labels), len(labels))
         for start in _progress(range(0, len(items), args.batch_size), "classify"):
