@@ -16,7 +16,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .. import _images, ops
+from .. import ops
 from .._arguments import check_num_threads
 from .._model_dir import ModelDir
 from .._tokenizer import Tokenizer, load_tokenizer, read_tokenizer_settings
@@ -27,13 +27,12 @@ from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
 from . import _graph
 from ._base import ModelBase, TokenIds
 from ._inputs import as_2d
-from .vision import _renumber, interpolate_positions
+from .vision import _batches, interpolate_positions, read_model_image_config, to_pixel_values
 
-#: What get_image_features takes: float32 pixel values [B, channels, H, W], already preprocessed
-#: as the checkpoint's image processor does.
+#: float32 pixel values [B, channels, H, W], already preprocessed as the checkpoint's image processor does.
 PixelValues = np.ndarray
-#: What embed_images / logits_per_image / scores / classify take: pixel values (a float array), or
-#: images to preprocess (file paths, PIL images, uint8 arrays, or a list of images).
+#: What every method that runs the vision tower takes: pixel values, or images to preprocess (file
+#: paths, PIL images, NumPy arrays, a list of them); models.vision.is_pixel_values tells them apart.
 Images = Any
 
 
@@ -285,13 +284,8 @@ class _VisionTower(_ClipModel):
 
     # ---- images -------------------------------------------------------------------------------
 
-    def _pixels(self, pixel_values: Any, interpolate: bool = False) -> np.ndarray:
-        if not isinstance(pixel_values, np.ndarray):
-            raise TypeError("pixel_values must be a float32 NumPy array [batch, channels, height, width] (image "
-                            f"files and PIL images: see docs/vision.md), got {type(pixel_values).__name__}")
-        if pixel_values.dtype.kind != "f":
-            raise TypeError(f"pixel_values must be a float array (preprocessed pixel values), got dtype "
-                            f"{pixel_values.dtype}")
+    def _pixels(self, pixel_values: np.ndarray, interpolate: bool = False) -> np.ndarray:
+        """Checked pixel values (what to_pixel_values returns: float32 [B, C, H, W])."""
         x = np.ascontiguousarray(pixel_values, dtype=np.float32)
         C, S = self.num_channels, self.image_size
         if not isinstance(interpolate, bool):
@@ -343,7 +337,7 @@ class _VisionTower(_ClipModel):
         """The vision tower's last hidden state [B, 1 + patches, hidden] (before post_layernorm, as
         transformers' last_hidden_state). interpolate_pos_encoding: images of another size than
         image_size, the position embeddings resized bicubically as transformers does."""
-        x = self._pixels(pixel_values, interpolate_pos_encoding)
+        x = self._pixels(self._as_pixels(pixel_values), interpolate_pos_encoding)
         vision = self._live_vision()
         return vision.forward_embeddings(self._image_embeddings(x), num_threads=self.num_threads)
 
@@ -370,33 +364,36 @@ class _VisionTower(_ClipModel):
         """The checkpoint's image preprocessing (preprocessor_config.json, read on first use;
         ``_images.ImageConfig``); ValueError naming the file when it is missing or wrong."""
         if self._image_config is None:
-            self._image_config = _images.read_image_config(self._model_dir.path, self._arch.image_processor)
+            self._image_config = read_model_image_config(self._model_dir.path, type(self).__name__,
+                                                         self.num_channels, self._arch.image_processor)
         return self._image_config
 
     def preprocess(self, images: Any) -> np.ndarray:
         """Images as the checkpoint's image processor prepares them: file paths, PIL images or NumPy
         arrays (uint8 in [0, 255] or float in [0, 1]; HW, HWC, CHW or a 4-D batch), one or a list,
-        -> float32 pixel values [B, 3, H, W] (docs/vision.md, "Images in")."""
-        return _images.preprocess(images, self.image_config)
+        -> float32 pixel values [B, 3, H, W] (docs/vision.md, "Images in"); pixel_values are
+        returned as they are (the rule below)."""
+        self._live()
+        return self._as_pixels(images)
 
-    def _as_pixels(self, images: Any) -> np.ndarray:
-        """Pixel values for ``images``: a float NumPy array is taken as preprocessed pixel values
-        [B, C, H, W]; anything else (paths, PIL images, uint8 arrays, lists) is preprocessed."""
-        if isinstance(images, np.ndarray) and images.dtype.kind == "f":
-            return images
-        return self.preprocess(images)
+    def _as_pixels(self, images: Any, offset: Optional[int] = None) -> np.ndarray:
+        """The image models' one rule (models.vision.is_pixel_values): a float32 4-D array with
+        num_channels entries in axis 1 is pixel_values, used as given; everything else is images,
+        preprocessed as preprocessor_config.json says."""
+        return to_pixel_values(images, self.num_channels, lambda: self.image_config, offset)
 
     def embed_images(self, images: Images, normalize: bool = True, batch_size: int = 32,
                      interpolate_pos_encoding: bool = False) -> np.ndarray:
-        """Image embeddings [B, projection_dim]: get_image_features, ``batch_size`` images at a time,
-        L2-normalized unless normalize=False. images: float pixel values [B, C, H, W] (already
-        preprocessed), or file paths, PIL images, uint8 arrays or a list of them (preprocessed as
-        preprocessor_config.json says, ``preprocess``)."""
+        """Image embeddings [B, projection_dim]: get_image_features (a tower without projection: its
+        pooler output), ``batch_size`` images at a time (a list is preprocessed batch by batch),
+        L2-normalized unless normalize=False. images: float32 pixel values [B, C, H, W] (already
+        preprocessed), or images (file paths, PIL images, NumPy arrays, a list of them) preprocessed
+        as preprocessor_config.json says; the rule is ``models.vision.is_pixel_values``."""
         _check_batch_size(batch_size)
-        pixels = self._pixels(self._as_pixels(images), interpolate_pos_encoding)
+        self._live()
         vectors = self.get_image_features if self._visual_projection is not None else self._image_pooled
-        features = np.concatenate([vectors(pixels[start:start + batch_size], interpolate_pos_encoding)
-                                   for start in range(0, len(pixels), batch_size)])
+        features = np.concatenate([vectors(self._as_pixels(batch, offset), interpolate_pos_encoding)
+                                   for offset, batch in _batches(images, batch_size)])
         return _l2_normalize(features) if normalize else features
 
 
@@ -480,21 +477,8 @@ class CLIP(_TextTower, _VisionTower):
 
     def _image_batches(self, images: Images, batch_size: int):
         """Normalized image embeddings of ``images``, ``batch_size`` at a time (a list is preprocessed per batch)."""
-        if isinstance(images, (list, tuple)):
-            if not images:
-                raise ValueError("images: an empty batch")
-            for start in range(0, len(images), batch_size):
-                part = list(images[start:start + batch_size])
-                try:
-                    yield self.embed_images(part, batch_size=batch_size)
-                except (ValueError, TypeError) as error:
-                    message = _renumber(str(error), start, part)
-                    if message == str(error):
-                        raise
-                    raise type(error)(message) from None
-        else:
-            yield self.embed_images(images, batch_size=batch_size)
-
+        for offset, batch in _batches(images, batch_size):
+            yield self.embed_images(self._as_pixels(batch, offset), batch_size=batch_size)
 
 
 class CLIPText(_TextTower):
