@@ -1,4 +1,5 @@
-"""``cpuformer.CLIP``: CLIP checkpoints, text and images embedded into one space.
+"""``cpuformer.CLIP``: CLIP checkpoints, text and images embedded into one space; ``CLIPText`` and
+``CLIPVision``: one tower alone (transformers' one-tower classes, or a tower of a full checkpoint).
 
 Two C++ encoder graphs (arch/clip.py declares them): the text tower runs on token ids with a
 causal mask plus the padding mask; the vision tower runs on embeddings made here (the patch
@@ -6,7 +7,8 @@ embedding as one GEMM over the flattened patches, the class embedding, learned p
 ``forward_embeddings``. The pooled outputs (end-of-text token; class token after
 ``post_layernorm``) are projected by ``text_projection`` / ``visual_projection``. The transformer
 layers and the projections are stored in the model's dtype; the patch embedding, the embedding
-tables and the norms stay float32 (docs/vision.md, "CLIP").
+tables and the norms stay float32 (docs/vision.md, "CLIP"). Images and pixel values are told
+apart by the image models' one rule (``models.vision.is_pixel_values``).
 """
 
 from __future__ import annotations
