@@ -7,11 +7,12 @@ from typing import Any, Mapping, Optional, Union
 
 from ._model_dir import ModelDir
 from .arch import find
-from .models import CLASSES, CLIP, Encoder, Generator, ImageEncoder, Seq2Seq
+from .models import CLASSES, CLIP, CLIPText, CLIPVision, Encoder, Generator, ImageEncoder, Seq2Seq
 
 
 def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads: Optional[int] = None,
-         quantization: Optional[Mapping[str, Any]] = None) -> Union[Encoder, Generator, Seq2Seq, ImageEncoder, CLIP]:
+         quantization: Optional[Mapping[str, Any]] = None
+         ) -> Union[Encoder, Generator, Seq2Seq, ImageEncoder, CLIP, CLIPText, CLIPVision]:
     """Opens the model directory ``path`` as the model class its config names.
 
     Returns an :class:`~cpuformer.Encoder` for BERT / RoBERTa / XLM-RoBERTa / DistilBERT
@@ -20,8 +21,8 @@ def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads
     :class:`~cpuformer.Seq2Seq` for Marian / BART / mBART / T5 / mT5 encoder-decoders, an
     :class:`~cpuformer.ImageClassifier` for ViT / DeiT / Swin image classification checkpoints, an
     :class:`~cpuformer.ImageEncoder` for their base models (Swin: their subclasses in
-    ``cpuformer.models.swin``) and a :class:`~cpuformer.CLIP` for CLIP
-    checkpoints (the
+    ``cpuformer.models.swin``), a :class:`~cpuformer.CLIP` for CLIP checkpoints and a
+    :class:`~cpuformer.CLIPText` / :class:`~cpuformer.CLIPVision` for one CLIP tower (the
     registry in ``cpuformer.arch`` lists every architecture). Unknown architectures raise
     ValueError listing what is supported.
 

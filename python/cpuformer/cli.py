@@ -20,7 +20,7 @@ from .models import CLASSES
 from .weights import DTYPES, EMBEDDING_DTYPES, GROUP_SIZES
 
 _KIND_COMMAND = {"encoder": "embed", "decoder": "generate", "seq2seq": "translate",
-                 "vision": "classify` or `cpuformer embed --images"}
+                 "vision": "classify` or `cpuformer embed --images", "clip": "embed` or `cpuformer classify --labels"}
 
 
 class UserError(Exception):
@@ -199,6 +199,8 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
     kind, name = _model_kind(args.model_dir)
+    if kind == "clip":
+        return _embed_clip(args, name)
     if args.images is not None or kind == "vision":
         return _embed_images(args, kind, name)
     if args.pooling == "pooler":
@@ -240,7 +242,12 @@ def _embed_images(args: argparse.Namespace, kind: str, name: str) -> int:
                                                        normalize=not args.no_normalize, batch_size=args.batch_size),
                            paths[i:i + args.batch_size])
                  for i in _progress(range(0, len(paths), args.batch_size), "embed")]
-    vectors = np.concatenate(parts)
+    _write_image_vectors(args, paths, np.concatenate(parts))
+    return 0
+
+
+def _write_image_vectors(args: argparse.Namespace, paths: List[str], vectors: Any) -> None:
+    """--format npy: the array [N, D]; json: one line {"image", "embedding"} per image."""
     if args.format == "json":
         lines = "".join(json.dumps({"image": path, "embedding": row}) + "\n"
                         for path, row in zip(paths, vectors.tolist()))
@@ -249,9 +256,62 @@ def _embed_images(args: argparse.Namespace, kind: str, name: str) -> int:
             sys.stdout.flush()
         else:
             _write(args.output, lambda f: f.write(lines))
-        return 0
+        return
     _write_vectors(args, vectors)
+
+
+def _embed_clip(args: argparse.Namespace, name: str) -> int:
+    """`cpuformer embed` on a CLIP checkpoint: image embeddings of --images, or text embeddings of
+    the texts (or --file, or --ids), both the projected features, L2-normalized unless --no-normalize."""
+    import numpy as np
+
+    if args.pooling is not None:
+        raise UserError(f"--pooling is for encoders and image models; {args.model_dir} holds {name}, whose embeddings "
+                        "are its projected features (no pooling to choose)")
+    images = args.images is not None
+    if images and (args.texts or args.file is not None or args.ids):
+        raise UserError("give texts (or --file, --ids) or --images, not both: a CLIP model embeds one or the other "
+                        "per run")
+    if not images and not args.texts and args.file is None:
+        raise UserError(f"no input: {args.model_dir} holds {name}; give texts (or --file PATH) to embed texts, or "
+                        "--images DIR_OR_FILE to embed images")
+    normalize = not args.no_normalize
+    with _open_model(args.model_dir, "clip", "embed", args.dtype, args.threads, _quantization(args)) as model:
+        if images:
+            if not hasattr(model, "embed_images"):
+                raise UserError(f"{args.model_dir} holds {name}, CLIP's text tower alone; it does not embed images "
+                                "(give texts)")
+            paths = _image_paths(args.images, "--images")
+            args.format = args.format or "npy"
+            parts = [_numbered(i, lambda part: model.embed_images(part, normalize=normalize,
+                                                                  batch_size=args.batch_size),
+                               paths[i:i + args.batch_size])
+                     for i in _progress(range(0, len(paths), args.batch_size), "embed")]
+            _write_image_vectors(args, paths, np.concatenate(parts))
+            return 0
+        if not hasattr(model, "embed_texts"):
+            raise UserError(f"{args.model_dir} holds {name}, CLIP's vision tower alone; it does not embed text (give "
+                            "the images with --images DIR_OR_FILE)")
+        args.format = args.format or "json"
+        if args.ids:
+            rows = [row for row in _ids_of(_texts(args)) if row is not None]
+            vectors = np.concatenate([model.get_text_features(np.array([row], dtype=np.int64))
+                                      for row in _progress_items(rows, "embed")])
+            if normalize:
+                vectors = vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
+        else:
+            texts = _texts(args)
+            chunk = max(8 * args.batch_size, 256)
+            vectors = np.concatenate([model.embed_texts(texts[i:i + chunk], normalize=normalize,
+                                                        batch_size=args.batch_size)
+                                      for i in _progress(range(0, len(texts), chunk), "embed")])
+    _write_vectors(args, vectors.astype(np.float32, copy=False))
     return 0
+
+
+def _progress_items(items: List[Any], desc: str) -> Any:
+    """The items, with a progress bar (_progress) over them."""
+    return (items[i] for i in _progress(range(len(items)), desc))
 
 
 def _numbered(start: int, run: Callable[[List[str]], Any], paths: List[str]) -> Any:
@@ -527,7 +587,14 @@ def _run_in_chunks(texts: Sequence[Any], batch_size: int, command: str, run: Cal
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
-    if _model_kind(args.model_dir)[0] == "vision":
+    kind, name = _model_kind(args.model_dir)
+    if kind == "clip":
+        return _classify_clip(args, name)
+    for option, value in (("--labels", args.labels), ("--hypothesis-template", args.hypothesis_template)):
+        if value is not None:
+            raise UserError(f"{option} is for CLIP models (zero-shot image classification); {args.model_dir} holds "
+                            f"{name}, {KIND_TEXT[kind]}, which classifies with its own labels")
+    if kind == "vision":
         return _classify_images(args)
     if args.top_k is None:
         args.top_k = 1
@@ -552,12 +619,7 @@ def _classify_images(args: argparse.Namespace) -> int:
     """`cpuformer classify` on an image classifier: one JSON line per image file."""
     if args.ids or args.function is not None:
         raise UserError(f"{args.model_dir} holds an image classifier; --ids and --function are for text classifiers")
-    items = _texts(args)  # the positional paths, or the lines of --file
-    for item in items:
-        if not os.path.isfile(item):
-            what = "a directory" if os.path.isdir(item) else "no such file"
-            raise UserError(f"{item}: {what}; {args.model_dir} holds an image classifier: give image files (it does "
-                            "not classify text)")
+    items = _image_files(args, "an image classifier")  # the positional paths, or the lines of --file
     top_k = 5 if args.top_k is None else args.top_k
     with _open_model(args.model_dir, "vision", "classify", args.dtype, args.threads, _quantization(args)) as model:
         if not hasattr(model, "classify"):
@@ -567,6 +629,49 @@ def _classify_images(args: argparse.Namespace) -> int:
             paths = items[start:start + args.batch_size]
             results = _numbered(start, lambda part: model.classify(part, top_k=top_k or model.num_labels,
                                                                    batch_size=args.batch_size), paths)
+            _print_json_lines([{"image": path, "labels": [{"label": label, "score": score} for label, score in row]}
+                               for path, row in zip(paths, results)])
+    return 0
+
+
+#: transformers' zero-shot-image-classification pipeline's default hypothesis_template.
+HYPOTHESIS_TEMPLATE = "This is a photo of {}."
+
+
+def _image_files(args: argparse.Namespace, holds: str) -> List[str]:
+    """The positional image files (or the lines of --file) of `classify` on an image model."""
+    items = _texts(args)
+    for item in items:
+        if not os.path.isfile(item):
+            what = "a directory" if os.path.isdir(item) else "no such file"
+            raise UserError(f"{item}: {what}; {args.model_dir} holds {holds}: give image files (it does not "
+                            "classify text)")
+    return items
+
+
+def _classify_clip(args: argparse.Namespace, name: str) -> int:
+    """`cpuformer classify CLIP_DIR IMAGE... --labels L1 L2 ...`: zero-shot classification as
+    transformers' zero-shot-image-classification pipeline (hypothesis "This is a photo of {}.",
+    softmax over the labels of exp(logit_scale) · cosine); one JSON line per image."""
+    if args.ids or args.function is not None:
+        raise UserError(f"{args.model_dir} holds {name}, a CLIP model; --ids and --function are for text classifiers")
+    if not args.labels:
+        raise UserError(f"{args.model_dir} holds {name}, a CLIP model: zero-shot classification needs the candidate "
+                        "labels, --labels LABEL [LABEL ...] (after the image files)")
+    template = HYPOTHESIS_TEMPLATE if args.hypothesis_template is None else args.hypothesis_template
+    items = _image_files(args, f"{name}, a CLIP model")
+    top_k = 5 if args.top_k is None else args.top_k
+    labels = list(args.labels)
+    with _open_model(args.model_dir, "clip", "classify", args.dtype, args.threads, _quantization(args)) as model:
+        if not hasattr(model, "_zero_shot"):
+            raise UserError(f"{args.model_dir} holds {name}, one CLIP tower; zero-shot classification needs both "
+                            "(a full CLIP checkpoint)")
+        text_embeds = model.embed_texts(model._hypotheses(labels, template), batch_size=args.batch_size)
+        k = min(top_k or len(labels), len(labels))
+        for start in _progress(range(0, len(items), args.batch_size), "classify"):
+            paths = items[start:start + args.batch_size]
+            results = _numbered(start, lambda part: model._zero_shot(part, labels, text_embeds, k, args.batch_size),
+                                paths)
             _print_json_lines([{"image": path, "labels": [{"label": label, "score": score} for label, score in row]}
                                for path, row in zip(paths, results)])
     return 0
@@ -899,7 +1004,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Sentence embeddings [N, hidden] of texts with an encoder model directory "
                                        f"({titles('encoder')}; needs tokenizer.json unless --ids), or image "
                                        f"embeddings of --images with an image model ({titles('vision')}; needs "
-                                       "preprocessor_config.json).")
+                                       "preprocessor_config.json); a CLIP model embeds texts or --images.")
     embed.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(embed, "texts to embed")
     embed.add_argument("--images", nargs="+", metavar="DIR_OR_FILE",
@@ -926,7 +1031,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "unless --ids), as transformers' text-classification pipeline: one JSON line "
                                      'per input, a list of {"label", "score"}, best first. With an image '
                                      "classifier (...ForImageClassification; needs preprocessor_config.json) the "
-                                     'inputs are image files: one line {"image", "labels"} per image.')
+                                     'inputs are image files: one line {"image", "labels"} per image; with a CLIP '
+                                     "model, image files and --labels (zero-shot).")
     cls.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
     _add_text_inputs(cls, "texts (or image files) to classify")
     cls.add_argument("--top-k", type=_non_negative_int, default=None, metavar="K",
@@ -934,6 +1040,11 @@ def build_parser() -> argparse.ArgumentParser:
     cls.add_argument("--function", choices=("softmax", "sigmoid", "none"), default=None,
                      help="score function (default: as the pipeline, from the config's problem_type and labels)")
     cls.add_argument("--batch-size", type=_positive_int, default=32, metavar="N", help="texts (images) per batch")
+    cls.add_argument("--labels", nargs="+", metavar="LABEL", default=None,
+                     help="CLIP: the candidate labels of zero-shot classification (give them after the image files)")
+    cls.add_argument("--hypothesis-template", metavar="TEMPLATE", default=None,
+                     help=f"CLIP: the text each label is put into (default {HYPOTHESIS_TEMPLATE!r}, as transformers' "
+                          "zero-shot-image-classification pipeline; '{}': the label alone)")
     _add_ids_option(cls, "each input is token ids, special tokens included")
     _add_model_options(cls)
     cls.set_defaults(func=_cmd_classify)

@@ -440,11 +440,34 @@ def load_layers(checkpoint: Checkpoint, add_layer) -> None:
 
 # ---- convert ---------------------------------------------------------------------------------------
 
-# Files copied verbatim (those present): tokenizers, generation settings, sentence-transformers.
+def convert_checkpoints(md: ModelDir, arch: Arch, name: str, stored: Optional[str] = None,
+                        settings: Optional[Mapping[str, Any]] = None) -> List[Checkpoint]:
+    """The checkpoints ``convert`` writes from one directory, every tensor declared: one for a text
+    model; for an image model (kind "vision") one whose head declares the patch embedding, tokens,
+    positions and classifiers (``arch.vision``: stored float32, packed at load like task heads); for
+    a model of several towers (CLIP: ``arch.towers``) one per tower. NotImplementedError for a
+    family whose model class cannot read a converted directory (image and CLIP families say so with
+    ``convertible = True``; the text kinds all can)."""
+    if not getattr(arch, "convertible", arch.kind not in ("vision", "clip")):
+        raise NotImplementedError(f"{md.path}: cpuformer convert does not convert {arch.title} checkpoints ({name}) "
+                                  "yet; load the original directory with dtype=...")
+    towers = getattr(arch, "towers", None)
+    if towers is not None:
+        return [Checkpoint(md, tower, hp, stored, None, settings) for tower, hp in towers(md.config)]
+    hp = arch.hparams(md.config)
+    head = None
+    if arch.kind == "vision":
+        vision = arch.vision(md.config, hp, name)  # type: ignore[attr-defined]
+        head = Head("image_classification", (), dict(vision.tensors), dict(vision.shapes), vision.labels)
+    return [Checkpoint(md, arch, hp, stored, head, settings)]
+
+
+# Files copied verbatim (those present): tokenizers, generation settings, sentence-transformers, image
+# preprocessing.
 _COPIED = ("generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
            "vocab.txt", "vocab.json", "merges.txt", "sentencepiece.bpe.model", "spiece.model", "source.spm",
            "target.spm", "added_tokens.json", "sentence_bert_config.json", "modules.json",
-           "config_sentence_transformers.json")
+           "config_sentence_transformers.json", "preprocessor_config.json")
 # ... and the sentence-transformers module directories modules.json names (2_Dense holds weights).
 _COPIED_DIRS = ("1_Pooling", "2_Normalize")
 
@@ -515,18 +538,16 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
     md = ModelDir(src)
     try:
         arch, name = find(md.config)
-        if arch.kind == "vision":  # their patch embedding, tokens and positions are read outside the graph
-            raise NotImplementedError(f"{md.path}: {name} is an image model; cpuformer convert does not convert "
-                                      "image models yet (load the checkpoint with dtype= instead)")
-        if arch.kind == "clip":  # two towers (docs/vision.md, "CLIP"): load the checkpoint with dtype=... instead
-            raise NotImplementedError(f"{md.path}: cpuformer cannot convert {arch.title} checkpoints yet; load the "
-                                      "original directory with dtype=...")
         already = stored_dtype(md.config)
         if already is not None:
             raise ValueError(f"{md.path} is already converted (dtype {already!r}); convert the original checkpoint")
-        checkpoint = Checkpoint(md, arch, arch.hparams(md.config), None)
-        checkpoint.check_accounted()
-        matrices = _matrix_sources(checkpoint)
+        checkpoints = convert_checkpoints(md, arch, name)
+        for checkpoint in checkpoints:
+            checkpoint.check_accounted()
+        checkpoint = checkpoints[0]
+        matrices: Dict[str, Tuple[str, Tensor]] = {}
+        for each in checkpoints:
+            matrices.update(_matrix_sources(each))
         # A tied head is written as a quantized lm_head.weight made from the embedding table.
         head_source = None
         if "lm_head" in arch.model_tensors(md.config, checkpoint.hp) and "lm_head" not in checkpoint.top:
@@ -666,4 +687,5 @@ def _sigterm_raises() -> Iterator[None]:
 
 
 __all__ = ["DTYPES", "EMBEDDING_DTYPES", "GROUP_SIZES", "QUANTIZATION_KEYS", "Checkpoint", "check_dtype",
-           "check_quantization", "convert", "graph_format", "load_layers", "resolve_dtype", "stored_dtype"]
+           "check_quantization", "convert", "convert_checkpoints", "graph_format", "load_layers", "resolve_dtype",
+           "stored_dtype"]

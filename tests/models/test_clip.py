@@ -132,8 +132,6 @@ def test_load_returns_clip(checkpoint):
     assert "CLIPModel" in repr(model)
     with pytest.raises(ValueError, match="a CLIP .* open it with cpuformer.CLIP"):
         cf.Encoder(directory)
-    with pytest.raises(NotImplementedError, match="cannot convert CLIP checkpoints yet"):
-        cf.convert(directory, directory.parent / f"{name}-int8", "int8", progress=False)
 
 
 def test_text_features(checkpoint):
@@ -253,8 +251,10 @@ def test_images_are_preprocessed_as_transformers(checkpoint, tmp_path):
     assert [row[0][0] for row in top] == [LABELS[j] for j in out.logits_per_image.numpy().argmax(axis=1)]
     (directory / "preprocessor_config.json").rename(tmp_path / "saved.json")
     try:
-        with pytest.raises(ValueError, match="preprocessor_config.json: no such file"):
+        with pytest.raises(ValueError, match=r"has no preprocessor_config.json, so CLIP cannot preprocess images; give "
+                                             r"float32 pixel_values \[batch, 3, height, width\].* \(got list\)"):
             cf.CLIP(directory).embed_images(paths)
+        assert_close(cf.CLIP(directory).embed_images(pixels), normalized)  # pixel values need no such file
     finally:
         (tmp_path / "saved.json").rename(directory / "preprocessor_config.json")
 
@@ -301,10 +301,12 @@ def test_bad_input(checkpoint):
     size = SHAPES[name]["vision"]["image_size"]
     limit = SHAPES[name]["text"]["max_position_embeddings"]
     clip = cf.CLIP(directory)
-    with pytest.raises(ValueError, match=rf"pixel_values must have shape \[batch, 3, {size}, {size}\], got \[2, 1, "):
-        clip.get_image_features(np.zeros((2, 1, size, size), np.float32))
-    with pytest.raises(ValueError, match=r"pixel_values must have shape .*got \[3, 64, 64\]"):
-        clip.get_image_features(np.zeros((3, 64, 64), np.float32))
+    # Not pixel_values (models.vision.is_pixel_values): images, preprocessed and checked as images.
+    with pytest.raises(ValueError, match=r"image: a float image must have values in \[0, 1\] .*got \[-1, -1\]$"):
+        clip.get_image_features(np.full((2, 1, size, size), -1.0, np.float32))
+    with pytest.raises(ValueError, match=r"got \[-0.5, -0.5\] \(pixel_values, already preprocessed, must be float32; "
+                                         r"got float64\)"):
+        clip.get_image_features(np.full((1, 3, size, size), -0.5))
     with pytest.raises(ValueError, match=rf"are {size + 1}×{size} images, but the model takes {size}×{size} "
                        r"\(vision_config.image_size\); resize them, or pass interpolate_pos_encoding=True"):
         clip.get_image_features(np.zeros((1, 3, size + 1, size), np.float32))
@@ -312,9 +314,7 @@ def test_bad_input(checkpoint):
         clip.get_image_features(np.zeros((0, 3, size, size), np.float32))
     with pytest.raises(ValueError, match="NaN or infinite"):
         clip.get_image_features(np.full((1, 3, size, size), np.nan, np.float32))
-    with pytest.raises(TypeError, match="must be a float array"):
-        clip.get_image_features(np.zeros((1, 3, size, size), np.uint8))
-    with pytest.raises(TypeError, match="must be a float32 NumPy array"):
+    with pytest.raises(TypeError, match="image 0: expected a file path, a PIL image or a NumPy array, got list"):
         clip.get_image_features([[0.0]])
     with pytest.raises(ValueError, match="cat.jpg: no such image file"):
         clip.embed_images("cat.jpg")
@@ -359,10 +359,10 @@ def test_config_errors(tmp_path, tokenizer):
 def test_cli_names_the_kind(checkpoint, capsys):
     from cpuformer import cli
 
-    assert cli.main(["embed", str(checkpoint[1]), "hello"]) != 0
+    assert cli.main(["generate", str(checkpoint[1]), "hello"]) != 0
     error = capsys.readouterr().err
-    assert ("holds CLIPModel, a CLIP (text and image) model; `cpuformer embed` needs an encoder (no cpuformer "
-            "command runs it yet; use the Python API, cpuformer.load)") in error
+    assert ("holds CLIPModel, a CLIP (text and image) model; `cpuformer generate` needs a decoder (causal LM) (use "
+            "`cpuformer embed` or `cpuformer classify --labels`)") in error
 
 
 def test_causal_needs_a_plain_encoder_stack():

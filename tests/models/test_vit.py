@@ -293,10 +293,6 @@ def test_opening_errors(vit_base, tmp_path):
           num_attention_heads=2, intermediate_size=40)
     with pytest.raises(ValueError, match="BertModel is an encoder architecture; open it with cpuformer.Encoder"):
         cf.ImageEncoder(tmp_path / "bert")
-    with pytest.raises(NotImplementedError, match="ViTModel is an image model; cpuformer convert does not convert "
-                                                  r"image models yet \(load the checkpoint with dtype= instead\)"):
-        cf.convert(directory, tmp_path / "int8", "int8", progress=False)
-    assert not (tmp_path / "int8").exists()
 
 
 def test_missing_qkv_bias(tmp_path):

@@ -33,19 +33,32 @@ TEXT_DEFAULTS = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, 
 VISION_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
                        num_channels=3, image_size=224, patch_size=32, layer_norm_eps=1e-5)
 
-#: The tensors models/clip.py reads besides the towers' graphs: name -> checkpoint tensor (from the root).
-CLIP_TENSORS = {"patch_embedding": "vision_model.embeddings.patch_embedding.weight",
-                "class_embedding": "vision_model.embeddings.class_embedding",
-                "vision_positions": "vision_model.embeddings.position_embedding.weight",
-                "post_layernorm": "vision_model.post_layernorm.weight",
-                "post_layernorm.bias": "vision_model.post_layernorm.bias",
-                "text_projection": "text_projection.weight",
-                "visual_projection": "visual_projection.weight",
+#: The tensors models/clip.py reads besides the towers' graphs: name -> checkpoint tensor, below the
+#: vision tower's prefix ("vision_model." in CLIPModel and CLIPVisionModelWithProjection checkpoints,
+#: none in a CLIPVisionModel's) ...
+VISION_TENSORS = {"patch_embedding": "embeddings.patch_embedding.weight",
+                  "class_embedding": "embeddings.class_embedding",
+                  "vision_positions": "embeddings.position_embedding.weight",
+                  "post_layernorm": "post_layernorm.weight",
+                  "post_layernorm.bias": "post_layernorm.bias"}
+#: ... and from the checkpoint's root.
+ROOT_TENSORS = {"text_projection": "text_projection.weight", "visual_projection": "visual_projection.weight",
                 "logit_scale": "logit_scale"}
+#: Both, as checkpoint names of a CLIPModel.
+CLIP_TENSORS = {**{key: "vision_model." + name for key, name in VISION_TENSORS.items()}, **ROOT_TENSORS}
+#: model_type of the one-tower configs (CLIPTextConfig, CLIPVisionConfig: flat, no text_config / vision_config).
+TOWER_MODEL_TYPES = {"text": "clip_text_model", "vision": "clip_vision_model"}
+
+
+def _flat(config: Mapping[str, Any], tower: str) -> bool:
+    return config.get("model_type") == TOWER_MODEL_TYPES[tower] and f"{tower}_config" not in config
 
 
 def tower_config(config: Mapping[str, Any], tower: str) -> Dict[str, Any]:
-    """config.json's ``text_config`` or ``vision_config`` (``{}`` when absent: the defaults)."""
+    """config.json's ``text_config`` or ``vision_config`` (``{}`` when absent: the defaults); the
+    config itself for a one-tower checkpoint (model_type clip_text_model / clip_vision_model)."""
+    if _flat(config, tower):
+        return dict(config)
     sub = config.get(f"{tower}_config")
     if sub is None:
         return {}
@@ -54,8 +67,8 @@ def tower_config(config: Mapping[str, Any], tower: str) -> Dict[str, Any]:
     return sub
 
 
-def _source(tower: str) -> str:
-    return f"config.json {tower}_config"
+def _source(tower: str, config: Mapping[str, Any]) -> str:
+    return "config.json" if _flat(config, tower) else f"config.json {tower}_config"
 
 
 def _escape(name: str) -> str:
@@ -71,7 +84,7 @@ class _Tower(Arch):
 
     def _hparams(self, config: Mapping[str, Any], **extra: Any) -> Hparams:
         sub = tower_config(config, self.tower)
-        source = _source(self.tower)
+        source = _source(self.tower, config)
         d = self.defaults
         hidden = config_int(sub, "hidden_size", default=d["hidden_size"], source=source)
         heads = config_int(sub, "num_attention_heads", default=d["num_attention_heads"], source=source)
@@ -104,15 +117,17 @@ class ClipText(_Tower):
     title = "CLIP"
     tower = "text"
     defaults = TEXT_DEFAULTS
-    prefixes = ("text_model.",)
+    # CLIPModel and CLIPTextModelWithProjection: below text_model.; CLIPTextModel (transformers 5):
+    # at the root (older saves: text_model.).
+    prefixes = ("text_model.", "")
     # The vision tower, the projections and logit_scale are read by models/clip.py;
     # embeddings.position_ids is a buffer older checkpoints saved.
     ignored = (r"vision_model\..*", r"text_projection\.weight", r"visual_projection\.weight", r"logit_scale",
-               r"text_model\.embeddings\.position_ids")
+               r"(text_model\.)?embeddings\.position_ids")
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         sub = tower_config(config, "text")
-        source = _source("text")
+        source = _source("text", config)
         d = self.defaults
         vocab = config_int(sub, "vocab_size", default=d["vocab_size"], source=source)
         pad = config_int(sub, "pad_token_id", default=d["pad_token_id"], minimum=0, source=source)
@@ -136,11 +151,13 @@ class ClipVision(_Tower):
     title = "CLIP"
     tower = "vision"
     defaults = VISION_DEFAULTS
-    prefixes = ("vision_model.",)
-    # The text tower and the tensors models/clip.py reads (CLIP_TENSORS).
+    # CLIPModel and CLIPVisionModelWithProjection: below vision_model.; CLIPVisionModel (transformers 5):
+    # at the root (older saves: vision_model.).
+    prefixes = ("vision_model.", "")
+    # The text tower and the tensors models/clip.py reads (VISION_TENSORS, ROOT_TENSORS).
     ignored = (r"text_model\..*", r"text_projection\.weight", r"visual_projection\.weight", r"logit_scale",
-               r"vision_model\.embeddings\.position_ids",
-               *(_escape(name) for key, name in CLIP_TENSORS.items() if name.startswith("vision_model.")))
+               r"(vision_model\.)?embeddings\.position_ids",
+               *(r"(vision_model\.)?" + _escape(name) for name in VISION_TENSORS.values()))
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         # The stack runs on the embeddings models/clip.py makes (class token, patches, positions):
@@ -153,7 +170,7 @@ class ClipVision(_Tower):
     def geometry(self, config: Mapping[str, Any]) -> Tuple[int, int, int]:
         """(num_channels, image_size, patch_size)."""
         sub = tower_config(config, "vision")
-        source = _source("vision")
+        source = _source("vision", config)
         d = self.defaults
         channels = config_int(sub, "num_channels", default=d["num_channels"], source=source)
         image = config_int(sub, "image_size", default=d["image_size"], source=source)
@@ -172,7 +189,8 @@ class ClipVision(_Tower):
 
 class Clip(Arch):
     """The registered family: config.json's CLIPModel. ``hparams`` is the text tower's; the model
-    class (``cpuformer.CLIP``) builds both towers from ``ClipText`` and ``ClipVision``."""
+    class (``cpuformer.CLIP``) builds both towers from ``ClipText`` and ``ClipVision``. The
+    one-tower checkpoints (CLIPTextModel..., CLIPVisionModel...) are the subclasses below."""
 
     kind = "clip"
     family = "clip"
@@ -181,16 +199,34 @@ class Clip(Arch):
     model_types = ("clip",)
     #: transformers' image processor of the family (its defaults fill preprocessor_config.json's gaps).
     image_processor = "CLIPImageProcessor"
+    #: cpuformer convert writes the towers (weights.convert_checkpoints); models/clip.py reads the result.
+    convertible = True
+    #: The towers the family's checkpoints hold, the first one's Hparams being ``hparams``.
+    tower_names: Tuple[str, ...] = ("text", "vision")
 
     def __init__(self) -> None:
         self.text, self.vision = ClipText(), ClipVision()
 
+    def parts(self, architecture: str) -> Dict[str, bool]:
+        """tower -> whether the checkpoint class ``architecture`` projects its output
+        (text_projection / visual_projection)."""
+        return {"text": True, "vision": True}
+
+    def _main(self) -> _Tower:
+        return self.text if self.tower_names[0] == "text" else self.vision
+
     def check(self, config: Mapping[str, Any]) -> None:
-        for tower in ("text", "vision"):
+        for tower in self.tower_names:
             sub = tower_config(config, tower)
             not_supported(sub.get("position_embedding_type") not in (None, "absolute"),
-                          f"{tower}_config.position_embedding_type {sub.get('position_embedding_type')!r} is not "
-                          "supported")
+                          f"{_source(tower, config)}: position_embedding_type {sub.get('position_embedding_type')!r} "
+                          "is not supported")
+
+    def towers(self, config: Mapping[str, Any]) -> Tuple[Tuple[Arch, Hparams], ...]:
+        """(tower spec, its hyperparameters) of each encoder graph the model builds."""
+        self.check(config)
+        specs = {"text": self.text, "vision": self.vision}
+        return tuple((specs[tower], specs[tower].hparams(config)) for tower in self.tower_names)
 
     def projection_dim(self, config: Mapping[str, Any]) -> int:
         return config_int(config, "projection_dim", default=512)
@@ -199,20 +235,48 @@ class Clip(Arch):
         """text_config.eos_token_id (transformers' pooling rule depends on it: 2 is the legacy value)."""
         sub = tower_config(config, "text")
         return config_int(sub, "eos_token_id", default=TEXT_DEFAULTS["eos_token_id"], minimum=0, maximum=None,
-                          source=_source("text"))
+                          source=_source("text", config))
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         self.check(config)
-        return self.text.hparams(config)
+        return self._main().hparams(config)
 
     def model_tensors(self, config: Mapping[str, Any], hp: Hparams) -> Dict[str, Source]:
-        return self.text.model_tensors(config, hp)
+        return self._main().model_tensors(config, hp)
 
     def stack_tensors(self, config: Mapping[str, Any], hp: Hparams, stack: str) -> Dict[str, Source]:
-        return self.text.stack_tensors(config, hp, stack)
+        return self._main().stack_tensors(config, hp, stack)
 
     def layer_tensors(self, hp: Hparams, stack: str, layer: int) -> Dict[str, Tensor]:
-        return self.text.layer_tensors(hp, stack, layer)
+        return self._main().layer_tensors(hp, stack, layer)
 
 
-ARCHS = (Clip(),)
+class ClipTextModel(Clip):
+    """CLIP's text tower alone (transformers' CLIPTextModel, CLIPTextModelWithProjection; a flat
+    CLIPTextConfig, model_type clip_text_model): ``cpuformer.CLIPText``."""
+
+    family = "clip-text-model"
+    title = "CLIP text"
+    architectures = ("CLIPTextModel", "CLIPTextModelWithProjection")
+    model_types = ("clip_text_model",)
+    tower_names = ("text",)
+
+    def parts(self, architecture: str) -> Dict[str, bool]:
+        return {"text": architecture.endswith("WithProjection")}
+
+
+class ClipVisionModel(Clip):
+    """CLIP's vision tower alone (transformers' CLIPVisionModel, CLIPVisionModelWithProjection; a
+    flat CLIPVisionConfig, model_type clip_vision_model): ``cpuformer.CLIPVision``."""
+
+    family = "clip-vision-model"
+    title = "CLIP vision"
+    architectures = ("CLIPVisionModel", "CLIPVisionModelWithProjection")
+    model_types = ("clip_vision_model",)
+    tower_names = ("vision",)
+
+    def parts(self, architecture: str) -> Dict[str, bool]:
+        return {"vision": architecture.endswith("WithProjection")}
+
+
+ARCHS = (Clip(), ClipTextModel(), ClipVisionModel())

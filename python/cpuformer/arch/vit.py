@@ -98,6 +98,8 @@ class ViT(Arch):
     classifiers: Dict[str, Tuple[Tuple[str, int], ...]] = {"ViTForImageClassification": (("classifier", 0),)}
     #: The image processor a preprocessor_config.json without a type is read as (transformers goes by model_type).
     image_processor = "ViTImageProcessor"
+    #: cpuformer convert writes these checkpoints (weights.convert_checkpoints) and models/vision.py reads them.
+    convertible = True
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         hidden = config_int(config, "hidden_size", default=768)

@@ -1,6 +1,6 @@
 """The model classes: the API of each model kind, with no family names (those are in arch/)."""
 
-from .clip import CLIP
+from .clip import CLIP, CLIPText, CLIPVision, open_clip_model
 from .encoder import Encoder
 from .generator import Generator
 from .seq2seq import Seq2Seq
@@ -8,7 +8,9 @@ from .swin import open_vision_model
 from .vision import ImageClassifier, ImageEncoder
 
 #: The class that runs each model kind (image models: ImageClassifier or ImageEncoder, by checkpoint;
-#: Swin: their subclasses in models/swin.py).
-CLASSES = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq, "vision": open_vision_model, "clip": CLIP}
+#: Swin: their subclasses in models/swin.py; CLIP: CLIP, or CLIPText / CLIPVision for one tower).
+CLASSES = {"encoder": Encoder, "decoder": Generator, "seq2seq": Seq2Seq, "vision": open_vision_model,
+           "clip": open_clip_model}
 
-__all__ = ["CLASSES", "CLIP", "Encoder", "Generator", "ImageClassifier", "ImageEncoder", "Seq2Seq"]
+__all__ = ["CLASSES", "CLIP", "CLIPText", "CLIPVision", "Encoder", "Generator", "ImageClassifier", "ImageEncoder",
+           "Seq2Seq"]

@@ -14,16 +14,16 @@ CLS and the distillation heads).
 Inputs (``images`` below): already preprocessed float32 ``pixel_values`` [batch, channels, height,
 width], or images — file paths, PIL images, NumPy arrays (uint8 in [0, 255], float in [0, 1]; HW,
 HWC, CHW, NHWC, NCHW), or a list of these — preprocessed as the checkpoint's
-``preprocessor_config.json`` says (``cpuformer._images.preprocess``; read at first use). The rule:
-a float32 4-D array with ``num_channels`` entries in axis 1 is pixel_values; everything else is
-images.
+``preprocessor_config.json`` says (``cpuformer._images.preprocess``; read at first use). The rule
+(``is_pixel_values``, shared with CLIP): a float32 4-D array with ``num_channels`` entries in axis
+1 is pixel_values; everything else is images.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -125,10 +125,6 @@ class ImageEncoder(ModelBase):
                 raise wrong_kind(arch.kind, name)
             if getattr(arch, "hierarchical", False):  # Swin: models/swin.py
                 raise ValueError(f"{name} ({arch.title}) runs stage by stage; open it with cpuformer.load")
-            if self._stored_dtype is not None:
-                raise NotImplementedError(f"{model_dir.path}: a directory converted by `cpuformer convert` "
-                                          f"({self._stored_dtype}) cannot be opened as an image model yet; open the "
-                                          "original checkpoint with dtype=")
             self.architecture, self.family, self._arch = name, arch.family, arch
             self._path = model_dir.path
             self._image_config: Optional[_images.ImageConfig] = None
@@ -141,7 +137,9 @@ class ImageEncoder(ModelBase):
             self.vision = vision
             # Every vision tensor (the heads too) is declared, so that the loader accounts for them.
             declared = Head("image_classification", (), dict(vision.tensors), dict(vision.shapes), vision.labels)
-            checkpoint = Checkpoint(model_dir, arch, self.hparams, None, declared, settings)
+            # A converted directory (cpuformer convert) stores the layers' matrices in its dtype and the
+            # vision tensors in float32 (packed here, as a plain checkpoint's).
+            checkpoint = Checkpoint(model_dir, arch, self.hparams, self._stored_dtype, declared, settings)
             for tensor in vision.required:
                 if checkpoint.checkpoint_name(tensor) is None:
                     raise ValueError(f"{model_dir.path}: {vision.required_by}, but the checkpoint has no tensor "
@@ -202,47 +200,18 @@ class ImageEncoder(ModelBase):
         """The checkpoint's preprocessing (its preprocessor_config.json, read at first use; a file
         without a type is read as the family's image processor). ValueError without the file."""
         if self._image_config is None:
-            file = os.path.join(self._path, _images.CONFIG_NAME)
-            if not os.path.isfile(file):
-                raise ValueError(f"{self._path} has no {_images.CONFIG_NAME}, so {type(self).__name__} cannot "
-                                 "preprocess images; give float32 pixel_values [batch, "
-                                 f"{self.num_channels}, height, width], preprocessed as the checkpoint's image "
-                                 "processor does")
-            self._image_config = _images.read_image_config(
-                file, default_type=getattr(self._arch, "image_processor", None))
+            self._image_config = read_model_image_config(self._path, type(self).__name__, self.num_channels,
+                                                         getattr(self._arch, "image_processor", None))
         return self._image_config
 
     def _is_pixel_values(self, images: Any) -> bool:
-        """The rule of the inputs: a float32 4-D array with num_channels entries in axis 1 is
-        pixel_values; everything else is images."""
-        return (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 4
-                and images.shape[1] == self.num_channels)
+        """The rule of the inputs (is_pixel_values)."""
+        return is_pixel_values(images, self.num_channels)
 
     def _preprocess(self, images: Any, offset: Optional[int] = None) -> np.ndarray:
         """Images (file paths, PIL images, NumPy arrays, a list of them) -> float32 pixel_values as the
-        checkpoint's preprocessor_config.json says. ``offset``: the first index of this batch in the
-        whole input when it is a part of it (``_batches``), so that errors name the image by its index
-        there."""
-        if self._is_pixel_values(images):
-            return images
-        try:
-            config = self.image_config
-        except ValueError as error:
-            if isinstance(images, np.ndarray):
-                got = f"a {images.dtype} array of shape {list(images.shape)}"
-            else:
-                got = f"{type(images).__name__}"
-            raise ValueError(f"{error} (got {got})") from None
-        try:
-            return _images.preprocess(images, config)
-        except (ValueError, TypeError) as error:
-            message = _renumber(str(error), offset, images)
-            if isinstance(error, ValueError) and isinstance(images, np.ndarray) and images.ndim == 4 \
-                    and images.shape[1] == self.num_channels:
-                message += f" (pixel_values, already preprocessed, must be float32; got {images.dtype})"
-            if message == str(error):
-                raise
-            raise type(error)(message) from None
+        checkpoint's preprocessor_config.json says; pixel_values as they are (to_pixel_values)."""
+        return to_pixel_values(images, self.num_channels, lambda: self.image_config, offset)
 
     def preprocess(self, images: Any) -> np.ndarray:
         """float32 pixel_values [B, channels, H, W] of images as the checkpoint's preprocessor_config.json
@@ -373,6 +342,56 @@ class ImageEncoder(ModelBase):
         return out.astype(np.float32, copy=False)
 
 
+def is_pixel_values(images: Any, num_channels: int) -> bool:
+    """The one rule that tells already preprocessed pixel_values from images, for every image model
+    (ImageEncoder, ImageClassifier, CLIP, CLIPVision): a float32 NumPy array of 4 dimensions whose
+    axis 1 has ``num_channels`` entries is pixel_values [batch, channels, height, width]; everything
+    else (file paths, PIL images, uint8 arrays, float16 / float64 arrays, float32 arrays of another
+    rank or layout, lists) is images, preprocessed with the checkpoint's preprocessor_config.json."""
+    return (isinstance(images, np.ndarray) and images.dtype == np.float32 and images.ndim == 4
+            and images.shape[1] == num_channels)
+
+
+def read_model_image_config(path: PathLike, owner: str, num_channels: int,
+                            default_type: Optional[str]) -> _images.ImageConfig:
+    """The preprocessor_config.json of model directory ``path`` (a file without a type read as
+    ``default_type``); ValueError naming ``owner`` (the model class) when the file is missing."""
+    file = os.path.join(path, _images.CONFIG_NAME)
+    if not os.path.isfile(file):
+        raise ValueError(f"{path} has no {_images.CONFIG_NAME}, so {owner} cannot preprocess images; give float32 "
+                         f"pixel_values [batch, {num_channels}, height, width], preprocessed as the checkpoint's "
+                         "image processor does")
+    return _images.read_image_config(file, default_type=default_type)
+
+
+def to_pixel_values(images: Any, num_channels: int, image_config: Callable[[], _images.ImageConfig],
+                    offset: Optional[int] = None) -> np.ndarray:
+    """pixel_values as they are (is_pixel_values), images preprocessed with ``image_config()``.
+    ``offset``: the first index of this batch in the whole input when it is a part of it
+    (``_batches``), so that errors name the image by its index there. A rejected array that has
+    the pixel_values layout but another dtype gets a hint that pixel_values must be float32."""
+    if is_pixel_values(images, num_channels):
+        return images
+    try:
+        config = image_config()
+    except ValueError as error:
+        if isinstance(images, np.ndarray):
+            got = f"a {images.dtype} array of shape {list(images.shape)}"
+        else:
+            got = f"{type(images).__name__}"
+        raise ValueError(f"{error} (got {got})") from None
+    try:
+        return _images.preprocess(images, config)
+    except (ValueError, TypeError) as error:
+        message = _renumber(str(error), offset, images)
+        if isinstance(error, ValueError) and isinstance(images, np.ndarray) and images.ndim == 4 \
+                and images.shape[1] == num_channels:
+            message += f" (pixel_values, already preprocessed, must be float32; got {images.dtype})"
+        if message == str(error):
+            raise
+        raise type(error)(message) from None
+
+
 def _batches(images: Any, batch_size: int) -> List[Tuple[Optional[int], Any]]:
     """The input in batches of at most batch_size images, with each batch's first index: a list by
     its items, a 4-D array along axis 0; anything else (one image, a small array) is one batch
@@ -466,4 +485,5 @@ def open_image_model(path: Union[PathLike, ModelDir], dtype: Optional[str] = Non
     return cls(model_dir, dtype=dtype, num_threads=num_threads, quantization=quantization)
 
 
-__all__ = ["ImageClassifier", "ImageEncoder", "interpolate_positions", "open_image_model"]
+__all__ = ["ImageClassifier", "ImageEncoder", "interpolate_positions", "is_pixel_values", "open_image_model",
+           "read_model_image_config", "to_pixel_values"]
