@@ -340,9 +340,11 @@ class NotSupported(Exception):
     """The engine cannot run this row's model (a cell that says so instead of a number)."""
 
 
-def measure(fn, images: int, min_seconds: float) -> float:
-    """Images/s of one timed round of at least min_seconds after one warm-up call."""
-    fn()  # warm-up (allocations, page faults, lazy init)
+def measure(fn, images: int, min_seconds: float, warm_up: bool = True) -> float:
+    """Images/s of one timed round of at least min_seconds after one warm-up call (none when the
+    caller has just run fn: the outputs of round 0 are a warm-up)."""
+    if warm_up:
+        fn()  # allocations, page faults, lazy init
     calls, start = 0, time.perf_counter()
     while True:
         fn()
@@ -355,7 +357,7 @@ def measure(fn, images: int, min_seconds: float) -> float:
 
 def measure_interleaved(fns: dict, images: int, min_seconds: float) -> dict:
     """Images/s of each of `fns` ({label: fn}), calling them in turn (one warm-up call each, then
-    cycles of one call of each until every label has at least 3 calls and min_seconds of time):
+    cycles of one call of each until every label has at least 2 calls and min_seconds of time):
     the median call per label. Interleaving keeps a drift of the machine's speed out of the
     ratios between labels."""
     for fn in fns.values():
@@ -366,7 +368,7 @@ def measure_interleaved(fns: dict, images: int, min_seconds: float) -> dict:
             start = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - start)
-        if all(len(t) >= 3 and sum(t) >= min_seconds for t in times.values()):
+        if all(len(t) >= 2 and sum(t) >= min_seconds for t in times.values()):
             break
     return {label: images / statistics.median(t) for label, t in times.items()}
 
@@ -461,8 +463,12 @@ def run_child(args) -> dict:
         result["rates"] = measure_interleaved({label: fn for label, (fn, _) in runs.items()},
                                               BATCHES["preprocess"][0], args.seconds)
         return result
+    # each batch size's warm-up comes right before its timing: the other size's calls may have
+    # left other buffers behind; the outputs (round 0) warm up the last batch size
+    labels = list(runs)
     for label, (fn, images) in runs.items():
-        result["rates"][label] = measure(fn, images, args.seconds)
+        warmed = bool(args.outputs) and label == labels[-1]
+        result["rates"][label] = measure(fn, images, args.seconds, warm_up=not warmed)
     return result
 
 
