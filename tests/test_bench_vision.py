@@ -82,6 +82,10 @@ def test_measure_interleaved_calls_in_turn():
     rates = bench.measure_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 4, 0.0)
     assert calls == ["a", "b"] * 3  # a warm-up each, then cycles until each label has 2 timed calls
     assert set(rates) == {"a", "b"} and all(rate > 0 for rate in rates.values())
+    calls.clear()
+    bench.measure_interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 4, 0.0,
+                              warm_up=("b",))
+    assert calls == ["b", "a", "b", "a", "b"]
 
 
 def test_synthetic_images_are_deterministic_and_distinct():
