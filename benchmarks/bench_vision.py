@@ -21,9 +21,11 @@ Rows (2 threads unless --threads; --rows picks some, all by default):
     32 at 224 × 224, cpuformer float32: ``embed_images(images)`` on 32 synthetic 480 × 640 images
     (NumPy uint8 arrays, and the same images as JPEG files read with Pillow) against
     ``embed_images(pixel_values)`` on the already preprocessed batch; also ``preprocess`` alone.
-    The five calls are measured in turn in one process (the median call of each, so that a drift of
-    the machine's speed stays out of the ratios). The preprocessing share is
-    1 − (end-to-end images/s) / (model-only images/s); target ≤ 20 %.
+    The five calls are measured in turn in one process (at least 3 calls each, the median call of
+    each, so that a drift of the machine's speed stays out of the ratios). The preprocessing share
+    is 1 − (end-to-end images/s) / (model-only images/s), target ≤ 20 %; also given: the time of
+    ``preprocess`` alone over the end-to-end time, which a busy machine disturbs less (it does not
+    subtract two large times).
 
 Each (row, engine, dtype) runs in a fresh child process (``--child run``): torch, ONNX Runtime and
 cpuformer each bring their own thread pool, and in one process one engine's spinning threads steal
@@ -355,11 +357,11 @@ def measure(fn, images: int, min_seconds: float, warm_up: bool = True) -> float:
     return calls * images / elapsed
 
 
-def measure_interleaved(fns: dict, images: int, min_seconds: float, warm_up=None) -> dict:
+def measure_interleaved(fns: dict, images: int, min_seconds: float, warm_up=None, min_calls: int = 2) -> dict:
     """Images/s of each of `fns` ({label: fn}), calling them in turn (one warm-up call of each
     label in `warm_up`, default all, then cycles of one call of each until every label has at
-    least 2 calls and min_seconds of time): the median call per label. Interleaving keeps a drift
-    of the machine's speed out of the ratios between labels."""
+    least min_calls calls and min_seconds of time): the median call per label. Interleaving keeps
+    a drift of the machine's speed out of the ratios between labels."""
     for label in fns if warm_up is None else warm_up:
         fns[label]()
     times: dict = {label: [] for label in fns}
@@ -368,7 +370,7 @@ def measure_interleaved(fns: dict, images: int, min_seconds: float, warm_up=None
             start = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - start)
-        if all(len(t) >= 2 and sum(t) >= min_seconds for t in times.values()):
+        if all(len(t) >= min_calls and sum(t) >= min_seconds for t in times.values()):
             break
     return {label: images / statistics.median(t) for label, t in times.items()}
 
@@ -463,7 +465,8 @@ def run_child(args) -> dict:
         # the end-to-end calls are the model's and preprocess's: their warm-ups warm them up too
         result["rates"] = measure_interleaved({label: fn for label, (fn, _) in runs.items()},
                                               BATCHES["preprocess"][0], args.seconds,
-                                              warm_up=("model_only", "preprocess_arrays", "preprocess_jpeg"))
+                                              warm_up=("model_only", "preprocess_arrays", "preprocess_jpeg"),
+                                              min_calls=3)
         return result
     # each batch size's warm-up comes right before its timing: the other size's calls may have
     # left other buffers behind; the outputs (round 0) warm up the last batch size
@@ -743,7 +746,8 @@ def print_table(results: dict) -> None:
         for source in ("arrays", "jpeg"):
             if f"preprocess_share_{source}" in entry:
                 share = entry[f"preprocess_share_{source}"]
-                print(f"  preprocessing share, {source}: {100 * share:.1f} % of end-to-end (preprocess alone: "
+                print(f"  preprocessing share, {source}: {100 * share:.1f} % of end-to-end (end-to-end minus "
+                      f"model only; preprocess alone over end-to-end: "
                       f"{100 * entry.get(f'preprocess_alone_share_{source}', float('nan')):.1f} %); "
                       f"target ≤ {100 * PREPROCESS_TARGET:.0f} %")
 

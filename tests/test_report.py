@@ -87,7 +87,8 @@ def test_report_vision_tables_and_plot(tmp_path):
         "clip_b32_preprocess_b32": {"model": "CLIP ViT-B/32 embed_images", "batch": 32, "target_share": 0.2,
                                     "model_only": {"img_per_s": 100.0}, "end_to_end_arrays": {"img_per_s": 90.0},
                                     "end_to_end_jpeg": {"img_per_s": 80.0}, "preprocess_share_arrays": 0.1,
-                                    "preprocess_share_jpeg": 0.2}}})
+                                    "preprocess_share_jpeg": 0.2, "preprocess_alone_share_arrays": 0.08,
+                                    "preprocess_alone_share_jpeg": 0.19}}})
     out = tmp_path / "out"
     assert report.main(["--results", str(tmp_path), "--out", str(out)]) == 0
     text = (out / "REPORT.md").read_text()
@@ -95,6 +96,7 @@ def test_report_vision_tables_and_plot(tmp_path):
     assert "| ViT-B/16 | 8 | float32 | 12.00 | 5.00 | 8.00 | 2.40× | 1.50× | 84 % |" in text
     assert "| ViT-B/16 | 8 | int8 | 30.00 | - | 20.00 | - | 1.50× | 53 % |" in text
     assert "| Swin-T | 8 | float32 | not supported | 10.00 | - | - | - | - |" in text
-    assert "Preprocessing share of end-to-end: arrays 10 %, jpeg 20 % (target ≤ 20 %)." in text
+    assert ("Preprocessing share of end-to-end (1 − end-to-end / model only): arrays 10 %, jpeg 20 % (target ≤ 20 %); "
+            "preprocess alone over end-to-end: arrays 8 %, jpeg 19 %.") in text
     assert (out / "vision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "![vision.png](vision.png)" in text
     assert not (out / "throughput.png").exists()  # no token rows
