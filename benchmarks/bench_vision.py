@@ -43,7 +43,10 @@ benchmarks/results/vision_<date>.json (machine from lscpu, date, settings, numbe
 asserts a time.
 
 ``--quick``: 2-layer versions of the models (Swin: depths [2, 2, 2, 2]), one 0.3 s round, to
-check that every engine runs (about 1-2 minutes with the builds); its numbers mean nothing.
+check that every engine runs (3.4 minutes from scratch on the shared 2-core development machine
+at load average 3.6, 75 s of it building and exporting the models, which a warm --cache skips);
+its numbers mean nothing. A full run (real depths, 3 rounds) takes about 13-15 minutes on an
+idle 2-core AVX2 machine, about 20 under load (3 of them building, skipped with a warm --cache).
 
     python benchmarks/bench_vision.py [--quick] [--rows vit,swin,clip,preprocess] [--rounds 3]
                                       [--seconds 2] [--threads 2] [--cache DIR] [--out PATH]
@@ -391,7 +394,7 @@ def engine_runner(engine: str, dtype: str, row: str, work: str, threads: int):
         if engine != "cpuformer":
             raise ValueError(f"engine {engine!r} does not run the preprocess row")
         cf = _cpuformer()
-        cf.set_num_threads(threads)  # the patch embedding and the projections run on ops' threads
+        cf.set_num_threads(threads)  # ops' default too: older builds ran the patch embedding and heads on it
         model = cf.load(hf, num_threads=threads)
         pixels = inputs[BATCHES[row][0]]
         count = len(pixels)
@@ -406,7 +409,7 @@ def engine_runner(engine: str, dtype: str, row: str, work: str, threads: int):
         return cf.__version__, runs, lambda: {}
     if engine == "cpuformer":
         cf = _cpuformer()
-        cf.set_num_threads(threads)  # the patch embedding and the heads run on ops' threads
+        cf.set_num_threads(threads)  # ops' default too: older builds ran the patch embedding and heads on it
         try:
             model = cf.load(hf, dtype=None if dtype == "float32" else dtype, num_threads=threads)
         except (NotImplementedError, ValueError) as error:
