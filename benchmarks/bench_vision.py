@@ -413,7 +413,7 @@ def engine_runner(engine: str, dtype: str, row: str, work: str, threads: int):
         try:
             model = cf.load(hf, dtype=None if dtype == "float32" else dtype, num_threads=threads)
         except (NotImplementedError, ValueError) as error:
-            if row == "swin":  # Swin may not be a cpuformer family yet: say so, run the peers
+            if row == "swin":  # a build without Swin (before models/swin.py): say so, run the peers
                 raise NotSupported(f"{type(error).__name__}: {error}") from error
             raise
         call = model.get_image_features if row == "clip" else model.logits
