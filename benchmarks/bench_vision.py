@@ -458,8 +458,9 @@ def run_child(args) -> dict:
     start = time.perf_counter()
     try:
         version, runs, outputs = engine_runner(args.engine, args.dtype, args.row, args.work, args.threads)
-    except NotSupported as error:
-        return {"not_supported": str(error)}
+    except NotSupported as error:  # the first 300 characters: "unknown architecture" lists every supported one
+        message = str(error)
+        return {"not_supported": message if len(message) <= 300 else message[:300] + " ..."}
     result = {"version": version, "load_seconds": time.perf_counter() - start, "rates": {}}
     if args.outputs:
         saved = {label: np.asarray(value, dtype=np.float32) for label, value in outputs().items()}
