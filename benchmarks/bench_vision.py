@@ -43,8 +43,8 @@ benchmarks/results/vision_<date>.json (machine from lscpu, date, settings, numbe
 asserts a time.
 
 ``--quick``: 2-layer versions of the models (Swin: depths [2, 2, 2, 2]), one 0.3 s round, to
-check that every engine runs (3.4 minutes from scratch on the shared 2-core development machine
-at load average 3.6, 75 s of it building and exporting the models, which a warm --cache skips);
+check that every engine runs (2.7-3.4 minutes from scratch on the shared 2-core development
+machine at load average 3.6, 75 s of it building and exporting the models, which a warm --cache skips);
 its numbers mean nothing. A full run (real depths, 3 rounds) takes about 13-15 minutes on an
 idle 2-core AVX2 machine, about 20 under load (3 of them building, skipped with a warm --cache).
 
