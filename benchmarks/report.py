@@ -2,7 +2,7 @@
 
     python benchmarks/report.py [--results benchmarks/results] [--out benchmarks/results]
 
-Reads the newest result file of each kind (encoder_*, decoder_*, seq2seq_*, ops_*, and JSON
+Reads the newest result file of each kind (encoder_*, decoder_*, seq2seq_*, ops_*, vision_*, and JSON
 written by ``cpuformer bench --json``; --all reads every file) and writes:
 
 * ``REPORT.md``: per file, the machine and date, then one table per model kind: throughput of
@@ -10,7 +10,9 @@ written by ``cpuformer bench --json``; --all reads every file) and writes:
 * ``throughput.png``: tokens/s by model kind and dtype for each engine (log scale), one panel per
   model kind (encoder tokens are input tokens, decoder and seq2seq tokens are generated ones);
 * ``decode_latency.png``: decode milliseconds per token against context length for each engine,
-  from the ``decode_vs_length`` section of bench_decoder.py results (skipped when absent).
+  from the ``decode_vs_length`` section of bench_decoder.py results (skipped when absent);
+* ``vision.png``: images/s of each engine per bench_vision.py row and dtype, and the CLIP
+  embedding with and without preprocessing (from the newest vision_* file; skipped when absent).
 
 Needs matplotlib for the plots (``--no-plots`` writes only the Markdown).
 """
@@ -150,6 +152,9 @@ def markdown(files: List[Tuple[str, Dict[str, Any]]], plots: List[str]) -> str:
                      else f", CTranslate2 isa forced to {machine['ct2_isa']}"), ""]
         if data.get("note"):
             lines += [f"Note: {data['note']}", ""]
+        if name.startswith("vision"):
+            lines += vision_markdown(data)
+            continue
         if name.startswith("ops"):
             rows = kernel_rows(data)
             engines = [e for e in ("cpuformer", "numpy", "torch") if any(e in r for r in rows)]
@@ -204,6 +209,139 @@ def markdown(files: List[Tuple[str, Dict[str, Any]]], plots: List[str]) -> str:
                 lines.append(f"| {engine} | " + " | ".join(f"{v:.2f}" for v in values) + " |")
             lines.append("")
     return "\n".join(lines) + "\n"
+
+
+VISION_ENGINES = ("cpuformer", "PyTorch", "ONNX Runtime")
+PREPROCESS_LABELS = (("model_only", "pixel values (model only)"), ("end_to_end_arrays", "uint8 arrays, end to end"),
+                     ("end_to_end_jpeg", "JPEG files, end to end"))
+
+
+def vision_rows(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """One row per (bench_vision.py result, dtype): {engine: images/s or "not supported"}, and
+    cpuformer's fraction of the compute peak."""
+    out: List[Dict[str, Any]] = []
+    for name, entry in data.get("results", {}).items():
+        if not isinstance(entry, dict) or "target_share" in entry or "skipped" in entry:
+            continue
+        by_dtype: Dict[str, Dict[str, Any]] = {}
+        for key, cell in entry.items():
+            if not isinstance(cell, dict) or key in ("ratios", "onnxruntime_build"):
+                continue
+            engine, dtype = engine_and_dtype(key, cell)
+            row = by_dtype.setdefault(dtype, {"name": name, "model": entry.get("model", name),
+                                              "batch": entry.get("batch"), "dtype": dtype, "rates": {}})
+            if "img_per_s" in cell:
+                row["rates"][engine] = cell["img_per_s"]
+                if engine == "cpuformer" and "of_peak" in cell:
+                    row["of_peak"] = cell["of_peak"]
+            elif "not_supported" in cell:
+                row["rates"][engine] = "not supported"
+            elif "error" in cell:
+                row["rates"][engine] = "failed"
+        out += list(by_dtype.values())
+    return out
+
+
+def _preprocess_entries(data: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+    return [(name, entry) for name, entry in data.get("results", {}).items()
+            if isinstance(entry, dict) and "target_share" in entry]
+
+
+def vision_markdown(data: Dict[str, Any]) -> List[str]:
+    """The tables of a bench_vision.py result file: images/s per engine, ratios, cpuformer's share
+    of the compute peak, and the preprocessing share."""
+    lines: List[str] = []
+    peaks = data.get("peak_gops") or {}
+    if peaks:
+        lines += ["Compute peak measured by `ops.peak_gops`: " + ", ".join(
+            f"{dtype} {value:,.0f} GOP/s" for dtype, value in peaks.items()) + ".", ""]
+    peers = [e for e in VISION_ENGINES if e != "cpuformer"]
+    lines += ["| model | batch | dtype | " + " | ".join(f"{e} images/s" for e in VISION_ENGINES)
+              + "".join(f" | × {p}" for p in peers) + " | cpuformer of peak |",
+              "|---" * (4 + len(VISION_ENGINES) + len(peers)) + "|"]
+    for row in vision_rows(data):
+        rates = row["rates"]
+        cells = [rates[e] if isinstance(rates.get(e), str) else _fmt(rates.get(e)) for e in VISION_ENGINES]
+        ours = rates.get("cpuformer")
+        ratios = []
+        for p in peers:
+            peer = rates.get(p)
+            ratios.append(f"{ours / peer:.2f}×" if isinstance(ours, float) and isinstance(peer, float) else "-")
+        peak = f"{100 * row['of_peak']:.0f} %" if "of_peak" in row else "-"
+        lines.append(f"| {row['model']} | {row['batch']} | {row['dtype']} | " + " | ".join(cells)
+                     + "".join(f" | {x}" for x in ratios) + f" | {peak} |")
+    lines.append("")
+    for name, entry in _preprocess_entries(data):
+        rates = ", ".join(f"{label} {_fmt(entry[key]['img_per_s'])}" for key, label in PREPROCESS_LABELS
+                          if key in entry)
+        shares = ", ".join(f"{source} {100 * entry[f'preprocess_share_{source}']:.0f} %"
+                           for source in ("arrays", "jpeg") if f"preprocess_share_{source}" in entry)
+        alone = ", ".join(f"{source} {100 * entry[f'preprocess_alone_share_{source}']:.0f} %"
+                          for source in ("arrays", "jpeg") if f"preprocess_alone_share_{source}" in entry)
+        lines += [f"{entry.get('model', name)}, batch {entry.get('batch', '?')} ({entry.get('engine', 'cpuformer')}), "
+                  f"images/s: {rates}. Preprocessing share of end-to-end (1 − end-to-end / model only): {shares} "
+                  f"(target ≤ {100 * entry.get('target_share', 0.2):.0f} %)"
+                  + (f"; preprocess alone over end-to-end: {alone}" if alone else "") + ".", ""]
+    return lines
+
+
+def plot_vision(data: Dict[str, Any], path: str) -> bool:
+    """Images/s per engine for each bench_vision.py row and dtype (log scale), and a panel with the
+    CLIP embedding's images/s from pixel values, uint8 arrays and JPEG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in vision_rows(data) if any(isinstance(v, float) for v in r["rates"].values())]
+    pre = [(name, entry) for name, entry in _preprocess_entries(data) if "model_only" in entry]
+    if not rows and not pre:
+        return False
+    panels = [p for p, present in (("rows", rows), ("pre", pre)) if present]
+    sizes = [max(len(rows), 3) if p == "rows" else 2 for p in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 1.1 * sum(sizes) + 1.5), 5.0), squeeze=False,
+                             gridspec_kw={"width_ratios": sizes})
+    for ax, panel in zip(axes[0], panels):
+        if panel == "rows":
+            engines = [e for e in VISION_ENGINES if any(isinstance(r["rates"].get(e), float) for r in rows)]
+            width = 0.8 / max(len(engines), 1)
+            for i, engine in enumerate(engines):
+                xs, ys = [], []
+                for g, r in enumerate(rows):
+                    value = r["rates"].get(engine)
+                    if isinstance(value, float):
+                        xs.append(g + (i - (len(engines) - 1) / 2) * width)
+                        ys.append(value)
+                bars = ax.bar(xs, ys, width, label=engine, color=COLORS.get(engine))
+                ax.bar_label(bars, labels=[_fmt(y) for y in ys], fontsize=6, rotation=90, padding=2)
+            ax.set_xticks(range(len(rows)))
+            ax.set_xticklabels([f"{r['model']} · b{r['batch']} · {r['dtype']}" for r in rows], fontsize=7,
+                               rotation=35, ha="right", rotation_mode="anchor")
+            values = [v for r in rows for v in r["rates"].values() if isinstance(v, float)]
+            ax.set_yscale("log")
+            ax.set_ylim(10 ** math.floor(math.log10(min(values))), 10 ** (math.log10(max(values)) + 0.35))
+            ax.set_title("images/s (higher is better)")
+            ax.grid(axis="y", which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+        else:
+            name, entry = pre[-1]
+            labels = [(key, label) for key, label in PREPROCESS_LABELS if key in entry]
+            ys = [entry[key]["img_per_s"] for key, _ in labels]
+            bars = ax.bar(range(len(ys)), ys, 0.6, color=[COLORS["cpuformer"], "#ff9896", "#ff9896"][: len(ys)])
+            shares = {"end_to_end_arrays": entry.get("preprocess_share_arrays"),
+                      "end_to_end_jpeg": entry.get("preprocess_share_jpeg")}
+            ax.bar_label(bars, labels=[_fmt(y) + (f"\n{100 * shares[key]:.0f} % prep." if shares.get(key) is not None
+                                                   else "") for y, (key, _) in zip(ys, labels)], fontsize=7)
+            ax.set_xticks(range(len(ys)))
+            ax.set_xticklabels([label for _, label in labels], fontsize=7, rotation=35, ha="right",
+                               rotation_mode="anchor")
+            ax.set_ylim(0, max(ys) * 1.25)
+            ax.set_title(f"{entry.get('model', name)}\nbatch {entry.get('batch', '?')}: images/s", fontsize=9)
+            ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
 
 
 def plot_throughput(rows: List[Dict[str, Any]], path: str) -> bool:
@@ -306,7 +444,10 @@ def main(argv=None) -> int:
         return 1
     all_rows: List[Dict[str, Any]] = []
     curves = None
+    vision = None
     for path, data in files:
+        if os.path.basename(path).startswith("vision"):
+            vision = data  # the newest one (files are sorted by name, so by date)
         rows, c = rows_from_file(path, data)
         all_rows += rows
         curves = c or curves
@@ -318,6 +459,8 @@ def main(argv=None) -> int:
         if curves:
             plot_decode_latency(curves, os.path.join(out, "decode_latency.png"))
             plots.append("decode_latency.png")
+        if vision and plot_vision(vision, os.path.join(out, "vision.png")):
+            plots.append("vision.png")
     with open(os.path.join(out, "REPORT.md"), "w") as f:
         f.write(markdown(files, plots))
     print(f"wrote {os.path.join(out, 'REPORT.md')}" + "".join(f", {p}" for p in plots))

@@ -68,3 +68,35 @@ def test_report_without_decode_curves_and_no_plots(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert report.main(["--results", str(empty)]) == 1
+
+
+def test_report_vision_tables_and_plot(tmp_path):
+    report = _report_module()
+    _write(tmp_path, "vision_2026-11-26.json", {"machine": MACHINE, "peak_gops": {"float32": 500.0, "int8": 2000.0},
+                                                "results": {
+        "vit_b16_b8": {"model": "ViT-B/16", "batch": 8, "gflop_per_image": 35.0,
+                       "cpuformer": {"img_per_s": 12.0, "dtype": "float32", "of_peak": 0.84},
+                       "cpuformer_int8": {"img_per_s": 30.0, "dtype": "int8", "of_peak": 0.53},
+                       "pytorch": {"img_per_s": 5.0, "dtype": "float32"},
+                       "onnxruntime_fp32": {"img_per_s": 8.0, "dtype": "float32"},
+                       "onnxruntime_int8": {"img_per_s": 20.0, "dtype": "int8"},
+                       "ratios": {"cpuformer/pytorch": 2.4}, "onnxruntime_build": {"fused_operators": {}}},
+        "swin_t_b8": {"model": "Swin-T", "batch": 8,
+                      "cpuformer": {"dtype": "float32", "not_supported": "ValueError: unknown architecture"},
+                      "pytorch": {"img_per_s": 10.0, "dtype": "float32"}},
+        "clip_b32_preprocess_b32": {"model": "CLIP ViT-B/32 embed_images", "batch": 32, "target_share": 0.2,
+                                    "model_only": {"img_per_s": 100.0}, "end_to_end_arrays": {"img_per_s": 90.0},
+                                    "end_to_end_jpeg": {"img_per_s": 80.0}, "preprocess_share_arrays": 0.1,
+                                    "preprocess_share_jpeg": 0.2, "preprocess_alone_share_arrays": 0.08,
+                                    "preprocess_alone_share_jpeg": 0.19}}})
+    out = tmp_path / "out"
+    assert report.main(["--results", str(tmp_path), "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert "Compute peak measured by `ops.peak_gops`: float32 500 GOP/s, int8 2,000 GOP/s." in text
+    assert "| ViT-B/16 | 8 | float32 | 12.00 | 5.00 | 8.00 | 2.40× | 1.50× | 84 % |" in text
+    assert "| ViT-B/16 | 8 | int8 | 30.00 | - | 20.00 | - | 1.50× | 53 % |" in text
+    assert "| Swin-T | 8 | float32 | not supported | 10.00 | - | - | - | - |" in text
+    assert ("Preprocessing share of end-to-end (1 − end-to-end / model only): arrays 10 %, jpeg 20 % (target ≤ 20 %); "
+            "preprocess alone over end-to-end: arrays 8 %, jpeg 19 %.") in text
+    assert (out / "vision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "![vision.png](vision.png)" in text
+    assert not (out / "throughput.png").exists()  # no token rows
