@@ -367,3 +367,38 @@ def test_encoder_error_for_unsupported_files(tmp_path):
                                          r"tokenizer_class FunnelTokenizer, which cpuformer does not build"):
         m.embed(["text"])
     assert m.embed([[2, 5, 3]]).shape == (1, 32)  # token ids need no tokenizer
+
+
+def test_gpt2_vocab_and_merges_generate(tmp_path):
+    """A decoder directory with vocab.json + merges.txt only: string prompts in, text out, as
+    transformers' greedy generate decodes it."""
+    directory = make_gpt2(tmp_path / "gpt2")
+    from ._hf import save_random_model
+
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    eos = hf_tokenizer.eos_token_id
+    config = transformers.GPT2Config(vocab_size=len(hf_tokenizer), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                     bos_token_id=eos, eos_token_id=eos)
+    model = save_random_model(directory, transformers.GPT2LMHeadModel, config)
+    prompt = "Grüße aus München, the quick"
+    batch = hf_tokenizer(prompt, return_tensors="pt")
+    with torch.inference_mode():
+        ids = model.generate(**batch, max_new_tokens=8, do_sample=False, pad_token_id=eos)
+    ids = ids[0, batch["input_ids"].shape[1]:]
+    m = cf.load(directory)
+    assert m.tokenizer.encode(prompt) == batch["input_ids"][0].tolist()
+    assert len(ids) == 8  # no early EOS: the text is eight tokens long
+    assert m.generate(prompt, max_new_tokens=8) == hf_tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_cli_tags_without_tokenizer_json(tmp_path):
+    from tests.test_cli import run_cli
+
+    directory = make_deberta(tmp_path / "deberta")
+    _model(directory, "DebertaV2ForTokenClassification", "DebertaV2Config", id2label=NER, initializer_range=0.3)
+    out = run_cli("tag", directory, SENTENCES[0], "--ignore-labels", "")
+    assert out.returncode == 0, out.stderr
+    with cf.load(directory) as m:
+        expected = m.tag(SENTENCES[0], ignore_labels=[])
+    got = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert [e["word"] for e in got[0]] == [e["word"] for e in expected] and expected
