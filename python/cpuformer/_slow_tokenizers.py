@@ -179,6 +179,38 @@ def _added_token(value: Any, **defaults: Any) -> Any:
     return AddedToken(value["content"], **options)
 
 
+def _legacy_files(directory: pathlib.Path, settings: Dict[str, Any]) -> Dict[str, Any]:
+    """tokenizer_config.json's settings with what transformers reads from the older files when it
+    has no added_tokens_decoder: special_tokens_map.json's tokens replace its named tokens
+    (an object there is a special AddedToken), and added_tokens.json ({text: id}) becomes
+    added_tokens_decoder (special when the text is a named or extra special token)."""
+    if "added_tokens_decoder" in settings:
+        return settings
+    merged = dict(settings)
+    path = directory / "special_tokens_map.json"
+    if path.is_file():
+        for key, value in _read_json_object(path).items():
+            if isinstance(value, dict) and key != "extra_special_tokens":
+                value = {**{k: v for k, v in value.items() if k != "special"}, "special": True}
+            elif key == "extra_special_tokens" and isinstance(value, list):
+                existing = list(merged.get("extra_special_tokens") or [])
+                value = existing + [t for t in value if t not in existing]
+            merged[key] = value
+    path = directory / "added_tokens.json"
+    if path.is_file():
+        special = {_token_text(merged.get(k)) for k in _NAMED} - {None}
+        extra = merged.get("extra_special_tokens")  # (not additional_special_tokens, as in transformers 5)
+        special |= {_token_text(t) for t in (extra.values() if isinstance(extra, dict) else extra or [])}
+        table: Dict[str, Any] = {}
+        for text, index in _read_json_object(path).items():
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise ValueError(f"{path}: the id of {text!r} must be an integer >= 0, got {index!r}")
+            table[str(index)] = {"content": text, "lstrip": False, "rstrip": False, "normalized": text not in special,
+                                 "special": text in special}
+        merged["added_tokens_decoder"] = table
+    return merged
+
+
 # ---- the families ------------------------------------------------------------------------------
 
 #: named special tokens, in the order transformers' special tokens map lists them
@@ -198,7 +230,7 @@ class _Family:
 
     def __init__(self, directory: pathlib.Path, settings: Dict[str, Any]) -> None:
         self.directory = directory
-        self.settings = _Settings(directory, settings)
+        self.settings = _Settings(directory, _legacy_files(directory, settings))
         self.tokens = {key: self.settings.token(key, self.defaults.get(key)) for key in _NAMED}
         self.spm_added: List[Any] = []  # control / user-defined SentencePiece pieces (AddedToken)
 

@@ -402,3 +402,50 @@ def test_cli_tags_without_tokenizer_json(tmp_path):
         expected = m.tag(SENTENCES[0], ignore_labels=[])
     got = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert [e["word"] for e in got[0]] == [e["word"] for e in expected] and expected
+
+
+@pytest.mark.parametrize("family", ["roberta", "bert", "xlm-roberta"])
+def test_added_tokens(tmp_path, family):
+    """Tokens added to the tokenizer (normal and special) as save_pretrained writes them
+    (added_tokens_decoder), and as older directories hold them (special_tokens_map.json with
+    AddedToken objects, added_tokens.json), which transformers reads when tokenizer_config.json
+    has no added_tokens_decoder."""
+    directory = FAMILIES[family](tmp_path / family)
+    hf = transformers.AutoTokenizer.from_pretrained(directory)
+    hf.add_tokens(["<ent>", "Straße"])
+    hf.add_special_tokens({"additional_special_tokens": ["[E1]"]})
+    hf.save_pretrained(directory)
+    (directory / "tokenizer.json").unlink()
+    hf, ours = _compare(directory)
+    text = "the <ent> in Straße[E1] and <ent>x"
+    assert ours.encode(text) == hf(text)["input_ids"]
+    assert "[E1]" in hf.get_added_vocab() and hf.convert_tokens_to_ids("[E1]") in ours.encode(text)
+    # the older layout
+    settings = json.loads((directory / "tokenizer_config.json").read_text())
+    vocab = ours.backend.get_vocab_size(with_added_tokens=False)  # the first id after the model's vocabulary
+    settings.pop("added_tokens_decoder", None)
+    settings.pop("extra_special_tokens", None)
+    (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+    mask = {"content": hf.mask_token, "lstrip": True, "rstrip": False, "normalized": False, "single_word": False}
+    (directory / "special_tokens_map.json").write_text(json.dumps({"mask_token": mask,
+                                                                   "additional_special_tokens": ["[E1]"]}))
+    (directory / "added_tokens.json").write_text(json.dumps({"<ent>": vocab, "Straße": vocab + 1, "[E1]": vocab + 2}))
+    hf, ours = _compare(directory)
+    text = f"the <ent> in Straße[E1] a {hf.mask_token} b"
+    assert ours.encode(text) == hf(text)["input_ids"]
+    # transformers 4's layout: added_tokens_decoder in tokenizer_config.json (its own special
+    # tokens at their vocabulary ids, then the added ones)
+    (directory / "special_tokens_map.json").unlink()
+    (directory / "added_tokens.json").unlink()
+    table = {str(i): {"content": t.content, "lstrip": t.lstrip, "rstrip": t.rstrip, "normalized": t.normalized,
+                      "single_word": t.single_word, "special": t.special}
+             for i, t in hf.backend_tokenizer.get_added_tokens_decoder().items() if t.special}
+    table[str(vocab)] = {"content": "<ent>", "lstrip": False, "rstrip": True, "normalized": True,
+                         "single_word": False, "special": False}
+    table[str(vocab + 1)] = {"content": "[E2]", "lstrip": True, "rstrip": False, "normalized": False,
+                             "single_word": False, "special": True}
+    (directory / "tokenizer_config.json").write_text(json.dumps(dict(settings, added_tokens_decoder=table)))
+    hf, ours = _compare(directory)
+    assert ours.token_to_id("[E2]") == vocab + 1 and ours.token_to_id("<ent>") == vocab
+    text = "the <ent>  in [E2] a <ent> [E2]b"
+    assert ours.encode(text) == hf(text)["input_ids"]
