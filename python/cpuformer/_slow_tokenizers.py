@@ -612,6 +612,14 @@ def open_slow_tokenizer(directory: pathlib.Path) -> Any:
     return build_slow_tokenizer(directory, settings, family)
 
 
+def slow_tokenizer_file(directory: pathlib.Path) -> Optional[pathlib.Path]:
+    """The vocabulary file the directory's slow tokenizer is built from (vocab.txt, spm.model, ...),
+    None when there is none of a family this module reads."""
+    family = slow_family(directory, read_tokenizer_settings(directory))
+    path = directory / family.files[0] if family is not None else None  # type: ignore[attr-defined]
+    return path if path is not None and path.is_file() else None
+
+
 def _add_tokens(maker: _Family, backend: Any) -> None:
     """The added tokens transformers' TokenizersBackend adds, in its order: tokenizer_config.json's
     added_tokens_decoder (by id), the additional special tokens, the named special tokens."""
@@ -660,4 +668,4 @@ def _add_tokens(maker: _Family, backend: Any) -> None:
 
 
 __all__ = ["CLASSES", "MODEL_TYPES", "SLOW_FILES", "build_slow_tokenizer", "has_slow_tokenizer",
-           "open_slow_tokenizer", "read_sentencepiece_model", "slow_family", "unsupported_error"]
+           "open_slow_tokenizer", "read_sentencepiece_model", "slow_family", "slow_tokenizer_file", "unsupported_error"]

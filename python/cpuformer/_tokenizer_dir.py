@@ -34,7 +34,8 @@ def open_tokenizer(directory: PathLike) -> Optional[Tokenizer]:
     # of _sentencepiece.py (which reads T5, Llama, Marian, mBART-50, NLLB, M2M100)
     family = slow_family(directory, settings)
     if family is not None and has_slow_tokenizer(directory):
-        return Tokenizer(build_slow_tokenizer(directory, settings, family), None, settings)
+        backend = build_slow_tokenizer(directory, settings, family)
+        return Tokenizer(backend, directory / family.files[0], settings)  # type: ignore[attr-defined]
     tokenizer = open_sentencepiece(directory, settings)
     if tokenizer is None and has_slow_tokenizer(directory):
         raise unsupported_error(directory, settings)

@@ -143,7 +143,7 @@ FAMILIES = {
 def _compare(directory):
     hf = transformers.AutoTokenizer.from_pretrained(directory)
     ours = open_tokenizer(directory)
-    assert ours is not None and ours.backend is not None
+    assert ours is not None and ours.backend is not None and ours.path.parent == directory and ours.path.is_file()
     backend = ours.backend
     assert backend.get_vocab(True) == hf.get_vocab()
     assert {i: repr(t) for i, t in backend.get_added_tokens_decoder().items()} == \
@@ -301,6 +301,9 @@ def test_deberta_v2_spm_model_embeds_and_tags(tmp_path):
     hf_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
     m = cf.load(directory)
     assert m.tokenizer.encode(SENTENCES[0]) == hf_tokenizer(SENTENCES[0])["input_ids"]
+    assert m.tokenizer.path == directory / "spm.model" and m.tokenizer.backend is not None
+    assert m.tokenizer.decode(m.tokenizer.encode(SENTENCES[2])) == hf_tokenizer.decode(
+        hf_tokenizer(SENTENCES[2])["input_ids"], skip_special_tokens=True)
     base = transformers.DebertaV2Model.from_pretrained(directory).eval()
     np.testing.assert_allclose(m.embed(SENTENCES), _mean_pooled(base, hf_tokenizer, SENTENCES), atol=1e-4)
     for strategy in ("none", "simple", "first"):

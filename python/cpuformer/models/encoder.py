@@ -18,7 +18,7 @@ import numpy as np
 from .. import _sentence
 from .._arguments import check_integer, integer_array, token_id_range_error
 from .._model_dir import ModelDir
-from .._slow_tokenizers import has_slow_tokenizer, open_slow_tokenizer
+from .._slow_tokenizers import has_slow_tokenizer, open_slow_tokenizer, slow_tokenizer_file
 from .._tokenizer import Tokenizer, load_tokenizer, read_length_limit, read_tokenizer_settings
 from ._base import ModelBase, TokenIds
 from ._spans import SpanMixin
@@ -183,8 +183,8 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
 
             backend = Backend.from_str(self._get_tokenizer("tokenizer").to_str())
             backend.no_truncation()
-            self._public_tokenizer = Tokenizer(backend, self._model_dir.tokenizer_path,
-                                               read_tokenizer_settings(self._model_dir.path))
+            path = self._model_dir.tokenizer_path or slow_tokenizer_file(self._model_dir.path)
+            self._public_tokenizer = Tokenizer(backend, path, read_tokenizer_settings(self._model_dir.path))
         return self._public_tokenizer
 
     @property
