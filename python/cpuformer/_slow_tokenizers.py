@@ -151,6 +151,14 @@ class _Settings:
             raise ValueError(f"{self.source}: {key} must be true or false, got {value!r}")
         return value
 
+    def unk_id(self, proto: "SentencePieceProto") -> int:
+        """tokenizer_config.json's unk_id, else the SentencePiece model's; an id of a piece."""
+        value = self.values.get("unk_id", proto.unk_id)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < len(proto.pieces):
+            raise ValueError(f"{self.source}: unk_id must be the id of a piece (0 to {len(proto.pieces) - 1}), "
+                             f"got {value!r}")
+        return value
+
     def token(self, key: str, default: Optional[str]) -> Optional[str]:
         """A special token's text (None: the family has none, or tokenizer_config.json sets null)."""
         if key in self.values:
@@ -431,7 +439,7 @@ class _XLNet(_Albert):
         from tokenizers.models import Unigram
 
         proto = self.read_spm("spiece.model")
-        unk_id = self.settings.values.get("unk_id", proto.unk_id)
+        unk_id = self.settings.unk_id(proto)
         backend = Tokenizer(Unigram([(p, s) for p, s, _ in proto.pieces], unk_id=unk_id, byte_fallback=False))
         # XLNetTokenizer strips accents whatever keep_accents says
         backend.normalizer = normalizers.Sequence(self._normalizers(
@@ -459,7 +467,7 @@ class _DebertaV2(_Family):
         proto = self.read_spm("spm.model")
         vocab = [(p, s) for p, s, _ in proto.pieces]
         unk = (self.tok("unk_token"), 0.0)
-        unk_id = vocab.index(unk) if unk in vocab else self.settings.values.get("unk_id", proto.unk_id)
+        unk_id = vocab.index(unk) if unk in vocab else self.settings.unk_id(proto)
         backend = Tokenizer(Unigram(vocab, unk_id=unk_id, byte_fallback=False))
         steps = [normalizers.Lowercase()] if self.settings.flag("do_lower_case", False) else []
         steps += [normalizers.Replace(Regex(r"\s{2,}|[\n\r\t]"), " "), normalizers.NFC(),

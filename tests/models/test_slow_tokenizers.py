@@ -245,6 +245,12 @@ def test_errors(tmp_path):
         (directory / "tokenizer_config.json").write_text(json.dumps(bad))
         with pytest.raises(ValueError, match=message):
             open_tokenizer(directory)
+    directory = make_xlnet(tmp_path / "xlnet")
+    settings = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps(dict(settings, unk_id=1000)))
+    with pytest.raises(ValueError, match=r"tokenizer_config.json: unk_id must be the id of a piece \(0 to 199\), got "
+                                         r"1000$"):
+        open_tokenizer(directory)
     directory = make_deberta(tmp_path / "deberta")
     (directory / "spm.model").write_bytes(b"\x0a\x05ab")
     with pytest.raises(ValueError, match=r"spm.model: not a valid SentencePiece model"):
@@ -478,3 +484,28 @@ def test_real_checkpoint_without_tokenizer_json(tmp_path):
     with cf.load(source) as a, cf.load(directory) as b:
         np.testing.assert_array_equal(b.embed(texts), a.embed(texts))
         assert b.tokenizer.decode(b.tokenizer.encode(texts[0])) == a.tokenizer.decode(a.tokenizer.encode(texts[0]))
+
+
+@pytest.mark.parametrize("family", ["xlm-roberta", "albert"])
+def test_answer_as_with_tokenizer_json(tmp_path, family):
+    """answer() (question + context pairs, windows over the context, character offsets) on a
+    directory without tokenizer.json equals answer() on the same directory with the tokenizer.json
+    transformers writes for it."""
+    import shutil
+
+    directory = FAMILIES[family](tmp_path / family)
+    model_class, config_class, extra = {
+        "xlm-roberta": ("XLMRobertaForQuestionAnswering", "XLMRobertaConfig",
+                        dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, max_position_embeddings=66)),
+        "albert": ("AlbertForQuestionAnswering", "AlbertConfig", dict(embedding_size=16))}[family]
+    _model(directory, model_class, config_class, initializer_range=0.3, **extra)
+    with_json = tmp_path / "with_json"
+    shutil.copytree(directory, with_json)
+    transformers.AutoTokenizer.from_pretrained(directory).save_pretrained(with_json)
+    assert (with_json / "tokenizer.json").is_file() and not (directory / "tokenizer.json").exists()
+    context = " ".join(SENTENCES * 4)
+    questions = [("Where does Wolfgang live?", context), ("Was sagt der Fuchs?", SENTENCES[2])]
+    with cf.load(directory) as a, cf.load(with_json) as b:
+        ours = a.answer(questions, top_k=3, max_seq_len=48, doc_stride=16)
+        assert ours == b.answer(questions, top_k=3, max_seq_len=48, doc_stride=16)
+        assert all(r["answer"] == q[1][r["start"]:r["end"]] for q, rs in zip(questions, ours) for r in rs)
