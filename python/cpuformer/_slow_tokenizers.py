@@ -347,15 +347,13 @@ class _GPT2(_Family):
 
     def post_process(self, backend: Any) -> None:
         # TokenizersBackend.update_post_processor: bos / eos only with add_bos_token / add_eos_token
-        bos = self.tok("bos_token") if self.settings.flag("add_bos_token", False) else ""
-        eos = self.tok("eos_token") if self.settings.flag("add_eos_token", False) else ""
+        names = tuple(key for key, flag in (("bos_token", "add_bos_token"), ("eos_token", "add_eos_token"))
+                      if self.settings.flag(flag, False) and self.tok(key))  # (transformers drops an unset one)
+        bos = self.tok("bos_token") if "bos_token" in names else ""
+        eos = self.tok("eos_token") if "eos_token" in names else ""
         single = f"{bos + ':0 ' if bos else ''}$A:0{' ' + eos + ':0' if eos else ''}"
         pair = f"{single}{' ' + bos + ':1' if bos else ''} $B:1{' ' + eos + ':1' if eos else ''}"
-        self.tokens.update(bos_token=bos or None, eos_token=eos or None)
-        try:
-            self.template(backend, single, pair, tuple(k for k, t in (("bos_token", bos), ("eos_token", eos)) if t))
-        finally:
-            self.tokens = {key: self.settings.token(key, self.defaults.get(key)) for key in _NAMED}
+        self.template(backend, single, pair, names)
 
 
 class _Roberta(_GPT2):

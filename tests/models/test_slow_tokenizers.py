@@ -84,9 +84,9 @@ def _bpe(directory, specials):
     trainer.save_model(str(directory))
 
 
-def make_gpt2(directory):
+def make_gpt2(directory, **init):
     _bpe(directory, ["<|endoftext|>"])
-    return _finish(directory, "gpt2")
+    return _finish(directory, "gpt2", **init)
 
 
 def make_roberta(directory, **init):
@@ -129,14 +129,24 @@ def make_camembert(directory):
     return _finish(directory, "camembert")
 
 
+def _set(directory, **settings):
+    """tokenizer_config.json with ``settings`` (ones save_pretrained does not write back)."""
+    path = directory / "tokenizer_config.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), **settings)))
+    return directory
+
+
 FAMILIES = {
     "bert": make_bert, "bert-cased": lambda d: make_bert(d, do_lower_case=False, strip_accents=False),
     "bert-nochinese": lambda d: make_bert(d, tokenize_chinese_chars=False), "mpnet": make_mpnet,
-    "gpt2": make_gpt2, "roberta": make_roberta, "roberta-prefix": lambda d: make_roberta(d, add_prefix_space=True),
+    "gpt2": make_gpt2, "gpt2-bos-eos": lambda d: _set(make_gpt2(d), add_bos_token=True, add_eos_token=True),
+    "gpt2-prefix": lambda d: make_gpt2(d, add_prefix_space=True), "roberta": make_roberta,
+    "roberta-prefix": lambda d: make_roberta(d, add_prefix_space=True),
     "albert": make_albert, "albert-cased": lambda d: make_albert(d, do_lower_case=False, keep_accents=True),
     "xlnet": make_xlnet, "deberta-v2": make_deberta,
     "deberta-v2-lower": lambda d: make_deberta(d, do_lower_case=True, split_by_punct=True),
-    "xlm-roberta": make_xlmr, "camembert": make_camembert,
+    "xlm-roberta": make_xlmr, "xlm-roberta-noprefix": lambda d: _set(make_xlmr(d), add_prefix_space=False),
+    "deberta-v2-noprefix": lambda d: _set(make_deberta(d), add_prefix_space=False), "camembert": make_camembert,
 }
 
 
