@@ -14,7 +14,8 @@ BertTokenizer (bert,            vocab.txt                       WordPiece, BertN
 distilbert, electra)
 MPNetTokenizer (mpnet)          vocab.txt                       WordPiece, ``<s> A </s></s> B </s>``
 GPT2Tokenizer (gpt2)            vocab.json, merges.txt          byte-level BPE
-RobertaTokenizer (roberta)      vocab.json, merges.txt          byte-level BPE, ``<s> A </s></s> B </s>``
+RobertaTokenizer (roberta,      vocab.json, merges.txt          byte-level BPE, ``<s> A </s></s> B </s>``
+bart)
 AlbertTokenizer (albert)        spiece.model                    Unigram
 XLNetTokenizer (xlnet)          spiece.model                    Unigram, ``A <sep> <cls>``
 DebertaV2Tokenizer              spm.model                       Unigram
@@ -533,11 +534,13 @@ class _Camembert(_XLMRoberta):
 #: tokenizer_config.json tokenizer_class (without "Fast") -> family
 CLASSES: Dict[str, Callable[..., _Family]] = {
     "BertTokenizer": _Bert, "DistilBertTokenizer": _Bert, "ElectraTokenizer": _Bert, "MPNetTokenizer": _MPNet,
-    "GPT2Tokenizer": _GPT2, "RobertaTokenizer": _Roberta, "AlbertTokenizer": _Albert, "XLNetTokenizer": _XLNet,
-    "DebertaV2Tokenizer": _DebertaV2, "XLMRobertaTokenizer": _XLMRoberta, "CamembertTokenizer": _Camembert}
+    "GPT2Tokenizer": _GPT2, "RobertaTokenizer": _Roberta, "BartTokenizer": _Roberta, "AlbertTokenizer": _Albert,
+    "XLNetTokenizer": _XLNet, "DebertaV2Tokenizer": _DebertaV2, "XLMRobertaTokenizer": _XLMRoberta,
+    "CamembertTokenizer": _Camembert}
 #: config.json model_type -> family (transformers' TOKENIZER_MAPPING), without a tokenizer_class
 MODEL_TYPES: Dict[str, Callable[..., _Family]] = {
     "bert": _Bert, "distilbert": _Bert, "electra": _Bert, "mpnet": _MPNet, "gpt2": _GPT2, "roberta": _Roberta,
+    "bart": _Roberta,
     "albert": _Albert, "xlnet": _XLNet, "deberta-v2": _DebertaV2, "xlm-roberta": _XLMRoberta,
     "camembert": _Camembert}
 #: the files that make a directory a "slow tokenizer" one

@@ -17,7 +17,7 @@ from ._tokenizer import PathLike, Tokenizer, load_tokenizer, read_tokenizer_sett
 def open_tokenizer(directory: PathLike) -> Optional[Tokenizer]:
     """The tokenizer of a model directory, None when it has no tokenizer file: tokenizer.json when
     present, else the slow tokenizer files of the families _slow_tokenizers.py reads (BERT, MPNet,
-    GPT-2, RoBERTa, ALBERT, XLNet, DeBERTa-v2, XLM-R, CamemBERT), else the SentencePiece files of
+    GPT-2, RoBERTa, BART, ALBERT, XLNet, DeBERTa-v2, XLM-R, CamemBERT), else the SentencePiece files of
     the families _sentencepiece.py reads (Marian, T5, Llama, mBART-50, NLLB, M2M100;
     docs/tokenizers.md). ValueError for slow tokenizer files of another family."""
     directory = pathlib.Path(os.fspath(directory))

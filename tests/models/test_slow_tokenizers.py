@@ -89,9 +89,9 @@ def make_gpt2(directory, **init):
     return _finish(directory, "gpt2", **init)
 
 
-def make_roberta(directory, **init):
+def make_roberta(directory, model_type="roberta", **init):
     _bpe(directory, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
-    return _finish(directory, "roberta", **init)
+    return _finish(directory, model_type, **init)
 
 
 def make_albert(directory, **init):
@@ -142,6 +142,8 @@ FAMILIES = {
     "gpt2": make_gpt2, "gpt2-bos-eos": lambda d: _set(make_gpt2(d), add_bos_token=True, add_eos_token=True),
     "gpt2-prefix": lambda d: make_gpt2(d, add_prefix_space=True), "roberta": make_roberta,
     "roberta-prefix": lambda d: make_roberta(d, add_prefix_space=True),
+    "bart": lambda d: make_roberta(d, "bart"), "bart-class": lambda d: _set(make_roberta(d, "bart"),
+                                                                          tokenizer_class="BartTokenizer"),
     "albert": make_albert, "albert-cased": lambda d: make_albert(d, do_lower_case=False, keep_accents=True),
     "xlnet": make_xlnet, "deberta-v2": make_deberta,
     "deberta-v2-lower": lambda d: make_deberta(d, do_lower_case=True, split_by_punct=True),
@@ -519,3 +521,26 @@ def test_answer_as_with_tokenizer_json(tmp_path, family):
         ours = a.answer(questions, top_k=3, max_seq_len=48, doc_stride=16)
         assert ours == b.answer(questions, top_k=3, max_seq_len=48, doc_stride=16)
         assert all(r["answer"] == q[1][r["start"]:r["end"]] for q, rs in zip(questions, ours) for r in rs)
+
+
+def test_bart_vocab_and_merges_generate(tmp_path):
+    """A BART directory with vocab.json + merges.txt only: Seq2Seq encodes the string source and
+    decodes the output as transformers does."""
+    from ._hf import save_random_model
+
+    directory = FAMILIES["bart"](tmp_path / "bart")
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    config = transformers.BartConfig(vocab_size=len(hf_tokenizer), d_model=32, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                                     decoder_ffn_dim=48, max_position_embeddings=64, pad_token_id=1, bos_token_id=0,
+                                     eos_token_id=2, decoder_start_token_id=2, forced_bos_token_id=None,
+                                     forced_eos_token_id=None)
+    model = save_random_model(directory, transformers.BartForConditionalGeneration, config)
+    source = "Grüße aus München, the quick brown fox"
+    batch = hf_tokenizer(source, return_tensors="pt")
+    with torch.inference_mode():
+        ids = model.generate(**batch, max_new_tokens=8, min_new_tokens=6, do_sample=False, num_beams=1)[0]
+    m = cf.load(directory)
+    assert m.tokenizer.encode(source) == batch["input_ids"][0].tolist()
+    assert m.generate(source, max_new_tokens=8, min_new_tokens=6) == hf_tokenizer.decode(ids, skip_special_tokens=True)
+    assert len(ids) > 6  # the output is text, not an immediate EOS
