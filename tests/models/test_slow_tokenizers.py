@@ -212,7 +212,7 @@ def test_sentencepiece_model_reader(tmp_path):
     from sentencepiece import sentencepiece_model_pb2
 
     _train_spm(tmp_path / "a.model", "unigram", 200, pad_id=0, unk_id=3, bos_id=1, eos_id=2,
-               user_defined_symbols=["[MASK]"], control_symbols=["<cls>"])
+               user_defined_symbols=["[MASK]", "ü" * 80], control_symbols=["<cls>"])  # (a piece of 160 bytes)
     _train_spm(tmp_path / "b.model", "bpe", 300, unk_id=0, bos_id=-1, eos_id=-1, normalization_rule_name="identity")
     for name in ("a.model", "b.model"):
         proto = sentencepiece_model_pb2.ModelProto()
