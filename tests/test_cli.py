@@ -644,4 +644,6 @@ def test_task_command_errors(heads, tmp_path):
     bare = tmp_path / "bare"
     shutil.copytree(heads["tag"], bare)
     (bare / "tokenizer.json").unlink()
+    assert run_cli("tag", bare, "x").returncode == 0  # built from vocab.txt (docs/tokenizers.md)
+    (bare / "vocab.txt").unlink()
     assert_user_error(run_cli("tag", bare, "x"), "tag", "has no tokenizer.json", "`cpuformer tag` needs it")

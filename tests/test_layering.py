@@ -1,6 +1,7 @@
 """The package's import rule (docs/architecture.md):
 
-    {_core, _model_dir, _arguments, _tokenizer, _sentencepiece, _tokenizer_dir, _sentence, _images, ops} < arch
+    {_core, _model_dir, _arguments, _tokenizer, _sentencepiece, _slow_tokenizers, _tokenizer_dir, _sentence, _images,
+     ops} < arch
     < weights < models < api < cpuformer < {cli, _bench}
 
 A module imports only modules of its own layer or the layers below, without cycles; function-local
@@ -24,8 +25,8 @@ from cpuformer.arch import ARCHS
 
 PACKAGE = pathlib.Path(cpuformer.__file__).parent
 LAYERS = [
-    {"_core", "_model_dir", "_arguments", "_tokenizer", "_sentencepiece", "_tokenizer_dir", "_sentence", "_images",
-     "ops"},
+    {"_core", "_model_dir", "_arguments", "_tokenizer", "_sentencepiece", "_slow_tokenizers", "_tokenizer_dir",
+     "_sentence", "_images", "ops"},
     {"arch"},
     {"weights"},
     {"models"},

@@ -563,7 +563,7 @@ def _open_task_model(args: argparse.Namespace, command: str, task: str):
                 other = (f"a {TASK_TEXT[model.task]} head (use `cpuformer {_TASK_COMMAND[model.task]}`)")
             raise UserError(f"{args.model_dir} holds {model.architecture}, {other}; `cpuformer {command}` needs a "
                             f"{TASK_TEXT[task]} head")
-        if model._model_dir.tokenizer_path is None and not args.ids:
+        if not model._has_tokenizer() and not args.ids:
             raise UserError(f"{args.model_dir} has no tokenizer.json; `cpuformer {command}` needs it to read text "
                             "(or give token ids with --ids)")
         return model
@@ -804,7 +804,7 @@ def _cmd_fill_mask(args: argparse.Namespace) -> int:
         with _open_task_model(args, "fill-mask", "masked_lm") as model:
             mask = args.mask_id
             if mask is None:
-                if model._model_dir.tokenizer_path is None:
+                if not model._has_tokenizer():
                     raise UserError(f"{args.model_dir} has no tokenizer.json to name the mask token; give its id "
                                     "with --mask-id N")
                 mask = _id_tasks.mask_id(model)

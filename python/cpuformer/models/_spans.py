@@ -44,12 +44,9 @@ class SpanMixin(TaskMixin):
         """A copy of the directory's tokenizer whose truncation (windows, strides) this module sets per
         call, so that the shared tokenizer of embed()/classify() keeps its settings."""
         if self._windows_tokenizer is None:
-            if self._model_dir.tokenizer_path is None:
-                raise ValueError(f"{method}() needs the model directory's tokenizer.json, but "
-                                 f"{self._model_dir.path} has none")
             from tokenizers import Tokenizer
 
-            tokenizer = Tokenizer.from_str(self._get_tokenizer().to_str())
+            tokenizer = Tokenizer.from_str(self._get_tokenizer(method).to_str())
             tokenizer.no_padding()
             self._windows_tokenizer = tokenizer
         return self._windows_tokenizer

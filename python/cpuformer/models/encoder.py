@@ -18,6 +18,7 @@ import numpy as np
 from .. import _sentence
 from .._arguments import check_integer, integer_array, token_id_range_error
 from .._model_dir import ModelDir
+from .._slow_tokenizers import has_slow_tokenizer, open_slow_tokenizer, slow_tokenizer_file
 from .._tokenizer import Tokenizer, load_tokenizer, read_length_limit, read_tokenizer_settings
 from ._base import ModelBase, TokenIds
 from ._spans import SpanMixin
@@ -147,13 +148,18 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
     def _get_tokenizer(self, method: str = "embed"):
         if self._tokenizer is None:
             path = self._model_dir.tokenizer_path
-            if path is None:
-                if method != "embed":
-                    raise ValueError(f"{method}() needs the model directory's tokenizer.json, but "
-                                     f"{self._model_dir.path} has none")
-                raise ValueError(f"embed() was given strings, but {self._model_dir.path} has no tokenizer.json; "
-                                 "pass lists of token ids instead")
-            tokenizer = load_tokenizer(path)
+            if path is not None:
+                tokenizer = load_tokenizer(path)
+            else:
+                # a directory with the slow tokenizer files only (vocab.txt, spm.model, ...):
+                # the tokenizers.Tokenizer transformers builds from them (_slow_tokenizers.py)
+                tokenizer = open_slow_tokenizer(self._model_dir.path)
+                if tokenizer is None:
+                    if method != "embed":
+                        raise ValueError(f"{method}() needs the model directory's tokenizer.json, but "
+                                         f"{self._model_dir.path} has none")
+                    raise ValueError(f"embed() was given strings, but {self._model_dir.path} has no tokenizer.json; "
+                                     "pass lists of token ids instead")
             if _sentence.read_do_lower_case(self._model_dir.path):
                 _sentence.lowercase_tokenizer(tokenizer)
             tokenizer.no_padding()  # batches are padded here, after sorting by length
@@ -161,18 +167,24 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
             self._tokenizer = tokenizer
         return self._tokenizer
 
+    def _has_tokenizer(self) -> bool:
+        """Whether strings can be encoded: tokenizer.json, or slow tokenizer files of a family
+        _slow_tokenizers.py reads (errors for unreadable files come when it is first used)."""
+        return self._model_dir.tokenizer_path is not None or has_slow_tokenizer(self._model_dir.path)
+
     @property
     def tokenizer(self) -> Tokenizer:
         """The model directory's tokenizer (cpuformer.Tokenizer: encode, decode, count), with the
         lowercasing of a sentence-transformers directory but without embed()'s truncation, so that
-        count() tells how long a text really is; ValueError without tokenizer.json."""
+        count() tells how long a text really is; ValueError without tokenizer.json or the slow
+        tokenizer files it is built from (docs/tokenizers.md)."""
         if getattr(self, "_public_tokenizer", None) is None:
             from tokenizers import Tokenizer as Backend
 
             backend = Backend.from_str(self._get_tokenizer("tokenizer").to_str())
             backend.no_truncation()
-            self._public_tokenizer = Tokenizer(backend, self._model_dir.tokenizer_path,
-                                               read_tokenizer_settings(self._model_dir.path))
+            path = self._model_dir.tokenizer_path or slow_tokenizer_file(self._model_dir.path)
+            self._public_tokenizer = Tokenizer(backend, path, read_tokenizer_settings(self._model_dir.path))
         return self._public_tokenizer
 
     @property
