@@ -32,11 +32,12 @@ from __future__ import annotations
 import itertools
 import pathlib
 import re
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
 from ._model_dir import _read_json_object
+from ._slow_tokenizers import _varint
 from ._tokenizer import Tokenizer, _token_text
 
 SPIECE_UNDERLINE = "\u2581"
@@ -100,19 +101,6 @@ def _load_processor(directory: pathlib.Path, file: str, edit: Any = None) -> Any
         reason = " ".join(str(error).split()) or type(error).__name__
         raise ValueError(f"{path}: not a valid SentencePiece model ({reason})") from None
     return processor
-
-
-def _varint(data: bytes, pos: int) -> Tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, pos
 
 
 def _identity_normalizer(proto: bytes) -> bytes:
