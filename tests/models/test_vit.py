@@ -249,7 +249,7 @@ def test_pixel_value_errors(vit_base, vit_classifier):
         model(good.astype(np.float64))
     with pytest.raises(ValueError, match=no_config + r".*\(got a float32 array of shape \[3, 64, 64\]\)"):
         model(good[0])
-    with pytest.raises(ValueError, match=r"at least one image, got shape \[0, 3, 64, 64\]"):
+    with pytest.raises(ValueError, match=r"at least one image of at least one pixel, got shape \[0, 3, 64, 64\]"):
         model(good[:0])
     with pytest.raises(ValueError, match=no_config + r".*\(got a float32 array of shape \[1, 64, 64, 3\]\)"):
         model(np.zeros((1, 64, 64, 3), np.float32))  # channels last: images

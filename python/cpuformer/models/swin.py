@@ -52,7 +52,7 @@ from .._model_dir import ModelDir
 from ..arch import find, wrong_kind
 from ..arch.heads import Head
 from ..weights import Checkpoint, check_dtype, resolve_dtype
-from .vision import ImageClassifier, ImageEncoder, _batches, interpolate_positions, open_image_model
+from .vision import ImageClassifier, ImageEncoder, _batches, check_pixel_array, interpolate_positions, open_image_model
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -335,24 +335,7 @@ class SwinImageEncoder(ImageEncoder):
 
     def _pixel_values(self, pixel_values: Any, interpolate: bool) -> np.ndarray:
         """Checked float32 [B, C, H, W] (ValueError / TypeError naming what is wrong)."""
-        if not isinstance(interpolate, bool):
-            raise TypeError(f"interpolate_pos_encoding must be True or False, got {interpolate!r}")
-        if not isinstance(pixel_values, np.ndarray):
-            raise TypeError(f"pixel_values must be a float32 NumPy array [batch, {self.num_channels}, height, width], "
-                            f"got {type(pixel_values).__name__}")
-        if pixel_values.dtype != np.float32:
-            raise TypeError(f"pixel_values must be float32 (preprocessed images), got dtype {pixel_values.dtype}")
-        if pixel_values.ndim != 4:
-            hint = "; add the batch axis (pixel_values[None])" if pixel_values.ndim == 3 else ""
-            raise ValueError(f"pixel_values must have 4 dimensions [batch, {self.num_channels}, height, width], got "
-                             f"shape {list(pixel_values.shape)}{hint}")
-        B, C, H, W = pixel_values.shape
-        if B == 0 or H == 0 or W == 0:
-            raise ValueError(f"pixel_values must hold at least one image of at least one pixel, got shape "
-                             f"{list(pixel_values.shape)}")
-        if C != self.num_channels:
-            raise ValueError(f"pixel_values must have {self.num_channels} channels (axis 1, channels first: "
-                             f"[batch, channels, height, width]), got shape {list(pixel_values.shape)}")
+        check_pixel_array(pixel_values, self.num_channels, interpolate)
         if not np.isfinite(pixel_values).all():
             raise ValueError("pixel_values contain NaN or infinite values")
         return np.ascontiguousarray(pixel_values)

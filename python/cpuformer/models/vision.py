@@ -79,6 +79,31 @@ def interpolate_positions(grid: np.ndarray, height: int, width: int) -> np.ndarr
     return out.astype(np.float32)
 
 
+def check_pixel_array(pixel_values: Any, channels: int, interpolate: bool) -> Tuple[int, int, int, int]:
+    """(B, C, H, W) of pixel_values that are a float32 [batch, channels, height, width] array of at
+    least one image of at least one pixel; TypeError / ValueError naming what is wrong (every image
+    model's common checks: the model checks the size it needs and the values)."""
+    if not isinstance(interpolate, bool):
+        raise TypeError(f"interpolate_pos_encoding must be True or False, got {interpolate!r}")
+    if not isinstance(pixel_values, np.ndarray):
+        raise TypeError(f"pixel_values must be a float32 NumPy array [batch, {channels}, height, width], "
+                        f"got {type(pixel_values).__name__}")
+    if pixel_values.dtype != np.float32:
+        raise TypeError(f"pixel_values must be float32 (preprocessed images), got dtype {pixel_values.dtype}")
+    if pixel_values.ndim != 4:
+        hint = "; add the batch axis (pixel_values[None])" if pixel_values.ndim == 3 else ""
+        raise ValueError(f"pixel_values must have 4 dimensions [batch, {channels}, height, width], got "
+                         f"shape {list(pixel_values.shape)}{hint}")
+    B, C, H, W = pixel_values.shape
+    if B == 0 or H == 0 or W == 0:
+        raise ValueError(f"pixel_values must hold at least one image of at least one pixel, got shape "
+                         f"{list(pixel_values.shape)}")
+    if C != channels:
+        raise ValueError(f"pixel_values must have {channels} channels (axis 1, channels first: "
+                         f"[batch, channels, height, width]), got shape {list(pixel_values.shape)}")
+    return B, C, H, W
+
+
 class ImageEncoder(ModelBase):
     """An image model loaded from a Hugging Face model directory: the registry's vision transformers
     (``cpuformer.arch.supported("vision")``: ViT, DeiT), base models or classification checkpoints
@@ -221,23 +246,7 @@ class ImageEncoder(ModelBase):
 
     def _pixel_values(self, pixel_values: Any, interpolate: bool) -> np.ndarray:
         """Checked float32 [B, C, H, W] (ValueError / TypeError naming what is wrong)."""
-        if not isinstance(interpolate, bool):
-            raise TypeError(f"interpolate_pos_encoding must be True or False, got {interpolate!r}")
-        if not isinstance(pixel_values, np.ndarray):
-            raise TypeError(f"pixel_values must be a float32 NumPy array [batch, {self.num_channels}, height, width], "
-                            f"got {type(pixel_values).__name__}")
-        if pixel_values.dtype != np.float32:
-            raise TypeError(f"pixel_values must be float32 (preprocessed images), got dtype {pixel_values.dtype}")
-        if pixel_values.ndim != 4:
-            hint = "; add the batch axis (pixel_values[None])" if pixel_values.ndim == 3 else ""
-            raise ValueError(f"pixel_values must have 4 dimensions [batch, {self.num_channels}, height, width], got "
-                             f"shape {list(pixel_values.shape)}{hint}")
-        B, C, H, W = pixel_values.shape
-        if B == 0:
-            raise ValueError(f"pixel_values must hold at least one image, got shape {list(pixel_values.shape)}")
-        if C != self.num_channels:
-            raise ValueError(f"pixel_values must have {self.num_channels} channels (axis 1, channels first: "
-                             f"[batch, channels, height, width]), got shape {list(pixel_values.shape)}")
+        _, _, H, W = check_pixel_array(pixel_values, self.num_channels, interpolate)
         (h, w), (ph, pw) = self.vision.image_size, self.vision.patch_size
         if not interpolate and (H, W) != (h, w):
             raise ValueError(f"pixel_values are {H}x{W} (height x width) but the model's image size is {h}x{w}; "
