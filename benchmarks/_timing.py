@@ -17,3 +17,66 @@ def timed(fn: Callable[[], object], repeats: int) -> dict:
         fn()
         times.append(time.perf_counter() - start)
     return {"seconds": statistics.median(times), "min_s": min(times), "max_s": max(times)}
+
+
+def run_script(script: str, argv: list, timeout: float) -> tuple:
+    """(exit code, stderr tail) of `python <script> <argv>` in a fresh process (each engine runs in
+    its own: two OpenMP runtimes in one process steal each other's cores)."""
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, os.path.abspath(script)] + argv
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, f"timed out after {timeout:.0f} s"
+    return done.returncode, "\n".join(done.stderr.strip().splitlines()[-5:])
+
+
+def engine_round(script: str, argv: list, timeout: float, work: str, name: str, key: str, state: dict,
+                 keep_outputs: bool, unit: str, digits: int) -> None:
+    """One timed round of one engine in a child process (`script --child run ... --result FILE
+    [--outputs FILE.npz]`). ``state`` holds the run's "info" ((name, key) -> version /
+    not_supported / error), "rates" ((name, key) -> {label: [rate per round]}) and "outputs"
+    (name -> key -> {label: array}, with ``keep_outputs``); printed as `<name> <key>: label rate
+    <unit>`."""
+    import json
+    import os
+    import sys
+    import tempfile
+
+    import numpy as np
+
+    info, rates, outputs = state["info"], state["rates"], state["outputs"]
+    handle, result_path = tempfile.mkstemp(suffix=".json", dir=work)
+    os.close(handle)
+    argv = argv + ["--result", result_path]
+    outputs_path = None
+    if keep_outputs:
+        outputs_path = result_path[:-5] + ".npz"
+        argv += ["--outputs", outputs_path]
+    code, err = run_script(script, argv, timeout)
+    try:
+        if code != 0:
+            info[(name, key)] = {"error": err}
+            print(f"  {name} {key}: failed\n{err}", file=sys.stderr)
+            return
+        with open(result_path) as f:
+            child = json.load(f)
+        if "not_supported" in child:
+            info[(name, key)] = {"not_supported": child["not_supported"]}
+            print(f"  {name} {key}: not supported ({child['not_supported'].splitlines()[0][:150]})")
+            return
+        info[(name, key)] = {"version": child["version"]}
+        for label, rate in child["rates"].items():
+            rates.setdefault((name, key), {}).setdefault(label, []).append(rate)
+        print(f"  {name} {key}: " + ", ".join(f"{label} {rate:.{digits}f} {unit}"
+                                              for label, rate in child["rates"].items()), flush=True)
+        if outputs_path:
+            with np.load(outputs_path) as data:
+                outputs.setdefault(name, {})[key] = {k: data[k] for k in data.files}
+    finally:
+        for path in (result_path, outputs_path):
+            if path and os.path.exists(path):
+                os.remove(path)

@@ -70,6 +70,8 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from _timing import engine_round, run_script  # noqa: E402
+
 RESULTS = os.path.join(HERE, "results")
 WORKLOADS = ("bert_base", "classifier", "deberta", "rerank", "minilm")
 QUICK_WORKLOADS = ("classifier", "deberta", "rerank")
@@ -606,16 +608,6 @@ def engines_of(workload: str, dtypes: list, peers: list) -> list:
     return rows
 
 
-def _child(argv: list, timeout: float) -> tuple:
-    """(exit code, stderr tail) of `python bench_encoder.py <argv>` in a fresh process."""
-    command = [sys.executable, os.path.abspath(__file__)] + argv
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return -1, f"timed out after {timeout:.0f} s"
-    return done.returncode, "\n".join(done.stderr.strip().splitlines()[-5:])
-
-
 def _shape_names(workload: str) -> list:
     if workload == "minilm":
         return ["minilm_embed"]
@@ -658,7 +650,7 @@ def run_benchmark(args) -> dict:
     for workload in args.workloads:
         print(f"preparing {workload} ...", flush=True)
         started = time.perf_counter()
-        code, err = _child(["--child", "prepare", "--workload", workload, "--work", work,
+        code, err = run_script(__file__, ["--child", "prepare", "--workload", workload, "--work", work,
                             "--peers", ",".join(peers) or "none"] + (["--layers", str(args.layers)] if args.layers
                                                                       else []), timeout)
         if code != 0:
@@ -681,9 +673,10 @@ def run_benchmark(args) -> dict:
         for key, engine, dtype in engines_of(workload, args.dtypes, ready):
             plan.append((workload, key, engine, dtype))
 
-    rates: dict = {}  # (workload, key) -> {label: [rate per round]}
-    info: dict = {}  # (workload, key) -> version / not_supported / error
-    outputs: dict = {}  # workload -> key -> {label/name: array}
+    state: dict = {"rates": {}, "info": {}, "outputs": {}}  # engine_round's (benchmarks/_timing.py)
+    rates: dict = state["rates"]  # (workload, key) -> {label: [rate per round]}
+    info: dict = state["info"]  # (workload, key) -> version / not_supported / error
+    outputs: dict = state["outputs"]  # workload -> key -> {label/name: array}
     for round_index in range(args.rounds):
         shift = round_index % max(len(plan), 1)
         order = plan[shift:] + plan[:shift]  # rotates which engine starts the round
@@ -691,38 +684,9 @@ def run_benchmark(args) -> dict:
         for workload, key, engine, dtype in order:
             if "not_supported" in info.get((workload, key), {}) or "error" in info.get((workload, key), {}):
                 continue
-            handle, result_path = tempfile.mkstemp(suffix=".json", dir=work)
-            os.close(handle)
             argv = ["--child", "run", "--workload", workload, "--engine", engine, "--dtype", dtype, "--work", work,
-                    "--threads", str(args.threads), "--seconds", str(args.seconds), "--result", result_path]
-            outputs_path = None
-            if round_index == 0:
-                outputs_path = result_path[:-5] + ".npz"
-                argv += ["--outputs", outputs_path]
-            code, err = _child(argv, timeout)
-            try:
-                if code != 0:
-                    info[(workload, key)] = {"error": err}
-                    print(f"  {workload} {key}: failed\n{err}", file=sys.stderr)
-                    continue
-                with open(result_path) as f:
-                    child = json.load(f)
-                if "not_supported" in child:
-                    info[(workload, key)] = {"not_supported": child["not_supported"]}
-                    print(f"  {workload} {key}: not supported ({child['not_supported'].splitlines()[0][:150]})")
-                    continue
-                info[(workload, key)] = {"version": child["version"]}
-                for label, rate in child["rates"].items():
-                    rates.setdefault((workload, key), {}).setdefault(label, []).append(rate)
-                print(f"  {workload} {key}: " + ", ".join(f"{label} {rate:.1f} seq/s"
-                                                          for label, rate in child["rates"].items()), flush=True)
-                if outputs_path:
-                    with np.load(outputs_path) as data:
-                        outputs.setdefault(workload, {})[key] = {k: data[k] for k in data.files}
-            finally:
-                for path in (result_path, outputs_path):
-                    if path and os.path.exists(path):
-                        os.remove(path)
+                    "--threads", str(args.threads), "--seconds", str(args.seconds)]
+            engine_round(__file__, argv, timeout, work, workload, key, state, round_index == 0, "seq/s", 1)
 
     for workload, key, engine, dtype in plan:
         labels = ([f"{b}x{t}" for b, t in SHAPES[workload]] if workload != "minilm" else None)

@@ -64,7 +64,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -76,6 +75,8 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from _timing import engine_round, run_script  # noqa: E402
+
 RESULTS = os.path.join(HERE, "results")
 ROWS = ("vit", "swin", "clip", "preprocess")
 BATCHES = {"vit": (1, 8), "swin": (8,), "clip": (32,), "preprocess": (32,)}
@@ -505,16 +506,6 @@ def engines_of(row: str, peers: list) -> list:
     return rows
 
 
-def _child(argv: list, timeout: float) -> tuple:
-    """(exit code, stderr tail) of `python bench_vision.py <argv>` in a fresh process."""
-    command = [sys.executable, os.path.abspath(__file__)] + argv
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return -1, f"timed out after {timeout:.0f} s"
-    return done.returncode, "\n".join(done.stderr.strip().splitlines()[-5:])
-
-
 def max_relative_error(out: np.ndarray, reference: np.ndarray) -> float:
     """max |out - reference| / max |reference|: the error relative to the output's scale."""
     out, reference = np.asarray(out, dtype=np.float64), np.asarray(reference, dtype=np.float64)
@@ -573,7 +564,7 @@ def measure_peak(args, work: str) -> dict:
     handle, path = tempfile.mkstemp(suffix=".json", dir=work)
     os.close(handle)
     try:
-        code, err = _child(["--child", "peak", "--seconds", "0.3" if args.quick else "0.6", "--threads",
+        code, err = run_script(__file__, ["--child", "peak", "--seconds", "0.3" if args.quick else "0.6", "--threads",
                             str(args.threads), "--result", path], args.timeout)
         if code != 0:
             print(f"  measuring the compute peak failed:\n{err}", file=sys.stderr)
@@ -600,8 +591,8 @@ def run_benchmark(args) -> tuple:
     for row in args.rows:
         print(f"preparing {row} ...", flush=True)
         started = time.perf_counter()
-        code, err = _child(["--child", "prepare", "--row", row, "--work", work, "--peers", ",".join(peers) or "none"]
-                           + (["--layers", str(args.layers)] if args.layers else []), args.timeout)
+        argv = ["--child", "prepare", "--row", row, "--work", work, "--peers", ",".join(peers) or "none"]
+        code, err = run_script(__file__, argv + (["--layers", str(args.layers)] if args.layers else []), args.timeout)
         if code != 0:
             print(f"  {row} skipped: preparing it failed:\n{err}", file=sys.stderr)
             for batch in BATCHES[row]:
@@ -626,9 +617,10 @@ def run_benchmark(args) -> tuple:
         for key, engine, dtype in engines_of(row, ready):
             plan.append((row, key, engine, dtype))
 
-    rates: dict = {}  # (row, key) -> {label: [rate per round]}
-    info: dict = {}  # (row, key) -> version / not_supported / error
-    outputs: dict = {}  # row -> key -> {label: array}
+    state: dict = {"rates": {}, "info": {}, "outputs": {}}  # engine_round's (benchmarks/_timing.py)
+    rates: dict = state["rates"]  # (row, key) -> {label: [rate per round]}
+    info: dict = state["info"]  # (row, key) -> version / not_supported / error
+    outputs: dict = state["outputs"]  # row -> key -> {label: array}
     peak_rounds: dict = {}  # dtype -> [GOP/s per round]
     for round_index in range(args.rounds):
         shift = round_index % max(len(plan), 1)
@@ -640,38 +632,10 @@ def run_benchmark(args) -> tuple:
         for row, key, engine, dtype in order:
             if "not_supported" in info.get((row, key), {}) or "error" in info.get((row, key), {}):
                 continue
-            handle, result_path = tempfile.mkstemp(suffix=".json", dir=work)
-            os.close(handle)
             argv = ["--child", "run", "--row", row, "--engine", engine, "--dtype", dtype, "--work", work,
-                    "--threads", str(args.threads), "--seconds", str(args.seconds), "--result", result_path]
-            outputs_path = None
-            if round_index == 0 and row != "preprocess":
-                outputs_path = result_path[:-5] + ".npz"
-                argv += ["--outputs", outputs_path]
-            code, err = _child(argv, args.timeout)
-            try:
-                if code != 0:
-                    info[(row, key)] = {"error": err}
-                    print(f"  {row} {key}: failed\n{err}", file=sys.stderr)
-                    continue
-                with open(result_path) as f:
-                    child = json.load(f)
-                if "not_supported" in child:
-                    info[(row, key)] = {"not_supported": child["not_supported"]}
-                    print(f"  {row} {key}: not supported ({child['not_supported'].splitlines()[0][:150]})")
-                    continue
-                info[(row, key)] = {"version": child["version"]}
-                for label, rate in child["rates"].items():
-                    rates.setdefault((row, key), {}).setdefault(label, []).append(rate)
-                print(f"  {row} {key}: " + ", ".join(f"{label} {rate:.2f} img/s"
-                                                     for label, rate in child["rates"].items()), flush=True)
-                if outputs_path:
-                    with np.load(outputs_path) as data:
-                        outputs.setdefault(row, {})[key] = {k: data[k] for k in data.files}
-            finally:
-                for path in (result_path, outputs_path):
-                    if path and os.path.exists(path):
-                        os.remove(path)
+                    "--threads", str(args.threads), "--seconds", str(args.seconds)]
+            keep = round_index == 0 and row != "preprocess"
+            engine_round(__file__, argv, args.timeout, work, row, key, state, keep, "img/s", 2)
 
     peaks = {dtype: statistics.median(values) for dtype, values in peak_rounds.items()}
     for row, key, engine, dtype in plan:
