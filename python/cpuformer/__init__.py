@@ -74,7 +74,7 @@ from . import ops  # noqa: E402
 from ._tokenizer import Tokenizer  # noqa: E402
 from .api import load  # noqa: E402
 from .models import CLIP, CLIPText, CLIPVision, Encoder, Generator, ImageClassifier, ImageEncoder, Seq2Seq  # noqa: E402
-from .models._result import GenerationResult  # noqa: E402
+from .models._result import GenerationResult, GenerationStream  # noqa: E402
 from .weights import convert  # noqa: E402
 
 # One version string, pyproject.toml's, compiled into _core (CMakeLists.txt): the same in a source
@@ -101,6 +101,6 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
-__all__ = ["CLIP", "CLIPText", "CLIPVision", "Encoder", "GenerationResult", "Generator", "ImageClassifier",
-           "ImageEncoder", "Seq2Seq", "Tokenizer", "__version__", "convert", "cpu_info", "get_num_threads", "load",
-           "ops", "set_num_threads"]
+__all__ = ["CLIP", "CLIPText", "CLIPVision", "Encoder", "GenerationResult", "GenerationStream", "Generator",
+           "ImageClassifier", "ImageEncoder", "Seq2Seq", "Tokenizer", "__version__", "convert", "cpu_info",
+           "get_num_threads", "load", "ops", "set_num_threads"]

@@ -22,14 +22,16 @@ from ..arch.heads import Head, task_of
 from ..weights import Checkpoint, check_dtype, graph_format, resolve_dtype
 from . import _graph
 from ._heads import TaskHead
+from ._result import GenerationResult
 from ._speculative import close_drafts, preload_draft_settings
 
 #: Token ids: a NumPy integer array or (nested) lists of ints.
 TokenIds = npt.ArrayLike
 #: What generate() / stream() take: a string, a list of strings, a list of token ids or a list of such lists.
 Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]], np.ndarray]
-#: What generate() returns: a string, a list of strings or token-id lists; with return_log_probs, a pair.
-Generated = Union[str, List[str], List[List[int]], Tuple[Any, List[List[float]]]]
+#: What generate() returns: a string, a list of strings or token-id lists; with return_log_probs, a pair;
+#: with return_scores, a list of GenerationResult.
+Generated = Union[str, List[str], List[List[int]], Tuple[Any, List[List[float]]], List[GenerationResult]]
 
 
 def _count(shape: Tuple[int, ...]) -> int:
