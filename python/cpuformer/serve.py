@@ -326,12 +326,15 @@ class _Server:
     def __init__(self, model: Any, model_name: str, max_batch: int, max_queue: int) -> None:
         self.model = model
         self.model_name = model_name
+        self.decoder = isinstance(model, Generator)
+        self.encoder = isinstance(model, Encoder)
+        if not (self.decoder or self.encoder):
+            raise ValueError(f"cpuformer serve serves decoders (cpuformer.Generator: completions, chat) and encoders "
+                             f"(cpuformer.Encoder: embeddings), not a {type(model).__name__}")
+        self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
         self.metrics = Metrics()
         self.engine = Engine(model, max_batch, max_queue, self.metrics)
         self.created = int(time.time())
-        self.decoder = isinstance(model, Generator)
-        self.encoder = isinstance(model, Encoder)
-        self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
 
     def check_model(self, body: Dict[str, Any], endpoint: str) -> None:
         name = body.get("model")
@@ -343,8 +346,7 @@ class _Server:
         wants = "an encoder (embedding) model" if endpoint == "/v1/embeddings" else "a decoder (text generation) model"
         fits = self.encoder if endpoint == "/v1/embeddings" else self.decoder
         if not fits:
-            other = ("/v1/completions and /v1/chat/completions" if self.decoder
-                     else "/v1/embeddings" if self.encoder else "no endpoint of this server")
+            other = "/v1/completions and /v1/chat/completions" if self.decoder else "/v1/embeddings"
             raise _bad(f"{endpoint} needs {wants}; {self.model_name!r} is a {type(self.model).__name__} "
                        f"(use {other})", "model", code="wrong_model_kind")
 
