@@ -325,6 +325,12 @@ def test_request_errors(client):
     error_of(c.post("/v1/embeddings", json={"model": "tiny-gpt", "input": "a"}), 400,
              "/v1/embeddings needs an encoder (embedding) model; 'tiny-gpt' is a Generator (use /v1/completions and "
              "/v1/chat/completions)", "model", "wrong_model_kind")
+    error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt", "messages": [{"role": "king", "content": "a"}]}),
+             400, "message 0 has the unknown role 'king'; roles are")
+    error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt", "messages": [{"role": "user"}]}), 400,
+             "message 0 (user) needs a 'content' string, got None")
+    error_of(complete(c, prompt="a", n=65), 400, "this request asks for 65 completions (prompts × n); at most 64 "
+             "(--max-queue)", "n")
     error_of(c.get("/v1/nothing"), 404, "Not Found")
     error_of(c.get("/v1/completions"), 405, "Method Not Allowed")
     assert c.get("/health").status_code == 200  # still serving
@@ -363,6 +369,15 @@ def test_empty_prompt(tmp_path):
                 assert complete(c, model="m", prompt="t5").status_code == 200
         finally:
             app.state.close()
+
+
+def test_decoder_without_tokenizer_is_refused(tmp_path):
+    directory = _bench.build_model("decoder", TINY["decoder"], str(tmp_path / "m"))
+    os.remove(os.path.join(directory, "tokenizer.json"))
+    with cf.load(directory) as model:
+        with pytest.raises(ValueError, match=r"cpuformer serve needs a decoder's tokenizer \(the API answers with "
+                                             r"text\)"):
+            serve.create_app(model)
 
 
 def test_seq2seq_is_refused(tmp_path):

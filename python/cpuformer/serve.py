@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import collections
+import contextlib
 import json
 import math
 import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -174,18 +175,19 @@ class Engine:
     def depth(self) -> int:
         return len(self._jobs)
 
-    def submit(self, job: _Job) -> _Job:
-        """Queues a job; APIError 429 when max_queue jobs already wait."""
+    def submit(self, *jobs: _Job) -> _Job:
+        """Queues the jobs (all or none; returns the first); APIError 429 when they do not fit
+        behind the jobs already waiting (max_queue)."""
         with self._cond:
             if self._closed:
                 raise APIError(503, "the server is shutting down", "server_error", code="shutting_down")
-            if len(self._jobs) >= self.max_queue:
+            if len(self._jobs) + len(jobs) > self.max_queue:
                 self.metrics.add(rejected=1)
                 raise APIError(429, f"the server is busy: {len(self._jobs)} requests are waiting (--max-queue "
                                f"{self.max_queue}); retry later", "rate_limit_error", code="queue_full")
-            self._jobs.append(job)
+            self._jobs.extend(jobs)
             self._cond.notify()
-        return job
+        return jobs[0]
 
     def close(self) -> None:
         with self._cond:
@@ -331,6 +333,12 @@ class _Server:
         if not (self.decoder or self.encoder):
             raise ValueError(f"cpuformer serve serves decoders (cpuformer.Generator: completions, chat) and encoders "
                              f"(cpuformer.Encoder: embeddings), not a {type(model).__name__}")
+        if self.decoder:
+            try:
+                _ = model.tokenizer
+            except ValueError as error:
+                raise ValueError(f"cpuformer serve needs a decoder's tokenizer (the API answers with text): {error}") \
+                    from None
         self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
         self.metrics = Metrics()
         self.engine = Engine(model, max_batch, max_queue, self.metrics)
@@ -546,6 +554,16 @@ async def _read_json(request: Any, max_body: int) -> Dict[str, Any]:
     return body
 
 
+@contextlib.contextmanager
+def _bad_input() -> Iterator[None]:
+    """The library's errors for bad input (ValueError, TypeError, NotImplementedError: a chat
+    message without a role, a template that refuses the conversation) as 400."""
+    try:
+        yield
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise _bad(" ".join(str(error).split()) or type(error).__name__) from None
+
+
 def _sse(data: Any) -> bytes:
     return f"data: {json.dumps(data)}\n\n".encode()
 
@@ -578,9 +596,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         return JSONResponse(APIError(error.status_code, str(error.detail), kind).body(), status_code=error.status_code)
 
     @app.exception_handler(Exception)
-    async def server_error(_request: Any, error: Exception) -> Any:
-        if isinstance(error, (ValueError, TypeError, NotImplementedError)):  # the library's bad-input errors
-            return JSONResponse(_bad(str(error)).body(), status_code=400)
+    async def server_error(_request: Any, error: Exception) -> Any:  # a bug: 500, and uvicorn logs it
         return JSONResponse(APIError(500, f"{type(error).__name__}: {error}", "server_error").body(), status_code=500)
 
     @app.get("/health")
@@ -614,11 +630,12 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             if n != 1 or len(prompts) != 1:
                 raise _bad("stream: true takes one prompt and n = 1", "n" if n != 1 else "prompt")
             return streamed(request, prompts[0], options, chat, ident, created, body)
-        jobs = []
-        for ids in prompts:
-            for j in range(n):
-                run = lambda ids=ids, j=j: server.generate(ids, options, j)  # noqa: E731
-                jobs.append(server.engine.submit(_Job("generate", run)))
+        if len(prompts) * n > max_queue:
+            raise _bad(f"this request asks for {len(prompts) * n} completions (prompts × n); at most {max_queue} "
+                       "(--max-queue)", "n")
+        jobs = [_Job("generate", lambda ids=ids, j=j: server.generate(ids, options, j))
+                for ids in prompts for j in range(n)]
+        server.engine.submit(*jobs)
         choices = []
         completion = 0
         for index, job in enumerate(jobs):
@@ -688,12 +705,18 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def completions(request: Any) -> Any:
-        return await generation(request, False)
+        with _bad_input():
+            return await generation(request, False)
 
     async def chat_completions(request: Any) -> Any:
-        return await generation(request, True)
+        with _bad_input():
+            return await generation(request, True)
 
     async def embeddings(request: Any) -> Any:
+        with _bad_input():
+            return await embedding(request)
+
+    async def embedding(request: Any) -> Any:
         body = await _read_json(request, max_body)
         server.check_model(body, "/v1/embeddings")
         inputs, tokens = server.embedding_inputs(body)
