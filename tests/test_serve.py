@@ -4,6 +4,7 @@ uvicorn server on a free local port."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
 import json
@@ -550,6 +551,41 @@ def test_disconnect_cancels_the_generation(live):
     assert generated < CONTEXT - 10
     assert httpx.post(live.url + "/v1/completions", json=dict(model="tiny-gpt", prompt="a", max_tokens=3)) \
         .status_code == 200
+
+
+def test_many_connections_at_once(gen):
+    """300 clients at once against a queue of 4 and a busy worker: 4 are answered 200 once the
+    worker is free, the others 429 at once; the server keeps serving."""
+    app = serve.create_app(gen, max_queue=4)
+    release = threading.Event()
+    try:
+        with Running(app) as running:
+            app.state.engine.submit(serve._Job("generate", lambda: release.wait(60)))
+
+            async def flood():
+                limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+                async with httpx.AsyncClient(base_url=running.url, timeout=60, limits=limits) as h:
+                    async def one(i):
+                        return await h.post("/v1/completions", json=dict(model="tiny-gpt", prompt=PROMPTS[i % 12],
+                                                                         max_tokens=3, temperature=0))
+
+                    tasks = [asyncio.ensure_future(one(i)) for i in range(300)]
+                    while sum(t.done() for t in tasks) < 296:
+                        await asyncio.sleep(0.05)
+                    assert httpx.get(running.url + "/health").status_code == 200
+                    release.set()
+                    return await asyncio.gather(*tasks)
+
+            responses = asyncio.run(flood())
+            statuses = [r.status_code for r in responses]
+            assert statuses.count(200) == 4 and statuses.count(429) == 296, statuses
+            for r in responses:
+                if r.status_code == 429:
+                    error_of(r, 429, "the server is busy", code="queue_full")
+            assert httpx.post(running.url + "/v1/completions", json=dict(model="tiny-gpt", prompt="a",
+                                                                         max_tokens=2)).status_code == 200
+    finally:
+        release.set()
 
 
 def test_openai_client(live, enc_live, gen, enc):
