@@ -359,7 +359,7 @@ def test_body_limit(gen):
         serve.create_app(gen, max_queue=0)
 
 
-def test_empty_prompt(tmp_path):
+def test_empty_prompt_and_no_chat_template(tmp_path):
     directory = _bench.build_model("decoder", TINY["decoder"], str(tmp_path / "m"))  # no BOS
     with cf.load(directory) as model:
         app = serve.create_app(model)
@@ -368,6 +368,9 @@ def test_empty_prompt(tmp_path):
                 error_of(complete(c, model="m", prompt=""), 400, "the prompt is empty (it encodes to no tokens)",
                          "prompt")
                 assert complete(c, model="m", prompt="t5").status_code == 200
+                error_of(c.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user",
+                                                                                         "content": "t5"}]}),
+                         400, "has no chat template")
         finally:
             app.state.close()
 

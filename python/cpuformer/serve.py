@@ -168,6 +168,7 @@ class Engine:
         self._jobs: "collections.deque[_Job]" = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._current: List[_Job] = []
         self._thread = threading.Thread(target=self._loop, name="cpuformer-serve", daemon=True)
         self._thread.start()
 
@@ -192,7 +193,7 @@ class Engine:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            for job in self._jobs:
+            for job in list(self._jobs) + self._current:  # a running stream stops at its next piece
                 job.cancelled.set()
             self._cond.notify()
         self._thread.join(timeout=30)
@@ -217,6 +218,7 @@ class Engine:
                         size += len(self._jobs[0].inputs)
                         jobs.append(self._jobs.popleft())
                 self.busy = True
+            self._current = jobs
             try:
                 if jobs[0].kind == "embed":
                     self._run_embeddings([j for j in jobs if not j.cancelled.is_set()])
@@ -224,6 +226,7 @@ class Engine:
                     self._run_one(jobs[0])
             finally:
                 self.busy = False
+                self._current = []
 
     def _run_one(self, job: _Job) -> None:
         if job.cancelled.is_set():
