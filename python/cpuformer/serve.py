@@ -535,7 +535,8 @@ class _Server:
         return inputs, tokens
 
 
-async def _read_json(request: Any, max_body: int) -> Dict[str, Any]:
+async def _read_body(request: Any, max_body: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed max_body bytes."""
     length = request.headers.get("content-length")
     too_big = APIError(413, f"the request body is larger than {max_body} bytes (--max-body)",
                        code="request_too_large")
@@ -548,8 +549,12 @@ async def _read_json(request: Any, max_body: int) -> Dict[str, Any]:
         if size > max_body:
             raise too_big
         chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json(raw: bytes) -> Dict[str, Any]:
     try:
-        body = json.loads(b"".join(chunks))
+        body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise _bad(f"the request body is not valid JSON: {error}") from None
     if not isinstance(body, dict):
@@ -577,6 +582,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
     ``app.state.engine`` is its Engine; ``app.state.close()`` stops the worker."""
     fastapi, _ = _require()
     from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
 
     if max_batch < 1 or max_queue < 1 or max_body < 1:
@@ -616,16 +622,22 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         return PlainTextResponse(server.metrics.render(server.engine.depth, server.engine.busy),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    async def generation(request: Any, chat: bool) -> Any:
-        endpoint = "/v1/chat/completions" if chat else "/v1/completions"
-        body = await _read_json(request, max_body)
-        server.check_model(body, endpoint)
+    def prepare(raw: bytes, chat: bool) -> Tuple[Dict[str, Any], List[List[int]], int, Dict[str, Any], bool]:
+        """Parses, checks and tokenizes a generation request (in a thread: a large body does not hold
+        up the event loop)."""
+        body = _parse_json(raw)
+        server.check_model(body, "/v1/chat/completions" if chat else "/v1/completions")
         prompts = [server.chat_prompt(body)] if chat else server.completion_prompts(body)
         n = _integer(body, "n", 1, 1)
         options = server.generation_options(body, chat, max(len(p) for p in prompts))
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise _bad(f"stream must be true or false, got {stream!r}", "stream")
+        return body, prompts, n, options, stream
+
+    async def generation(request: Any, chat: bool) -> Any:
+        body, prompts, n, options, stream = await run_in_threadpool(prepare, await _read_body(request, max_body),
+                                                                    chat)
         kind = "chat.completion" if chat else "text_completion"
         ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
@@ -720,9 +732,12 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             return await embedding(request)
 
     async def embedding(request: Any) -> Any:
-        body = await _read_json(request, max_body)
-        server.check_model(body, "/v1/embeddings")
-        inputs, tokens = server.embedding_inputs(body)
+        def prepare(raw: bytes) -> Tuple[Dict[str, Any], List[Any], int]:
+            body = _parse_json(raw)
+            server.check_model(body, "/v1/embeddings")
+            return (body, *server.embedding_inputs(body))
+
+        body, inputs, tokens = await run_in_threadpool(prepare, await _read_body(request, max_body))
         vectors = await _wait(server.engine.submit(_Job("embed", inputs=inputs)))
         server.metrics.add(prompt_tokens=tokens)
         base64_out = body.get("encoding_format") == "base64"
