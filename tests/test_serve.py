@@ -507,6 +507,34 @@ def test_concurrent_embeddings_are_batched(enc):
         np.testing.assert_allclose(got, enc.embed(x), atol=1e-5, rtol=1e-5)
 
 
+def test_a_failing_input_does_not_fail_its_batch():
+    """When a batched embed call fails, each request is embedded alone: only the bad one fails."""
+    calls = []
+
+    class Model:
+        def embed(self, inputs, batch_size):
+            calls.append(list(inputs))
+            if "bad" in inputs:
+                raise ValueError("a bad input")
+            return np.array([[len(x)] for x in inputs], dtype=np.float32)
+
+    engine = serve.Engine(Model(), max_batch=8, max_queue=8)
+    release = threading.Event()
+    try:
+        engine.submit(serve._Job("generate", lambda: release.wait(30)))
+        jobs = [serve._Job("embed", inputs=x) for x in (["a", "bb"], ["bad"], ["cccc"])]
+        engine.submit(*jobs)
+        release.set()
+        for job in jobs:
+            assert job.done.wait(10)
+    finally:
+        release.set()
+        engine.close()
+    assert calls == [["a", "bb", "bad", "cccc"], ["a", "bb"], ["bad"], ["cccc"]]
+    assert jobs[0].result.tolist() == [[1], [2]] and jobs[2].result.tolist() == [[4]]
+    assert isinstance(jobs[1].error, ValueError) and jobs[1].result is None
+
+
 # ---- concurrency, cancellation, uvicorn and the openai client ---------------------------------------
 
 
