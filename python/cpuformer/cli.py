@@ -512,6 +512,24 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- serve ------------------------------------------------------------------------------------
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from . import serve
+        serve._require()  # FastAPI and uvicorn (the serve extra) before the model is loaded
+    except ImportError as error:
+        raise UserError(str(error)) from None
+    kind, name = _model_kind(args.model_dir)
+    if kind not in ("decoder", "encoder"):
+        raise UserError(f"{args.model_dir} holds {name}, {KIND_TEXT[kind]}; `cpuformer serve` serves decoders "
+                        "(completions, chat) and encoders (embeddings)")
+    with _open_model(args.model_dir, kind, "serve", args.dtype, args.threads, _quantization(args)) as model:
+        serve.serve(model, host=args.host, port=args.port, model_name=args.model_name, max_batch=args.max_batch,
+                    max_queue=args.max_queue, max_body=args.max_body, log_level=args.log_level)
+    return 0
+
+
 # ---- translate --------------------------------------------------------------------------------
 
 def _cmd_translate(args: argparse.Namespace) -> int:
@@ -1163,6 +1181,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generation_options(chat, 256)
     _add_model_options(chat)
     chat.set_defaults(func=_cmd_chat)
+
+    srv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server for a model (needs cpuformer[serve])",
+                         description="Serves a decoder (/v1/completions, /v1/chat/completions) or an encoder "
+                                     "(/v1/embeddings) model directory over an OpenAI-compatible HTTP API, with "
+                                     "/v1/models, /health and /metrics (docs/serving.md). Needs FastAPI and "
+                                     "uvicorn: pip install \"cpuformer[serve]\".")
+    srv.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    srv.add_argument("--port", type=_non_negative_int, default=8000, help="port (default 8000)")
+    srv.add_argument("--model-name", default=None, metavar="NAME",
+                     help="the model id clients name (default: the directory's name)")
+    srv.add_argument("--max-batch", type=_positive_int, default=32, metavar="N",
+                     help="most embedding inputs batched into one model call (default 32)")
+    srv.add_argument("--max-queue", type=_positive_int, default=64, metavar="N",
+                     help="most requests waiting for the model; more are answered 429 (default 64)")
+    srv.add_argument("--max-body", type=_positive_int, default=10 * 1024 * 1024, metavar="BYTES",
+                     help="largest request body; larger ones are answered 413 (default 10 MiB)")
+    srv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"),
+                     help="uvicorn's log level (default info)")
+    _add_model_options(srv)
+    srv.set_defaults(func=_cmd_serve)
 
     tr = sub.add_parser("translate", help="seq2seq generation (translation, summarisation), one line per input",
                         description=f"Runs an encoder-decoder model directory ({titles('seq2seq')}; needs "

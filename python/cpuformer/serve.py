@@ -1,0 +1,795 @@
+"""``cpuformer serve``: an OpenAI-compatible HTTP server for one model (docs/serving.md).
+
+FastAPI + uvicorn, the optional extra ``pip install "cpuformer[serve]"``; they are imported only
+when an app is built (create_app) or served (serve), so this module imports without them.
+
+Shape: the HTTP handlers check and tokenize each request on the event loop's side and hand a job
+to the Engine, which owns the model: one request queue (at most ``max_queue`` waiting jobs; a full
+queue is answered 429 at once) and one worker thread that runs the jobs in arrival order.
+Generation jobs run one at a time (no continuous batching yet: the C++ scheduler of issue 22 is
+to replace Engine._run_generation while keeping this queue); embedding jobs that wait together are
+embedded in one Encoder.embed call of up to ``max_batch`` inputs (dynamic batching).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import contextlib
+import json
+import math
+import os
+import threading
+import time
+import uuid
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .models import Encoder, Generator
+from .models._text import cut_at_stop, text_pieces
+
+#: Default request-body limit in bytes (--max-body).
+MAX_BODY = 10 * 1024 * 1024
+_ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
+_INSTALL = 'cpuformer serve needs FastAPI and uvicorn: pip install "cpuformer[serve]"'
+
+
+def _require() -> Tuple[Any, Any]:
+    """(fastapi, uvicorn); ImportError naming the extra when one is missing."""
+    try:
+        import fastapi
+        import uvicorn
+    except ImportError as error:
+        raise ImportError(f"{_INSTALL} ({error})") from None
+    return fastapi, uvicorn
+
+
+class APIError(Exception):
+    """A request answered with an HTTP error and the OpenAI error body."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: Optional[str] = None, code: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> Dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+# ---- metrics -------------------------------------------------------------------------------------
+
+class _Histogram:
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.buckets = tuple(buckets)
+        self.counts = [0] * len(self.buckets)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str = "") -> List[str]:
+        sep = "," if labels else ""
+        out = [f'{name}_bucket{{{labels}{sep}le="{_num(b)}"}} {c}' for b, c in zip(self.buckets, self.counts)]
+        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.count}')
+        suffix = f"{{{labels}}}" if labels else ""
+        return out + [f"{name}_sum{suffix} {_num(self.sum)}", f"{name}_count{suffix} {self.count}"]
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+class Metrics:
+    """The server's counters, rendered in the Prometheus text format (version 0.0.4) by render()."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Dict[Tuple[str, int], int] = collections.defaultdict(int)
+        self.latency: Dict[str, _Histogram] = {}
+        self.batch = _Histogram(_BATCH_BUCKETS)
+        self.generated_tokens = 0
+        self.prompt_tokens = 0
+        self.cancelled = 0
+        self.rejected = 0
+
+    def request(self, endpoint: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self.requests[(endpoint, status)] += 1
+            self.latency.setdefault(endpoint, _Histogram(_LATENCY_BUCKETS)).observe(seconds)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def observe_batch(self, size: int) -> None:
+        with self._lock:
+            self.batch.observe(size)
+
+    def render(self, queue_depth: int, busy: bool) -> str:
+        with self._lock:
+            lines = ["# HELP cpuformer_queue_depth Jobs waiting for the worker.", "# TYPE cpuformer_queue_depth gauge",
+                     f"cpuformer_queue_depth {queue_depth}",
+                     "# HELP cpuformer_worker_busy 1 while the worker runs a job.",
+                     "# TYPE cpuformer_worker_busy gauge",
+                     f"cpuformer_worker_busy {int(busy)}",
+                     "# HELP cpuformer_batch_size Sequences per model call (embeddings: inputs per embed call).",
+                     "# TYPE cpuformer_batch_size histogram", *self.batch.lines("cpuformer_batch_size")]
+            for name, value, text in (
+                    ("cpuformer_generated_tokens_total", self.generated_tokens, "Tokens generated."),
+                    ("cpuformer_prompt_tokens_total", self.prompt_tokens, "Prompt (and embedding input) tokens."),
+                    ("cpuformer_cancelled_total", self.cancelled, "Generations stopped by a client disconnect."),
+                    ("cpuformer_rejected_total", self.rejected, "Requests refused with 429 (queue full).")):
+                lines += [f"# HELP {name} {text}", f"# TYPE {name} counter", f"{name} {value}"]
+            lines += ["# HELP cpuformer_requests_total HTTP requests by endpoint and status.",
+                      "# TYPE cpuformer_requests_total counter"]
+            for (endpoint, status), value in sorted(self.requests.items()):
+                lines.append(f'cpuformer_requests_total{{endpoint="{endpoint}",status="{status}"}} {value}')
+            lines += ["# HELP cpuformer_request_duration_seconds Request latency (streams: until the last byte).",
+                      "# TYPE cpuformer_request_duration_seconds histogram"]
+            for endpoint, histogram in sorted(self.latency.items()):
+                lines += histogram.lines("cpuformer_request_duration_seconds", f'endpoint="{endpoint}"')
+        return "\n".join(lines) + "\n"
+
+
+# ---- the engine: one queue, one worker thread that owns the model ----------------------------------
+
+class _Job:
+    def __init__(self, kind: str, run: Optional[Callable[[], Any]] = None, inputs: Optional[List[Any]] = None):
+        self.kind = kind  # "generate" (run() on the worker), "embed" (inputs, batched)
+        self.run = run
+        self.inputs = inputs or []
+        self.cancelled = threading.Event()
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: Optional[BaseException] = None
+        self.callbacks: List[Callable[[], None]] = []
+
+
+class Engine:
+    """Runs a model's jobs on one worker thread in arrival order (docs/serving.md, "Scheduling")."""
+
+    def __init__(self, model: Any, max_batch: int = 32, max_queue: int = 64, metrics: Optional[Metrics] = None):
+        self.model = model
+        self.max_batch = max_batch
+        self.max_queue = max_queue
+        self.metrics = metrics or Metrics()
+        self.busy = False
+        self._jobs: "collections.deque[_Job]" = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._current: List[_Job] = []
+        self._thread = threading.Thread(target=self._loop, name="cpuformer-serve", daemon=True)
+        self._thread.start()
+
+    @property
+    def depth(self) -> int:
+        return len(self._jobs)
+
+    def submit(self, *jobs: _Job) -> _Job:
+        """Queues the jobs (all or none; returns the first); APIError 429 when they do not fit
+        behind the jobs already waiting (max_queue)."""
+        with self._cond:
+            if self._closed:
+                raise APIError(503, "the server is shutting down", "server_error", code="shutting_down")
+            if len(self._jobs) + len(jobs) > self.max_queue:
+                self.metrics.add(rejected=1)
+                raise APIError(429, f"the server is busy: {len(self._jobs)} requests are waiting (--max-queue "
+                               f"{self.max_queue}); retry later", "rate_limit_error", code="queue_full")
+            self._jobs.extend(jobs)
+            self._cond.notify()
+        return jobs[0]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            for job in list(self._jobs) + self._current:  # a running stream stops at its next piece
+                job.cancelled.set()
+            self._cond.notify()
+        self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._jobs and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    pending, self._jobs = list(self._jobs), collections.deque()
+                    for job in pending:
+                        self._finish(job, error=APIError(503, "the server is shutting down", "server_error"))
+                    return
+                jobs = [self._jobs.popleft()]
+                if jobs[0].kind == "embed":  # dynamic batching: the embed jobs that wait, same input type
+                    size = len(jobs[0].inputs)
+                    kind = isinstance(jobs[0].inputs[0], str)
+                    while self._jobs and self._jobs[0].kind == "embed" and \
+                            isinstance(self._jobs[0].inputs[0], str) == kind and \
+                            size + len(self._jobs[0].inputs) <= self.max_batch:
+                        size += len(self._jobs[0].inputs)
+                        jobs.append(self._jobs.popleft())
+                self.busy = True
+            self._current = jobs
+            try:
+                if jobs[0].kind == "embed":
+                    self._run_embeddings([j for j in jobs if not j.cancelled.is_set()])
+                else:
+                    self._run_one(jobs[0])
+            finally:
+                self.busy = False
+                self._current = []
+
+    def _run_one(self, job: _Job) -> None:
+        if job.cancelled.is_set():
+            return self._finish(job)
+        try:
+            assert job.run is not None
+            self._finish(job, result=job.run())
+        except BaseException as error:  # handed to the request
+            self._finish(job, error=error)
+
+    def _run_embeddings(self, jobs: List[_Job]) -> None:
+        if not jobs:
+            return
+        inputs = [x for job in jobs for x in job.inputs]
+        self.metrics.observe_batch(len(inputs))
+        try:
+            vectors = self.model.embed(inputs, batch_size=max(self.max_batch, 1))
+        except BaseException as error:
+            if len(jobs) == 1:
+                return self._finish(jobs[0], error=error)
+            for job in jobs:  # one bad input must not fail the others: run each alone
+                self._run_one(_with_run(job, lambda job=job: self.model.embed(job.inputs, batch_size=self.max_batch)))
+            return
+        start = 0
+        for job in jobs:
+            self._finish(job, result=vectors[start:start + len(job.inputs)])
+            start += len(job.inputs)
+
+    @staticmethod
+    def _finish(job: _Job, result: Any = None, error: Optional[BaseException] = None) -> None:
+        job.result, job.error = result, error
+        job.done.set()
+        for callback in job.callbacks:
+            callback()
+
+
+def _with_run(job: _Job, run: Callable[[], Any]) -> _Job:
+    job.run = run
+    return job
+
+
+async def _wait(job: _Job) -> Any:
+    """The job's result, awaited on the event loop (its error raised); a cancelled request (the
+    client went away) cancels the job."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def wake() -> None:
+        loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+    job.callbacks.append(wake)
+    if job.done.is_set():
+        wake()
+    try:
+        await future
+    except asyncio.CancelledError:
+        job.cancelled.set()
+        raise
+    if job.error is not None:
+        raise job.error
+    return job.result
+
+
+# ---- request parsing -------------------------------------------------------------------------------
+
+def _bad(message: str, param: Optional[str] = None, code: Optional[str] = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+def _integer(body: Dict[str, Any], key: str, default: Any, low: Optional[int] = None) -> Any:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"{key} must be an integer, got {value!r}", key)
+    if low is not None and value < low:
+        raise _bad(f"{key} must be >= {low}, got {value}", key)
+    return value
+
+
+def _float(body: Dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(f"{key} must be a number, got {value!r}", key)
+    return float(value)
+
+
+def _token_list(value: Any, vocab_size: int, param: str) -> List[int]:
+    if not value or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise _bad(f"{param} must be a non-empty string, a list of token ids or a list of those", param)
+    bad = [t for t in value if not 0 <= t < vocab_size]
+    if bad:
+        raise _bad(f"token id {bad[0]} in {param} is out of range [0, {vocab_size})", param)
+    return list(value)
+
+
+class _Server:
+    """The request handlers' logic, independent of FastAPI's request objects."""
+
+    def __init__(self, model: Any, model_name: str, max_batch: int, max_queue: int) -> None:
+        self.model = model
+        self.model_name = model_name
+        self.decoder = isinstance(model, Generator)
+        self.encoder = isinstance(model, Encoder)
+        if not (self.decoder or self.encoder):
+            raise ValueError(f"cpuformer serve serves decoders (cpuformer.Generator: completions, chat) and encoders "
+                             f"(cpuformer.Encoder: embeddings), not a {type(model).__name__}")
+        if self.decoder:
+            try:
+                _ = model.tokenizer
+            except ValueError as error:
+                raise ValueError(f"cpuformer serve needs a decoder's tokenizer (the API answers with text): {error}") \
+                    from None
+        self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
+        self.metrics = Metrics()
+        self.engine = Engine(model, max_batch, max_queue, self.metrics)
+        self.created = int(time.time())
+
+    def check_model(self, body: Dict[str, Any], endpoint: str) -> None:
+        name = body.get("model")
+        if name is None:
+            raise _bad("you must provide a model parameter", "model")
+        if name != self.model_name:
+            raise APIError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
+                           param="model", code="model_not_found")
+        wants = "an encoder (embedding) model" if endpoint == "/v1/embeddings" else "a decoder (text generation) model"
+        fits = self.encoder if endpoint == "/v1/embeddings" else self.decoder
+        if not fits:
+            other = "/v1/completions and /v1/chat/completions" if self.decoder else "/v1/embeddings"
+            raise _bad(f"{endpoint} needs {wants}; {self.model_name!r} is a {type(self.model).__name__} "
+                       f"(use {other})", "model", code="wrong_model_kind")
+
+    # -- generation ----------------------------------------------------------------------------
+
+    def generation_options(self, body: Dict[str, Any], chat: bool, prompt_len: int) -> Dict[str, Any]:
+        for key, default in (("echo", False), ("logprobs", None), ("suffix", None), ("best_of", 1),
+                             ("presence_penalty", 0), ("frequency_penalty", 0), ("logit_bias", None),
+                             ("tools", None), ("top_logprobs", None)):
+            value = body.get(key)
+            if value is not None and value != default and not (key == "logprobs" and value is False):
+                raise _bad(f"{key} is not supported by cpuformer serve", key, code="unsupported_parameter")
+        room = self.model.max_positions - prompt_len
+        key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = _integer(body, key, room if chat else 16)
+        if max_tokens <= 0:
+            raise _bad(f"{key} must be at least 1, got {max_tokens}", key)
+        temperature = _float(body, "temperature", 1.0)
+        if temperature < 0:
+            raise _bad(f"temperature must be >= 0, got {temperature}", "temperature")
+        top_p = _float(body, "top_p", 1.0)
+        if not 0 < top_p <= 1:
+            raise _bad(f"top_p must be in (0, 1], got {top_p}", "top_p")
+        top_k = _integer(body, "top_k", 0, 0)
+        seed = _integer(body, "seed", None, 0)
+        stop = body.get("stop")
+        if isinstance(stop, str):
+            stop = [stop]
+        if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
+            raise _bad(f"stop must be a non-empty string or a list of them, got {stop!r}", "stop")
+        options: Dict[str, Any] = dict(max_new_tokens=max_tokens, stop=stop or None)
+        if temperature > 0:
+            options.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+        return options
+
+    def check_context(self, ids: List[int], param: str) -> None:
+        limit = self.model.max_positions
+        if len(ids) >= limit:
+            raise _bad(f"this model's maximum context length is {limit} tokens; the {param} has {len(ids)} "
+                       "tokens, which leaves no room for a completion", param, code="context_length_exceeded")
+
+    def completion_prompts(self, body: Dict[str, Any]) -> List[List[int]]:
+        if "prompt" not in body:
+            raise _bad("you must provide a prompt parameter", "prompt")
+        prompt = body["prompt"]
+        if isinstance(prompt, str):
+            prompts: List[Any] = [prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+            prompts = [prompt]
+        elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            prompts = prompt
+        else:
+            raise _bad("prompt must be a non-empty string, a list of token ids or a list of those", "prompt")
+        out = []
+        for p in prompts:
+            if isinstance(p, str):
+                ids = self.tokenizer().encode(p)
+                if not ids:
+                    raise _bad("the prompt is empty (it encodes to no tokens)", "prompt")
+            else:
+                ids = _token_list(p, self.model.vocab_size, "prompt")
+            self.check_context(ids, "prompt")
+            out.append(ids)
+        return out
+
+    def chat_prompt(self, body: Dict[str, Any]) -> List[int]:
+        messages = body.get("messages")
+        if messages is None:
+            raise _bad("you must provide a messages parameter", "messages")
+        if not isinstance(messages, list) or not messages:
+            raise _bad("messages must be a non-empty list of {role, content} objects", "messages")
+        for m in messages:  # OpenAI's content parts: text parts only
+            if isinstance(m, dict) and isinstance(m.get("content"), list):
+                if not all(isinstance(p, dict) and p.get("type") == "text" for p in m["content"]):
+                    raise _bad("only text content parts are supported", "messages")
+                m["content"] = "".join(str(p.get("text", "")) for p in m["content"])
+        try:
+            text = self.model.apply_chat_template(messages, add_generation_prompt=True)
+        except ImportError as error:
+            raise APIError(500, str(error), "server_error") from None
+        ids = self.tokenizer().encode(text, add_special_tokens=False)
+        if not ids:
+            raise _bad("the chat template rendered the messages as empty text", "messages")
+        self.check_context(ids, "messages")
+        return ids
+
+    def tokenizer(self) -> Any:
+        try:
+            return self.model.tokenizer
+        except ValueError as error:
+            raise _bad(f"this model has no tokenizer: send token ids ({error})", "prompt") from None
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.model.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def generate(self, ids: List[int], options: Dict[str, Any], seed_offset: int) -> Tuple[str, str, int]:
+        """(text, finish_reason, completion tokens) of one sequence; runs on the worker."""
+        options = dict(options)
+        if options.get("seed") is not None:
+            options["seed"] += seed_offset
+        result = self.model.generate(ids, return_scores=True, **options)[0]
+        self.metrics.observe_batch(1)
+        self.metrics.add(generated_tokens=len(result.token_ids), prompt_tokens=len(ids))
+        text = self.decode(result.token_ids)
+        if options.get("stop"):
+            text = cut_at_stop(text, options["stop"])[0]
+        return text, _FINISH.get(result.finish_reason, result.finish_reason), len(result.token_ids)
+
+    def stream(self, ids: List[int], options: Dict[str, Any], put: Callable[[Any], None],
+               cancelled: threading.Event) -> None:
+        """Runs one streamed generation on the worker: put(piece) per text piece, then
+        put((finish_reason, completion tokens)); stops when ``cancelled`` is set."""
+        count = [0]
+        stopped: List[bool] = []
+        tokens = self.model.stream(ids, **options)
+
+        def counted():
+            for token in tokens:
+                count[0] += 1
+                yield token
+
+        pieces = text_pieces(counted(), self.decode, options.get("stop") or (), on_stop=lambda: stopped.append(True))
+        try:
+            for piece in pieces:
+                if cancelled.is_set():
+                    self.metrics.add(cancelled=1)
+                    return
+                put(piece)
+            reason = "stop" if stopped else tokens.finish_reason
+            put((_FINISH.get(reason or "length", reason), count[0]))
+        finally:
+            pieces.close()
+            tokens.close()
+            self.metrics.observe_batch(1)
+            self.metrics.add(generated_tokens=count[0], prompt_tokens=len(ids))
+
+    # -- embeddings ------------------------------------------------------------------------------
+
+    def embedding_inputs(self, body: Dict[str, Any]) -> Tuple[List[Any], int]:
+        if "input" not in body:
+            raise _bad("you must provide an input parameter", "input")
+        value = body["input"]
+        if isinstance(value, str):
+            inputs: List[Any] = [value]
+        elif isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            inputs = [value]
+        elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            inputs = value
+        elif isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+            inputs = value
+        else:
+            raise _bad("input must be a non-empty string, a list of strings, a list of token ids or a list of those",
+                       "input")
+        if len(inputs) > 2048:
+            raise _bad(f"input holds {len(inputs)} items; at most 2048 per request", "input")
+        if isinstance(inputs[0], str):
+            if any(s == "" for s in inputs):
+                raise _bad("input strings must not be empty", "input")
+            tokenizer = self.tokenizer()
+            tokens = sum(min(len(ids), self.model.max_tokens) for ids in tokenizer.encode_batch(inputs))
+        else:
+            inputs = [_token_list(v, self.model.config["vocab_size"], "input") for v in inputs]
+            for ids in inputs:
+                if len(ids) > self.model.max_seq_len:
+                    raise _bad(f"an input has {len(ids)} tokens; this model's maximum is {self.model.max_seq_len}",
+                               "input", code="context_length_exceeded")
+            tokens = sum(len(ids) for ids in inputs)
+        encoding = body.get("encoding_format") or "float"
+        if encoding not in ("float", "base64"):
+            raise _bad(f"encoding_format must be 'float' or 'base64', got {encoding!r}", "encoding_format")
+        dimensions = body.get("dimensions")
+        if dimensions is not None and dimensions != self.dimensions:
+            raise _bad(f"dimensions must be {self.dimensions} (the model's; no truncation), "
+                       f"got {dimensions!r}", "dimensions")
+        return inputs, tokens
+
+
+async def _read_body(request: Any, max_body: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to exceed max_body bytes."""
+    length = request.headers.get("content-length")
+    too_big = APIError(413, f"the request body is larger than {max_body} bytes (--max-body)",
+                       code="request_too_large")
+    if length is not None and length.isdigit() and int(length) > max_body:
+        raise too_big
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_body:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json(raw: bytes) -> Dict[str, Any]:
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise _bad(f"the request body is not valid JSON: {error}") from None
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object")
+    return body
+
+
+@contextlib.contextmanager
+def _bad_input() -> Iterator[None]:
+    """The library's errors for bad input (ValueError, TypeError, NotImplementedError: a chat
+    message without a role, a template that refuses the conversation) as 400."""
+    try:
+        yield
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise _bad(" ".join(str(error).split()) or type(error).__name__) from None
+
+
+def _sse(data: Any) -> bytes:
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32, max_queue: int = 64,
+               max_body: int = MAX_BODY) -> Any:
+    """A FastAPI app serving ``model`` (a loaded Generator or Encoder; docs/serving.md).
+    ``app.state.engine`` is its Engine; ``app.state.close()`` stops the worker."""
+    fastapi, _ = _require()
+    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+
+    if max_batch < 1 or max_queue < 1 or max_body < 1:
+        raise ValueError("max_batch, max_queue and max_body must be >= 1")
+    if model_name is None:
+        model_name = os.path.basename(os.path.normpath(str(model._model_dir.path)))
+    server = _Server(model, model_name, max_batch, max_queue)
+    app = fastapi.FastAPI(title="cpuformer", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.server = server
+    app.state.engine = server.engine
+    app.state.close = server.engine.close
+
+    @app.exception_handler(APIError)
+    async def api_error(_request: Any, error: APIError) -> Any:
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Any, error: Any) -> Any:
+        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+        return JSONResponse(APIError(error.status_code, str(error.detail), kind).body(), status_code=error.status_code)
+
+    @app.exception_handler(Exception)
+    async def server_error(_request: Any, error: Exception) -> Any:  # a bug: 500, and uvicorn logs it
+        return JSONResponse(APIError(500, f"{type(error).__name__}: {error}", "server_error").body(), status_code=500)
+
+    @app.get("/health")
+    async def health() -> Any:
+        return {"status": "ok", "model": model_name}
+
+    @app.get("/v1/models")
+    async def models() -> Any:
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": server.created,
+                                            "owned_by": "cpuformer"}]}
+
+    @app.get("/metrics")
+    async def metrics() -> Any:
+        return PlainTextResponse(server.metrics.render(server.engine.depth, server.engine.busy),
+                                 media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def prepare(raw: bytes, chat: bool) -> Tuple[Dict[str, Any], List[List[int]], int, Dict[str, Any], bool]:
+        """Parses, checks and tokenizes a generation request (in a thread: a large body does not hold
+        up the event loop)."""
+        body = _parse_json(raw)
+        server.check_model(body, "/v1/chat/completions" if chat else "/v1/completions")
+        prompts = [server.chat_prompt(body)] if chat else server.completion_prompts(body)
+        n = _integer(body, "n", 1, 1)
+        options = server.generation_options(body, chat, max(len(p) for p in prompts))
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise _bad(f"stream must be true or false, got {stream!r}", "stream")
+        return body, prompts, n, options, stream
+
+    async def generation(request: Any, chat: bool) -> Any:
+        body, prompts, n, options, stream = await run_in_threadpool(prepare, await _read_body(request, max_body),
+                                                                    chat)
+        kind = "chat.completion" if chat else "text_completion"
+        ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        if stream:
+            if n != 1 or len(prompts) != 1:
+                raise _bad("stream: true takes one prompt and n = 1", "n" if n != 1 else "prompt")
+            return streamed(request, prompts[0], options, chat, ident, created, body)
+        if len(prompts) * n > max_queue:
+            raise _bad(f"this request asks for {len(prompts) * n} completions (prompts × n); at most {max_queue} "
+                       "(--max-queue)", "n")
+        jobs = [_Job("generate", lambda ids=ids, j=j: server.generate(ids, options, j))
+                for ids in prompts for j in range(n)]
+        server.engine.submit(*jobs)
+        choices = []
+        completion = 0
+        for index, job in enumerate(jobs):
+            text, reason, count = await _wait(job)
+            completion += count
+            if chat:
+                choices.append({"index": index, "message": {"role": "assistant", "content": text},
+                                "logprobs": None, "finish_reason": reason})
+            else:
+                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": reason})
+        prompt_tokens = sum(len(p) for p in prompts) * n
+        return {"id": ident, "object": kind, "created": created, "model": model_name, "choices": choices,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                          "total_tokens": prompt_tokens + completion}}
+
+    def streamed(request: Any, ids: List[int], options: Dict[str, Any], chat: bool, ident: str, created: int,
+                 body: Dict[str, Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        job = _Job("generate")
+        job.run = lambda: server.stream(ids, options, lambda x: loop.call_soon_threadsafe(queue.put_nowait, x),
+                                        job.cancelled)
+        job.callbacks.append(lambda: loop.call_soon_threadsafe(queue.put_nowait, job))
+        server.engine.submit(job)
+        stream_options = body.get("stream_options") or {}
+        usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choice: Dict[str, Any]) -> bytes:
+            head = {"id": ident, "object": kind, "created": created, "model": model_name, "choices": [choice]}
+            return _sse(dict(head, usage=None) if usage else head)
+
+        async def events() -> Any:
+            try:
+                if chat:
+                    yield chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                 "finish_reason": None})
+                while True:
+                    item = await queue.get()
+                    if item is job:  # the job ended without a final item: an error
+                        if job.error is not None:
+                            error = job.error
+                            status = error.status if isinstance(error, APIError) else 500
+                            yield _sse(APIError(status, str(error), "server_error").body())
+                        break
+                    if isinstance(item, tuple):
+                        reason, count = item
+                        end = {"index": 0, "logprobs": None, "finish_reason": reason}
+                        yield chunk(dict(end, delta={}) if chat else dict(end, text=""))
+                        if usage:
+                            yield _sse({"id": ident, "object": kind, "created": created, "model": model_name,
+                                        "choices": [], "usage": {"prompt_tokens": len(ids),
+                                                                 "completion_tokens": count,
+                                                                 "total_tokens": len(ids) + count}})
+                        continue
+                    if chat:
+                        yield chunk({"index": 0, "delta": {"content": item}, "logprobs": None, "finish_reason": None})
+                    else:
+                        yield chunk({"index": 0, "text": item, "logprobs": None, "finish_reason": None})
+                    if await request.is_disconnected():
+                        break
+                yield b"data: [DONE]\n\n"
+            finally:
+                job.cancelled.set()  # a client that went away stops the generation at its next piece
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def completions(request: Any) -> Any:
+        with _bad_input():
+            return await generation(request, False)
+
+    async def chat_completions(request: Any) -> Any:
+        with _bad_input():
+            return await generation(request, True)
+
+    async def embeddings(request: Any) -> Any:
+        with _bad_input():
+            return await embedding(request)
+
+    async def embedding(request: Any) -> Any:
+        def prepare(raw: bytes) -> Tuple[Dict[str, Any], List[Any], int]:
+            body = _parse_json(raw)
+            server.check_model(body, "/v1/embeddings")
+            return (body, *server.embedding_inputs(body))
+
+        body, inputs, tokens = await run_in_threadpool(prepare, await _read_body(request, max_body))
+        vectors = await _wait(server.engine.submit(_Job("embed", inputs=inputs)))
+        server.metrics.add(prompt_tokens=tokens)
+        base64_out = body.get("encoding_format") == "base64"
+        data = [{"object": "embedding", "index": i,
+                 "embedding": base64.b64encode(np.asarray(v, "<f4").tobytes()).decode() if base64_out
+                 else [float(x) for x in v]} for i, v in enumerate(vectors)]
+        return {"object": "list", "data": data, "model": model_name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    # The annotation FastAPI reads to pass the Request (this module's annotations are strings).
+    for path, handler in (("/v1/completions", completions), ("/v1/chat/completions", chat_completions),
+                          ("/v1/embeddings", embeddings)):
+        handler.__annotations__["request"] = fastapi.Request
+        app.post(path)(handler)
+    return _Timed(app, server.metrics)
+
+
+class _Timed:
+    """ASGI wrapper: counts requests by endpoint and status and times them (until the last byte)."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.state = app.state
+        self.metrics = metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = [500]
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        endpoint = scope["path"] if scope["path"] in _ENDPOINTS else "other"
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.request(endpoint, status[0], time.perf_counter() - start)
+
+
+def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
+          max_batch: int = 32, max_queue: int = 64, max_body: int = MAX_BODY, log_level: str = "info") -> None:
+    """Serves ``model`` with uvicorn until interrupted (``cpuformer serve``)."""
+    _, uvicorn = _require()
+    app = create_app(model, model_name, max_batch, max_queue, max_body)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
+    finally:
+        app.state.close()
+
+
+__all__ = ["APIError", "Engine", "MAX_BODY", "Metrics", "create_app", "serve"]

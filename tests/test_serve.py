@@ -1,0 +1,702 @@
+"""``cpuformer serve`` (cpuformer.serve, docs/serving.md): the OpenAI-compatible HTTP API on tiny
+random-weight models, through FastAPI's TestClient, httpx and the real ``openai`` client against a
+uvicorn server on a free local port."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from models.test_chat import CHATML, write_config, write_tokenizer
+from test_cli import PACKAGE_PARENT, TINY, assert_user_error, run_cli
+
+import cpuformer as cf
+from cpuformer import _bench, cli, serve
+
+VOCAB = 400
+CONTEXT = 4096
+PROMPTS = ["Hello there", "The cat sat", "One two three four", "a b", "We went to the", "Why is the sky",
+           "Once upon a time", "x y z", "It was a dark", "I like green", "Numbers: 1 2 3", "The end"]
+
+
+@pytest.fixture(scope="module")
+def gen_dir(tmp_path_factory):
+    """A tiny random GPT-2 (context 4096) with a byte-level BPE tokenizer and the ChatML template."""
+    directory = tmp_path_factory.mktemp("serve") / "tiny-gpt"
+    _bench.build_model("decoder", dict(name="tiny-gpt2", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
+                                       n_positions=CONTEXT), str(directory))
+    write_tokenizer(directory)
+    write_config(directory, CHATML)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def gen(gen_dir):
+    with cf.load(gen_dir) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def enc_dir(tmp_path_factory):
+    return _bench.build_model("encoder", TINY["encoder"], str(tmp_path_factory.mktemp("serve") / "tiny-bert"))
+
+
+@pytest.fixture(scope="module")
+def enc(enc_dir):
+    with cf.load(enc_dir) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def client(gen):
+    app = serve.create_app(gen)
+    with TestClient(app) as c:
+        yield c
+    app.state.close()
+
+
+@pytest.fixture(scope="module")
+def enc_client(enc):
+    app = serve.create_app(enc, model_name="bert", max_batch=64)
+    with TestClient(app) as c:
+        yield c
+    app.state.close()
+
+
+class Running:
+    """A uvicorn server for ``app`` in a thread, on a free local port."""
+
+    def __init__(self, app):
+        self.app = app
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+        self.thread = threading.Thread(target=self.server.run, kwargs=dict(sockets=[self.sock]), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            assert time.time() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.app.state.close()
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def live(gen):
+    with Running(serve.create_app(gen, max_queue=64)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def enc_live(enc):
+    with Running(serve.create_app(enc, model_name="bert", max_batch=64)) as running:
+        yield running
+
+
+def complete(c, **body):
+    return c.post("/v1/completions", json=dict(dict(model="tiny-gpt", max_tokens=10, temperature=0), **body))
+
+
+def error_of(response, status, fragment, param=None, code=None):
+    """The response is an HTTP error with the OpenAI error body holding ``fragment``."""
+    assert response.status_code == status, (response.status_code, response.text)
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}, body
+    assert fragment in body["error"]["message"], body
+    assert body["error"]["param"] == param, body
+    assert body["error"]["code"] == code, body
+    return body["error"]
+
+
+def events(text):
+    """The data payloads of a server-sent-event body, [DONE] last."""
+    blocks = [b for b in text.split("\n\n") if b]
+    assert all(b.startswith("data: ") for b in blocks), text
+    payloads = [b[len("data: "):] for b in blocks]
+    assert payloads[-1] == "[DONE]", payloads[-1]
+    return [json.loads(p) for p in payloads[:-1]]
+
+
+def metric(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
+# ---- health, models, metrics ---------------------------------------------------------------------
+
+
+def test_health_and_models(client):
+    assert client.get("/health").status_code == 200
+    body = client.get("/v1/models").json()
+    assert body["object"] == "list" and [m["id"] for m in body["data"]] == ["tiny-gpt"]
+    assert body["data"][0]["object"] == "model"
+
+
+def test_model_name_option(gen):
+    app = serve.create_app(gen, model_name="mine")
+    try:
+        with TestClient(app) as c:
+            assert c.get("/v1/models").json()["data"][0]["id"] == "mine"
+            assert complete(c, model="mine", prompt="a").status_code == 200
+            error_of(complete(c, prompt="a"), 404, "the model 'tiny-gpt' does not exist; this server serves 'mine'",
+                     "model", "model_not_found")
+    finally:
+        app.state.close()
+
+
+def test_metrics_prometheus_text(client):
+    assert complete(client, prompt="Hello").status_code == 200
+    assert client.post("/v1/completions", content=b"{").status_code == 400
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    for line in text.splitlines():  # the text format: comments, or `name{labels} value`
+        assert line.startswith("# HELP ") or line.startswith("# TYPE ") or len(line.rsplit(" ", 1)) == 2, line
+        if not line.startswith("#"):
+            float(line.rsplit(" ", 1)[1])
+    assert metric(text, "cpuformer_queue_depth") == 0
+    assert metric(text, "cpuformer_generated_tokens_total") >= 10
+    assert metric(text, 'cpuformer_requests_total{endpoint="/v1/completions",status="200"}') >= 1
+    assert metric(text, 'cpuformer_requests_total{endpoint="/v1/completions",status="400"}') >= 1
+    count = metric(text, 'cpuformer_request_duration_seconds_count{endpoint="/v1/completions"}')
+    assert metric(text, 'cpuformer_request_duration_seconds_bucket{endpoint="/v1/completions",le="+Inf"}') == count
+    assert metric(text, "cpuformer_batch_size_count") >= 1
+    assert "# TYPE cpuformer_request_duration_seconds histogram" in text
+
+
+# ---- completions and chat -------------------------------------------------------------------------
+
+
+def test_greedy_completion_is_generate(client, gen):
+    for prompt in PROMPTS[:4]:
+        body = complete(client, prompt=prompt, max_tokens=12).json()
+        assert body["object"] == "text_completion" and body["model"] == "tiny-gpt" and body["id"].startswith("cmpl-")
+        (choice,) = body["choices"]
+        assert choice["text"] == gen.generate(prompt, max_new_tokens=12)
+        assert choice["index"] == 0
+        n_prompt = len(gen.tokenizer.encode(prompt))
+        result = gen.generate(prompt, max_new_tokens=12, return_scores=True)[0]
+        assert choice["finish_reason"] == {"eos": "stop"}.get(result.finish_reason, result.finish_reason)
+        assert body["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": len(result.token_ids),
+                                 "total_tokens": n_prompt + len(result.token_ids)}
+
+
+def test_token_id_prompts_and_lists(client, gen):
+    ids = gen.tokenizer.encode("The cat sat")
+    body = complete(client, prompt=ids).json()
+    assert body["choices"][0]["text"] == gen.tokenizer.decode(gen.generate(ids, max_new_tokens=10)[0])
+    body = complete(client, prompt=["a b", "x y z"]).json()
+    assert [c["text"] for c in body["choices"]] == gen.generate(["a b", "x y z"], max_new_tokens=10)
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    body = complete(client, prompt="a b", n=2).json()
+    assert [c["text"] for c in body["choices"]] == [gen.generate("a b", max_new_tokens=10)] * 2
+
+
+def test_finish_reason_length_and_stop(client, gen):
+    long = complete(client, prompt="Hello there", max_tokens=30).json()["choices"][0]
+    assert long["finish_reason"] == "length"
+    stop = long["text"][5:8]
+    body = complete(client, prompt="Hello there", max_tokens=30, stop=[stop]).json()
+    assert body["choices"][0]["text"] == gen.generate("Hello there", max_new_tokens=30, stop=stop)
+    assert body["choices"][0]["text"] == long["text"][:long["text"].find(stop)]
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+def test_sampling_is_seeded(client, gen):
+    options = dict(prompt="Once upon a time", max_tokens=12, temperature=0.8, top_p=0.9, top_k=20, seed=7)
+    first = complete(client, **options).json()["choices"][0]["text"]
+    assert complete(client, **options).json()["choices"][0]["text"] == first
+    assert first == gen.generate("Once upon a time", max_new_tokens=12, do_sample=True, temperature=0.8, top_p=0.9,
+                                 top_k=20, seed=7)
+
+
+def test_chat_is_generator_chat(client, gen):
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    body = client.post("/v1/chat/completions", json=dict(model="tiny-gpt", messages=messages, max_tokens=12,
+                                                         temperature=0)).json()
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    (choice,) = body["choices"]
+    assert choice["message"] == {"role": "assistant", "content": gen.chat(messages, max_new_tokens=12)}
+    ids = gen.tokenizer.encode(gen.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+    assert body["usage"]["prompt_tokens"] == len(ids)
+    # max_completion_tokens (the newer name) and text content parts
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}]
+    body = client.post("/v1/chat/completions", json=dict(model="tiny-gpt", messages=parts, max_completion_tokens=5,
+                                                         temperature=0)).json()
+    assert body["choices"][0]["message"]["content"] == gen.chat([{"role": "user", "content": "Hello there"}],
+                                                                max_new_tokens=5)
+
+
+def test_streamed_completion_joins_to_the_text(client, gen):
+    for prompt in PROMPTS[:3]:
+        plain = complete(client, prompt=prompt, max_tokens=15).json()["choices"][0]
+        with client.stream("POST", "/v1/completions", json=dict(model="tiny-gpt", prompt=prompt, max_tokens=15,
+                                                                temperature=0, stream=True)) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            chunks = events(response.read().decode())
+        assert all(c["object"] == "text_completion" for c in chunks)
+        assert "".join(c["choices"][0]["text"] for c in chunks) == plain["text"]
+        assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == plain["finish_reason"]
+        assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+        assert len(chunks) > 3  # piece by piece
+
+
+def test_streamed_chat_and_usage(client, gen):
+    messages = [{"role": "user", "content": "Why is the sky"}]
+    plain = client.post("/v1/chat/completions", json=dict(model="tiny-gpt", messages=messages, max_tokens=12,
+                                                          temperature=0, stop=["e"])).json()
+    response = client.post("/v1/chat/completions", json=dict(model="tiny-gpt", messages=messages, max_tokens=12,
+                                                             temperature=0, stop=["e"], stream=True,
+                                                             stream_options={"include_usage": True}))
+    chunks = events(response.text)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == \
+        plain["choices"][0]["message"]["content"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == plain["choices"][0]["finish_reason"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+
+def test_request_errors(client):
+    c = client
+    error_of(c.post("/v1/completions", content=b"{not json"), 400, "the request body is not valid JSON")
+    error_of(c.post("/v1/completions", json=[1, 2]), 400, "the request body must be a JSON object")
+    error_of(complete(c, model="gpt-4"), 404, "the model 'gpt-4' does not exist; this server serves 'tiny-gpt'",
+             "model", "model_not_found")
+    error_of(c.post("/v1/completions", json={"prompt": "a"}), 400, "you must provide a model parameter", "model")
+    error_of(c.post("/v1/completions", json={"model": "tiny-gpt"}), 400, "you must provide a prompt parameter",
+             "prompt")
+    error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt"}), 400, "you must provide a messages parameter",
+             "messages")
+    error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt", "messages": []}), 400,
+             "messages must be a non-empty list", "messages")
+    error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt", "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}), 400,
+        "only text content parts are supported", "messages")
+    error_of(complete(c, prompt="a", max_tokens=0), 400, "max_tokens must be at least 1, got 0", "max_tokens")
+    error_of(complete(c, prompt="a", max_tokens=-3), 400, "max_tokens must be at least 1, got -3", "max_tokens")
+    error_of(complete(c, prompt="a", max_tokens="5"), 400, "max_tokens must be an integer, got '5'", "max_tokens")
+    error_of(complete(c, prompt="a", temperature=-1), 400, "temperature must be >= 0, got -1.0", "temperature")
+    error_of(complete(c, prompt="a", temperature="hot"), 400, "temperature must be a number", "temperature")
+    error_of(complete(c, prompt="a", top_p=0), 400, "top_p must be in (0, 1], got 0.0", "top_p")
+    error_of(complete(c, prompt="a", top_k=-1), 400, "top_k must be >= 0, got -1", "top_k")
+    error_of(complete(c, prompt="a", seed=-1), 400, "seed must be >= 0, got -1", "seed")
+    error_of(complete(c, prompt="a", n=0), 400, "n must be >= 1, got 0", "n")
+    error_of(complete(c, prompt="a", stop=[""]), 400, "stop must be a non-empty string or a list of them", "stop")
+    error_of(complete(c, prompt="a", stream="yes"), 400, "stream must be true or false", "stream")
+    error_of(complete(c, prompt="a", stream=True, n=2), 400, "stream: true takes one prompt and n = 1", "n")
+    error_of(complete(c, prompt=["a", "b"], stream=True), 400, "stream: true takes one prompt and n = 1", "prompt")
+    error_of(complete(c, prompt="a", logprobs=2), 400, "logprobs is not supported by cpuformer serve", "logprobs",
+             "unsupported_parameter")
+    error_of(complete(c, prompt="a", echo=True), 400, "echo is not supported", "echo", "unsupported_parameter")
+    assert complete(c, prompt="").status_code == 200  # this tokenizer adds BOS: one token
+    error_of(complete(c, prompt=[]), 400, "prompt must be a non-empty string, a list of token ids", "prompt")
+    error_of(complete(c, prompt=7), 400, "prompt must be a non-empty string, a list of token ids", "prompt")
+    error_of(complete(c, prompt=[1, VOCAB]), 400, f"token id {VOCAB} in prompt is out of range [0, {VOCAB})", "prompt")
+    error_of(complete(c, prompt=[5] * CONTEXT), 400, f"this model's maximum context length is {CONTEXT} tokens; "
+             f"the prompt has {CONTEXT} tokens", "prompt", "context_length_exceeded")
+    error_of(c.post("/v1/embeddings", json={"model": "tiny-gpt", "input": "a"}), 400,
+             "/v1/embeddings needs an encoder (embedding) model; 'tiny-gpt' is a Generator (use /v1/completions and "
+             "/v1/chat/completions)", "model", "wrong_model_kind")
+    error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt", "messages": [{"role": "king", "content": "a"}]}),
+             400, "message 0 has the unknown role 'king'; roles are")
+    error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt", "messages": [{"role": "user"}]}), 400,
+             "message 0 (user) needs a 'content' string, got None")
+    error_of(complete(c, prompt="a", n=65), 400, "this request asks for 65 completions (prompts × n); at most 64 "
+             "(--max-queue)", "n")
+    error_of(c.get("/v1/nothing"), 404, "Not Found")
+    error_of(c.get("/v1/completions"), 405, "Method Not Allowed")
+    assert c.get("/health").status_code == 200  # still serving
+
+
+def test_body_limit(gen):
+    app = serve.create_app(gen, max_body=1000)
+    try:
+        with TestClient(app) as c:
+            error_of(complete(c, prompt="a" * 2000), 413, "the request body is larger than 1000 bytes (--max-body)",
+                     code="request_too_large")
+
+            def chunks():  # no content-length: counted while read
+                yield b'{"model": "tiny-gpt", "prompt": "'
+                for _ in range(100):
+                    yield b"a" * 100
+                yield b'"}'
+
+            error_of(c.post("/v1/completions", content=chunks()), 413, "larger than 1000 bytes",
+                     code="request_too_large")
+            assert complete(c, prompt="a").status_code == 200
+    finally:
+        app.state.close()
+    with pytest.raises(ValueError, match="max_batch, max_queue and max_body must be >= 1"):
+        serve.create_app(gen, max_queue=0)
+
+
+def test_empty_prompt_and_no_chat_template(tmp_path):
+    directory = _bench.build_model("decoder", TINY["decoder"], str(tmp_path / "m"))  # no BOS
+    with cf.load(directory) as model:
+        app = serve.create_app(model)
+        try:
+            with TestClient(app) as c:
+                error_of(complete(c, model="m", prompt=""), 400, "the prompt is empty (it encodes to no tokens)",
+                         "prompt")
+                assert complete(c, model="m", prompt="t5").status_code == 200
+                error_of(c.post("/v1/chat/completions", json={"model": "m", "messages": [{"role": "user",
+                                                                                         "content": "t5"}]}),
+                         400, "has no chat template")
+        finally:
+            app.state.close()
+
+
+def test_decoder_without_tokenizer_is_refused(tmp_path):
+    directory = _bench.build_model("decoder", TINY["decoder"], str(tmp_path / "m"))
+    os.remove(os.path.join(directory, "tokenizer.json"))
+    with cf.load(directory) as model:
+        with pytest.raises(ValueError, match=r"cpuformer serve needs a decoder's tokenizer \(the API answers with "
+                                             r"text\)"):
+            serve.create_app(model)
+
+
+def test_seq2seq_is_refused(tmp_path):
+    directory = _bench.build_model("seq2seq", TINY["seq2seq"], str(tmp_path / "m"))
+    with cf.load(directory) as model:
+        with pytest.raises(ValueError, match="cpuformer serve serves decoders .* and encoders .*, not a Seq2Seq"):
+            serve.create_app(model)
+
+
+def test_full_queue_answers_429_at_once(gen):
+    app = serve.create_app(gen, max_queue=2)
+    release = threading.Event()
+    try:
+        with TestClient(app) as c:
+            engine = app.state.engine
+            blocker = engine.submit(serve._Job("generate", lambda: release.wait(30)))
+            deadline = time.time() + 10
+            while engine.depth:  # the worker has taken the blocker
+                assert time.time() < deadline
+                time.sleep(0.01)
+            waiting = [engine.submit(serve._Job("generate", lambda: None)) for _ in range(2)]
+            start = time.time()
+            error_of(complete(c, prompt="a"), 429, "the server is busy: 2 requests are waiting (--max-queue 2)",
+                     code="queue_full")
+            assert time.time() - start < 5
+            assert metric(c.get("/metrics").text, "cpuformer_queue_depth") == 2
+            assert metric(c.get("/metrics").text, "cpuformer_rejected_total") == 1
+            release.set()
+            for job in [blocker] + waiting:
+                assert job.done.wait(10)
+            assert complete(c, prompt="a").status_code == 200
+    finally:
+        release.set()
+        app.state.close()
+
+
+# ---- embeddings -----------------------------------------------------------------------------------
+
+
+def embed(c, **body):
+    return c.post("/v1/embeddings", json=dict(dict(model="bert"), **body))
+
+
+def test_embeddings_match_the_api(enc_client, enc):
+    texts = ["t5 t6 t7", "t9 t10", "t11 t12 t13 t14 t15"]
+    body = embed(enc_client, input=texts).json()
+    assert body["object"] == "list" and body["model"] == "bert"
+    assert [d["index"] for d in body["data"]] == [0, 1, 2] and body["data"][0]["object"] == "embedding"
+    np.testing.assert_allclose(np.array([d["embedding"] for d in body["data"]]), enc.embed(texts), atol=1e-5)
+    assert body["usage"] == {"prompt_tokens": sum(len(enc.tokenizer.encode(t)) for t in texts),
+                             "total_tokens": sum(len(enc.tokenizer.encode(t)) for t in texts)}
+    one = embed(enc_client, input="t9 t10").json()["data"]
+    assert len(one) == 1
+    np.testing.assert_allclose(one[0]["embedding"], enc.embed(["t9 t10"])[0], atol=1e-6)
+    ids = [[2, 7, 8, 3], [2, 9, 3]]
+    got = embed(enc_client, input=ids).json()["data"]
+    np.testing.assert_allclose([d["embedding"] for d in got], enc.embed(ids), atol=1e-5)
+    got = embed(enc_client, input=ids[0]).json()["data"]
+    np.testing.assert_allclose(got[0]["embedding"], enc.embed(ids[:1])[0], atol=1e-6)
+    encoded = embed(enc_client, input=texts, encoding_format="base64").json()["data"]
+    vectors = np.array([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in encoded])
+    np.testing.assert_allclose(vectors, enc.embed(texts), atol=1e-5)
+
+
+def test_embedding_errors(enc_client):
+    c = enc_client
+    error_of(c.post("/v1/embeddings", json={"model": "bert"}), 400, "you must provide an input parameter", "input")
+    error_of(embed(c, input=[]), 400, "input must be a non-empty string, a list of strings", "input")
+    error_of(embed(c, input=["a", 1]), 400, "input must be a non-empty string, a list of strings", "input")
+    error_of(embed(c, input=[""]), 400, "input strings must not be empty", "input")
+    error_of(embed(c, input=["a"] * 2049), 400, "input holds 2049 items; at most 2048 per request", "input")
+    error_of(embed(c, input=[1, 200]), 400, "token id 200 in input is out of range [0, 200)", "input")
+    error_of(embed(c, input=[1] * 65), 400, "an input has 65 tokens; this model's maximum is 64", "input",
+             "context_length_exceeded")
+    error_of(embed(c, input="a", encoding_format="int8"), 400, "encoding_format must be 'float' or 'base64'",
+             "encoding_format")
+    error_of(embed(c, input="a", dimensions=8), 400, "dimensions must be 32 (the model's; no truncation), got 8",
+             "dimensions")
+    error_of(embed(c, model="other", input="a"), 404, "the model 'other' does not exist", "model", "model_not_found")
+    error_of(c.post("/v1/completions", json={"model": "bert", "prompt": "a"}), 400,
+             "/v1/completions needs a decoder (text generation) model; 'bert' is a Encoder (use /v1/embeddings)",
+             "model", "wrong_model_kind")
+    error_of(c.post("/v1/chat/completions", json={"model": "bert", "messages": [{"role": "user", "content": "a"}]}),
+             400, "/v1/chat/completions needs a decoder", "model", "wrong_model_kind")
+    assert embed(c, input="t5").status_code == 200
+
+
+def test_concurrent_embeddings_are_batched(enc):
+    """Requests that wait while the worker is busy go into one embed call; each gets its rows,
+    equal to the one-by-one embeddings within float tolerance (padding to the batch's longest
+    input changes the matrix shapes, not the math)."""
+    app = serve.create_app(enc, model_name="bert", max_batch=64)
+    release = threading.Event()
+    inputs = [[f"t{i} t{i + 1}"] + [f"t{i + 2}"] * (i % 3) for i in range(12)]
+    try:
+        with Running(app) as running:
+            engine = app.state.engine
+            engine.submit(serve._Job("generate", lambda: release.wait(30)))
+            results = {}
+
+            def send(i):
+                with httpx.Client(base_url=running.url, timeout=60) as h:
+                    results[i] = h.post("/v1/embeddings", json={"model": "bert", "input": inputs[i]}).json()
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
+            for t in threads:
+                t.start()
+            deadline = time.time() + 30
+            while engine.depth < len(inputs):
+                assert time.time() < deadline, engine.depth
+                time.sleep(0.01)
+            release.set()
+            for t in threads:
+                t.join(60)
+            text = httpx.get(running.url + "/metrics").text
+    finally:
+        release.set()
+    sizes = sum(len(x) for x in inputs)
+    assert metric(text, "cpuformer_batch_size_count") == 1  # one embed call for all twelve requests
+    assert metric(text, "cpuformer_batch_size_sum") == sizes
+    for i, x in enumerate(inputs):
+        got = np.array([d["embedding"] for d in results[i]["data"]])
+        np.testing.assert_allclose(got, enc.embed(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_failing_input_does_not_fail_its_batch():
+    """When a batched embed call fails, each request is embedded alone: only the bad one fails."""
+    calls = []
+
+    class Model:
+        def embed(self, inputs, batch_size):
+            calls.append(list(inputs))
+            if "bad" in inputs:
+                raise ValueError("a bad input")
+            return np.array([[len(x)] for x in inputs], dtype=np.float32)
+
+    engine = serve.Engine(Model(), max_batch=8, max_queue=8)
+    release = threading.Event()
+    try:
+        engine.submit(serve._Job("generate", lambda: release.wait(30)))
+        jobs = [serve._Job("embed", inputs=x) for x in (["a", "bb"], ["bad"], ["cccc"])]
+        engine.submit(*jobs)
+        release.set()
+        for job in jobs:
+            assert job.done.wait(10)
+    finally:
+        release.set()
+        engine.close()
+    assert calls == [["a", "bb", "bad", "cccc"], ["a", "bb"], ["bad"], ["cccc"]]
+    assert jobs[0].result.tolist() == [[1], [2]] and jobs[2].result.tolist() == [[4]]
+    assert isinstance(jobs[1].error, ValueError) and jobs[1].result is None
+
+
+# ---- concurrency, cancellation, uvicorn and the openai client ---------------------------------------
+
+
+def test_concurrent_completions_equal_one_at_a_time(live, gen):
+    expected = {p: gen.generate(p, max_new_tokens=8 + i) for i, p in enumerate(PROMPTS)}
+    results = {}
+
+    def send(i, prompt):
+        with httpx.Client(base_url=live.url, timeout=120) as h:
+            if i % 2:
+                with h.stream("POST", "/v1/completions", json=dict(model="tiny-gpt", prompt=prompt, temperature=0,
+                                                                   max_tokens=8 + i, stream=True)) as r:
+                    chunks = events(r.read().decode())
+                results[prompt] = "".join(c["choices"][0]["text"] for c in chunks)
+            else:
+                body = h.post("/v1/completions", json=dict(model="tiny-gpt", prompt=prompt, temperature=0,
+                                                           max_tokens=8 + i)).json()
+                results[prompt] = body["choices"][0]["text"]
+
+    threads = [threading.Thread(target=send, args=(i, p)) for i, p in enumerate(PROMPTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == expected
+
+
+def test_disconnect_cancels_the_generation(live):
+    before = metric(httpx.get(live.url + "/metrics").text, "cpuformer_generated_tokens_total")
+    with httpx.Client(base_url=live.url, timeout=60) as h:
+        with h.stream("POST", "/v1/completions", json=dict(model="tiny-gpt", prompt="Hello", temperature=0,
+                                                           max_tokens=CONTEXT - 10, stream=True)) as r:
+            first = next(r.iter_lines())
+            assert first.startswith("data: ")
+        # leaving the block closes the connection mid-stream
+    deadline = time.time() + 30
+    while True:
+        text = httpx.get(live.url + "/metrics").text
+        if metric(text, "cpuformer_cancelled_total") >= 1:
+            break
+        assert time.time() < deadline, "the generation was not cancelled"
+        time.sleep(0.05)
+    time.sleep(0.2)
+    generated = metric(httpx.get(live.url + "/metrics").text, "cpuformer_generated_tokens_total") - before
+    assert generated < CONTEXT - 10
+    assert httpx.post(live.url + "/v1/completions", json=dict(model="tiny-gpt", prompt="a", max_tokens=3)) \
+        .status_code == 200
+
+
+def test_many_connections_at_once(gen):
+    """300 clients at once against a queue of 4 and a busy worker: 4 are answered 200 once the
+    worker is free, the others 429 at once; the server keeps serving."""
+    app = serve.create_app(gen, max_queue=4)
+    release = threading.Event()
+    try:
+        with Running(app) as running:
+            app.state.engine.submit(serve._Job("generate", lambda: release.wait(60)))
+
+            async def flood():
+                limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+                async with httpx.AsyncClient(base_url=running.url, timeout=60, limits=limits) as h:
+                    async def one(i):
+                        return await h.post("/v1/completions", json=dict(model="tiny-gpt", prompt=PROMPTS[i % 12],
+                                                                         max_tokens=3, temperature=0))
+
+                    tasks = [asyncio.ensure_future(one(i)) for i in range(300)]
+                    while sum(t.done() for t in tasks) < 296:
+                        await asyncio.sleep(0.05)
+                    assert httpx.get(running.url + "/health").status_code == 200
+                    release.set()
+                    return await asyncio.gather(*tasks)
+
+            responses = asyncio.run(flood())
+            statuses = [r.status_code for r in responses]
+            assert statuses.count(200) == 4 and statuses.count(429) == 296, statuses
+            for r in responses:
+                if r.status_code == 429:
+                    error_of(r, 429, "the server is busy", code="queue_full")
+            assert httpx.post(running.url + "/v1/completions", json=dict(model="tiny-gpt", prompt="a",
+                                                                         max_tokens=2)).status_code == 200
+    finally:
+        release.set()
+
+
+def test_openai_client(live, enc_live, gen, enc):
+    client = openai.OpenAI(base_url=live.url + "/v1", api_key="none", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["tiny-gpt"]
+    completion = client.completions.create(model="tiny-gpt", prompt="The cat sat", max_tokens=10, temperature=0)
+    assert completion.choices[0].text == gen.generate("The cat sat", max_new_tokens=10)
+    assert completion.usage.completion_tokens == 10
+    messages = [{"role": "user", "content": "Hello there"}]
+    chat = client.chat.completions.create(model="tiny-gpt", messages=messages, max_tokens=10, temperature=0)
+    assert chat.choices[0].message.content == gen.chat(messages, max_new_tokens=10)
+    assert chat.choices[0].finish_reason in ("stop", "length")
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="tiny-gpt", messages=messages, max_tokens=10, temperature=0, stream=True) if c.choices]
+    assert "".join(pieces) == chat.choices[0].message.content
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="tiny-gpt", prompt="The cat sat", max_tokens=10, temperature=0, stream=True))
+    assert streamed == completion.choices[0].text
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="gpt-4", prompt="a", max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):
+        client.completions.create(model="tiny-gpt", prompt="a", max_tokens=0)
+
+    embedder = openai.OpenAI(base_url=enc_live.url + "/v1", api_key="none", max_retries=0)
+    texts = ["t5 t6 t7", "t9 t10"]
+    result = embedder.embeddings.create(model="bert", input=texts)  # the client asks for base64
+    np.testing.assert_allclose([d.embedding for d in result.data], enc.embed(texts), atol=1e-5)
+    result = embedder.embeddings.create(model="bert", input="t5", encoding_format="float")
+    np.testing.assert_allclose(result.data[0].embedding, enc.embed(["t5"])[0], atol=1e-6)
+
+
+# ---- the command line -----------------------------------------------------------------------------
+
+
+def test_cli_serve_end_to_end(gen_dir):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + environment.get("PYTHONPATH", "")
+    process = subprocess.Popen([sys.executable, "-m", "cpuformer", "serve", str(gen_dir), "--port", str(port),
+                                "--model-name", "m", "--threads", "1", "--log-level", "warning"],
+                               env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while True:
+            assert process.poll() is None, process.communicate()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.time() < deadline, "the server did not start"
+            time.sleep(0.1)
+        body = httpx.post(f"http://127.0.0.1:{port}/v1/completions",
+                          json=dict(model="m", prompt="Hello there", max_tokens=6, temperature=0)).json()
+        with cf.load(gen_dir) as model:
+            assert body["choices"][0]["text"] == model.generate("Hello there", max_new_tokens=6)
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def test_cli_serve_errors(gen_dir, tmp_path, monkeypatch, capsys):
+    directory = _bench.build_model("seq2seq", TINY["seq2seq"], str(tmp_path / "s2s"))
+    assert_user_error(run_cli("serve", directory), "serve", "holds", "`cpuformer serve` serves decoders")
+    assert_user_error(run_cli("serve", str(tmp_path / "missing")), "serve", "does not exist")
+    out = run_cli("serve", "--help")
+    assert out.returncode == 0 and "--max-queue" in out.stdout and "cpuformer[serve]" in out.stdout
+    real_import = builtins.__import__
+
+    def no_fastapi(name, *args, **kwargs):
+        if name.split(".")[0] == "fastapi":
+            raise ImportError("No module named 'fastapi'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_fastapi)
+    assert cli.main(["serve", str(gen_dir)]) == 2
+    err = capsys.readouterr().err
+    assert 'cpuformer serve: error: cpuformer serve needs FastAPI and uvicorn: pip install "cpuformer[serve]"' in err
+    with pytest.raises(ImportError, match=r'pip install "cpuformer\[serve\]"'):
+        serve.create_app(None)
