@@ -563,13 +563,18 @@ def _parse_json(raw: bytes) -> Dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _bad_input() -> Iterator[None]:
+def _bad_input(model_path: str, model_name: str) -> Iterator[None]:
     """The library's errors for bad input (ValueError, TypeError, NotImplementedError: a chat
-    message without a role, a template that refuses the conversation) as 400."""
+    message without a role, a template that refuses the conversation) as 400; the model
+    directory's path in a message is replaced by the served model name (clients do not learn
+    where the model lives on the server)."""
     try:
         yield
     except (ValueError, TypeError, NotImplementedError) as error:
-        raise _bad(" ".join(str(error).split()) or type(error).__name__) from None
+        message = " ".join(str(error).split()) or type(error).__name__
+        if model_path:
+            message = message.replace(model_path, model_name)
+        raise _bad(message) from None
 
 
 def _sse(data: Any) -> bytes:
@@ -590,6 +595,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
     if model_name is None:
         model_name = os.path.basename(os.path.normpath(str(model._model_dir.path)))
     server = _Server(model, model_name, max_batch, max_queue)
+    model_path = str(model._model_dir.path)
     app = fastapi.FastAPI(title="cpuformer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
     app.state.engine = server.engine
@@ -720,15 +726,15 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def completions(request: Any) -> Any:
-        with _bad_input():
+        with _bad_input(model_path, model_name):
             return await generation(request, False)
 
     async def chat_completions(request: Any) -> Any:
-        with _bad_input():
+        with _bad_input(model_path, model_name):
             return await generation(request, True)
 
     async def embeddings(request: Any) -> Any:
-        with _bad_input():
+        with _bad_input(model_path, model_name):
             return await embedding(request)
 
     async def embedding(request: Any) -> Any:
