@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 def timed(fn: Callable[[], object], repeats: int) -> dict:
@@ -80,3 +80,37 @@ def engine_round(script: str, argv: list, timeout: float, work: str, name: str, 
         for path in (result_path, outputs_path):
             if path and os.path.exists(path):
                 os.remove(path)
+
+
+def peer_step(log: dict, name: str, step: Callable[[], object]) -> None:
+    """Runs one peer's build step; a missing or failing peer is recorded in ``log``, not fatal."""
+    import sys
+
+    try:
+        step()
+        log[name] = "ok"
+    except Exception as error:  # noqa: BLE001 - any failure of a peer's tooling is reported in the results
+        log[name] = f"unavailable: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+        print(f"{name} unavailable: {error}", file=sys.stderr)
+
+
+def max_relative_error(out: Any, reference: Any) -> float:
+    """max |out - reference| / max |reference|: the error relative to the output's scale."""
+    import numpy as np
+
+    out, reference = np.asarray(out, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    if out.shape != reference.shape:
+        raise ValueError(f"output shape {out.shape} differs from the reference's {reference.shape}")
+    return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
+
+
+def ort_session(path: str, threads: int) -> Any:
+    """An ONNX Runtime CPU session as every benchmark runs it: ``threads`` intra-op threads, one
+    inter-op thread, ORT_ENABLE_ALL."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])

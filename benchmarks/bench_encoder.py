@@ -70,7 +70,7 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _timing import engine_round, run_script  # noqa: E402
+from _timing import engine_round, max_relative_error, ort_session, peer_step, run_script  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 WORKLOADS = ("bert_base", "classifier", "deberta", "rerank", "minilm")
@@ -163,14 +163,6 @@ def measure(fn, sequences: int, repeats: int, min_seconds: float) -> dict:
         rates.append(calls * sequences / elapsed)
     return {"seq_per_s": statistics.median(rates), "best": max(rates), "min": min(rates), "max": max(rates),
             "rounds": rates}
-
-
-def max_relative_error(out: np.ndarray, reference: np.ndarray) -> float:
-    """max |out - reference| / max |reference|: the error relative to the output's scale."""
-    out, reference = np.asarray(out, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    if out.shape != reference.shape:
-        raise ValueError(f"output shape {out.shape} differs from the reference's {reference.shape}")
-    return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
 
 
 def min_token_cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -343,16 +335,6 @@ def convert_ct2(src: str, dst: str) -> None:
     ctranslate2.converters.TransformersConverter(src).convert(dst, quantization="float32", force=True)
 
 
-def _peer_step(log: dict, name: str, step) -> None:
-    """Runs one peer's build step; a missing or failing peer is recorded, not fatal."""
-    try:
-        step()
-        log[name] = "ok"
-    except Exception as error:  # noqa: BLE001 - any failure of a peer's tooling is reported in the results
-        log[name] = f"unavailable: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        print(f"{name} unavailable: {error}", file=sys.stderr)
-
-
 def prepare(workload: str, work: str, peers: list, layers=None) -> dict:
     """Builds the workload's models and inputs under work/<workload> (once: a finished build is
     reused) and returns its manifest: which peers are ready, and how the peers' models were built."""
@@ -382,12 +364,12 @@ def prepare(workload: str, work: str, peers: list, layers=None) -> dict:
             model_class = "DebertaV2ForSequenceClassification" if workload == "deberta" else \
                 "BertForSequenceClassification"
             onnx_log: dict = {}
-            _peer_step(manifest, "onnxruntime",
+            peer_step(manifest, "onnxruntime",
                        lambda: export_onnx(hf, os.path.join(base, "onnx"), model_class, 12, 768,
                                                   SHAPES[workload][0], onnx_log))
             manifest["onnxruntime_build"] = onnx_log
         if "ctranslate2" in peers and workload != "deberta":
-            _peer_step(manifest, "ctranslate2", lambda: convert_ct2(hf, os.path.join(base, "ct2")))
+            peer_step(manifest, "ctranslate2", lambda: convert_ct2(hf, os.path.join(base, "ct2")))
     elif workload == "rerank":
         model = os.path.join(base, "cross_encoder")
         if not os.path.exists(os.path.join(model, "config.json")):
@@ -474,13 +456,8 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
         elif engine == "onnxruntime":
             import onnxruntime
 
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
             name = "model_fp32.onnx" if dtype == "float32" else "model_int8.onnx"
-            session = onnxruntime.InferenceSession(os.path.join(base, "onnx", name), options,
-                                                   providers=["CPUExecutionProvider"])
+            session = ort_session(os.path.join(base, "onnx", name), threads)
             version = onnxruntime.__version__
             for shape, ids in inputs.items():
                 feed = {"input_ids": ids.astype(np.int64), "attention_mask": np.ones_like(ids, dtype=np.int64)}

@@ -75,7 +75,7 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _timing import engine_round, run_script  # noqa: E402
+from _timing import engine_round, max_relative_error, ort_session, peer_step, run_script  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 ROWS = ("vit", "swin", "clip", "preprocess")
@@ -286,16 +286,6 @@ def write_jpegs(directory: str, count: int) -> list:
     return paths
 
 
-def _peer_step(log: dict, name: str, step) -> None:
-    """Runs one peer's build step; a missing or failing peer is recorded, not fatal."""
-    try:
-        step()
-        log[name] = "ok"
-    except Exception as error:  # noqa: BLE001 - any failure of a peer's tooling is reported in the results
-        log[name] = f"unavailable: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-        print(f"{name} unavailable: {error}", file=sys.stderr)
-
-
 def model_row(row: str) -> str:
     """The row whose checkpoint a row runs (the preprocessing row uses CLIP's)."""
     return "clip" if row == "preprocess" else row
@@ -331,7 +321,7 @@ def prepare(row: str, work: str, peers: list, layers=None) -> dict:
         write_jpegs(os.path.join(base, "jpeg"), max(BATCHES[row]))
     elif "onnxruntime" in peers:
         onnx_log: dict = {}
-        _peer_step(manifest, "onnxruntime",
+        peer_step(manifest, "onnxruntime",
                    lambda: export_onnx(row, hf, os.path.join(base, "onnx"), max(BATCHES[row]), onnx_log,
                                        int8=row == "vit"))
         manifest["onnxruntime_build"] = onnx_log
@@ -439,13 +429,8 @@ def engine_runner(engine: str, dtype: str, row: str, work: str, threads: int):
     elif engine == "onnxruntime":
         import onnxruntime
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
         name = "model_fp32.onnx" if dtype == "float32" else "model_int8.onnx"
-        session = onnxruntime.InferenceSession(os.path.join(base, "onnx", name), options,
-                                               providers=["CPUExecutionProvider"])
+        session = ort_session(os.path.join(base, "onnx", name), threads)
         version = onnxruntime.__version__
         for batch, pixels in inputs.items():
             runs[f"b{batch}"] = (lambda pixels=pixels: session.run(None, {"pixel_values": pixels})[0], batch)
@@ -504,14 +489,6 @@ def engines_of(row: str, peers: list) -> list:
         if row == "vit":
             rows.append(("onnxruntime_int8", "onnxruntime", "int8"))
     return rows
-
-
-def max_relative_error(out: np.ndarray, reference: np.ndarray) -> float:
-    """max |out - reference| / max |reference|: the error relative to the output's scale."""
-    out, reference = np.asarray(out, dtype=np.float64), np.asarray(reference, dtype=np.float64)
-    if out.shape != reference.shape:
-        raise ValueError(f"output shape {out.shape} differs from the reference's {reference.shape}")
-    return float(np.abs(out - reference).max() / max(np.abs(reference).max(), 1e-30))
 
 
 def min_cosine(out: np.ndarray, reference: np.ndarray) -> float:

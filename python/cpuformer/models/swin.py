@@ -47,11 +47,11 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from .. import _core
-from .._arguments import check_integer, check_num_threads
+from .._arguments import check_integer
 from .._model_dir import ModelDir
-from ..arch import find, wrong_kind
+from ..arch import find
 from ..arch.heads import Head
-from ..weights import Checkpoint, check_dtype, resolve_dtype
+from ..weights import Checkpoint
 from .vision import ImageClassifier, ImageEncoder, _batches, check_pixel_array, interpolate_positions, open_image_model
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -274,28 +274,15 @@ class SwinImageEncoder(ImageEncoder):
 
     def _open_vision(self, path: Union[PathLike, ModelDir], dtype: Optional[str], num_threads: Optional[int],
                      quantization: Optional[Mapping[str, Any]]) -> None:
-        check_dtype(dtype)
-        self.num_threads = check_num_threads(num_threads)
-        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
-        self._model_dir = model_dir
-        self._model = None
+        model_dir = self._open_dir(path, dtype, num_threads)
         try:
-            self.dtype, self._stored_dtype, settings = resolve_dtype(dtype, model_dir.config, quantization)
-            self.quantization = settings
-            arch, name = find(model_dir.config)
-            if arch.kind != "vision":
-                raise wrong_kind(arch.kind, name)
+            arch, name, settings = self._read_config(model_dir, dtype, quantization)
             if not getattr(arch, "hierarchical", False):
                 raise ValueError(f"{name} is not a hierarchical (Swin) image model; open it with cpuformer.load")
             if self._stored_dtype is not None:
                 raise NotImplementedError(f"{model_dir.path}: a directory converted by `cpuformer convert` "
                                           f"({self._stored_dtype}) cannot be opened as a {arch.title} model; open "
                                           "the original checkpoint with dtype=")
-            self.architecture, self.family, self._arch = name, arch.family, arch
-            self._path = model_dir.path
-            self._image_config = None
-            self.hparams = arch.hparams(model_dir.config)
-            self.config = self.hparams.as_dict()
             shape = arch.swin(model_dir.config, name)  # type: ignore[attr-defined]
             if self._classifier and not shape.heads:
                 raise ValueError(f"{model_dir.path}: {name} has no classification head; open it with "

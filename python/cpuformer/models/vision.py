@@ -137,24 +137,11 @@ class ImageEncoder(ModelBase):
         """ModelBase._open for image models: the encoder graph, plus the patch embedding, tokens,
         positions (and the classifier heads) packed or copied here; the weights maps are closed
         after, loaded or not."""
-        check_dtype(dtype)
-        self.num_threads = check_num_threads(num_threads)
-        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
-        self._model_dir = model_dir
-        self._model = None
+        model_dir = self._open_dir(path, dtype, num_threads)
         try:
-            self.dtype, self._stored_dtype, settings = resolve_dtype(dtype, model_dir.config, quantization)
-            self.quantization = settings
-            arch, name = find(model_dir.config)
-            if arch.kind != "vision":
-                raise wrong_kind(arch.kind, name)
+            arch, name, settings = self._read_config(model_dir, dtype, quantization)
             if getattr(arch, "hierarchical", False):  # Swin: models/swin.py
                 raise ValueError(f"{name} ({arch.title}) runs stage by stage; open it with cpuformer.load")
-            self.architecture, self.family, self._arch = name, arch.family, arch
-            self._path = model_dir.path
-            self._image_config: Optional[_images.ImageConfig] = None
-            self.hparams = arch.hparams(model_dir.config)
-            self.config = self.hparams.as_dict()
             vision = arch.vision(model_dir.config, self.hparams, name)  # type: ignore[attr-defined]
             if self._classifier and not vision.heads:
                 raise ValueError(f"{model_dir.path}: {name} has no classification head; open it with "
@@ -176,6 +163,31 @@ class ImageEncoder(ModelBase):
             self._pack(arrays, settings)
         finally:
             model_dir.close()
+
+    def _open_dir(self, path: Union[PathLike, ModelDir], dtype: Optional[str], num_threads: Optional[int]) -> ModelDir:
+        """The first step of opening an image model: the arguments checked, the directory opened."""
+        check_dtype(dtype)
+        self.num_threads = check_num_threads(num_threads)
+        model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
+        self._model_dir = model_dir
+        self._model = None
+        return model_dir
+
+    def _read_config(self, model_dir: ModelDir, dtype: Optional[str],
+                     quantization: Optional[Mapping[str, Any]]) -> Tuple[Any, str, Dict[str, Any]]:
+        """(arch, architecture name, quantization settings) of an image checkpoint, with the dtype,
+        family and hyperparameters set on the model; a model of another kind is refused."""
+        self.dtype, self._stored_dtype, settings = resolve_dtype(dtype, model_dir.config, quantization)
+        self.quantization = settings
+        arch, name = find(model_dir.config)
+        if arch.kind != "vision":
+            raise wrong_kind(arch.kind, name)
+        self.architecture, self.family, self._arch = name, arch.family, arch
+        self._path = model_dir.path
+        self._image_config: Optional[_images.ImageConfig] = None
+        self.hparams = arch.hparams(model_dir.config)
+        self.config = self.hparams.as_dict()
+        return arch, name, settings
 
     def _pack(self, arrays: Dict[str, np.ndarray], settings: Mapping[str, Any]) -> None:
         v = self.vision
