@@ -393,18 +393,25 @@ def test_seq2seq_is_refused(tmp_path):
             serve.create_app(model)
 
 
+def _blocking_stream(release):
+    """A streamed sequence whose first text piece holds the worker until release is set: requests
+    sent meanwhile stay queued."""
+    return serve._Job("generate", ids=[1, 2], options=dict(max_new_tokens=40), put=lambda _piece: release.wait(60))
+
+
 def test_full_queue_answers_429_at_once(gen):
     app = serve.create_app(gen, max_queue=2)
     release = threading.Event()
     try:
         with TestClient(app) as c:
             engine = app.state.engine
-            blocker = engine.submit(serve._Job("generate", lambda: release.wait(30)))
+            blocker = engine.submit(_blocking_stream(release))
             deadline = time.time() + 10
             while engine.depth:  # the worker has taken the blocker
                 assert time.time() < deadline
                 time.sleep(0.01)
-            waiting = [engine.submit(serve._Job("generate", lambda: None)) for _ in range(2)]
+            waiting = [engine.submit(serve._Job("generate", ids=[3], options=dict(max_new_tokens=2)))
+                       for _ in range(2)]
             start = time.time()
             error_of(complete(c, prompt="a"), 429, "the server is busy: 2 requests are waiting (--max-queue 2)",
                      code="queue_full")
@@ -481,7 +488,7 @@ def test_concurrent_embeddings_are_batched(enc):
     try:
         with Running(app) as running:
             engine = app.state.engine
-            engine.submit(serve._Job("generate", lambda: release.wait(30)))
+            engine.submit(serve._Job("run", lambda: release.wait(30)))  # holds the worker
             results = {}
 
             def send(i):
@@ -523,7 +530,7 @@ def test_a_failing_input_does_not_fail_its_batch():
     engine = serve.Engine(Model(), max_batch=8, max_queue=8)
     release = threading.Event()
     try:
-        engine.submit(serve._Job("generate", lambda: release.wait(30)))
+        engine.submit(serve._Job("run", lambda: release.wait(30)))  # holds the worker
         jobs = [serve._Job("embed", inputs=x) for x in (["a", "bb"], ["bad"], ["cccc"])]
         engine.submit(*jobs)
         release.set()
@@ -541,27 +548,40 @@ def test_a_failing_input_does_not_fail_its_batch():
 
 
 def test_concurrent_completions_equal_one_at_a_time(live, gen):
-    expected = {p: gen.generate(p, max_new_tokens=8 + i) for i, p in enumerate(PROMPTS)}
+    """32 clients at once, streaming or not, greedy or seeded sampling, prompts and lengths of
+    every size: each answer is the one generate() gives that request alone, and the sequences
+    shared the batcher's forward passes."""
+    prompts = [f"{PROMPTS[i % 12]} {'and then ' * (i % 5)}{i}" for i in range(32)]
+    sampling = [dict(temperature=0.8, top_p=0.9, seed=100 + i) if i % 4 == 3 else dict(temperature=0)
+                for i in range(32)]
+    lengths = [4 + (7 * i) % 29 for i in range(32)]
+    expected = {}
+    for i, p in enumerate(prompts):
+        options = dict(do_sample=True, temperature=0.8, top_p=0.9, seed=100 + i) if i % 4 == 3 else {}
+        expected[i] = gen.generate(p, max_new_tokens=lengths[i], **options)
+    before = httpx.get(live.url + "/metrics").text
     results = {}
 
-    def send(i, prompt):
+    def send(i):
+        body = dict(model="tiny-gpt", prompt=prompts[i], max_tokens=lengths[i], **sampling[i])
         with httpx.Client(base_url=live.url, timeout=120) as h:
             if i % 2:
-                with h.stream("POST", "/v1/completions", json=dict(model="tiny-gpt", prompt=prompt, temperature=0,
-                                                                   max_tokens=8 + i, stream=True)) as r:
+                with h.stream("POST", "/v1/completions", json=dict(body, stream=True)) as r:
                     chunks = events(r.read().decode())
-                results[prompt] = "".join(c["choices"][0]["text"] for c in chunks)
+                results[i] = "".join(c["choices"][0]["text"] for c in chunks)
             else:
-                body = h.post("/v1/completions", json=dict(model="tiny-gpt", prompt=prompt, temperature=0,
-                                                           max_tokens=8 + i)).json()
-                results[prompt] = body["choices"][0]["text"]
+                results[i] = h.post("/v1/completions", json=body).json()["choices"][0]["text"]
 
-    threads = [threading.Thread(target=send, args=(i, p)) for i, p in enumerate(PROMPTS)]
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(32)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
     assert results == expected
+    after = httpx.get(live.url + "/metrics").text
+    steps = metric(after, "cpuformer_batch_size_count") - metric(before, "cpuformer_batch_size_count")
+    sequences = metric(after, "cpuformer_batch_size_sum") - metric(before, "cpuformer_batch_size_sum")
+    assert sequences > steps  # several sequences per forward pass
 
 
 def test_disconnect_cancels_the_generation(live):
@@ -593,7 +613,7 @@ def test_many_connections_at_once(gen):
     release = threading.Event()
     try:
         with Running(app) as running:
-            app.state.engine.submit(serve._Job("generate", lambda: release.wait(60)))
+            app.state.engine.submit(_blocking_stream(release))
 
             async def flood():
                 limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)

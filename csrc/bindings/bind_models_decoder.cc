@@ -23,6 +23,7 @@
 #include "bindings/sized_output.h"
 #include "bindings/weight_type.h"
 #include "layers/kv_cache.h"
+#include "models/batch_decoder.h"
 #include "models/decoder.h"
 #include "models/generation.h"
 #include "runtime/compute_slots.h"
@@ -152,8 +153,8 @@ class PyDecoderModel : private ModelBuilder {
 
   long vocab_size() const { return model_->config().vocab_size; }
   long max_positions() const { return model_->config().max_positions; }
+  const DecoderModel& model() const { return *model_; }
 
- private:
   void check_complete() const {
     if (!model_->complete()) {
       throw py::value_error("the decoder has " + std::to_string(model_->num_layers_added()) + " of its " +
@@ -171,7 +172,99 @@ class PyDecoderModel : private ModelBuilder {
     }
   }
 
+ private:
   std::unique_ptr<DecoderModel> model_;
+};
+
+// cpuformer._core.BatchDecoder: continuous batching over one DecoderModel (models/batch_decoder.h).
+// The Python layer validates the options (Generator.batcher()); this class checks what the C++
+// loop relies on. Keeps the model object alive.
+class PyBatchDecoder {
+ public:
+  PyBatchDecoder(const py::object& model, long capacity, long max_len, long prefill_chunk, long kv_cache_dtype,
+                 bool prefix_reuse, int num_threads)
+      : owner_(model), model_(model.cast<const PyDecoderModel*>()), num_threads_(num_threads) {
+    model_->check_complete();
+    if (capacity < 1) throw py::value_error("capacity must be >= 1, got " + std::to_string(capacity));
+    if (max_len < 1 || max_len > model_->max_positions()) {
+      throw py::value_error("max_length must be in [1, " + std::to_string(model_->max_positions()) +
+                            "] (max_position_embeddings), got " + std::to_string(max_len));
+    }
+    if (prefill_chunk < 1) throw py::value_error("prefill_chunk must be >= 1, got " + std::to_string(prefill_chunk));
+    GenerationOptions o;
+    o.kv_cache_dtype = kv_cache_dtype;
+    const KvType kv_type = kv_cache_type(o);
+    const std::string request = "capacity " + std::to_string(capacity) + " × max_length " + std::to_string(max_len);
+    GilReleased release;
+    with_size_context([&] { return request; },
+                      [&] {
+                        batch_ = std::make_unique<BatchDecoder>(model_->model(), capacity, max_len, prefill_chunk,
+                                                                kv_type, prefix_reuse);
+                      });
+  }
+
+  void add(long id, const std::vector<int64_t>& prompt, const py::dict& options) {
+    if (prompt.empty()) throw py::value_error("the prompt is empty");
+    model_->check_ids(prompt.data(), static_cast<long>(prompt.size()), "prompt token ids");
+    GenerationOptions o = generation_options(options);
+    const long V = model_->vocab_size();
+    for (int64_t e : o.eos_token_ids) {
+      if (e < 0 || e >= V) throw py::value_error("eos_token_id " + std::to_string(e) + " is out of range");
+    }
+    if (o.num_beams != 1 || o.num_return_sequences != 1 || o.prompt_lookup_num_tokens > 0) {
+      throw py::value_error("continuous batching runs greedy search or sampling of one sequence per request");
+    }
+    if (o.max_new_tokens < 1) throw py::value_error("max_new_tokens must be >= 1");
+    if (o.max_new_tokens > batch_->max_len() - static_cast<long>(prompt.size())) {
+      throw py::value_error("prompt length " + std::to_string(prompt.size()) + " + max_new_tokens " +
+                            std::to_string(o.max_new_tokens) + " exceeds the batcher's max_length of " +
+                            std::to_string(batch_->max_len()) + " tokens");
+    }
+    batch_->add(id, prompt, o);
+  }
+
+  bool cancel(long id) { return batch_->cancel(id); }
+
+  // [(id, token, log_prob, finish reason "eos" | "length" | None)] of one forward pass.
+  py::list step() {
+    std::vector<BatchEvent> events;
+    {
+      GilReleased release;
+      ScopedNumThreads threads(num_threads_);
+      ComputeSlots slots(current_num_threads());
+      events = batch_->step();
+    }
+    py::list out;
+    for (const BatchEvent& e : events) {
+      py::object reason = py::none();
+      if (e.finished)
+        reason = py::str(e.reason == FinishReason::kEos ? "eos" : e.reason == FinishReason::kStop ? "stop" : "length");
+      out.append(py::make_tuple(e.id, e.token, e.log_prob, reason));
+    }
+    return out;
+  }
+
+  py::dict stats() const {
+    const BatchStats& s = batch_->stats();
+    py::dict d;
+    d["steps"] = s.steps;
+    d["decode_tokens"] = s.decode_tokens;
+    d["prefill_tokens"] = s.prefill_tokens;
+    d["reused_tokens"] = s.reused_tokens;
+    d["copied_tokens"] = s.copied_tokens;
+    d["last_batch"] = s.last_batch;
+    return d;
+  }
+  long waiting() const { return batch_->waiting(); }
+  long running() const { return batch_->running(); }
+  long capacity() const { return batch_->capacity(); }
+  long max_len() const { return batch_->max_len(); }
+
+ private:
+  py::object owner_;
+  const PyDecoderModel* model_;
+  int num_threads_;
+  std::unique_ptr<BatchDecoder> batch_;
 };
 
 // Testing hook: a KvCache holding k and v ([layers, rows, kv_heads, length, head_dim] float32,
@@ -266,6 +359,18 @@ void register_models_decoder(py::module_& m) {
            py::arg("callback") = py::none(), py::arg("num_threads") = 0, py::arg("assistant") = py::none())
       .def_property_readonly("vocab_size", &PyDecoderModel::vocab_size)
       .def_property_readonly("max_positions", &PyDecoderModel::max_positions);
+  py::class_<PyBatchDecoder>(m, "BatchDecoder")
+      .def(py::init<const py::object&, long, long, long, long, bool, int>(), py::arg("model"), py::arg("capacity"),
+           py::arg("max_len"), py::arg("prefill_chunk"), py::arg("kv_cache_dtype") = 0, py::arg("prefix_reuse") = true,
+           py::arg("num_threads") = 0)
+      .def("add", &PyBatchDecoder::add, py::arg("id"), py::arg("prompt"), py::arg("options"))
+      .def("cancel", &PyBatchDecoder::cancel, py::arg("id"))
+      .def("step", &PyBatchDecoder::step)
+      .def("stats", &PyBatchDecoder::stats)
+      .def_property_readonly("waiting", &PyBatchDecoder::waiting)
+      .def_property_readonly("running", &PyBatchDecoder::running)
+      .def_property_readonly("capacity", &PyBatchDecoder::capacity)
+      .def_property_readonly("max_len", &PyBatchDecoder::max_len);
 }
 
 }  // namespace bindings

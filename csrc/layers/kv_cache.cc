@@ -94,22 +94,22 @@ void KvCache::store(long layer, long row, long head, long slot, const float* key
   convert_row(type_, value, head_dim_, v_.data() + at, int8 ? v_scale_.data() + s : nullptr);
 }
 
-void KvCache::view(long layer, AttentionArgs& a) {
+void KvCache::view(long layer, AttentionArgs& a, long first_row) {
   a.kv_type = type_;
   a.k_stride_b = a.v_stride_b = stride_row();
   a.k_stride_h = a.v_stride_h = stride_head();
   a.k_stride_t = a.v_stride_t = head_dim_;
   if (type_ == KvType::kFloat32) {
-    a.k = k(layer);
-    a.v = v(layer);
+    a.k = k(layer) + first_row * stride_row();
+    a.v = v(layer) + first_row * stride_row();
     return;
   }
   a.k = a.v = nullptr;
-  a.k_data = k_.data() + element_offset(layer, 0, 0, 0) * size_;
-  a.v_data = v_.data() + element_offset(layer, 0, 0, 0) * size_;
+  a.k_data = k_.data() + element_offset(layer, first_row, 0, 0) * size_;
+  a.v_data = v_.data() + element_offset(layer, first_row, 0, 0) * size_;
   if (type_ == KvType::kInt8) {
-    a.k_scale = k_scale_.data() + scale_offset(layer, 0, 0, 0);
-    a.v_scale = v_scale_.data() + scale_offset(layer, 0, 0, 0);
+    a.k_scale = k_scale_.data() + scale_offset(layer, first_row, 0, 0);
+    a.v_scale = v_scale_.data() + scale_offset(layer, first_row, 0, 0);
     a.scale_stride_b = kv_heads_ * max_len_;
     a.scale_stride_h = max_len_;
   }
@@ -126,6 +126,25 @@ void KvCache::copy_slot(const KvCache& src, long src_row, long dst_row, long slo
       if (type_ == KvType::kInt8) {
         k_scale_.data()[scale_offset(l, dst_row, h, slot)] = src.k_scale_.data()[src.scale_offset(l, src_row, h, slot)];
         v_scale_.data()[scale_offset(l, dst_row, h, slot)] = src.v_scale_.data()[src.scale_offset(l, src_row, h, slot)];
+      }
+    }
+  }
+}
+
+void KvCache::copy_slots(long src_row, long dst_row, long begin, long end) {
+  if (end <= begin || src_row == dst_row) return;
+  const long count = end - begin;
+  const std::size_t bytes = static_cast<std::size_t>(count * head_dim_) * size_;
+  for (long l = 0; l < layers_; ++l) {
+    for (long h = 0; h < kv_heads_; ++h) {
+      const std::size_t from = element_offset(l, src_row, h, begin) * size_;
+      const std::size_t to = element_offset(l, dst_row, h, begin) * size_;
+      std::memcpy(k_.data() + to, k_.data() + from, bytes);
+      std::memcpy(v_.data() + to, v_.data() + from, bytes);
+      if (type_ == KvType::kInt8) {
+        const std::size_t sf = scale_offset(l, src_row, h, begin), st = scale_offset(l, dst_row, h, begin);
+        std::memcpy(k_scale_.data() + st, k_scale_.data() + sf, count * sizeof(float));
+        std::memcpy(v_scale_.data() + st, v_scale_.data() + sf, count * sizeof(float));
       }
     }
   }

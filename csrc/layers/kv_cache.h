@@ -40,14 +40,18 @@ class KvCache {
   // converted to the cache's type: float16 / bfloat16 rounded to nearest even (overflow to ±inf),
   // int8 with the row's scale. An int8 row holding NaN or ±inf is stored as NaN (scale NaN).
   void store(long layer, long row, long head, long slot, const float* key, const float* value);
-  // Points a's k / v (and kv_type, element data, scales) at a layer's cache.
-  void view(long layer, AttentionArgs& a);
+  // Points a's k / v (and kv_type, element data, scales) at a layer's cache, batch entry 0 at
+  // row `first_row` (a ragged batch views one row at a time).
+  void view(long layer, AttentionArgs& a, long first_row = 0);
 
   // Row r becomes the old row source[r] (the first length() slots of every layer).
   void reorder(const long* source);
   // Slot `slot` of every layer and head of row dst_row becomes slot `slot` of src's row src_row
   // (src: a cache of the same type, layers, heads and head_dim).
   void copy_slot(const KvCache& src, long src_row, long dst_row, long slot);
+  // Slots [begin, end) of every layer and head of row dst_row become those of row src_row
+  // (prefix reuse between the rows of one cache).
+  void copy_slots(long src_row, long dst_row, long begin, long end);
 
  private:
   std::size_t element_offset(long layer, long row, long head, long slot) const {

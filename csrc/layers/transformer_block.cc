@@ -1,6 +1,7 @@
 #include "layers/transformer_block.h"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/activation/activation.h"
 #include "kernels/norm/norm.h"
@@ -83,7 +84,11 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
           rope_apply(in.rope + n * D, D / 2, heads, q);
           rope_apply(in.rope + n * D, D / 2, kv_heads, k);
         }
-        if (cache) {
+        if (cache && in.entries) {
+          const RaggedEntry& e = in.entries[in.token_entry[n]];
+          for (long i = 0; i < kv_heads; ++i)
+            cache->store(in.layer, e.row, i, e.start + n - e.offset, k + i * D, v + i * D);
+        } else if (cache) {
           const long r = n / t_new, slot = in.start + n % t_new;
           for (long i = 0; i < kv_heads; ++i) cache->store(in.layer, r, i, slot, k + i * D, v + i * D);
         }
@@ -112,7 +117,23 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   a.out_stride_b = t_new * qw;
   a.out_stride_h = D;
   a.out_stride_t = qw;
-  if (in.hook) {
+  if (in.entries) {
+    if (!cache || in.hook) throw std::logic_error("a ragged batch needs a KV cache and no attention hook");
+    for (long e = 0; e < in.num_entries; ++e) {
+      const RaggedEntry& entry = in.entries[e];
+      AttentionArgs one = a;
+      cache->view(in.layer, one, entry.row);
+      one.batch = 1;
+      one.q_len = entry.count;
+      one.kv_len = entry.start + entry.count;
+      one.causal = true;
+      one.causal_offset = entry.start;
+      one.mask = nullptr;
+      one.q = qkv + entry.offset * row;
+      one.out = context + entry.offset * qw;
+      attention(one);
+    }
+  } else if (in.hook) {
     in.hook->attend(a);
   } else {
     attention(a);

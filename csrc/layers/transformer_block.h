@@ -76,6 +76,14 @@ struct BlockWorkspace {
   ScratchBuffer x, sum, qkv, q, context, ffn;
 };
 
+// One sequence of a ragged batch (continuous batching, models/batch_decoder.h): its `count` new
+// tokens are the packed tokens [offset, offset + count) of the pass; their keys and values go to
+// cache row `row` at slots [start, start + count), and they attend causally to that row's slots
+// [0, start + count). Each sequence starts at slot 0 (no padding, no key mask).
+struct RaggedEntry {
+  long row = 0, start = 0, count = 0, offset = 0;
+};
+
 // Where self-attention keys and values come from, and how positions enter.
 struct SelfAttentionInput {
   // Filled by the model: batch (rows), q_len (new tokens per row), kv_len, scale, causal,
@@ -85,6 +93,12 @@ struct SelfAttentionInput {
   long layer = 0, start = 0;     // read in place from the fused projection
   const float* rope = nullptr;   // cos | sin [tokens, head_dim] (rope_angles) or null
   AttentionHook* hook = nullptr;  // runs the attention instead of attention(args) when set
+  // A ragged batch (with a cache, without a hook): args.batch = 1 and args.q_len = all packed
+  // tokens; entries [num_entries] and token_entry [tokens] (each token's entry) replace the
+  // uniform rows × q_len layout, `start` and the mask. The block runs one attention per entry.
+  const RaggedEntry* entries = nullptr;
+  long num_entries = 0;
+  const long* token_entry = nullptr;
 };
 
 class TransformerBlock {

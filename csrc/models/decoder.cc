@@ -52,16 +52,9 @@ void DecoderModel::add_layer(const BlockTensors& t) {
   layers_.emplace_back(config_, t, /*cross=*/false);
 }
 
-void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long rows,
-                           long t_new, bool all_positions, float* logits) const {
+const float* DecoderModel::embed(Workspace& ws, const int64_t* ids, const long* positions, long N, float* h) const {
   const TransformerConfig& c = config_;
   const long H = c.hidden_size, D = c.head_dim;
-  const long N = checked_multiply(rows, t_new, "the tokens of a forward pass (rows × new positions)");
-  const long start = cache.length();
-  if (start + t_new > cache.max_len()) throw std::logic_error("the KV cache is full");
-  float* h = ws.h.reserve({N, H});
-  float* x = ws.x.reserve({N, H});
-
   const float scale = c.embed_scale;
   parallel_ranges(N, 16, [&](long n0, long n1) {
     for (long n = n0; n < n1; ++n) {
@@ -81,15 +74,27 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
       }
     }
   });
-  SelfAttentionInput in;
   if (c.positions == Positions::kRope) {
     float* cos_sin = ws.rope.reserve({N, D});
     const long half = D / 2;
     parallel_ranges(N, 16, [&](long n0, long n1) {
       for (long n = n0; n < n1; ++n) rope_angles(rope_inv_freq_.data(), half, positions[n], cos_sin + n * D);
     });
-    in.rope = cos_sin;
+    return cos_sin;
   }
+  return nullptr;
+}
+
+void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long rows,
+                           long t_new, bool all_positions, float* logits) const {
+  const TransformerConfig& c = config_;
+  const long N = checked_multiply(rows, t_new, "the tokens of a forward pass (rows × new positions)");
+  const long start = cache.length();
+  if (start + t_new > cache.max_len()) throw std::logic_error("the KV cache is full");
+  float* h = ws.h.reserve({N, c.hidden_size});
+
+  SelfAttentionInput in;
+  in.rope = embed(ws, ids, positions, N, h);
   AttentionArgs& a = in.args;
   a.batch = rows;
   a.q_len = t_new;
@@ -112,25 +117,66 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   }
   cache.set_length(start + t_new);
 
-  // The final norm on the rows that need logits, into x.
-  if (all_positions && c.final_norm) {
-    final_norm_.apply(c, h, x, N);
-  } else if (all_positions) {
-    std::memcpy(x, h, N * H * sizeof(float));
+  // The final norm and the head on the positions that need logits.
+  if (all_positions) {
+    head(h, nullptr, N, ws, logits);
+    return;
+  }
+  std::vector<long>& last = ws.picked;
+  last.resize(rows);
+  for (long r = 0; r < rows; ++r) last[r] = r * t_new + t_new - 1;
+  head(h, last.data(), rows, ws, logits);
+}
+
+void DecoderModel::head(const float* h, const long* rows, long count, Workspace& ws, float* logits) const {
+  const TransformerConfig& c = config_;
+  const long H = c.hidden_size;
+  float* x = ws.x.reserve({count, H});
+  if (rows == nullptr && c.final_norm) {
+    final_norm_.apply(c, h, x, count);
+  } else if (rows == nullptr) {
+    std::memcpy(x, h, count * H * sizeof(float));
   } else {
-    for (long r = 0; r < rows; ++r) {
-      const float* last = h + (r * t_new + t_new - 1) * H;
+    for (long i = 0; i < count; ++i) {
+      const float* src = h + rows[i] * H;
       if (c.final_norm) {
-        final_norm_.apply(c, last, x + r * H, 1);
+        final_norm_.apply(c, src, x + i * H, 1);
       } else {
-        std::memcpy(x + r * H, last, H * sizeof(float));
+        std::memcpy(x + i * H, src, H * sizeof(float));
       }
     }
   }
   if (c.head_scale != 1.0f) {
-    for (long i = 0; i < (all_positions ? N : rows) * H; ++i) x[i] *= c.head_scale;
+    for (long i = 0; i < count * H; ++i) x[i] *= c.head_scale;
   }
-  lm_head_.apply(x, all_positions ? N : rows, H, logits, c.vocab_size);
+  lm_head_.apply(x, count, H, logits, c.vocab_size);
+}
+
+void DecoderModel::forward_ragged(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long N,
+                                  const RaggedEntry* entries, long E, const long* token_entry, const long* logit_tokens,
+                                  long count, float* logits) const {
+  const TransformerConfig& c = config_;
+  for (long e = 0; e < E; ++e) {
+    if (entries[e].start + entries[e].count > cache.max_len()) throw std::logic_error("the KV cache is full");
+  }
+  float* h = ws.h.reserve({N, c.hidden_size});
+  SelfAttentionInput in;
+  in.rope = embed(ws, ids, positions, N, h);
+  AttentionArgs& a = in.args;
+  a.batch = 1;
+  a.q_len = N;
+  a.scale = c.scale();
+  a.window = c.sliding_window;
+  in.cache = &cache;
+  in.entries = entries;
+  in.num_entries = E;
+  in.token_entry = token_entry;
+  for (long l = 0; l < static_cast<long>(layers_.size()); ++l) {
+    in.layer = l;
+    layers_[l].self_attention(c, h, in, ws.block);
+    layers_[l].ffn(c, h, N, ws.block);
+  }
+  head(h, logit_tokens, count, ws, logits);
 }
 
 void DecoderModel::logits(const int64_t* ids, const int64_t* mask, long batch, long seq_len, float* out) const {

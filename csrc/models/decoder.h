@@ -37,16 +37,30 @@ class DecoderModel {
 
  private:
   friend class DecoderSession;
+  friend class BatchDecoder;
   struct Workspace {
     BlockWorkspace block;
     ScratchBuffer h, x, rope;
+    std::vector<long> picked;  // the positions whose logits a pass returns
   };
+
+  // h [N, hidden] = the embeddings of ids at positions (RoPE: cos | sin into ws.rope, returned).
+  const float* embed(Workspace& ws, const int64_t* ids, const long* positions, long N, float* h) const;
+  // final_norm(h[rows[i]]) · head_scale into x [count, hidden] (rows null: h's first count rows),
+  // then the LM head into logits [count, V].
+  void head(const float* h, const long* rows, long count, Workspace& ws, float* logits) const;
 
   // Runs `t_new` new tokens per row (ids/positions [rows, t_new]) through the layers, writing K/V
   // at cache slots [length, length + t_new) and advancing the length. Logits of the last
   // position of each row [rows, V], or of every position [rows, t_new, V] if all_positions.
   void forward(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long rows, long t_new,
                bool all_positions, float* logits) const;
+  // A ragged batch (layers/transformer_block.h, RaggedEntry): the packed tokens ids/positions [N]
+  // of entries [E] (token_entry [N]: each token's entry) through the layers; logits [count, V] of
+  // the packed tokens logit_tokens [count] (the last token of each entry that needs one).
+  void forward_ragged(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long N,
+                      const RaggedEntry* entries, long E, const long* token_entry, const long* logit_tokens, long count,
+                      float* logits) const;
 
   TransformerConfig config_;
   EmbeddingTable word_embeddings_;

@@ -247,13 +247,14 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
   const long copies = request.copies(), B = static_cast<long>(prompts.size()) * copies, V = model.vocab_size();
   std::vector<int64_t> ids, mask;
   const long T = pad_prompts(prompts, copies, o.pad_token_id, ids, mask);
-  std::vector<float> logits(static_cast<size_t>(B) * V), tmp, lp(o.return_log_probs ? V : 0);  // checked by row_buffers
+  std::vector<float> logits(static_cast<size_t>(B) * V);  // checked by row_buffers
+  TokenChooser chooser;
   GenerationResult result;
   result.tokens.resize(B);
   result.finish_reasons.assign(B, FinishReason::kLength);
   if (o.return_log_probs) result.log_probs.resize(B);
   std::vector<char> finished(B, 0);
-  std::vector<int64_t> next(B, o.pad_token_id), seq;
+  std::vector<int64_t> next(B, o.pad_token_id);
   std::mt19937_64 rng(o.seed);
   with_size_context([&] { return request.prefill(); },
                     [&] { model.prefill(ids.data(), mask.data(), B, T, copies, o.max_new_tokens, logits.data()); });
@@ -266,19 +267,10 @@ GenerationResult greedy_or_sample(StepModel& model, const std::vector<std::vecto
         next[b] = o.pad_token_id;
         continue;
       }
-      float* s = logits.data() + b * V;
-      process(o, histories[b / copies], result.tokens[b], step, s, V, seq);
-      long token;
-      if (o.do_sample) {
-        warp(o, s, V, tmp);
-        token = sample(s, V, rng);
-      } else {
-        token = argmax(s, V);
-      }
-      if (o.return_log_probs) {
-        log_softmax(s, lp.data(), V);
-        result.log_probs[b].push_back(lp[token]);
-      }
+      float log_prob = 0.0f;
+      const int64_t token = chooser.choose(o, histories[b / copies], result.tokens[b], step, logits.data() + b * V, V,
+                                           rng, o.return_log_probs ? &log_prob : nullptr);
+      if (o.return_log_probs) result.log_probs[b].push_back(log_prob);
       result.tokens[b].push_back(token);
       next[b] = token;
       const bool stop = on_token && on_token(b, token);
@@ -747,6 +739,27 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
 }
 
 }  // namespace
+
+int64_t TokenChooser::choose(const GenerationOptions& o, const std::vector<int64_t>& history,
+                             const std::vector<int64_t>& generated, long step, float* scores, long V,
+                             std::mt19937_64& rng, float* log_prob) {
+  process(o, history, generated, step, scores, V, seq_);
+  long token;
+  if (o.do_sample) {
+    warp(o, scores, V, tmp_);
+    token = sample(scores, V, rng);
+  } else {
+    token = argmax(scores, V);
+  }
+  if (log_prob) {
+    lp_.resize(V);
+    log_softmax(scores, lp_.data(), V);
+    *log_prob = lp_[token];
+  }
+  return token;
+}
+
+bool is_eos_token(const GenerationOptions& o, int64_t token) { return is_eos(o, token); }
 
 GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationOptions& options, const TokenCallback& on_token,

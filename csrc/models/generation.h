@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <vector>
 
 namespace cpuformer {
@@ -177,6 +178,24 @@ struct SpeculationCostGuard {
     }
   }
 };
+
+// One sequence's next token as greedy search and sampling choose it: the logits processors in
+// transformers' order over scores [V] (modified in place; history: the tokens before the first
+// new one, generated: the new ones so far, step = generated.size()), then the argmax, or warping
+// (temperature, top-k, top-p) and a draw from rng. log_prob, if not null, receives the chosen
+// token's log-probability under the processed distribution. Keeps its scratch between calls.
+class TokenChooser {
+ public:
+  int64_t choose(const GenerationOptions& o, const std::vector<int64_t>& history, const std::vector<int64_t>& generated,
+                 long step, float* scores, long V, std::mt19937_64& rng, float* log_prob);
+
+ private:
+  std::vector<float> tmp_, lp_;
+  std::vector<int64_t> seq_;
+};
+
+// Whether token is one of o's EOS ids.
+bool is_eos_token(const GenerationOptions& o, int64_t token);
 
 // Called with (sequence index, token) as each token is chosen (greedy / sampling only; beam search
 // reports each prompt's best sequence's tokens after the search). The sequence index is the

@@ -74,6 +74,7 @@ from . import ops  # noqa: E402
 from ._tokenizer import Tokenizer  # noqa: E402
 from .api import load  # noqa: E402
 from .models import CLIP, CLIPText, CLIPVision, Encoder, Generator, ImageClassifier, ImageEncoder, Seq2Seq  # noqa: E402
+from .models._batcher import Batcher, BatchEvent  # noqa: E402
 from .models._result import GenerationResult, GenerationStream  # noqa: E402
 from .weights import convert  # noqa: E402
 
@@ -101,6 +102,6 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
-__all__ = ["CLIP", "CLIPText", "CLIPVision", "Encoder", "GenerationResult", "GenerationStream", "Generator",
-           "ImageClassifier", "ImageEncoder", "Seq2Seq", "Tokenizer", "__version__", "convert", "cpu_info",
-           "get_num_threads", "load", "ops", "set_num_threads"]
+__all__ = ["BatchEvent", "Batcher", "CLIP", "CLIPText", "CLIPVision", "Encoder", "GenerationResult",
+           "GenerationStream", "Generator", "ImageClassifier", "ImageEncoder", "Seq2Seq", "Tokenizer", "__version__",
+           "convert", "cpu_info", "get_num_threads", "load", "ops", "set_num_threads"]

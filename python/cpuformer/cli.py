@@ -526,7 +526,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                         "(completions, chat) and encoders (embeddings)")
     with _open_model(args.model_dir, kind, "serve", args.dtype, args.threads, _quantization(args)) as model:
         serve.serve(model, host=args.host, port=args.port, model_name=args.model_name, max_batch=args.max_batch,
-                    max_queue=args.max_queue, max_body=args.max_body, log_level=args.log_level)
+                    max_queue=args.max_queue, max_body=args.max_body, log_level=args.log_level,
+                    max_length=args.max_length, prefill_chunk=args.prefill_chunk, kv_cache_dtype=args.kv_cache_dtype)
     return 0
 
 
@@ -1193,7 +1194,16 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--model-name", default=None, metavar="NAME",
                      help="the model id clients name (default: the directory's name)")
     srv.add_argument("--max-batch", type=_positive_int, default=32, metavar="N",
-                     help="most embedding inputs batched into one model call (default 32)")
+                     help="decoders: most sequences decoded together (KV-cache slots); encoders: most embedding "
+                          "inputs batched into one model call (default 32)")
+    srv.add_argument("--max-length", type=_positive_int, default=None, metavar="N",
+                     help="decoders: longest prompt + completion of a request, in tokens (default: the model's "
+                          "context); the KV cache holds max-batch × max-length positions")
+    srv.add_argument("--prefill-chunk", type=_positive_int, default=64, metavar="N",
+                     help="decoders: most prompt tokens computed per step, so running streams keep their pace "
+                          "(default 64)")
+    srv.add_argument("--kv-cache-dtype", default=None, choices=("float32", "float16", "bfloat16", "int8"),
+                     help="decoders: the KV cache's element type (default float32)")
     srv.add_argument("--max-queue", type=_positive_int, default=64, metavar="N",
                      help="most requests waiting for the model; more are answered 429 (default 64)")
     srv.add_argument("--max-body", type=_positive_int, default=10 * 1024 * 1024, metavar="BYTES",

@@ -4,10 +4,10 @@ FastAPI + uvicorn, the optional extra ``pip install "cpuformer[serve]"``; they a
 when an app is built (create_app) or served (serve), so this module imports without them.
 
 Shape: the HTTP handlers check and tokenize each request on the event loop's side and hand a job
-to the Engine, which owns the model: one request queue (at most ``max_queue`` waiting jobs; a full
-queue is answered 429 at once) and one worker thread that runs the jobs in arrival order.
-Generation jobs run one at a time (no continuous batching yet: the C++ scheduler of issue 22 is
-to replace Engine._run_generation while keeping this queue); embedding jobs that wait together are
+to the Engine, which owns the model: one request queue (at most ``max_queue`` waiting requests; a
+full queue is answered 429 at once) and one worker thread. A decoder's sequences run through a
+continuous Batcher (the C++ BatchDecoder: up to ``max_batch`` sequences share every forward pass,
+joining and leaving at token boundaries); an encoder's embedding jobs that wait together are
 embedded in one Encoder.embed call of up to ``max_batch`` inputs (dynamic batching).
 """
 
@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .models import Encoder, Generator
-from .models._text import cut_at_stop, text_pieces
+from .models._text import StopWatch, TextPieces, cut_at_stop
 
 #: Default request-body limit in bytes (--max-body).
 MAX_BODY = 10 * 1024 * 1024
@@ -145,10 +145,18 @@ class Metrics:
 # ---- the engine: one queue, one worker thread that owns the model ----------------------------------
 
 class _Job:
-    def __init__(self, kind: str, run: Optional[Callable[[], Any]] = None, inputs: Optional[List[Any]] = None):
-        self.kind = kind  # "generate" (run() on the worker), "embed" (inputs, batched)
+    def __init__(self, kind: str, run: Optional[Callable[[], Any]] = None, inputs: Optional[List[Any]] = None,
+                 ids: Optional[List[int]] = None, options: Optional[Dict[str, Any]] = None,
+                 put: Optional[Callable[[Any], None]] = None):
+        # "generate": one sequence (ids, generate() options with stop) through the Batcher; its
+        # result is (text, finish_reason, completion tokens), or with put, put(piece) per text piece
+        # then put((finish_reason, completion tokens)). "embed": inputs, batched. "run": run().
+        self.kind = kind
         self.run = run
         self.inputs = inputs or []
+        self.ids = ids or []
+        self.options = options or {}
+        self.put = put
         self.cancelled = threading.Event()
         self.done = threading.Event()
         self.result: Any = None
@@ -156,15 +164,46 @@ class _Job:
         self.callbacks: List[Callable[[], None]] = []
 
 
-class Engine:
-    """Runs a model's jobs on one worker thread in arrival order (docs/serving.md, "Scheduling")."""
+class _Sequence:
+    """A generate job in the Batcher: its text so far and its stop strings."""
 
-    def __init__(self, model: Any, max_batch: int = 32, max_queue: int = 64, metrics: Optional[Metrics] = None):
+    def __init__(self, job: _Job, decode: Callable[[List[int]], str]) -> None:
+        self.job = job
+        self.stops = job.options.get("stop") or ()
+        self.tokens: List[int] = []
+        # Streams cut text pieces as tokens arrive; a whole answer only watches for a stop string.
+        self.pieces = TextPieces(decode, self.stops) if job.put is not None else None
+        self.watch = StopWatch(decode, self.stops) if job.put is None and self.stops else None
+
+    def add(self, token: int) -> bool:
+        """Takes the next token; True when a stop string has ended the text."""
+        self.tokens.append(token)
+        if self.pieces is not None:
+            piece = self.pieces.add(token)
+            if piece:
+                assert self.job.put is not None
+                self.job.put(piece)
+            return self.pieces.stopped
+        return self.watch is not None and self.watch.add(token)
+
+
+class Engine:
+    """Owns the model on one worker thread (docs/serving.md, "Scheduling"). A decoder's generate
+    jobs run through a continuous Batcher: up to ``max_batch`` sequences share every forward pass,
+    new ones join at token boundaries and finished ones leave. An encoder's embed jobs that wait
+    together are embedded in one call of up to ``max_batch`` inputs."""
+
+    def __init__(self, model: Any, max_batch: int = 32, max_queue: int = 64, metrics: Optional[Metrics] = None,
+                 max_length: Optional[int] = None, prefill_chunk: int = 64, kv_cache_dtype: Optional[str] = None):
         self.model = model
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.metrics = metrics or Metrics()
         self.busy = False
+        self.batcher = model.batcher(capacity=max_batch, max_length=max_length, prefill_chunk=prefill_chunk,
+                                     kv_cache_dtype=kv_cache_dtype) if isinstance(model, Generator) else None
+        self._running: Dict[int, _Sequence] = {}
+        self._waiting = 0  # requests in the Batcher's queue (read by other threads; the worker writes it)
         self._jobs: "collections.deque[_Job]" = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -174,17 +213,18 @@ class Engine:
 
     @property
     def depth(self) -> int:
-        return len(self._jobs)
+        """Requests waiting for the model (not yet in the running batch)."""
+        return len(self._jobs) + self._waiting
 
     def submit(self, *jobs: _Job) -> _Job:
         """Queues the jobs (all or none; returns the first); APIError 429 when they do not fit
-        behind the jobs already waiting (max_queue)."""
+        behind the requests already waiting (max_queue)."""
         with self._cond:
             if self._closed:
                 raise APIError(503, "the server is shutting down", "server_error", code="shutting_down")
-            if len(self._jobs) + len(jobs) > self.max_queue:
+            if self.depth + len(jobs) > self.max_queue:
                 self.metrics.add(rejected=1)
-                raise APIError(429, f"the server is busy: {len(self._jobs)} requests are waiting (--max-queue "
+                raise APIError(429, f"the server is busy: {self.depth} requests are waiting (--max-queue "
                                f"{self.max_queue}); retry later", "rate_limit_error", code="queue_full")
             self._jobs.extend(jobs)
             self._cond.notify()
@@ -201,32 +241,99 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs and not self._closed:
+                while not self._jobs and not self._running and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     pending, self._jobs = list(self._jobs), collections.deque()
-                    for job in pending:
-                        self._finish(job, error=APIError(503, "the server is shutting down", "server_error"))
+                    shutting_down = APIError(503, "the server is shutting down", "server_error")
+                    for job in pending + [seq.job for seq in self._running.values()]:
+                        self._finish(job, error=shutting_down)
+                    self._running.clear()
                     return
-                jobs = [self._jobs.popleft()]
-                if jobs[0].kind == "embed":  # dynamic batching: the embed jobs that wait, same input type
-                    size = len(jobs[0].inputs)
-                    kind = isinstance(jobs[0].inputs[0], str)
-                    while self._jobs and self._jobs[0].kind == "embed" and \
-                            isinstance(self._jobs[0].inputs[0], str) == kind and \
-                            size + len(self._jobs[0].inputs) <= self.max_batch:
-                        size += len(self._jobs[0].inputs)
-                        jobs.append(self._jobs.popleft())
+                if self.batcher is not None:  # every queued sequence joins the batch (or its queue)
+                    jobs, self._jobs = list(self._jobs), collections.deque()
+                else:
+                    jobs = [self._jobs.popleft()]
+                    if jobs[0].kind == "embed":  # dynamic batching: the embed jobs that wait, same input type
+                        size = len(jobs[0].inputs)
+                        kind = isinstance(jobs[0].inputs[0], str)
+                        while self._jobs and self._jobs[0].kind == "embed" and \
+                                isinstance(self._jobs[0].inputs[0], str) == kind and \
+                                size + len(self._jobs[0].inputs) <= self.max_batch:
+                            size += len(self._jobs[0].inputs)
+                            jobs.append(self._jobs.popleft())
                 self.busy = True
             self._current = jobs
             try:
-                if jobs[0].kind == "embed":
+                if self.batcher is not None:
+                    self._generation_step(jobs)
+                elif jobs[0].kind == "embed":
                     self._run_embeddings([j for j in jobs if not j.cancelled.is_set()])
                 else:
                     self._run_one(jobs[0])
             finally:
                 self.busy = False
                 self._current = []
+
+    def _generation_step(self, jobs: List[_Job]) -> None:
+        """Admits the new generate jobs, drops the cancelled ones, runs one batch step and hands
+        out its tokens."""
+        batcher = self.batcher
+        assert batcher is not None
+        for job in jobs:
+            if job.cancelled.is_set():
+                self._finish(job)
+                continue
+            options = {k: v for k, v in job.options.items() if k != "stop"}
+            try:
+                request = batcher.submit(job.ids, **options)
+            except Exception as error:  # handed to the request
+                self._finish(job, error=error)
+                continue
+            self._running[request] = _Sequence(job, self.model._decode)
+        for request, seq in list(self._running.items()):
+            if seq.job.cancelled.is_set():  # the client went away
+                batcher.cancel(request)
+                del self._running[request]
+                self.metrics.add(cancelled=1, generated_tokens=len(seq.tokens), prompt_tokens=len(seq.job.ids))
+                self._finish(seq.job)
+        self._waiting = batcher.waiting
+        if not self._running:
+            return
+        try:
+            events = batcher.step()
+        except BaseException as error:  # the step failed: every running request gets the error
+            for request, seq in list(self._running.items()):
+                batcher.cancel(request)
+                self._finish(seq.job, error=error)
+            self._running.clear()
+            return
+        finally:
+            self._waiting = batcher.waiting
+        self.metrics.observe_batch(batcher.stats()["last_batch"])
+        for event in events:
+            seq = self._running[event.request]
+            reason = "stop" if seq.add(event.token) else event.finish_reason
+            if reason is None:
+                continue
+            if event.finish_reason is None:
+                batcher.cancel(event.request)
+            del self._running[event.request]
+            self.metrics.add(generated_tokens=len(seq.tokens), prompt_tokens=len(seq.job.ids))
+            finish = _FINISH.get(reason, reason)
+            if seq.pieces is not None:
+                rest = seq.pieces.finish()
+                if rest:
+                    assert seq.job.put is not None
+                    seq.job.put(rest)
+                assert seq.job.put is not None
+                seq.job.put((finish, len(seq.tokens)))
+                self._finish(seq.job)
+            else:
+                text = self.model._decode(seq.tokens)
+                if seq.stops:
+                    text = cut_at_stop(text, seq.stops)[0]
+                self._finish(seq.job, result=(text, finish, len(seq.tokens)))
 
     def _run_one(self, job: _Job) -> None:
         if job.cancelled.is_set():
@@ -261,6 +368,13 @@ class Engine:
         job.done.set()
         for callback in job.callbacks:
             callback()
+
+
+def _seeded(options: Dict[str, Any], offset: int) -> Dict[str, Any]:
+    """The options of a request's offset-th sequence (n > 1): its own seed, the given one + offset."""
+    if options.get("seed") is None or offset == 0:
+        return options
+    return dict(options, seed=options["seed"] + offset)
 
 
 def _with_run(job: _Job, run: Callable[[], Any]) -> _Job:
@@ -328,7 +442,7 @@ def _token_list(value: Any, vocab_size: int, param: str) -> List[int]:
 class _Server:
     """The request handlers' logic, independent of FastAPI's request objects."""
 
-    def __init__(self, model: Any, model_name: str, max_batch: int, max_queue: int) -> None:
+    def __init__(self, model: Any, model_name: str, max_batch: int, max_queue: int, **engine: Any) -> None:
         self.model = model
         self.model_name = model_name
         self.decoder = isinstance(model, Generator)
@@ -344,7 +458,9 @@ class _Server:
                     from None
         self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
         self.metrics = Metrics()
-        self.engine = Engine(model, max_batch, max_queue, self.metrics)
+        self.engine = Engine(model, max_batch, max_queue, self.metrics, **engine)
+        # A request's prompt + completion fits in a batcher slot (--max-length).
+        self.context = self.engine.batcher.max_length if self.engine.batcher is not None else 0
         self.created = int(time.time())
 
     def check_model(self, body: Dict[str, Any], endpoint: str) -> None:
@@ -370,7 +486,7 @@ class _Server:
             value = body.get(key)
             if value is not None and value != default and not (key == "logprobs" and value is False):
                 raise _bad(f"{key} is not supported by cpuformer serve", key, code="unsupported_parameter")
-        room = self.model.max_positions - prompt_len
+        room = self.context - prompt_len
         key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = _integer(body, key, room if chat else 16)
         if max_tokens <= 0:
@@ -394,7 +510,7 @@ class _Server:
         return options
 
     def check_context(self, ids: List[int], param: str) -> None:
-        limit = self.model.max_positions
+        limit = self.context
         if len(ids) >= limit:
             raise _bad(f"this model's maximum context length is {limit} tokens; the {param} has {len(ids)} "
                        "tokens, which leaves no room for a completion", param, code="context_length_exceeded")
@@ -452,47 +568,6 @@ class _Server:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self.model.tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def generate(self, ids: List[int], options: Dict[str, Any], seed_offset: int) -> Tuple[str, str, int]:
-        """(text, finish_reason, completion tokens) of one sequence; runs on the worker."""
-        options = dict(options)
-        if options.get("seed") is not None:
-            options["seed"] += seed_offset
-        result = self.model.generate(ids, return_scores=True, **options)[0]
-        self.metrics.observe_batch(1)
-        self.metrics.add(generated_tokens=len(result.token_ids), prompt_tokens=len(ids))
-        text = self.decode(result.token_ids)
-        if options.get("stop"):
-            text = cut_at_stop(text, options["stop"])[0]
-        return text, _FINISH.get(result.finish_reason, result.finish_reason), len(result.token_ids)
-
-    def stream(self, ids: List[int], options: Dict[str, Any], put: Callable[[Any], None],
-               cancelled: threading.Event) -> None:
-        """Runs one streamed generation on the worker: put(piece) per text piece, then
-        put((finish_reason, completion tokens)); stops when ``cancelled`` is set."""
-        count = [0]
-        stopped: List[bool] = []
-        tokens = self.model.stream(ids, **options)
-
-        def counted():
-            for token in tokens:
-                count[0] += 1
-                yield token
-
-        pieces = text_pieces(counted(), self.decode, options.get("stop") or (), on_stop=lambda: stopped.append(True))
-        try:
-            for piece in pieces:
-                if cancelled.is_set():
-                    self.metrics.add(cancelled=1)
-                    return
-                put(piece)
-            reason = "stop" if stopped else tokens.finish_reason
-            put((_FINISH.get(reason or "length", reason), count[0]))
-        finally:
-            pieces.close()
-            tokens.close()
-            self.metrics.observe_batch(1)
-            self.metrics.add(generated_tokens=count[0], prompt_tokens=len(ids))
 
     # -- embeddings ------------------------------------------------------------------------------
 
@@ -582,9 +657,12 @@ def _sse(data: Any) -> bytes:
 
 
 def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32, max_queue: int = 64,
-               max_body: int = MAX_BODY) -> Any:
+               max_body: int = MAX_BODY, max_length: Optional[int] = None, prefill_chunk: int = 64,
+               kv_cache_dtype: Optional[str] = None) -> Any:
     """A FastAPI app serving ``model`` (a loaded Generator or Encoder; docs/serving.md).
-    ``app.state.engine`` is its Engine; ``app.state.close()`` stops the worker."""
+    ``app.state.engine`` is its Engine; ``app.state.close()`` stops the worker. A decoder's
+    sequences run in a continuous Batcher of max_batch slots of max_length positions (default:
+    the model's context), computing at most prefill_chunk prompt tokens per step."""
     fastapi, _ = _require()
     from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
     from starlette.concurrency import run_in_threadpool
@@ -594,7 +672,10 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         raise ValueError("max_batch, max_queue and max_body must be >= 1")
     if model_name is None:
         model_name = os.path.basename(os.path.normpath(str(model._model_dir.path)))
-    server = _Server(model, model_name, max_batch, max_queue)
+    engine: Dict[str, Any] = {}
+    if isinstance(model, Generator):
+        engine = dict(max_length=max_length, prefill_chunk=prefill_chunk, kv_cache_dtype=kv_cache_dtype)
+    server = _Server(model, model_name, max_batch, max_queue, **engine)
     model_path = str(model._model_dir.path)
     app = fastapi.FastAPI(title="cpuformer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
@@ -654,8 +735,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         if len(prompts) * n > max_queue:
             raise _bad(f"this request asks for {len(prompts) * n} completions (prompts × n); at most {max_queue} "
                        "(--max-queue)", "n")
-        jobs = [_Job("generate", lambda ids=ids, j=j: server.generate(ids, options, j))
-                for ids in prompts for j in range(n)]
+        jobs = [_Job("generate", ids=ids, options=_seeded(options, j)) for ids in prompts for j in range(n)]
         server.engine.submit(*jobs)
         choices = []
         completion = 0
@@ -676,9 +756,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                  body: Dict[str, Any]) -> Any:
         loop = asyncio.get_running_loop()
         queue: "asyncio.Queue[Any]" = asyncio.Queue()
-        job = _Job("generate")
-        job.run = lambda: server.stream(ids, options, lambda x: loop.call_soon_threadsafe(queue.put_nowait, x),
-                                        job.cancelled)
+        job = _Job("generate", ids=ids, options=options, put=lambda x: loop.call_soon_threadsafe(queue.put_nowait, x))
         job.callbacks.append(lambda: loop.call_soon_threadsafe(queue.put_nowait, job))
         server.engine.submit(job)
         stream_options = body.get("stream_options") or {}
@@ -788,10 +866,11 @@ class _Timed:
 
 
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
-          max_batch: int = 32, max_queue: int = 64, max_body: int = MAX_BODY, log_level: str = "info") -> None:
+          max_batch: int = 32, max_queue: int = 64, max_body: int = MAX_BODY, log_level: str = "info",
+          max_length: Optional[int] = None, prefill_chunk: int = 64, kv_cache_dtype: Optional[str] = None) -> None:
     """Serves ``model`` with uvicorn until interrupted (``cpuformer serve``)."""
     _, uvicorn = _require()
-    app = create_app(model, model_name, max_batch, max_queue, max_body)
+    app = create_app(model, model_name, max_batch, max_queue, max_body, max_length, prefill_chunk, kv_cache_dtype)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
     finally:

@@ -138,41 +138,68 @@ class StopWatch:
         return self.stopped
 
 
+class TextPieces:
+    """One sequence's text pieces, fed token by token: add(token) returns the text that became
+    final with it ("" if none) — text the decodes of the first n-1 and the first n tokens agree on
+    (a decoder may rewrite the end of its text when a token follows), without a trailing U+FFFD (a
+    byte-level token may end inside a UTF-8 sequence that the next token completes); finish()
+    returns the rest, from the decode of the whole sequence, so the pieces join to generate()'s
+    text. With stop strings, the text up to the first one is returned, text that could still turn
+    out to begin one is held back until the next token says, and ``stopped`` turns True (add()
+    then returns the last piece, and the sequence should end)."""
+
+    def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str] = ()) -> None:
+        self.decode, self.stops = decode, list(stops)
+        self.produced: List[int] = []
+        self.emitted = self.previous = ""
+        self.stopped = False
+
+    def add(self, token: int) -> str:
+        self.produced.append(int(token))
+        decoded = self.decode(self.produced)
+        final = os.path.commonprefix([self.previous, decoded]).rstrip("\ufffd")
+        self.previous = decoded
+        if self.stops:
+            cut, found = cut_at_stop(decoded, self.stops)
+            if found:
+                self.stopped = True
+                return self._advance(cut)
+            final = final[:len(final) - held_back(final, self.stops)]
+        return self._advance(final)
+
+    def finish(self) -> str:
+        if self.stopped:
+            return ""
+        text = self.decode(self.produced)
+        if self.stops:
+            text = cut_at_stop(text, self.stops)[0]
+        rest = text[len(os.path.commonprefix([self.emitted, text])):]
+        self.emitted = text
+        return rest
+
+    def _advance(self, final: str) -> str:
+        if len(final) > len(self.emitted) and final.startswith(self.emitted):
+            piece, self.emitted = final[len(self.emitted):], final
+            return piece
+        return ""
+
+
 def text_pieces(tokens: Iterator[int], decode: Callable[[List[int]], str], stops: Sequence[str] = (),
                 on_stop: Optional[Callable[[], None]] = None) -> Iterator[str]:
-    """Text pieces of a token stream, each once it is final, joining to the decode of all the
-    tokens cut before the first stop string (Generator.stream's text, stream_chat). A piece is
-    yielded once it is final: text the decodes of the first n-1 and the first n tokens agree on (a
-    decoder may rewrite the end of its text when a token follows), without a trailing U+FFFD (a
-    byte-level token may end inside a UTF-8 sequence that the next token completes); the rest is
-    flushed from the decode of the whole sequence, so the pieces join to generate()'s text. With
-    stop strings, the text up to the first one is yielded, text that could still turn out to
-    begin one is held back until the next token says, and ``on_stop()`` is called when one ends
-    the text. Closing this generator closes ``tokens``."""
-    produced: List[int] = []
-    emitted = previous = ""
+    """The text pieces of a token stream (TextPieces), each once it is final (Generator.stream's
+    text, stream_chat); ``on_stop()`` is called when a stop string ends the text. Closing this
+    generator closes ``tokens``."""
+    pieces = TextPieces(decode, stops)
     try:
         for token in tokens:
-            produced.append(int(token))
-            decoded = decode(produced)
-            final = os.path.commonprefix([previous, decoded]).rstrip("\ufffd")
-            previous = decoded
-            if stops:
-                cut, found = cut_at_stop(decoded, stops)
-                if found:
-                    if on_stop is not None:
-                        on_stop()
-                    if len(cut) > len(emitted) and cut.startswith(emitted):
-                        yield cut[len(emitted):]
-                    return
-                final = final[:len(final) - held_back(final, stops)]
-            if len(final) > len(emitted) and final.startswith(emitted):
-                yield final[len(emitted):]
-                emitted = final
-        text = decode(produced)
-        if stops:
-            text = cut_at_stop(text, stops)[0]
-        rest = text[len(os.path.commonprefix([emitted, text])):]
+            piece = pieces.add(token)
+            if piece:
+                yield piece
+            if pieces.stopped:
+                if on_stop is not None:
+                    on_stop()
+                return
+        rest = pieces.finish()
         if rest:
             yield rest
     finally:

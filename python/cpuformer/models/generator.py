@@ -20,9 +20,11 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _core
 from .._arguments import check_integer
 from .._model_dir import ModelDir, _describe, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
+from ._batcher import Batcher
 from ._inputs import as_2d, fits_float
 from ._result import GenerationResult, GenerationStream, StreamState, log_probs_needed, results
 from ._speculative import speculation
@@ -254,6 +256,39 @@ class Generator(TextMixin, ModelBase):
             return self._scored(tokens, kind, log_probs, reasons, beam_scores, stops, stats, return_stats)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
                             one_text=num_return_sequences == 1, stops=stops)
+
+    def batcher(self, capacity: int = 8, max_length: Optional[int] = None, prefill_chunk: int = 256,
+                kv_cache_dtype: Optional[str] = None, prefix_reuse: bool = True) -> Batcher:
+        """A continuous batcher over this model (cpuformer.Batcher; docs/decoders.md,
+        "Continuous batching"): requests submitted at any time share every forward pass, and
+        each gets the tokens generate() gives it alone."""
+        model = self._live()
+        capacity = check_integer("capacity", capacity, 1)
+        max_length = self.max_positions if max_length is None else check_integer("max_length", max_length, 1)
+        if max_length > self.max_positions:
+            raise ValueError(f"max_length must be at most the model's max_positions ({self.max_positions}), "
+                             f"got {max_length}")
+        prefill_chunk = check_integer("prefill_chunk", prefill_chunk, 1)
+        batch = _core.BatchDecoder(model, capacity, max_length, prefill_chunk, kv_cache_code(kv_cache_dtype),
+                                   bool(prefix_reuse), self.num_threads)
+        return Batcher(self, batch)
+
+    def _request(self, prompt, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                 repetition_penalty, eos_token_id, seed, return_log_probs, bad_words_ids,
+                 no_repeat_ngram_size) -> Tuple[List[int], Dict[str, Any]]:
+        """One Batcher request's token ids and C++ options (greedy search or sampling, checked)."""
+        self._live()
+        ids, _ = self._prompts(prompt)
+        if len(ids) != 1:
+            raise ValueError(f"submit() takes one prompt, got {len(ids)}")
+        options = self._options(max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                                repetition_penalty, 1, 1.0, False, eos_token_id, seed, return_log_probs)
+        if options["max_new_tokens"] < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        sequence_options(options, 1, no_repeat_ngram_size)
+        options["kv_cache_dtype"] = 0  # (the batcher's cache has its own)
+        options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
+        return ids[0], options
 
     def _scored(self, tokens: List[List[int]], kind: str, log_probs: List[List[float]], reasons: List[str],
                 beam_scores: Optional[List[float]], stops: Sequence[str], stats: Optional[Dict[str, int]],

@@ -1,0 +1,208 @@
+"""Continuous batching (Generator.batcher(), csrc/models/batch_decoder.h): requests submitted at
+different steps share every forward pass, and each gets exactly the tokens generate() gives it
+alone — greedy, sampling with a seed, the logits processors, every decoder family (learned
+positions, RoPE, GQA, a sliding window, q/k norms), int8 weights and reduced-precision KV caches,
+with chunked prefill and prefix reuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cpuformer as cf
+from models.test_decoder import SMALL, _build
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+FAMILIES = ["gpt2", "llama", "mistral", "qwen2", "qwen3"]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    out = {}
+    for i, name in enumerate(FAMILIES):
+        model_class, config_class, config = SMALL[name]
+        directory = tmp_path_factory.mktemp(name)
+        _build(directory, model_class, config_class, seed=40 + i, **config)
+        out[name] = str(directory)
+    return out
+
+
+@pytest.fixture(scope="module")
+def gens(dirs):
+    return {name: cf.Generator(d) for name, d in dirs.items()}
+
+
+def _prompts(vocab, count, seed, longest=40, shared=()):
+    rng = np.random.default_rng(seed)
+    return [list(shared) + [int(t) for t in rng.integers(3, vocab, int(n))]
+            for n in rng.integers(1, longest, count)]
+
+
+def _staggered(batcher, prompts, options, arrivals):
+    """Submits prompt i after arrivals[i] steps (while others run); the tokens of each, in order."""
+    tokens = {}
+    ids = {}
+    step = 0
+    pending = list(range(len(prompts)))
+    while pending or batcher.running or batcher.waiting:
+        for i in [i for i in pending if arrivals[i] <= step]:
+            ids[batcher.submit(prompts[i], **options[i])] = i
+            tokens[i] = []
+            pending.remove(i)
+        for event in batcher.step():
+            tokens[ids[event.request]].append(event.token)
+        step += 1
+        assert step < 10_000
+    return [tokens[i] for i in range(len(prompts))]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_staggered_requests_equal_each_alone(gens, name):
+    gen = gens[name]
+    prompts = _prompts(gen.vocab_size, 10, seed=1)
+    rng = np.random.default_rng(2)
+    options = [dict(max_new_tokens=int(rng.integers(1, 30)), eos_token_id=[]) for _ in prompts]
+    options[3].update(do_sample=True, seed=7, temperature=0.9, top_k=20, top_p=0.9)
+    options[4].update(repetition_penalty=1.4, no_repeat_ngram_size=2)
+    options[5].update(min_new_tokens=3, eos_token_id=[5, 6])
+    options[6].update(do_sample=True, seed=11)
+    arrivals = [int(a) for a in rng.integers(0, 25, len(prompts))]
+    batcher = gen.batcher(capacity=3, prefill_chunk=5)
+    got = _staggered(batcher, prompts, options, arrivals)
+    for i, (p, o) in enumerate(zip(prompts, options)):
+        assert got[i] == gen.generate(p, **o)[0], (i, o)
+    stats = batcher.stats()
+    assert stats["prefill_tokens"] + stats["reused_tokens"] == sum(len(p) for p in prompts)
+    assert stats["decode_tokens"] == sum(len(t) for t in got) - len(got)
+    assert batcher.running == batcher.waiting == 0
+
+
+def test_log_probs_and_finish_reasons(gens):
+    gen = gens["llama"]
+    prompts = _prompts(gen.vocab_size, 4, seed=3)
+    batcher = gen.batcher(capacity=4)
+    requests = [batcher.submit(p, max_new_tokens=12, eos_token_id=[7, 9], return_log_probs=True) for p in prompts]
+    events = {r: [] for r in requests}
+    while batcher.running or batcher.waiting:
+        for e in batcher.step():
+            events[e.request].append(e)
+    for r, p in zip(requests, prompts):
+        (tokens,), (log_probs,) = gen.generate(p, max_new_tokens=12, eos_token_id=[7, 9], return_log_probs=True)
+        assert [e.token for e in events[r]] == tokens
+        np.testing.assert_allclose([e.log_prob for e in events[r]], log_probs, rtol=1e-4, atol=1e-4)
+        assert all(e.finish_reason is None for e in events[r][:-1])
+        assert events[r][-1].finish_reason == ("eos" if tokens[-1] in (7, 9) else "length")
+    plain = batcher.submit(prompts[0], max_new_tokens=2)
+    assert all(e.log_prob is None for e in batcher.step() + batcher.step() if e.request == plain)
+
+
+@pytest.mark.parametrize("dtype,kv", [("int8", None), ("float32", "int8"), ("float32", "float16")])
+def test_quantized_weights_and_kv_caches(dirs, dtype, kv):
+    gen = cf.Generator(dirs["llama"], dtype=dtype)
+    prompts = _prompts(gen.vocab_size, 6, seed=4)
+    got = gen.batcher(capacity=4, prefill_chunk=8, kv_cache_dtype=kv).run(prompts, max_new_tokens=15,
+                                                                          eos_token_id=[])
+    for p, t in zip(prompts, got):
+        assert t == gen.generate(p, max_new_tokens=15, eos_token_id=[], kv_cache_dtype=kv)[0]
+
+
+def test_shared_prefix_is_reused_not_recomputed(gens):
+    gen = gens["qwen2"]
+    system = [int(t) for t in np.random.default_rng(6).integers(3, gen.vocab_size, 60)]
+    prompts = _prompts(gen.vocab_size, 5, seed=7, longest=6, shared=system)
+    batcher = gen.batcher(capacity=3, prefill_chunk=16)
+    # Concurrent: the later requests wait for the first one's prefix, then copy it.
+    got = batcher.run(prompts[:3], max_new_tokens=8)
+    stats = batcher.stats()
+    assert stats["copied_tokens"] >= 2 * len(system)
+    assert stats["prefill_tokens"] == sum(len(p) for p in prompts[:3]) - stats["reused_tokens"]
+    # Later: a finished request's slot still holds the prefix.
+    got += batcher.run(prompts[3:], max_new_tokens=8)
+    assert batcher.stats()["reused_tokens"] >= 4 * len(system)
+    for p, t in zip(prompts, got):
+        assert t == gen.generate(p, max_new_tokens=8)[0]
+    # Without reuse, every prompt token is computed, with the same tokens out.
+    plain = gen.batcher(capacity=3, prefill_chunk=16, prefix_reuse=False)
+    assert plain.run(prompts, max_new_tokens=8) == got
+    assert plain.stats()["reused_tokens"] == 0
+    assert plain.stats()["prefill_tokens"] == sum(len(p) for p in prompts)
+
+
+def test_a_prompt_identical_to_a_cached_one_recomputes_its_last_token(gens):
+    gen = gens["gpt2"]
+    prompt = _prompts(gen.vocab_size, 1, seed=8, longest=30)[0] + [4, 5]
+    batcher = gen.batcher(capacity=1)
+    first = batcher.run([prompt], max_new_tokens=6)
+    second = batcher.run([prompt], max_new_tokens=6)
+    assert first == second == [gen.generate(prompt, max_new_tokens=6)[0]]
+    assert batcher.stats()["reused_tokens"] == len(prompt) - 1
+
+
+def test_cancel_frees_the_slot_and_waiting_requests_run(gens):
+    gen = gens["llama"]
+    prompts = _prompts(gen.vocab_size, 3, seed=9)
+    batcher = gen.batcher(capacity=1)
+    a = batcher.submit(prompts[0], max_new_tokens=50, eos_token_id=[])
+    b = batcher.submit(prompts[1], max_new_tokens=5, eos_token_id=[])
+    c = batcher.submit(prompts[2], max_new_tokens=5, eos_token_id=[])
+    batcher.step()
+    assert (batcher.running, batcher.waiting) == (1, 2)
+    assert batcher.cancel(c) and not batcher.cancel(c)
+    assert batcher.cancel(a)
+    assert (batcher.running, batcher.waiting) == (0, 1)
+    tokens = []
+    while batcher.running or batcher.waiting:
+        tokens += [e.token for e in batcher.step() if e.request == b]
+    assert tokens == gen.generate(prompts[1], max_new_tokens=5, eos_token_id=[])[0]
+    assert batcher.step() == []
+    assert not batcher.cancel(12345)
+
+
+def test_strings_in(gens, tmp_path):
+    from cpuformer import _bench
+
+    directory = _bench.build_model("decoder", dict(name="tiny-gpt2", vocab_size=300, n_embd=32, n_layer=2,
+                                                   n_head=4, n_positions=64), str(tmp_path / "tiny"))
+    gen = cf.load(directory)
+    batcher = gen.batcher(capacity=2)
+    assert batcher.run(["hello there", "the cat"], max_new_tokens=4) == \
+        [gen.generate(gen.tokenizer.encode("hello there"), max_new_tokens=4)[0],
+         gen.generate(gen.tokenizer.encode("the cat"), max_new_tokens=4)[0]]
+
+
+def test_bad_input(gens, dirs):
+    gen = gens["gpt2"]  # max_positions 96
+    with pytest.raises(ValueError, match="capacity must be"):
+        gen.batcher(capacity=0)
+    with pytest.raises(ValueError, match=r"max_length must be at most the model's max_positions \(96\)"):
+        gen.batcher(max_length=97)
+    with pytest.raises(ValueError, match="prefill_chunk must be"):
+        gen.batcher(prefill_chunk=0)
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        gen.batcher(kv_cache_dtype="int4")
+    batcher = gen.batcher(capacity=2, max_length=32)
+    assert batcher.max_length == 32 and batcher.capacity == 2
+    with pytest.raises(ValueError, match=r"prompt length 30 \+ max_new_tokens 3 exceeds the batcher's max_length "
+                                         r"of 32 tokens"):
+        batcher.submit([3] * 30, max_new_tokens=3)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        batcher.submit([3], max_new_tokens=0)
+    with pytest.raises(ValueError, match="out of range"):
+        batcher.submit([3, 1000])
+    with pytest.raises(ValueError, match="empty"):
+        batcher.submit([])
+    with pytest.raises(ValueError, match="one prompt"):
+        batcher.submit([[3], [4]])
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        batcher.submit([3], do_sample=True, temperature=0)
+    assert batcher.running == batcher.waiting == 0  # nothing was queued by a refused request
+    closed = cf.Generator(dirs["gpt2"])
+    live = closed.batcher(capacity=1)
+    live.submit([3, 4], max_new_tokens=2)
+    closed.close()
+    with pytest.raises(ValueError, match="closed"):
+        live.step()
+    with pytest.raises(ValueError, match="closed"):
+        closed.batcher()
