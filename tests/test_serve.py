@@ -606,6 +606,19 @@ def test_disconnect_cancels_the_generation(live):
         .status_code == 200
 
 
+def test_disconnect_cancels_a_non_streaming_request(live):
+    before = metric(httpx.get(live.url + "/metrics").text, "cpuformer_cancelled_total")
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
+        httpx.post(live.url + "/v1/completions", json=dict(model="tiny-gpt", prompt="Hello", temperature=0,
+                                                            max_tokens=CONTEXT - 10), timeout=0.2)
+    deadline = time.time() + 30
+    while metric(httpx.get(live.url + "/metrics").text, "cpuformer_cancelled_total") <= before:
+        assert time.time() < deadline, "the generation was not cancelled"
+        time.sleep(0.05)
+    assert httpx.post(live.url + "/v1/completions", json=dict(model="tiny-gpt", prompt="a", max_tokens=3)) \
+        .status_code == 200
+
+
 def test_many_connections_at_once(gen):
     """300 clients at once against a queue of 4 and a busy worker: 4 are answered 200 once the
     worker is free, the others 429 at once; the server keeps serving."""

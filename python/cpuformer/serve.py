@@ -404,6 +404,17 @@ async def _wait(job: _Job) -> Any:
     return job.result
 
 
+async def _cancel_on_disconnect(request: Any, jobs: List[_Job], every: float = 0.1) -> None:
+    """Cancels the jobs of a request whose client closes the connection before they end (a
+    non-streaming answer: nothing is sent until the end, so the connection is polled)."""
+    while not all(job.done.is_set() for job in jobs):
+        if await request.is_disconnected():
+            for job in jobs:
+                job.cancelled.set()
+            return
+        await asyncio.sleep(every)
+
+
 # ---- request parsing -------------------------------------------------------------------------------
 
 def _bad(message: str, param: Optional[str] = None, code: Optional[str] = None) -> APIError:
@@ -737,10 +748,16 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                        "(--max-queue)", "n")
         jobs = [_Job("generate", ids=ids, options=_seeded(options, j)) for ids in prompts for j in range(n)]
         server.engine.submit(*jobs)
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, jobs))
+        try:
+            answers = [await _wait(job) for job in jobs]
+        finally:
+            watcher.cancel()
+        if any(answer is None for answer in answers):  # cancelled: the client has gone
+            raise APIError(499, "the client closed the connection", code="client_disconnected")
         choices = []
         completion = 0
-        for index, job in enumerate(jobs):
-            text, reason, count = await _wait(job)
+        for index, (text, reason, count) in enumerate(answers):
             completion += count
             if chat:
                 choices.append({"index": index, "message": {"role": "assistant", "content": text},
