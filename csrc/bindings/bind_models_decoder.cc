@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -178,7 +179,8 @@ class PyDecoderModel : private ModelBuilder {
 
 // cpuformer._core.BatchDecoder: continuous batching over one DecoderModel (models/batch_decoder.h).
 // The Python layer validates the options (Generator.batcher()); this class checks what the C++
-// loop relies on. Keeps the model object alive.
+// loop relies on. Keeps the model object alive. Thread-safe: calls take turns (a mutex), so
+// another thread's add() or cancel() waits for a running step.
 class PyBatchDecoder {
  public:
   PyBatchDecoder(const py::object& model, long capacity, long max_len, long prefill_chunk, long kv_cache_dtype,
@@ -220,16 +222,23 @@ class PyBatchDecoder {
                             std::to_string(o.max_new_tokens) + " exceeds the batcher's max_length of " +
                             std::to_string(batch_->max_len()) + " tokens");
     }
+    GilReleased release;
+    std::lock_guard<std::mutex> lock(mutex_);
     batch_->add(id, prompt, o);
   }
 
-  bool cancel(long id) { return batch_->cancel(id); }
+  bool cancel(long id) {
+    GilReleased release;
+    std::lock_guard<std::mutex> lock(mutex_);
+    return batch_->cancel(id);
+  }
 
   // [(id, token, log_prob, finish reason "eos" | "length" | None)] of one forward pass.
   py::list step() {
     std::vector<BatchEvent> events;
     {
       GilReleased release;
+      std::lock_guard<std::mutex> lock(mutex_);  // other threads' add() / cancel() wait for the step
       ScopedNumThreads threads(num_threads_);
       ComputeSlots slots(current_num_threads());
       events = batch_->step();
@@ -245,7 +254,12 @@ class PyBatchDecoder {
   }
 
   py::dict stats() const {
-    const BatchStats& s = batch_->stats();
+    BatchStats s;
+    {
+      GilReleased release;
+      std::lock_guard<std::mutex> lock(mutex_);
+      s = batch_->stats();
+    }
     py::dict d;
     d["steps"] = s.steps;
     d["decode_tokens"] = s.decode_tokens;
@@ -255,16 +269,28 @@ class PyBatchDecoder {
     d["last_batch"] = s.last_batch;
     return d;
   }
-  long waiting() const { return batch_->waiting(); }
-  long running() const { return batch_->running(); }
+  long waiting() const {
+    return locked([&] { return batch_->waiting(); });
+  }
+  long running() const {
+    return locked([&] { return batch_->running(); });
+  }
   long capacity() const { return batch_->capacity(); }
   long max_len() const { return batch_->max_len(); }
 
  private:
+  template <class F>
+  long locked(F&& f) const {
+    GilReleased release;
+    std::lock_guard<std::mutex> lock(mutex_);
+    return f();
+  }
+
   py::object owner_;
   const PyDecoderModel* model_;
   int num_threads_;
   std::unique_ptr<BatchDecoder> batch_;
+  mutable std::mutex mutex_;  // one call at a time: a step runs with the GIL released
 };
 
 // Testing hook: a KvCache holding k and v ([layers, rows, kv_heads, length, head_dim] float32,

@@ -160,6 +160,38 @@ def test_cancel_frees_the_slot_and_waiting_requests_run(gens):
     assert not batcher.cancel(12345)
 
 
+def test_threads_submit_while_another_steps(gens):
+    import threading
+
+    gen = gens["llama"]
+    prompts = _prompts(gen.vocab_size, 24, seed=12)
+    batcher = gen.batcher(capacity=4, prefill_chunk=6)
+    ids = {}
+    lock = threading.Lock()
+
+    def submitter(part):
+        for i in part:
+            with lock:  # (the id is recorded before the main thread can see its tokens)
+                ids[batcher.submit(prompts[i], max_new_tokens=5 + i % 7, eos_token_id=[])] = i
+
+    threads = [threading.Thread(target=submitter, args=(range(k, 24, 3),)) for k in range(3)]
+    for t in threads:
+        t.start()
+    tokens = {i: [] for i in range(24)}
+    ended = 0
+    while ended < 24:
+        for event in batcher.step():
+            with lock:
+                i = ids[event.request]
+            tokens[i].append(event.token)
+            ended += event.finish_reason is not None
+    for t in threads:
+        t.join()
+    assert len(ids) == 24
+    for i, p in enumerate(prompts):
+        assert tokens[i] == gen.generate(p, max_new_tokens=5 + i % 7, eos_token_id=[])[0]
+
+
 def test_strings_in(gens, tmp_path):
     from cpuformer import _bench
 

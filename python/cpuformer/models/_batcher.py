@@ -8,6 +8,7 @@ retires sequences as they end. Each request's tokens are the ones ``generate()``
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
 
 
@@ -22,8 +23,10 @@ class BatchEvent(NamedTuple):
 
 class Batcher:
     """Continuous batching over one Generator: ``submit()`` requests at any time, call ``step()``
-    to run one forward pass over all of them, ``cancel()`` to drop one. One thread drives a
-    Batcher; ``cpuformer serve`` runs one on its worker thread.
+    to run one forward pass over all of them, ``cancel()`` to drop one. Threads may share a
+    Batcher: its calls take turns, and ``step()`` releases the GIL while it computes (a
+    ``submit()`` from another thread waits for the running step). ``cpuformer serve`` drives one
+    from its worker thread.
 
     capacity: the sequences that run together (KV-cache slots); more requests wait, first come
     first served. max_length: the longest prompt + max_new_tokens of a request (default: the
@@ -37,7 +40,7 @@ class Batcher:
     def __init__(self, generator: Any, batch: Any) -> None:
         self._gen = generator  # made by Generator.batcher(), which checks the arguments
         self._core = batch
-        self._next_id = 0
+        self._ids = itertools.count()  # next() is atomic: threads may submit at once
         self._log_probs: Dict[int, bool] = {}
 
     @property
@@ -77,10 +80,13 @@ class Batcher:
         if len(ids) + options["max_new_tokens"] > self.max_length:
             raise ValueError(f"prompt length {len(ids)} + max_new_tokens {options['max_new_tokens']} exceeds "
                              f"the batcher's max_length of {self.max_length} tokens")
-        request = self._next_id
-        self._core.add(request, ids, options)
-        self._next_id += 1
+        request = next(self._ids)
         self._log_probs[request] = bool(return_log_probs)
+        try:
+            self._core.add(request, ids, options)
+        except BaseException:
+            self._log_probs.pop(request, None)
+            raise
         return request
 
     def cancel(self, request: int) -> bool:
