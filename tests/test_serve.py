@@ -393,6 +393,25 @@ def test_seq2seq_is_refused(tmp_path):
             serve.create_app(model)
 
 
+def test_max_length_bounds_each_request(gen):
+    app = serve.create_app(gen, max_length=48, max_batch=2, prefill_chunk=4)
+    try:
+        with TestClient(app) as c:
+            assert app.state.engine.batcher.max_length == 48 and app.state.engine.batcher.capacity == 2
+            error_of(complete(c, prompt=[5] * 48), 400, "this model's maximum context length is 48 tokens; the "
+                     "prompt has 48 tokens", "prompt", "context_length_exceeded")
+            error_of(complete(c, prompt=[5] * 20, max_tokens=29), 400,
+                     "prompt length 20 + max_new_tokens 29 exceeds the batcher's max_length of 48 tokens")
+            body = complete(c, prompt=[5] * 20, max_tokens=28, temperature=0).json()
+            assert body["usage"]["completion_tokens"] == 28 or body["choices"][0]["finish_reason"] == "stop"
+            chat = c.post("/v1/chat/completions", json=dict(model="tiny-gpt", temperature=0,
+                                                            messages=[{"role": "user", "content": "Hi"}])).json()
+            assert chat.get("usage"), chat
+            assert chat["usage"]["total_tokens"] <= 48  # the default max_tokens fills the rest of the context
+    finally:
+        app.state.close()
+
+
 def _blocking_stream(release):
     """A streamed sequence whose first text piece holds the worker until release is set: requests
     sent meanwhile stay queued."""
