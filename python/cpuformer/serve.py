@@ -675,7 +675,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
     sequences run in a continuous Batcher of max_batch slots of max_length positions (default:
     the model's context), computing at most prefill_chunk prompt tokens per step."""
     fastapi, _ = _require()
-    from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
     from starlette.concurrency import run_in_threadpool
     from starlette.exceptions import HTTPException
 
@@ -844,9 +844,11 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         base64_out = body.get("encoding_format") == "base64"
         data = [{"object": "embedding", "index": i,
                  "embedding": base64.b64encode(np.asarray(v, "<f4").tobytes()).decode() if base64_out
-                 else [float(x) for x in v]} for i, v in enumerate(vectors)]
-        return {"object": "list", "data": data, "model": model_name,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+                 else np.asarray(v, np.float32).tolist()} for i, v in enumerate(vectors)]
+        # Serialized here: FastAPI's generic encoder walks every float of the vectors (~0.3 ms each).
+        return Response(json.dumps({"object": "list", "data": data, "model": model_name,
+                                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
+                                   separators=(",", ":")), media_type="application/json")
 
     # The annotation FastAPI reads to pass the Request (this module's annotations are strings).
     for path, handler in (("/v1/completions", completions), ("/v1/chat/completions", chat_completions),
