@@ -7,7 +7,7 @@
 Each server runs in its own process (`python -m cpuformer serve MODEL --threads N`, and
 `python -m llama_cpp.server`); the clients are threads of this process speaking HTTP (httpx), so the
 server's compute threads and the clients share the machine's cores as they would on one host.
-Every row starts a fresh server and sends it one short warm-up request first. Rows:
+Every row starts a fresh server and warms it up first (short requests for 2 s). Rows:
 
   * ``decode``: the decoder (--model: ``gpt2``, GPT-2 124M as `cpuformer bench` builds it; ``llama``,
     the 1.1B Llama of benchmarks/bench_decoder.py, TinyLlama shape; random weights of the real shape,
@@ -50,6 +50,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -90,6 +91,8 @@ PREFIX = {"full": dict(system=500, suffix=16, new=8), "quick": dict(system=200, 
 #: A streamed request's longest wait for its next bytes: behind 255 queued requests on a server that
 #: runs one at a time, a request waits for minutes.
 READ_TIMEOUT = 3600.0
+#: Each fresh server's warm-up before a row is timed.
+WARM_SECONDS = 2.0
 
 
 def _free_port() -> int:
@@ -132,6 +135,7 @@ class Server:
     engine = ""
     ready = "/health"
     metrics_path: Optional[str] = None
+    settings: Dict[str, Any] = {}  # the options that shape its speed (recorded with each row)
 
     def __init__(self, command: List[str], name: str, timeout: float = 600) -> None:
         import httpx
@@ -199,6 +203,8 @@ class CpuformerServer(Server):
         command += ["--dtype", dtype] if dtype else []
         command += ["--max-length", str(max_length)] if max_length else []
         command += ["--prefill-chunk", str(prefill_chunk)] if prefill_chunk else []
+        self.settings = {"threads": threads, "dtype": dtype or "float32", "max_batch": max_batch,
+                         "max_length": max_length, "prefill_chunk": prefill_chunk, "max_queue": max_queue}
         super().__init__(command, "m")
 
     def body(self, ids: List[int], max_tokens: int) -> Dict[str, Any]:
@@ -215,6 +221,7 @@ class LlamaCppServer(Server):
 
     def __init__(self, gguf: str, threads: int, n_ctx: int) -> None:
         self.port = _free_port()
+        # n_ctx: the longest request of the row, as cpuformer serve's --max-length
         self.settings = {"n_threads": threads, "n_threads_batch": threads, "n_ctx": n_ctx,
                          "n_batch": min(512, n_ctx), "interrupt_requests": False}
         command = [sys.executable, "-m", "llama_cpp.server", "--model", gguf, "--model_alias", "m", "--host",
@@ -298,11 +305,16 @@ def mix(vocab: int, clients: int, requests: int, seed: int) -> List[List[Tuple[L
 
 
 def _warm(server: Server) -> None:
-    """One short request: loads the pages, starts the workers."""
+    """Short requests for at least WARM_SECONDS (and two requests): loads the pages and starts the
+    workers. A fresh llama.cpp server decodes its first tokens up to 100× slower for about a second."""
     import httpx
 
+    until = time.monotonic() + WARM_SECONDS
     with httpx.Client() as client:
-        _stream_completion(client, server, [100, 101, 102], 4)
+        for count in itertools.count(1):
+            _stream_completion(client, server, list(range(100, 116)), 16)
+            if count >= 2 and time.monotonic() >= until:
+                break
 
 
 def run_clients(server: Server, work: List[List[Tuple[List[int], int]]]) -> Tuple[List[Dict[str, Any]], float]:
@@ -357,6 +369,7 @@ def decode_row(start: Callable[[], Server], vocab: int, clients: int, requests: 
     finally:
         server.close()
     row = summarize(clients, results, wall)
+    row["server"] = server.settings
     if delta.get("cpuformer_batch_size_count"):  # decode steps in the run and their mean batch
         row["batch_steps"] = int(delta["cpuformer_batch_size_count"])
         row["mean_batch"] = delta["cpuformer_batch_size_sum"] / delta["cpuformer_batch_size_count"]
@@ -370,7 +383,7 @@ def prefix_row(start: Callable[[], Server], vocab: int, system: int, suffix: int
     import httpx
 
     rng = random.Random(seed)
-    firsts: set = set()
+    firsts = {100}  # the warm-up prompt's first token
     out: List[Dict[str, Any]] = []
     server = start()
     try:
@@ -407,6 +420,7 @@ def prefix_row(start: Callable[[], Server], vocab: int, system: int, suffix: int
     finally:
         server.close()
     row: Dict[str, Any] = {"system_tokens": system, "suffix_tokens": suffix, "new_tokens": new, "rounds": out,
+                           "server": server.settings,
                            "ttft_first_median_s": statistics.median(e["ttft_first_s"] for e in out),
                            "ttft_second_median_s": statistics.median(e["ttft_second_s"] for e in out),
                            "ratio_median": statistics.median(e["ratio"] for e in out)}
@@ -562,7 +576,8 @@ def llamacpp_rows(model: str, dtype: str, args: argparse.Namespace, clients: Lis
     def start(n_ctx: int) -> Callable[[], Server]:
         def make() -> Server:
             server = LlamaCppServer(gguf["path"], args.threads, n_ctx)
-            out["server"] = server.settings
+            # the settings every row shares (n_ctx and n_batch follow the row's longest request)
+            out["server"] = {k: v for k, v in server.settings.items() if k not in ("n_ctx", "n_batch")}
             try:
                 server.check_tokens(mix(vocab, 1, 1, 0)[0][0][0])
             except BaseException:
