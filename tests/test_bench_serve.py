@@ -113,13 +113,16 @@ def test_decode_row_counts_every_request(tiny_gpt2):
     vocab = bench.vocab_of(tiny_gpt2)
 
     def start():
-        return bench.CpuformerServer(tiny_gpt2, 1, max_queue=64, max_batch=4, dtype="int8", max_length=128)
+        return bench.CpuformerServer(tiny_gpt2, 1, max_queue=64, max_batch=4, dtype="int8", max_length=128,
+                                     kv_cache_dtype="float16")
 
     row = bench.decode_row(start, vocab, clients=2, requests=2, seed=0)
     assert row["clients"] == 2 and row["requests"] == 4 and row["tokens_counted_from"] == ["usage"]
     assert 4 * 32 <= row["generated_tokens"] <= 4 * 64  # 32-64 new tokens per request
     assert row["tokens_per_s"] > 0 and row["ttft_p50_s"] <= row["ttft_p99_s"]
     assert row["batch_steps"] > 0 and 1.0 <= row["mean_batch"] <= 2.0
+    assert row["server"] == {"threads": 1, "dtype": "int8", "max_batch": 4, "max_length": 128, "prefill_chunk": None,
+                             "max_queue": 64, "kv_cache_dtype": "float16"}
 
 
 def test_prefix_row_times_both_requests(tiny_gpt2):
