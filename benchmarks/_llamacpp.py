@@ -8,7 +8,10 @@ float32 (or float16) safetensors. Q8_0 / Q4_0 / F16 come from the F32 file throu
 llama.cpp's own policy: the output matrix in Q6_K, norms in F32).
 
 The vocabulary written is a SentencePiece-style ("llama") token list "t0".."t{V-1}" with zero scores:
-enough for llama.cpp to load the model; callers feed token ids, never text.
+enough for llama.cpp to load the model; callers feed token ids, never text. With vocabulary="chars"
+token i is instead the single character chr(CHARS_BASE + i) (no space prefix, no BOS): a text of
+such characters tokenizes to exactly those ids, for a client that can only send text (llama-cpp-python's
+server takes no token-id prompts; benchmarks/bench_serve.py). `id_text` makes that text.
 
 llama.cpp, torch and cpuformer each bring an OpenMP runtime, so everything that loads llama.cpp (or
 torch, for the reference logits) runs in its own process through this file's command line; every
@@ -17,6 +20,7 @@ accuracy_int4.py) uses `run_child` and the helpers below, which import neither l
 
     python benchmarks/_llamacpp.py version
     python benchmarks/_llamacpp.py prepare HF_DIR OUT_DIR [--kinds f32,f16,q8_0,q4_0] [--threads 2]
+                                           [--vocabulary ids|chars]
     python benchmarks/_llamacpp.py logits GGUF --ids 1,2,3 --out LOGITS.npy [--threads 2] [--kv-f32]
     python benchmarks/_llamacpp.py reference HF_DIR --ids 1,2,3 --out LOGITS.npy [--threads 2]
     python benchmarks/_llamacpp.py bench GGUF [--threads 2] [--decode 16,128] [--batch 1,8] [--prefill 512]
@@ -43,6 +47,12 @@ KINDS = ("f32", "f16", "q8_0", "q4_0")
 FTYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}
 #: The self-check bound: max |llama.cpp F32 logit - transformers logit| / max |transformers logit|.
 SELF_CHECK_TOLERANCE = 1e-3
+#: The vocabularies convert() writes: "t0".."t{V-1}" (ids), or one character per id (chars).
+VOCABULARIES = ("ids", "chars")
+#: Token i of the "chars" vocabulary is chr(CHARS_BASE + i): planes 2-3 and up hold no character that
+#: a tokenizer splits, normalizes or treats as whitespace, and every code point there is valid UTF-8.
+CHARS_BASE = 0x20000
+CHARS_LIMIT = 0xE0000 - CHARS_BASE  # below the tag and private-use planes
 HERE = os.path.abspath(__file__)
 
 
@@ -132,14 +142,26 @@ def _gpt2_tensors(config: dict, ckpt: Dict[str, np.ndarray]) -> Dict[str, np.nda
     return out
 
 
-def _vocabulary(writer, vocab_size: int, bos: Optional[int], eos: Optional[int]) -> None:
+def id_text(ids: List[int]) -> str:
+    """The text that the "chars" vocabulary tokenizes to exactly `ids`."""
+    for i in ids:
+        if not 0 <= i < CHARS_LIMIT:
+            raise ValueError(f"token id {i} has no character in the chars vocabulary (0 .. {CHARS_LIMIT - 1})")
+    return "".join(chr(CHARS_BASE + i) for i in ids)
+
+
+def _vocabulary(writer, vocab_size: int, bos: Optional[int], eos: Optional[int], vocabulary: str = "ids") -> None:
     from gguf import TokenType
 
     # an id outside the vocabulary (a shrunken test config keeping GPT-2's 50256) names no token
     bos, eos = (t if t is not None and 0 <= t < vocab_size else None for t in (bos, eos))
     special = {t for t in (bos, eos) if t is not None}
     writer.add_tokenizer_model("llama")
-    writer.add_token_list([f"t{i}" for i in range(vocab_size)])
+    if vocabulary == "chars":
+        writer.add_token_list(list(id_text(list(range(vocab_size)))))
+        writer.add_add_space_prefix(False)  # else SentencePiece puts a "▁" (no token here) before the text
+    else:
+        writer.add_token_list([f"t{i}" for i in range(vocab_size)])
     writer.add_token_scores([0.0] * vocab_size)
     writer.add_token_types([int(TokenType.CONTROL if i in special else TokenType.NORMAL) for i in range(vocab_size)])
     if bos is not None:
@@ -155,13 +177,16 @@ def _first_id(value) -> Optional[int]:
     return value if isinstance(value, int) else None
 
 
-def convert(hf_dir: str, out_path: str, outtype: str = "f32") -> dict:
+def convert(hf_dir: str, out_path: str, outtype: str = "f32", vocabulary: str = "ids") -> dict:
     """Writes hf_dir (LlamaForCausalLM or GPT2LMHeadModel, float safetensors) as a GGUF file:
-    outtype "f32", or "f16" (matrices in F16, 1-D tensors in F32 as llama.cpp's converter keeps them)."""
+    outtype "f32", or "f16" (matrices in F16, 1-D tensors in F32 as llama.cpp's converter keeps them);
+    vocabulary "ids" or "chars" (module docstring)."""
     from gguf import GGUFWriter, LlamaFileType
 
     if outtype not in ("f32", "f16"):
         raise ValueError(f"outtype {outtype!r}: f32 or f16 (quantize() makes the others)")
+    if vocabulary not in VOCABULARIES:
+        raise ValueError(f"vocabulary {vocabulary!r}: {' or '.join(VOCABULARIES)}")
     with open(os.path.join(hf_dir, "config.json")) as f:
         config = json.load(f)
     arch = (config.get("architectures") or [""])[0]
@@ -195,10 +220,13 @@ def convert(hf_dir: str, out_path: str, outtype: str = "f32") -> dict:
     else:
         raise ValueError(f"{hf_dir}: architecture {arch!r} not converted (LlamaForCausalLM, GPT2LMHeadModel)")
     vocab_size = tensors["token_embd.weight"].shape[0]
+    if vocabulary == "chars" and vocab_size > CHARS_LIMIT:
+        raise ValueError(f"{hf_dir}: {vocab_size} tokens do not fit the chars vocabulary ({CHARS_LIMIT})")
     writer.add_name(os.path.basename(os.path.normpath(hf_dir)))
     writer.add_vocab_size(vocab_size)
     writer.add_file_type(LlamaFileType.ALL_F32 if outtype == "f32" else LlamaFileType.MOSTLY_F16)
-    _vocabulary(writer, vocab_size, _first_id(config.get("bos_token_id")), _first_id(config.get("eos_token_id")))
+    _vocabulary(writer, vocab_size, _first_id(config.get("bos_token_id")), _first_id(config.get("eos_token_id")),
+                vocabulary)
     for name, array in tensors.items():
         half = outtype == "f16" and array.ndim == 2
         writer.add_tensor(name, np.asarray(array, dtype=np.float16 if half else np.float32))
@@ -235,13 +263,14 @@ def quantize(src: str, dst: str, kind: str, threads: int) -> dict:
     return {"path": dst, "bytes": os.path.getsize(dst)}
 
 
-def prepare(hf_dir: str, out_dir: str, kinds: List[str], threads: int) -> dict:
+def prepare(hf_dir: str, out_dir: str, kinds: List[str], threads: int, vocabulary: str = "ids") -> dict:
     """GGUF files of hf_dir for each kind in out_dir: the F32 conversion, the rest quantized from it.
-    Reuses files already there (the benchmark prepares once and times in several children)."""
+    Reuses files already there (the benchmark prepares once and times in several children), so one
+    out_dir holds one vocabulary."""
     os.makedirs(out_dir, exist_ok=True)
     f32 = os.path.join(out_dir, "model-f32.gguf")
     if not os.path.exists(f32):
-        convert(hf_dir, f32 + ".part", "f32")
+        convert(hf_dir, f32 + ".part", "f32", vocabulary)
         os.replace(f32 + ".part", f32)
     files = {"f32": {"path": f32, "bytes": os.path.getsize(f32)}}
     for kind in kinds:
@@ -454,11 +483,13 @@ def main(argv=None) -> int:
     p.add_argument("hf_dir")
     p.add_argument("out")
     p.add_argument("--outtype", choices=("f32", "f16"), default="f32")
+    p.add_argument("--vocabulary", choices=VOCABULARIES, default="ids")
     p = sub.add_parser("prepare")
     p.add_argument("hf_dir")
     p.add_argument("out_dir")
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vocabulary", choices=VOCABULARIES, default="ids")
     for name in ("logits", "reference"):
         p = sub.add_parser(name)
         p.add_argument("model")
@@ -481,9 +512,10 @@ def main(argv=None) -> int:
         import gguf  # noqa: F401 (the converter needs it too)
         out = llama_cpp_version()
     elif args.command == "convert":
-        out = convert(args.hf_dir, args.out, args.outtype)
+        out = convert(args.hf_dir, args.out, args.outtype, args.vocabulary)
     elif args.command == "prepare":
-        out = prepare(args.hf_dir, args.out_dir, [k for k in args.kinds.split(",") if k], args.threads)
+        out = prepare(args.hf_dir, args.out_dir, [k for k in args.kinds.split(",") if k], args.threads,
+                      args.vocabulary)
     elif args.command in ("logits", "reference"):
         ids = _ids(args.ids)
         values = (logits(args.model, ids, args.threads, args.kv_f32) if args.command == "logits"

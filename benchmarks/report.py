@@ -2,8 +2,8 @@
 
     python benchmarks/report.py [--results benchmarks/results] [--out benchmarks/results]
 
-Reads the newest result file of each kind (encoder_*, decoder_*, seq2seq_*, ops_*, vision_*, and JSON
-written by ``cpuformer bench --json``; --all reads every file) and writes:
+Reads the newest result file of each kind (encoder_*, decoder_*, seq2seq_*, ops_*, vision_*, serve_* (one
+per model and dtype), and JSON written by ``cpuformer bench --json``; --all reads every file) and writes:
 
 * ``REPORT.md``: per file, the machine and date, then one table per model kind: throughput of
   each engine per workload and dtype, and cpuformer's speed-up over each peer;
@@ -12,7 +12,11 @@ written by ``cpuformer bench --json``; --all reads every file) and writes:
 * ``decode_latency.png``: decode milliseconds per token against context length for each engine,
   from the ``decode_vs_length`` section of bench_decoder.py results (skipped when absent);
 * ``vision.png``: images/s of each engine per bench_vision.py row and dtype, and the CLIP
-  embedding with and without preprocessing (from the newest vision_* file; skipped when absent).
+  embedding with and without preprocessing (from the newest vision_* file; skipped when absent);
+* ``serve.png``: aggregate generated tokens/s and p99 inter-token latency against the number of
+  concurrent streaming clients, cpuformer serve and llama.cpp's server, one line per engine, model
+  and dtype (from the serve_* files of bench_serve.py; skipped when absent). REPORT.md gets each
+  serve file's table (per client count and engine), its prefix, embedding and issue 22 target rows.
 
 Needs matplotlib for the plots (``--no-plots`` writes only the Markdown).
 """
@@ -154,6 +158,9 @@ def markdown(files: List[Tuple[str, Dict[str, Any]]], plots: List[str]) -> str:
             lines += [f"Note: {data['note']}", ""]
         if name.startswith("vision"):
             lines += vision_markdown(data)
+            continue
+        if name.startswith("serve"):
+            lines += serve_markdown(data)
             continue
         if name.startswith("ops"):
             rows = kernel_rows(data)
@@ -344,6 +351,138 @@ def plot_vision(data: Dict[str, Any], path: str) -> bool:
     return True
 
 
+def _ms(seconds: Optional[float]) -> str:
+    return "-" if seconds is None or seconds != seconds else f"{seconds * 1e3:.1f}"
+
+
+def serve_series(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The decode rows of one bench_serve.py result, per engine: [{"engine", "model", "dtype", "rows"}]
+    (a file from before --model / --dtype is GPT-2 float32)."""
+    settings = data.get("settings", {})
+    model, dtype = settings.get("model", "gpt2"), settings.get("dtype", "float32")
+    out = []
+    if data.get("decode"):
+        out.append({"engine": "cpuformer", "model": model, "dtype": dtype, "rows": data["decode"]})
+    peer = data.get("llamacpp") or {}
+    if peer.get("decode"):
+        out.append({"engine": "llama.cpp", "model": model, "dtype": peer.get("format", "?"), "rows": peer["decode"]})
+    return out
+
+
+def serve_markdown(data: Dict[str, Any]) -> List[str]:
+    """The tables of a bench_serve.py result file: per client count and engine, the aggregate
+    tokens/s (and its multiple of one client's, and of llama.cpp's), time to first token and
+    inter-token latency percentiles; the prefix, embedding and target rows."""
+    settings = data.get("settings", {})
+    lines: List[str] = []
+    mix = settings.get("mix") or {}
+    prompt, new = mix.get("prompt_tokens", [16, 64]), mix.get("new_tokens", [32, 64])
+    server = settings.get("server") or {}
+    lines += [f"{settings.get('model', 'gpt2')} ({settings.get('decoder', '?')}), {settings.get('dtype', 'float32')}: "
+              f"each client streams {settings.get('requests_per_client', '?')} requests of {prompt[0]}-{prompt[1]} "
+              f"prompt tokens for {new[0]}-{new[1]} new tokens, temperature 0"
+              + (f"; cpuformer serve --max-batch {server['max_batch']} --prefill-chunk {server['prefill_chunk']}"
+                 + (f" --kv-cache-dtype {server['kv_cache_dtype']}" if server.get("kv_cache_dtype") else "")
+                 if server else "") + (f"; scheduler: {settings['scheduler']}" if settings.get("scheduler") else "")
+              + ("; quick run (small model)" if settings.get("quick") else "") + ".", ""]
+    series = serve_series(data)
+    peer = next((s for s in series if s["engine"] == "llama.cpp"), None)
+    peer_rate = {r["clients"]: r["tokens_per_s"] for r in (peer["rows"] if peer else [])}
+    if series:
+        lines += ["| clients | engine | tokens/s | × 1 client | × llama.cpp | TTFT p50 ms | TTFT p99 ms "
+                  "| inter-token p50 ms | inter-token p99 ms | mean batch |", "|---" * 10 + "|"]
+        for entry in series:
+            single = next((r["tokens_per_s"] for r in entry["rows"] if r["clients"] == 1), None)
+            for r in entry["rows"]:
+                versus = (f"{r['tokens_per_s'] / peer_rate[r['clients']]:.2f}×"
+                          if entry["engine"] == "cpuformer" and peer_rate.get(r["clients"]) else "-")
+                lines.append(f"| {r['clients']} | {entry['engine']} {entry['dtype']} | {_fmt(r['tokens_per_s'])} | "
+                             + (f"{r['tokens_per_s'] / single:.2f}×" if single else "-") + f" | {versus} | "
+                             f"{_ms(r.get('ttft_p50_s'))} | {_ms(r.get('ttft_p99_s'))} | {_ms(r.get('itl_p50_s'))} | "
+                             f"{_ms(r.get('itl_p99_s'))} | "
+                             + (f"{r['mean_batch']:.1f}" if r.get("mean_batch") is not None else "-") + " |")
+        lines.append("")
+    for engine, row in (("cpuformer", data.get("prefix")), ("llama.cpp", (data.get("llamacpp") or {}).get("prefix"))):
+        if row:
+            lines += [f"Shared system prompt ({engine}): {row['system_tokens']} tokens + a "
+                      f"{row['suffix_tokens']}-token "
+                      f"suffix, {len(row['rounds'])} rounds (medians): time to first token of request 1 "
+                      f"{_ms(row['ttft_first_median_s'])} ms, of request 2 (same system prompt, another suffix) "
+                      f"{_ms(row['ttft_second_median_s'])} ms: {100 * row['ratio_median']:.0f} % of the first."
+                      + (f" Note: {row['note']}." if row.get("note") else ""), ""]
+    embed = data.get("embed")
+    if embed:
+        lines += [f"Embeddings: {embed['requests']} single-sentence requests one by one {embed['sequential_s']:.2f} s, "
+                  f"all at once {embed['concurrent_s']:.2f} s: {embed['speedup']:.2f}×.", ""]
+    peer_info = data.get("llamacpp") or {}
+    for key in ("skipped", "error"):
+        if peer_info.get(key):
+            lines += [f"llama.cpp {key}: {peer_info[key]}", ""]
+    if peer_info.get("server"):
+        version = (peer_info.get("version") or {}).get("llama_cpp_python", "?")
+        lines += [f"llama.cpp: llama-cpp-python {version} server, {peer_info.get('format', '?')} GGUF of the same "
+                  "weights, " + ", ".join(f"{k} {v}" for k, v in peer_info["server"].items()) + ".", ""]
+    goals = data.get("targets") or {}
+    if goals:
+        lines += ["| issue 22 target | value | goal | met |", "|---|---|---|---|"]
+        for name, entry in goals.items():
+            lines.append(f"| {name.replace('_', ' ')} | {entry['value']:.2f} | {entry['goal']} | "
+                         f"{'yes' if entry.get('met') else 'no'} |")
+        lines.append("")
+    return lines
+
+
+def plot_serve(files: List[Dict[str, Any]], path: str) -> bool:
+    """Aggregate tokens/s and p99 inter-token latency against concurrent clients, one line per
+    engine, model and dtype over the bench_serve.py result files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    series = []
+    for data in files:
+        for s in serve_series(data):
+            series.append({**s, "label": f"{s['engine']} {s['model']} {s['dtype']}", "file": id(data),
+                           "date": (data.get("machine") or {}).get("date", "?")})
+    if not series:
+        return False
+    labels = [s["label"] for s in series]
+    for s in series:  # two files of one engine, model and dtype: their dates tell them apart
+        if labels.count(s["label"]) > 1:
+            s["label"] += f" ({s['date']})"
+    fig, (rate_ax, itl_ax) = plt.subplots(1, 2, figsize=(11, 4.4))
+    styles = iter(["-", "--", ":", "-."] * 4)
+    style: Dict[int, str] = {}  # one line style per file: ours and llama.cpp of one run share it
+    ticks = sorted({r["clients"] for s in series for r in s["rows"]})
+    for s in series:
+        rows = sorted(s["rows"], key=lambda r: r["clients"])
+        clients = [r["clients"] for r in rows]
+        line = style.setdefault(s["file"], next(styles))
+        for ax, values in ((rate_ax, [r["tokens_per_s"] for r in rows]),
+                           (itl_ax, [r["itl_p99_s"] * 1e3 for r in rows])):
+            ax.plot(clients, values, marker="o", linestyle=line, label=s["label"], color=COLORS.get(s["engine"]))
+    for ax, title in ((rate_ax, "aggregate generated tokens/s (higher is better)"),
+                      (itl_ax, "p99 inter-token latency, ms (lower is better)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(ticks)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("concurrent streaming clients")
+        ax.set_title(title, fontsize=10)
+        ax.grid(which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 def plot_throughput(rows: List[Dict[str, Any]], path: str) -> bool:
     import matplotlib
 
@@ -445,9 +584,12 @@ def main(argv=None) -> int:
     all_rows: List[Dict[str, Any]] = []
     curves = None
     vision = None
+    serve = []
     for path, data in files:
         if os.path.basename(path).startswith("vision"):
             vision = data  # the newest one (files are sorted by name, so by date)
+        if os.path.basename(path).startswith("serve"):
+            serve.append(data)
         rows, c = rows_from_file(path, data)
         all_rows += rows
         curves = c or curves
@@ -461,6 +603,8 @@ def main(argv=None) -> int:
             plots.append("decode_latency.png")
         if vision and plot_vision(vision, os.path.join(out, "vision.png")):
             plots.append("vision.png")
+        if serve and plot_serve(serve, os.path.join(out, "serve.png")):
+            plots.append("serve.png")
     with open(os.path.join(out, "REPORT.md"), "w") as f:
         f.write(markdown(files, plots))
     print(f"wrote {os.path.join(out, 'REPORT.md')}" + "".join(f", {p}" for p in plots))

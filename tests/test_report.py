@@ -100,3 +100,60 @@ def test_report_vision_tables_and_plot(tmp_path):
             "preprocess alone over end-to-end: arrays 8 %, jpeg 19 %.") in text
     assert (out / "vision.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "![vision.png](vision.png)" in text
     assert not (out / "throughput.png").exists()  # no token rows
+
+
+def _serve_row(clients, rate, itl_p99, batch=None):
+    row = {"clients": clients, "requests": 4 * clients, "generated_tokens": 100, "wall_s": 1.0, "tokens_per_s": rate,
+           "ttft_p50_s": 0.05, "ttft_p99_s": 0.08, "itl_p50_s": itl_p99 / 2, "itl_p99_s": itl_p99}
+    return row if batch is None else dict(row, mean_batch=batch)
+
+
+def test_report_serve_tables_and_plot(tmp_path):
+    report = _report_module()
+    prefix = {"system_tokens": 500, "suffix_tokens": 16, "new_tokens": 8, "rounds": [{}, {}, {}],
+              "ttft_first_median_s": 0.5, "ttft_second_median_s": 0.05, "ratio_median": 0.1}
+    _write(tmp_path, "serve_gpt2_int8_2026-11-27.json", {
+        "machine": MACHINE,
+        "settings": {"model": "gpt2", "dtype": "int8", "decoder": "gpt2-124m-abc", "requests_per_client": 4,
+                     "mix": {"prompt_tokens": [16, 64], "new_tokens": [32, 64]},
+                     "server": {"max_batch": 64, "prefill_chunk": 64}},
+        "decode": [_serve_row(1, 20.0, 0.05, 1.0), _serve_row(16, 100.0, 0.1, 12.5)],
+        "prefix": prefix, "embed": {"requests": 64, "sequential_s": 1.0, "concurrent_s": 0.25, "speedup": 4.0},
+        "llamacpp": {"format": "Q8_0", "version": {"llama_cpp_python": "0.3.16"},
+                     "server": {"n_threads": 2, "interrupt_requests": False},
+                     "decode": [_serve_row(1, 25.0, 0.04), _serve_row(16, 25.0, 0.05)],
+                     "prefix": dict(prefix, ttft_second_median_s=0.1, ratio_median=0.2)},
+        "targets": {"decode_16_tokens_per_s_vs_1": {"value": 5.0, "goal": ">= 4", "met": True},
+                    "decode_16_tokens_per_s_vs_llamacpp": {"value": 4.0, "goal": ">= 1.5", "met": True},
+                    "embed_64_concurrent_speedup": {"value": 4.0, "goal": ">= 5", "met": False}}})
+    # a file from before --model / --dtype (one request at a time, no peer): GPT-2 float32
+    _write(tmp_path, "serve_2026-11-26.json", {"machine": MACHINE, "settings": {"requests_per_client": 4},
+                                               "decode": [_serve_row(1, 27.0, 0.05)],
+                                               "llamacpp": {"skipped": "llama-cpp-python does not import"}})
+    out = tmp_path / "out"
+    assert report.main(["--results", str(tmp_path), "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert ("gpt2 (gpt2-124m-abc), int8: each client streams 4 requests of 16-64 prompt tokens for 32-64 new tokens, "
+            "temperature 0; cpuformer serve --max-batch 64 --prefill-chunk 64.") in text
+    assert "| 1 | cpuformer int8 | 20.00 | 1.00× | 0.80× | 50.0 | 80.0 | 25.0 | 50.0 | 1.0 |" in text
+    assert "| 16 | cpuformer int8 | 100 | 5.00× | 4.00× | 50.0 | 80.0 | 50.0 | 100.0 | 12.5 |" in text
+    assert "| 16 | llama.cpp Q8_0 | 25.00 | 1.00× | - | 50.0 | 80.0 | 25.0 | 50.0 | - |" in text
+    assert ("Shared system prompt (cpuformer): 500 tokens + a 16-token suffix, 3 rounds (medians): time to first "
+            "token of request 1 500.0 ms, of request 2 (same system prompt, another suffix) 50.0 ms: 10 % of the "
+            "first.") in text
+    assert "Shared system prompt (llama.cpp): 500 tokens" in text and "100.0 ms: 20 % of the first." in text
+    assert "Embeddings: 64 single-sentence requests one by one 1.00 s, all at once 0.25 s: 4.00×." in text
+    assert "llama.cpp: llama-cpp-python 0.3.16 server, Q8_0 GGUF of the same weights, n_threads 2" in text
+    assert "| decode 16 tokens per s vs llamacpp | 4.00 | >= 1.5 | yes |" in text
+    assert "| embed 64 concurrent speedup | 4.00 | >= 5 | no |" in text
+    assert "gpt2 (?), float32: each client streams 4 requests" in text
+    assert "| 1 | cpuformer float32 | 27.00 | 1.00× | - |" in text
+    assert "llama.cpp skipped: llama-cpp-python does not import" in text
+    assert (out / "serve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "![serve.png](serve.png)" in text
+    assert not (out / "throughput.png").exists()  # no token rows of the other kinds
+
+
+def test_serve_series_skips_missing_rows():
+    report = _report_module()
+    assert report.serve_series({"decode": [], "llamacpp": {"error": "no server"}}) == []
+    assert [s["engine"] for s in report.serve_series({"decode": [_serve_row(1, 1.0, 0.1)]})] == ["cpuformer"]
