@@ -186,6 +186,13 @@ def test_metrics_prometheus_text(client):
     assert metric(text, 'cpuformer_request_duration_seconds_bucket{endpoint="/v1/completions",le="+Inf"}') == count
     assert metric(text, "cpuformer_batch_size_count") >= 1
     assert "# TYPE cpuformer_request_duration_seconds histogram" in text
+    # The same prompt again: all but its last token come from the slot the first one left.
+    reused = metric(text, "cpuformer_prefix_reused_tokens_total")
+    prompt = "The same long prompt, sent twice in a row"
+    assert complete(client, prompt=prompt, max_tokens=2).status_code == 200
+    assert complete(client, prompt=prompt, max_tokens=2).status_code == 200
+    after = metric(client.get("/metrics").text, "cpuformer_prefix_reused_tokens_total")
+    assert after - reused >= len(client.app.app.state.server.model.tokenizer.encode(prompt)) - 1
 
 
 # ---- completions and chat -------------------------------------------------------------------------

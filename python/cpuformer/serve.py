@@ -101,6 +101,7 @@ class Metrics:
         self.prompt_tokens = 0
         self.cancelled = 0
         self.rejected = 0
+        self.prefix_reused_tokens = 0
 
     def request(self, endpoint: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -129,7 +130,9 @@ class Metrics:
                     ("cpuformer_generated_tokens_total", self.generated_tokens, "Tokens generated."),
                     ("cpuformer_prompt_tokens_total", self.prompt_tokens, "Prompt (and embedding input) tokens."),
                     ("cpuformer_cancelled_total", self.cancelled, "Generations stopped by a client disconnect."),
-                    ("cpuformer_rejected_total", self.rejected, "Requests refused with 429 (queue full).")):
+                    ("cpuformer_rejected_total", self.rejected, "Requests refused with 429 (queue full)."),
+                    ("cpuformer_prefix_reused_tokens_total", self.prefix_reused_tokens,
+                     "Prompt tokens whose keys and values came from a cached prefix instead of being computed.")):
                 lines += [f"# HELP {name} {text}", f"# TYPE {name} counter", f"{name} {value}"]
             lines += ["# HELP cpuformer_requests_total HTTP requests by endpoint and status.",
                       "# TYPE cpuformer_requests_total counter"]
@@ -310,7 +313,9 @@ class Engine:
             return
         finally:
             self._waiting = batcher.waiting
-        self.metrics.observe_batch(batcher.stats()["last_batch"])
+        stats = batcher.stats()
+        self.metrics.observe_batch(stats["last_batch"])
+        self.metrics.prefix_reused_tokens = stats["reused_tokens"]
         for event in events:
             seq = self._running[event.request]
             reason = "stop" if seq.add(event.token) else event.finish_reason
