@@ -222,15 +222,14 @@ class PyBatchDecoder {
                             std::to_string(o.max_new_tokens) + " exceeds the batcher's max_length of " +
                             std::to_string(batch_->max_len()) + " tokens");
     }
-    GilReleased release;
-    std::lock_guard<std::mutex> lock(mutex_);
-    batch_->add(id, prompt, o);
+    locked([&] {
+      batch_->add(id, prompt, o);
+      return 0L;
+    });
   }
 
   bool cancel(long id) {
-    GilReleased release;
-    std::lock_guard<std::mutex> lock(mutex_);
-    return batch_->cancel(id);
+    return locked([&] { return static_cast<long>(batch_->cancel(id)); }) != 0;
   }
 
   // [(id, token, log_prob, finish reason "eos" | "length" | None)] of one forward pass.
@@ -255,11 +254,10 @@ class PyBatchDecoder {
 
   py::dict stats() const {
     BatchStats s;
-    {
-      GilReleased release;
-      std::lock_guard<std::mutex> lock(mutex_);
+    locked([&] {
       s = batch_->stats();
-    }
+      return 0L;
+    });
     py::dict d;
     d["steps"] = s.steps;
     d["decode_tokens"] = s.decode_tokens;
@@ -279,10 +277,16 @@ class PyBatchDecoder {
   long max_len() const { return batch_->max_len(); }
 
  private:
+  // f() under the mutex. Uncontended (the usual case: one thread drives the batcher) the GIL is
+  // kept: releasing it would let another Python thread take it and make this quick call wait out
+  // the interpreter's switch interval. Contended (another thread's step is running), the GIL is
+  // released while waiting. f must not need the GIL.
   template <class F>
   long locked(F&& f) const {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (lock.owns_lock()) return f();
     GilReleased release;
-    std::lock_guard<std::mutex> lock(mutex_);
+    lock.lock();
     return f();
   }
 

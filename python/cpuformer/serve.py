@@ -20,6 +20,7 @@ import contextlib
 import json
 import math
 import os
+import sys
 import threading
 import time
 import uuid
@@ -895,6 +896,10 @@ def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, model_name: Opt
     """Serves ``model`` with uvicorn until interrupted (``cpuformer serve``)."""
     _, uvicorn = _require()
     app = create_app(model, model_name, max_batch, max_queue, max_body, max_length, prefill_chunk, kv_cache_dtype)
+    # The worker thread takes the GIL back after every step, while the event loop's thread sends
+    # the step's tokens: a 1 ms switch interval (not 5) keeps that wait short. (Process-wide,
+    # hence here, in the server's own process, and not in create_app.)
+    sys.setswitchinterval(0.001)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
     finally:
