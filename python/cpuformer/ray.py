@@ -37,6 +37,7 @@ from .arch import KIND_TEXT, find
 from .arch.heads import TASK_TEXT, task_of
 from .models import Encoder, Generator, Seq2Seq
 from .models._tasks import _FUNCTIONS as CLASSIFY_FUNCTIONS
+from .weights import check_dtype
 
 #: generate() arguments a dataset column cannot hold (they change what one row's result is).
 _REFUSED_GENERATE = {
@@ -45,6 +46,7 @@ _REFUSED_GENERATE = {
     "return_stats": "the column holds text",
     "num_return_sequences": "one row gets one text",
 }
+_POOLINGS = (None, "mean", "cls", "max", "last")  # Encoder.embed's
 _KIND_CLASSES = {"decoder": Generator, "seq2seq": Seq2Seq}
 
 
@@ -192,9 +194,10 @@ class _BatchModel:
         instance._loading = False
         instance.__init__(*args, **kwargs)  # type: ignore[misc]
 
-    def __init__(self, column: str, num_threads: Optional[int]) -> None:
+    def __init__(self, column: str, num_threads: Optional[int], dtype: Optional[str]) -> None:
         self.column = _check_column_name(column, "column")
         check_num_threads(num_threads)
+        check_dtype(dtype)
         #: The model's thread count: ``num_threads``, else the CPUs Ray assigned this actor, else
         #: None (the process default, outside Ray).
         self.num_threads = num_threads if num_threads is not None else assigned_cpus()
@@ -232,8 +235,12 @@ class Embedder(_BatchModel):
                  dtype: Optional[str] = None, num_threads: Optional[int] = None, pooling: Optional[str] = None,
                  normalize: Optional[bool] = None, model_batch_size: int = 32,
                  quantization: Optional[Mapping[str, Any]] = None) -> None:
-        super().__init__(column, num_threads)
+        super().__init__(column, num_threads, dtype)
         self.output = _check_column_name(output, "output")
+        if pooling not in _POOLINGS:
+            raise ValueError(f"pooling must be None, 'mean', 'cls', 'max' or 'last', got {pooling!r}")
+        if normalize not in (None, True, False):
+            raise TypeError(f"normalize must be None, True or False, got {normalize!r}")
         self.options = dict(pooling=pooling, normalize=normalize,
                             batch_size=check_integer("model_batch_size", model_batch_size, 1))
         _check_kind("Embedder", model_path, ("encoder",))
@@ -269,7 +276,7 @@ class Classifier(_BatchModel):
                  pair_column: Optional[str] = None, function_to_apply: Optional[str] = None,
                  dtype: Optional[str] = None, num_threads: Optional[int] = None, model_batch_size: int = 32,
                  quantization: Optional[Mapping[str, Any]] = None) -> None:
-        super().__init__(column, num_threads)
+        super().__init__(column, num_threads, dtype)
         self.output = _check_column_name(output, "output")
         self.score_output = _check_column_name(score_output, "score_output")
         self.scores_output = None if scores_output is None else _check_column_name(scores_output, "scores_output")
@@ -328,7 +335,7 @@ class TextGenerator(_BatchModel):
                  generate_kwargs: Optional[Mapping[str, Any]] = None, dtype: Optional[str] = None,
                  num_threads: Optional[int] = None, model_batch_size: int = 8,
                  quantization: Optional[Mapping[str, Any]] = None) -> None:
-        super().__init__(column, num_threads)
+        super().__init__(column, num_threads, dtype)
         self.output = _check_column_name(output, "output")
         self.model_batch_size = check_integer("model_batch_size", model_batch_size, 1)
         kind, _ = _check_kind(self._NAME, model_path, self._KINDS)
