@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import pathlib
+import site
 import sys
 from typing import Dict, List
 
@@ -46,7 +47,8 @@ def cluster():
     """One local Ray cluster for the module (starting one takes seconds). Its workers import
     cpuformer from where this process does (a source tree run with a relative PYTHONPATH too)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if PACKAGE_PARENT not in site.getsitepackages():  # a source tree; an installed cpuformer is found anyway
+            patch.setenv("PYTHONPATH", PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         try:
             yield
