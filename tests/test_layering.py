@@ -2,7 +2,7 @@
 
     {_core, _model_dir, _arguments, _tokenizer, _sentencepiece, _slow_tokenizers, _tokenizer_dir, _sentence, _images,
      ops} < arch
-    < weights < models < api < cpuformer < {cli, _bench, serve}
+    < weights < models < api < cpuformer < {cli, _bench, serve, ray}
 
 A module imports only modules of its own layer or the layers below, without cycles; function-local
 imports count too (none may dodge the rule). Only ``arch`` names Hugging Face architectures and
@@ -32,7 +32,7 @@ LAYERS = [
     {"models"},
     {"api"},
     {""},  # the package itself (cpuformer/__init__.py)
-    {"cli", "_bench", "__main__", "serve"},
+    {"cli", "_bench", "__main__", "serve", "ray"},
 ]
 
 
