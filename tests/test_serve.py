@@ -419,6 +419,12 @@ def test_max_length_bounds_each_request(gen):
         app.state.close()
 
 
+def test_a_kv_cache_too_large_names_the_options(gen):
+    with pytest.raises(ValueError, match=r"capacity 100000000 × max_length 4096 is too large.*\(--max-batch\) or "
+                                         r"shorter ones \(--max-length\).*\(--kv-cache-dtype\)"):
+        serve.create_app(gen, max_batch=10 ** 8)
+
+
 def _blocking_stream(release):
     """A streamed sequence whose first text piece holds the worker until release is set: requests
     sent meanwhile stay queued."""

@@ -475,7 +475,13 @@ class _Server:
                     from None
         self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
         self.metrics = Metrics()
-        self.engine = Engine(model, max_batch, max_queue, self.metrics, **engine)
+        try:
+            self.engine = Engine(model, max_batch, max_queue, self.metrics, **engine)
+        except ValueError as error:
+            if "too large" not in str(error):
+                raise
+            raise ValueError(f"{error}: serve fewer sequences at once (--max-batch) or shorter ones (--max-length), "
+                             "or store the cache in fewer bytes (--kv-cache-dtype)") from None
         # A request's prompt + completion fits in a batcher slot (--max-length).
         self.context = self.engine.batcher.max_length if self.engine.batcher is not None else 0
         self.created = int(time.time())
