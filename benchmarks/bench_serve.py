@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import itertools
 import json
 import os
@@ -489,27 +488,14 @@ def llama_model(quick: bool, cache: Optional[str] = None) -> str:
 
     shape = LLAMA_SHAPES["quick" if quick else "full"]
     config = {k: v for k, v in shape.items() if k != "name"}
-    key = hashlib.sha256(json.dumps(["llama", shape, 1], sort_keys=True).encode()).hexdigest()[:12]
-    root = os.path.join(cache or _bench.cache_root(), "bench")
-    directory = os.path.join(root, f"{shape['name']}-{key}")
-    if os.path.isfile(os.path.join(directory, "tokenizer.json")):
-        return directory
-    import bench_decoder
 
-    os.makedirs(root, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{shape['name']}-", dir=root)
-    try:
-        print(f"building {shape['name']} (random weights) in {directory} ...", file=sys.stderr, flush=True)
+    def build(staging: str) -> None:
+        import bench_decoder
+
         bench_decoder.save_random_llama(staging, config)
         bench_decoder.write_word_level_tokenizer(staging, shape["vocab_size"], 1, 2)
-        try:
-            os.rename(staging, directory)  # atomic: a concurrent build of the same model may win
-        except OSError:
-            if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return directory
+
+    return _bench.cached_build(shape["name"], ["llama", shape, 1], build, cache)
 
 
 def decoder_model(name: str, quick: bool, cache: Optional[str] = None) -> str:

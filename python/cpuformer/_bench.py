@@ -173,16 +173,25 @@ def build_model(kind: str, shape: Dict[str, Any], directory: str, seed: int = 0)
 def cached_model(kind: str, quick: bool, cache: Optional[str] = None) -> str:
     """The directory of the benchmark model for ``kind`` (built once, then reused)."""
     shape = SHAPES[kind]["quick" if quick else "full"]
-    key = hashlib.sha256(json.dumps([kind, shape, 1], sort_keys=True).encode()).hexdigest()[:12]
+    return cached_build(shape["name"], [kind, shape, 1], lambda staging: build_model(kind, shape, staging), cache,
+                        f"{kind}, random weights")
+
+
+def cached_build(name: str, key: Any, build: Callable[[str], None], cache: Optional[str] = None,
+                 what: str = "random weights") -> str:
+    """A model directory in the benchmark cache: ``<cache>/bench/<name>-<hash of key>``, made by
+    ``build(staging_directory)`` the first time (then renamed into place atomically) and reused
+    once it holds a tokenizer.json."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     root = os.path.join(cache or cache_root(), "bench")
-    directory = os.path.join(root, f"{shape['name']}-{key}")
+    directory = os.path.join(root, f"{name}-{digest}")
     if os.path.isfile(os.path.join(directory, "tokenizer.json")):
         return directory
     os.makedirs(root, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{shape['name']}-", dir=root)
+    staging = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
     try:
-        print(f"building {shape['name']} ({kind}, random weights) in {directory} ...", file=sys.stderr, flush=True)
-        build_model(kind, shape, staging)
+        print(f"building {name} ({what}) in {directory} ...", file=sys.stderr, flush=True)
+        build(staging)
         try:
             os.rename(staging, directory)  # atomic: a concurrent build of the same model may win
         except OSError:
