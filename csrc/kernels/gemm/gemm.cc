@@ -12,6 +12,8 @@
 
 namespace cpuformer {
 
+#if CPUFORMER_X86_64
+
 const GemmKernels& gemm_kernels() {
   static const GemmKernels& table = select_for_isa(scalar::kGemmKernels, avx2::kGemmKernels, avx512::kGemmKernels);
   return table;
@@ -64,6 +66,18 @@ MatmulInstruction matmul_instruction(WeightType type) {
   }
   return wide ? MatmulInstruction::kFma512 : MatmulInstruction::kFma256;
 }
+
+#elif CPUFORMER_AARCH64
+
+// AArch64: every weight type runs the scalar kernels at every level for now (docs/arm.md).
+const GemmKernels& gemm_kernels() { return scalar::kGemmKernels; }
+const Int8GemmKernels& int8_gemm_kernels() { return scalar::kInt8GemmKernels; }
+const HalfGemmKernels& half_gemm_kernels() { return scalar::kHalfGemmKernels; }
+const Int4GemmKernels& int4_gemm_kernels() { return scalar::kInt4GemmKernels; }
+
+MatmulInstruction matmul_instruction(WeightType) { return MatmulInstruction::kScalar; }
+
+#endif
 
 const char* gemm_kernel_name(WeightType type) {
   const bool f32 = type == WeightType::kFloat32, f16 = type == WeightType::kFloat16;
