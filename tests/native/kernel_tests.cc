@@ -449,6 +449,14 @@ void test_gemm() {
       check_gemm(f, s[0], s[1], s[2], act, i % 2 == 0, i % 3);
       ++i;
     }
+  // The blocked paths of the SIMD drivers: each thread its own rows (many rows, narrow N) and the
+  // team on each row block (wide N, or few rows), over several K slices, with an activation after
+  // a residual that aliases c (the driver copies it first).
+  for (const WeightFormat& f : formats) {
+    check_gemm(f, 257, 300, 48, Activation::kGeluErf, true, 2);
+    check_gemm(f, 300, 70, 400, Activation::kNone, true, 1);
+    check_gemm(f, 30, 300, 40, Activation::kSilu, false, 2);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,11 +604,12 @@ void test_level() {
     expect(cpu_features().supports(level) == below_best, std::string("supports(") + isa_name(level) + ")");
     if (level == best_isa()) below_best = false;
   }
-#if defined(__x86_64__)
-  // The scalar level multiplies with plain C++, every other level with its own kernels.
+  // The scalar level multiplies float32 weights with plain C++, every other level with its own kernels.
   const bool scalar = active_isa() == Isa::kScalar;
   expect((std::string(gemm_kernel_name(WeightType::kFloat32)) == "scalar") == scalar,
          "float32 matmul kernel of the level");
+#if defined(__aarch64__)
+  expect(scalar || std::string(gemm_kernel_name(WeightType::kFloat32)) == "neon fmla", "float32 matmul kernel: neon");
 #endif
 }
 

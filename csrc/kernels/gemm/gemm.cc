@@ -69,13 +69,20 @@ MatmulInstruction matmul_instruction(WeightType type) {
 
 #elif CPUFORMER_AARCH64
 
-// AArch64: every weight type runs the scalar kernels at every level for now (docs/arm.md).
-const GemmKernels& gemm_kernels() { return scalar::kGemmKernels; }
+// AArch64: float32 weights use the NEON kernels at the neon, dotprod and i8mm levels; the other
+// weight types run the scalar kernels at every level for now (docs/arm.md).
+const GemmKernels& gemm_kernels() {
+  static const GemmKernels& table = select_for_isa(scalar::kGemmKernels, neon::kGemmKernels);
+  return table;
+}
 const Int8GemmKernels& int8_gemm_kernels() { return scalar::kInt8GemmKernels; }
 const HalfGemmKernels& half_gemm_kernels() { return scalar::kHalfGemmKernels; }
 const Int4GemmKernels& int4_gemm_kernels() { return scalar::kInt4GemmKernels; }
 
-MatmulInstruction matmul_instruction(WeightType) { return MatmulInstruction::kScalar; }
+MatmulInstruction matmul_instruction(WeightType type) {
+  if (active_isa() == Isa::kScalar || type != WeightType::kFloat32) return MatmulInstruction::kScalar;
+  return MatmulInstruction::kNeonFma128;
+}
 
 #endif
 
@@ -90,6 +97,7 @@ const char* gemm_kernel_name(WeightType type) {
     case MatmulInstruction::kDpbusd256: return "avx_vnni vpdpbusd";
     case MatmulInstruction::kDpbusd512: return "avx512_vnni vpdpbusd";
     case MatmulInstruction::kDpbf16x512: return "avx512_bf16 vdpbf16ps";
+    case MatmulInstruction::kNeonFma128: return "neon fmla";
   }
   return "unknown";
 }

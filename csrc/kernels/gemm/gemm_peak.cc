@@ -72,6 +72,8 @@ PeakProbe probe_for(WeightType type) {
     case MatmulInstruction::kDpbusd256: return avxvnni::peak_dpbusd;
     case MatmulInstruction::kDpbusd512: return avx512vnni::peak_dpbusd;
     case MatmulInstruction::kDpbf16x512: return avx512bf16::peak_dpbf16;
+#elif defined(__aarch64__)
+    case MatmulInstruction::kNeonFma128: return scalar::peak_float;  // the same fmla on 4 lanes (gemm_neon.cc)
 #endif
     default: break;
   }
