@@ -610,6 +610,8 @@ void test_level() {
          "float32 matmul kernel of the level");
 #if defined(__aarch64__)
   expect(scalar || std::string(gemm_kernel_name(WeightType::kFloat32)) == "neon fmla", "float32 matmul kernel: neon");
+  const bool dot = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm;
+  expect((std::string(gemm_kernel_name(WeightType::kInt8)) == "dotprod sdot") == dot, "int8 matmul kernel: sdot");
 #endif
 }
 

@@ -74,6 +74,7 @@ PeakProbe probe_for(WeightType type) {
     case MatmulInstruction::kDpbf16x512: return avx512bf16::peak_dpbf16;
 #elif defined(__aarch64__)
     case MatmulInstruction::kNeonFma128: return scalar::peak_float;  // the same fmla on 4 lanes (gemm_neon.cc)
+    case MatmulInstruction::kSdot128: return dotprod::peak_sdot;
 #endif
     default: break;
   }
