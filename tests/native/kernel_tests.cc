@@ -3,7 +3,8 @@
 // RMS norm; activations, softmax, SwiGLU; the vector math functions and row reductions), at the
 // ISA level this process runs at, against float64 references written here. The tolerances are the
 // ones tests/kernels states (the kernel headers' contracts). Sizes walk through vector and tile
-// tails (1, 3, 7, 17, 33, 65, 127, ...).
+// tails (1, 3, 7, 17, 33, 65, 127, ...). Also: the level in use and its matmul kernels, and that
+// the compute-peak probe of each weight type runs.
 //
 // One run checks one level: CPUFORMER_ISA picks it (the best the CPU has when unset), as for the
 // Python package. A level the CPU lacks exits 77 (ctest reports it as skipped). The build registers
@@ -28,6 +29,7 @@
 #include "kernels/activation/activation.h"
 #include "kernels/attention/attention.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_peak.h"
 #include "kernels/norm/norm.h"
 #include "kernels/vector_math/vector_math.h"
 #include "runtime/cpu_features.h"
@@ -615,6 +617,16 @@ void test_level() {
 #endif
 }
 
+// The compute-peak probe of each weight type's matmul instruction (gemm_peak.h) runs at this level
+// (an instruction the CPU lacks would stop the process with SIGILL) and measures a positive rate.
+void test_peak_probes() {
+  for (WeightType type :
+       {WeightType::kFloat32, WeightType::kFloat16, WeightType::kBFloat16, WeightType::kInt8, WeightType::kInt4}) {
+    const double macs = gemm_peak_macs(type, 0.003);
+    expect(macs > 0.0 && std::isfinite(macs), std::string("gemm_peak_macs for ") + gemm_kernel_name(type));
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -637,6 +649,7 @@ int main() {
   test_norms();
   test_gemm();
   test_attention();
+  test_peak_probes();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }
