@@ -9,11 +9,23 @@
 #   cmake, ninja-build     only if cmake / ninja are not on PATH
 #
 # Build directory: build/aarch64 (kept between runs; remove it for a clean build).
-# Usage: scripts/test-aarch64.sh
+# Usage: scripts/test-aarch64.sh [--sanitize]
+#   --sanitize  build with AddressSanitizer + UndefinedBehaviorSanitizer (CPUFORMER_SANITIZE) into
+#               build/aarch64-asan; leak detection is off (LeakSanitizer cannot run under QEMU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build/aarch64
+sanitize=OFF
+case "${1:-}" in
+  "") ;;
+  --sanitize)
+    build=build/aarch64-asan
+    sanitize=ON
+    export ASAN_OPTIONS=detect_leaks=0
+    ;;
+  *) echo "usage: $0 [--sanitize]" >&2; exit 2 ;;
+esac
 sysroot=/usr/aarch64-linux-gnu
 
 missing=()
@@ -35,7 +47,7 @@ fi
 
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_TOOLCHAIN_FILE=scripts/toolchains/aarch64-linux-gnu.cmake \
-  -DCPUFORMER_BUILD_PYTHON=OFF -DCPUFORMER_BUILD_TESTS=ON >/dev/null
+  -DCPUFORMER_BUILD_PYTHON=OFF -DCPUFORMER_BUILD_TESTS=ON -DCPUFORMER_SANITIZE="$sanitize" >/dev/null
 ninja -C "$build" cpuformer_kernel_tests
 
 tests="$build/cpuformer_kernel_tests"
