@@ -271,6 +271,12 @@ void test_norms() {
       }
       expect_close("layer_norm" + tag, y, ref, tol);
       expect_close("layer_norm sum_out" + tag, sum, sum_ref, sum_tol);
+      if (with_residual) {  // in place: y over x, sum_out over the residual
+        std::vector<float> xy = x, rs = res;
+        layer_norm(xy.data(), rs.data(), rs.data(), w.data(), with_bias ? b.data() : nullptr, eps, xy.data(), rows, n);
+        expect_close("layer_norm in place" + tag, xy, ref, tol);
+        expect_close("layer_norm sum_out in place" + tag, rs, sum_ref, sum_tol);
+      }
       // RMS norm
       rms_norm(x.data(), with_residual ? res.data() : nullptr, nullptr, w.data(), eps, y.data(), rows, n);
       for (long r = 0; r < rows; ++r) {
@@ -283,6 +289,11 @@ void test_norms() {
         }
       }
       expect_close("rms_norm" + tag, y, ref, tol);
+      if (with_residual) {  // in place: y over the residual
+        std::vector<float> ry = res;
+        rms_norm(x.data(), ry.data(), nullptr, w.data(), eps, ry.data(), rows, n);
+        expect_close("rms_norm in place" + tag, ry, ref, tol);
+      }
     }
   }
 }
