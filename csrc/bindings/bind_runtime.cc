@@ -25,9 +25,7 @@ void register_runtime(py::module_& m) {
       [] {
         py::dict info;
         info["isa"] = isa_name(active_isa());
-        info["best_isa"] = cpu_features().supports(Isa::kAvx512) ? "avx512"
-                           : cpu_features().supports(Isa::kAvx2) ? "avx2"
-                                                                 : "scalar";
+        info["best_isa"] = isa_name(best_isa());
         info["features"] = cpu_features().names();
         info["num_threads"] = default_num_threads();
         py::dict matmul;

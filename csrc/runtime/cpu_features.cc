@@ -1,13 +1,23 @@
 #include "runtime/cpu_features.h"
 
+#if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
 
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 
 namespace cpuformer {
 namespace {
+
+// CPUFORMER_TEST_MAX_ISA and CPUFORMER_DISABLE_FEATURES, applied to what detect() found.
+void apply_test_hooks(CpuFeatures& f);
+
+#if defined(__x86_64__)
 
 uint64_t read_xcr0() {
   uint32_t eax, edx;
@@ -43,6 +53,58 @@ CpuFeatures detect() {
   }
   f.fma = f.fma && f.os_avx;
   f.f16c = f.f16c && f.os_avx;
+  apply_test_hooks(f);
+  return f;
+}
+
+const Isa kLevels[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
+
+#elif defined(__aarch64__)
+
+// The kernel's HWCAP bits (arch/arm64/include/uapi/asm/hwcap.h), for C libraries whose
+// <sys/auxv.h> predates them.
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1UL << 1)
+#endif
+#ifndef HWCAP_FPHP
+#define HWCAP_FPHP (1UL << 9)
+#endif
+#ifndef HWCAP_ASIMDHP
+#define HWCAP_ASIMDHP (1UL << 10)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1UL << 13)
+#endif
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1UL << 14)
+#endif
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  // The kernel sets a HWCAP bit only when the CPU has the feature and the kernel supports it, so
+  // no separate OS check is needed (unlike XGETBV on x86-64).
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  const unsigned long hwcap2 = getauxval(AT_HWCAP2);
+  f.asimd = hwcap & HWCAP_ASIMD;
+  f.fphp = hwcap & HWCAP_FPHP;
+  f.asimdhp = hwcap & HWCAP_ASIMDHP;
+  f.asimddp = hwcap & HWCAP_ASIMDDP;
+  f.i8mm = hwcap2 & HWCAP2_I8MM;
+  f.bf16 = hwcap2 & HWCAP2_BF16;
+  apply_test_hooks(f);
+  return f;
+}
+
+const Isa kLevels[] = {Isa::kScalar, Isa::kNeon, Isa::kDotprod, Isa::kI8mm};
+
+#else
+#error "cpuformer builds for x86-64 and AArch64 only"
+#endif
+
+void apply_test_hooks(CpuFeatures& f) {
   // Test hook: pretend the CPU stops at a lower level, so the "CPU lacks this level" path can
   // be tested on any machine. Not for production use.
   if (const char* cap = std::getenv("CPUFORMER_TEST_MAX_ISA")) {
@@ -52,6 +114,9 @@ CpuFeatures detect() {
       f.avx512vnni = f.avx512bf16 = f.avx512fp16 = false;
     }
     if (level == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
+    if (level == "scalar" || level == "neon" || level == "dotprod") f.i8mm = false;
+    if (level == "scalar" || level == "neon") f.asimddp = false;
+    if (level == "scalar") f.asimd = f.asimdhp = f.bf16 = false;
   }
   // CPUFORMER_DISABLE_FEATURES=avx512_vnni,avx_vnni,avx512_bf16: treat these extensions as absent,
   // so each fallback inside a level (e.g. the AVX2 int8 kernel without AVX-VNNI) can be run and
@@ -63,38 +128,40 @@ CpuFeatures detect() {
     if (disabled("avx_vnni")) f.avx_vnni = false;
     if (disabled("avx512_bf16")) f.avx512bf16 = false;
     if (disabled("avx512_fp16")) f.avx512fp16 = false;
+    if (disabled("bf16")) f.bf16 = false;
+    if (disabled("fphp")) f.fphp = false;
+    if (disabled("asimdhp")) f.asimdhp = false;
   }
-  return f;
 }
 
-Isa best_isa(const CpuFeatures& f) {
-  if (f.supports(Isa::kAvx512)) return Isa::kAvx512;
-  if (f.supports(Isa::kAvx2)) return Isa::kAvx2;
-  return Isa::kScalar;
+// "scalar, avx2 or avx512"
+std::string level_list() {
+  std::string out;
+  const std::size_t n = sizeof(kLevels) / sizeof(kLevels[0]);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i > 0) out += i + 1 == n ? " or " : ", ";
+    out += isa_name(kLevels[i]);
+  }
+  return out;
 }
 
 Isa choose_isa() {
   const CpuFeatures& f = cpu_features();
   const char* env = std::getenv("CPUFORMER_ISA");
-  if (env == nullptr || *env == '\0') return best_isa(f);
+  if (env == nullptr || *env == '\0') return best_isa();
   const std::string want(env);
-  Isa isa;
-  if (want == "scalar") {
-    isa = Isa::kScalar;
-  } else if (want == "avx2") {
-    isa = Isa::kAvx2;
-  } else if (want == "avx512") {
-    isa = Isa::kAvx512;
-  } else {
-    throw std::invalid_argument("CPUFORMER_ISA='" + want +
-                                "' is not a level; use scalar, avx2 or avx512 (this CPU supports up to " +
-                                isa_name(best_isa(f)) + ")");
+  const Isa* found = nullptr;
+  for (const Isa& level : kLevels)
+    if (want == isa_name(level)) found = &level;
+  if (found == nullptr) {
+    throw std::invalid_argument("CPUFORMER_ISA='" + want + "' is not a level; use " + level_list() +
+                                " (this CPU supports up to " + isa_name(best_isa()) + ")");
   }
-  if (!f.supports(isa)) {
+  if (!f.supports(*found)) {
     throw std::invalid_argument(std::string("CPUFORMER_ISA=") + want +
-                                " asks for a level this CPU lacks; it supports up to " + isa_name(best_isa(f)));
+                                " asks for a level this CPU lacks; it supports up to " + isa_name(best_isa()));
   }
-  return isa;
+  return *found;
 }
 
 }  // namespace
@@ -104,6 +171,9 @@ bool CpuFeatures::supports(Isa isa) const {
     case Isa::kScalar: return true;
     case Isa::kAvx2: return avx2 && fma && f16c;
     case Isa::kAvx512: return supports(Isa::kAvx2) && avx512f && avx512bw && avx512dq && avx512vl;
+    case Isa::kNeon: return asimd;
+    case Isa::kDotprod: return asimd && asimddp;
+    case Isa::kI8mm: return asimd && asimddp && i8mm;
   }
   return false;
 }
@@ -122,6 +192,12 @@ std::vector<std::string> CpuFeatures::names() const {
       {avx512bf16, "avx512_bf16"},
       {avx512fp16, "avx512_fp16"},
       {avx_vnni, "avx_vnni"},
+      {asimd, "asimd"},
+      {asimddp, "asimddp"},
+      {i8mm, "i8mm"},
+      {bf16, "bf16"},
+      {fphp, "fphp"},
+      {asimdhp, "asimdhp"},
   };
   for (const auto& [has, name] : all)
     if (has) out.emplace_back(name);
@@ -133,6 +209,16 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
+Isa best_isa() {
+  const CpuFeatures& f = cpu_features();
+  Isa best = Isa::kScalar;
+  for (Isa level : kLevels)
+    if (f.supports(level)) best = level;
+  return best;
+}
+
+std::vector<Isa> architecture_levels() { return std::vector<Isa>(std::begin(kLevels), std::end(kLevels)); }
+
 Isa active_isa() {
   static const Isa isa = choose_isa();  // a throw leaves it unset; the next call throws again
   return isa;
@@ -143,6 +229,9 @@ const char* isa_name(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
+    case Isa::kDotprod: return "dotprod";
+    case Isa::kI8mm: return "i8mm";
   }
   return "unknown";
 }

@@ -6,8 +6,12 @@
 namespace cpuformer {
 
 const ActivationKernels& activation_kernels() {
+#if CPUFORMER_X86_64
   static const ActivationKernels& table =
       select_for_isa(scalar::kActivationKernels, avx2::kActivationKernels, avx512::kActivationKernels);
+#else
+  static const ActivationKernels& table = scalar::kActivationKernels;  // AArch64: no NEON kernels yet
+#endif
   return table;
 }
 

@@ -10,8 +10,12 @@
 namespace cpuformer {
 
 const AttentionKernels& attention_kernels() {
+#if CPUFORMER_X86_64
   static const AttentionKernels& table =
       select_for_isa(scalar::kAttentionKernels, avx2::kAttentionKernels, avx512::kAttentionKernels);
+#else
+  static const AttentionKernels& table = scalar::kAttentionKernels;  // AArch64: no NEON kernels yet
+#endif
   return table;
 }
 

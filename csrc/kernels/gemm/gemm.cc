@@ -12,6 +12,8 @@
 
 namespace cpuformer {
 
+#if CPUFORMER_X86_64
+
 const GemmKernels& gemm_kernels() {
   static const GemmKernels& table = select_for_isa(scalar::kGemmKernels, avx2::kGemmKernels, avx512::kGemmKernels);
   return table;
@@ -65,6 +67,33 @@ MatmulInstruction matmul_instruction(WeightType type) {
   return wide ? MatmulInstruction::kFma512 : MatmulInstruction::kFma256;
 }
 
+#elif CPUFORMER_AARCH64
+
+// AArch64: float32 weights use the NEON kernels at the neon, dotprod and i8mm levels, int8 weights
+// the SDOT kernels at dotprod and i8mm (no SMMLA kernel yet); the other weight types run the
+// scalar kernels at every level for now (docs/arm.md).
+const GemmKernels& gemm_kernels() {
+  static const GemmKernels& table = select_for_isa(scalar::kGemmKernels, neon::kGemmKernels);
+  return table;
+}
+const Int8GemmKernels& int8_gemm_kernels() {
+  static const Int8GemmKernels& table = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm
+                                            ? dotprod::kInt8GemmKernels
+                                            : scalar::kInt8GemmKernels;
+  return table;
+}
+const HalfGemmKernels& half_gemm_kernels() { return scalar::kHalfGemmKernels; }
+const Int4GemmKernels& int4_gemm_kernels() { return scalar::kInt4GemmKernels; }
+
+MatmulInstruction matmul_instruction(WeightType type) {
+  const Isa isa = active_isa();
+  if (type == WeightType::kFloat32 && isa != Isa::kScalar) return MatmulInstruction::kNeonFma128;
+  if (type == WeightType::kInt8 && (isa == Isa::kDotprod || isa == Isa::kI8mm)) return MatmulInstruction::kSdot128;
+  return MatmulInstruction::kScalar;
+}
+
+#endif
+
 const char* gemm_kernel_name(WeightType type) {
   const bool f32 = type == WeightType::kFloat32, f16 = type == WeightType::kFloat16;
   switch (matmul_instruction(type)) {
@@ -76,6 +105,8 @@ const char* gemm_kernel_name(WeightType type) {
     case MatmulInstruction::kDpbusd256: return "avx_vnni vpdpbusd";
     case MatmulInstruction::kDpbusd512: return "avx512_vnni vpdpbusd";
     case MatmulInstruction::kDpbf16x512: return "avx512_bf16 vdpbf16ps";
+    case MatmulInstruction::kNeonFma128: return "neon fmla";
+    case MatmulInstruction::kSdot128: return "dotprod sdot";
   }
   return "unknown";
 }

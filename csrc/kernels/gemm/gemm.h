@@ -131,7 +131,8 @@ const HalfGemmKernels& half_gemm_kernels();
 const Int4GemmKernels& int4_gemm_kernels();
 // The instruction sequence the selected kernels multiply weights of `type` with: plain C++ at the
 // scalar level, FMA (float32, and the widening 16-bit kernels), the vpmaddubsw/vpmaddwd sequence
-// or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide.
+// or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide. On AArch64:
+// NEON fmla on 128 bits (float32), SDOT on 128 bits (int8).
 enum class MatmulInstruction {
   kScalar,
   kFma256,
@@ -140,7 +141,9 @@ enum class MatmulInstruction {
   kMaddubs512,
   kDpbusd256,
   kDpbusd512,
-  kDpbf16x512
+  kDpbf16x512,
+  kNeonFma128,
+  kSdot128
 };
 MatmulInstruction matmul_instruction(WeightType type);
 // Its name, e.g. "avx512_vnni vpdpbusd" (shown by cpu_info() and `cpuformer info`).
@@ -206,5 +209,8 @@ extern const GemmKernels kGemmKernels;
 extern const Int8GemmKernels kInt8GemmKernels;
 extern const HalfGemmKernels kHalfGemmKernels;
 }  // namespace avx512
+// AArch64 (docs/arm.md): float32 at the neon level and up, int8 with SDOT at the dotprod level and up.
+namespace neon { extern const GemmKernels kGemmKernels; }
+namespace dotprod { extern const Int8GemmKernels kInt8GemmKernels; }
 
 }  // namespace cpuformer

@@ -2,7 +2,11 @@
 // instruction the selected kernel uses (matmul_instruction) and times it on the current threads.
 #include "kernels/gemm/gemm_peak.h"
 
+#if defined(__x86_64__)
 #include <emmintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 #include <omp.h>
 
 #include <algorithm>
@@ -19,6 +23,7 @@ namespace scalar {
 namespace {
 #include "kernels/gemm/gemm_peak_inl.h"
 
+#if defined(__x86_64__)
 // The scalar level's kernels are plain C++ for baseline x86-64, which the compiler may vectorize
 // with SSE2 at best: float multiply and add on 4 lanes; int8 products widened to int16, pmaddwd
 // on 8 pairs and an add.
@@ -34,6 +39,22 @@ int64_t peak_int(long steps) {
       [](__m128i c, __m128i a, __m128i w) { return _mm_add_epi32(c, _mm_madd_epi16(a, w)); }, _mm_set1_epi16(3),
       _mm_set1_epi16(-5));
 }
+#elif defined(__aarch64__)
+// The scalar level's kernels are plain C++ for baseline AArch64, which the compiler may vectorize
+// with NEON (always present) and contract into fused multiply-adds: fmla on 4 float lanes; int8
+// products widened to int16 and accumulated with smlal on 4 int32 lanes.
+int64_t peak_float(long steps) {
+  return peak_probe<8, 4>(
+      steps, vdupq_n_f32(0.0f), [](float32x4_t c, float32x4_t a, float32x4_t b) { return vfmaq_f32(c, a, b); },
+      vdupq_n_f32(0.999f), vdupq_n_f32(1e-3f));
+}
+
+int64_t peak_int(long steps) {
+  return peak_probe<8, 4>(
+      steps, vdupq_n_s32(0), [](int32x4_t c, int16x4_t a, int16x4_t w) { return vmlal_s16(c, a, w); }, vdup_n_s16(3),
+      vdup_n_s16(-5));
+}
+#endif
 }  // namespace
 }  // namespace scalar
 
@@ -43,6 +64,7 @@ PeakProbe probe_for(WeightType type) {
   switch (matmul_instruction(type)) {
     case MatmulInstruction::kScalar:
       return type == WeightType::kInt8 || type == WeightType::kInt4 ? scalar::peak_int : scalar::peak_float;
+#if defined(__x86_64__)
     case MatmulInstruction::kFma256: return avx2::peak_fma;
     case MatmulInstruction::kFma512: return avx512::peak_fma;
     case MatmulInstruction::kMaddubs256: return avx2::peak_maddubs;
@@ -50,6 +72,11 @@ PeakProbe probe_for(WeightType type) {
     case MatmulInstruction::kDpbusd256: return avxvnni::peak_dpbusd;
     case MatmulInstruction::kDpbusd512: return avx512vnni::peak_dpbusd;
     case MatmulInstruction::kDpbf16x512: return avx512bf16::peak_dpbf16;
+#elif defined(__aarch64__)
+    case MatmulInstruction::kNeonFma128: return scalar::peak_float;  // the same fmla on 4 lanes (gemm_neon.cc)
+    case MatmulInstruction::kSdot128: return dotprod::peak_sdot;
+#endif
+    default: break;
   }
   throw std::logic_error("no peak probe for this matmul instruction");
 }

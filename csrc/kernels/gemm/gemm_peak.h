@@ -34,5 +34,7 @@ int64_t peak_maddubs(long steps);
 namespace avx512vnni { int64_t peak_dpbusd(long steps); }
 namespace avxvnni { int64_t peak_dpbusd(long steps); }
 namespace avx512bf16 { int64_t peak_dpbf16(long steps); }
+// AArch64
+namespace dotprod { int64_t peak_sdot(long steps); }
 
 }  // namespace cpuformer

@@ -8,7 +8,11 @@
 
 template <class T>
 __attribute__((always_inline)) inline void peak_pin(T& x) {
-  asm volatile("" : "+v"(x));
+#if defined(__aarch64__)
+  asm volatile("" : "+w"(x));  // any FP/SIMD register
+#else
+  asm volatile("" : "+v"(x));  // any SSE/AVX register
+#endif
 }
 
 volatile uint32_t peak_sink;  // the accumulators' bytes end here, so the work is observable

@@ -6,7 +6,11 @@
 namespace cpuformer {
 
 const NormKernels& norm_kernels() {
+#if CPUFORMER_X86_64
   static const NormKernels& table = select_for_isa(scalar::kNormKernels, avx2::kNormKernels, avx512::kNormKernels);
+#else
+  static const NormKernels& table = select_for_isa(scalar::kNormKernels, neon::kNormKernels);
+#endif
   return table;
 }
 

@@ -33,5 +33,7 @@ void rms_norm(const float* x, const float* residual, float* sum_out, const float
 namespace scalar { extern const NormKernels kNormKernels; }
 namespace avx2 { extern const NormKernels kNormKernels; }
 namespace avx512 { extern const NormKernels kNormKernels; }
+// AArch64
+namespace neon { extern const NormKernels kNormKernels; }
 
 }  // namespace cpuformer

@@ -5,8 +5,12 @@
 namespace cpuformer {
 
 const VectorMathKernels& vector_math_kernels() {
+#if CPUFORMER_X86_64
   static const VectorMathKernels& table =
       select_for_isa(scalar::kVectorMathKernels, avx2::kVectorMathKernels, avx512::kVectorMathKernels);
+#else
+  static const VectorMathKernels& table = scalar::kVectorMathKernels;  // AArch64: no NEON kernels yet
+#endif
   return table;
 }
 

@@ -1,0 +1,666 @@
+// Native kernel tests: every kernel family the dispatch tables hold (GEMM with float32, float16,
+// bfloat16, int8 and int4 weights; attention with float32 and float16 keys and values; layer and
+// RMS norm; activations, softmax, SwiGLU; the vector math functions and row reductions), at the
+// ISA level this process runs at, against float64 references written here. The tolerances are the
+// ones tests/kernels states (the kernel headers' contracts). Sizes walk through vector and tile
+// tails (1, 3, 7, 17, 33, 65, 127, ...). Also: the level in use and its matmul kernels, and that
+// the compute-peak probe of each weight type runs.
+//
+// One run checks one level: CPUFORMER_ISA picks it (the best the CPU has when unset), as for the
+// Python package. A level the CPU lacks exits 77 (ctest reports it as skipped). The build registers
+// one ctest per level of its architecture (CMakeLists.txt, CPUFORMER_BUILD_TESTS);
+// scripts/test-aarch64.sh runs the AArch64 build under QEMU at each ARM level. No Python needed,
+// so it also runs where the extension cannot be built (a cross build).
+//
+// Output: the level, the CPU features and matmul kernels, one line per failed check, a summary.
+// Exit status 0 when every check passed, 1 otherwise.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/activation/activation.h"
+#include "kernels/attention/attention.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_peak.h"
+#include "kernels/norm/norm.h"
+#include "kernels/vector_math/vector_math.h"
+#include "runtime/cpu_features.h"
+#include "runtime/threading.h"
+
+namespace {
+
+using namespace cpuformer;
+
+int g_checks = 0;
+int g_failures = 0;
+
+// Records one check: every |got[i] - ref[i]| ≤ tol[i] and got[i] finite where ref[i] is.
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& ref,
+                  const std::vector<double>& tol) {
+  ++g_checks;
+  long worst = -1;
+  double worst_excess = 0.0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    const double excess = std::isnan(err) ? std::numeric_limits<double>::infinity() : err - tol[i];
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = static_cast<long>(i);
+    }
+  }
+  if (worst >= 0) {
+    ++g_failures;
+    std::printf("FAIL %s: element %ld is %.9g, reference %.9g (tolerance %.3g)\n", what.c_str(), worst,
+                static_cast<double>(got[worst]), ref[worst], tol[worst]);
+  }
+}
+
+void expect(bool ok, const std::string& what) {
+  ++g_checks;
+  if (!ok) {
+    ++g_failures;
+    std::printf("FAIL %s\n", what.c_str());
+  }
+}
+
+std::mt19937 g_rng(20261126);
+
+std::vector<float> randn(std::size_t n, float scale = 1.0f, float shift = 0.0f) {
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(g_rng) * scale + shift;
+  return v;
+}
+
+std::string dims(std::initializer_list<long> values) {
+  std::string out;
+  for (long v : values) out += (out.empty() ? "" : "x") + std::to_string(v);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activations (activation.h): the float64 definitions.
+
+double activate(Activation act, double z) {
+  switch (act) {
+    case Activation::kNone: return z;
+    case Activation::kRelu: return z > 0.0 ? z : 0.0;
+    case Activation::kGeluErf: return 0.5 * z * (1.0 + std::erf(z / std::sqrt(2.0)));
+    case Activation::kGeluTanh: return 0.5 * z * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z)));
+    case Activation::kSilu: return z / (1.0 + std::exp(-z));
+    case Activation::kQuickGelu: return z / (1.0 + std::exp(-1.702 * z));
+  }
+  return z;
+}
+
+const char* activation_name(Activation act) {
+  switch (act) {
+    case Activation::kNone: return "none";
+    case Activation::kRelu: return "relu";
+    case Activation::kGeluErf: return "gelu";
+    case Activation::kGeluTanh: return "gelu_tanh";
+    case Activation::kSilu: return "silu";
+    case Activation::kQuickGelu: return "quick_gelu";
+  }
+  return "?";
+}
+
+const Activation kActivations[] = {Activation::kNone,     Activation::kRelu, Activation::kGeluErf,
+                                   Activation::kGeluTanh, Activation::kSilu, Activation::kQuickGelu};
+
+void test_activations() {
+  for (long n : {1L, 3L, 7L, 17L, 33L, 65L, 127L, 4097L}) {
+    const std::vector<float> x = randn(n, 4.0f);
+    for (Activation act : kActivations) {
+      std::vector<float> y(n);
+      apply_activation(act, x.data(), y.data(), n);
+      std::vector<double> ref(n), tol(n);
+      for (long i = 0; i < n; ++i) {
+        ref[i] = activate(act, x[i]);
+        tol[i] = 2e-6 + 1e-6 * std::fabs(ref[i]);
+      }
+      expect_close(std::string("activation ") + activation_name(act) + " n=" + std::to_string(n), y, ref, tol);
+    }
+    // SwiGLU: silu(gate)·up, the product rounded once more.
+    const std::vector<float> up = randn(n, 2.0f);
+    std::vector<float> y(n);
+    silu_mul(x.data(), up.data(), y.data(), n);
+    std::vector<double> ref(n), tol(n);
+    for (long i = 0; i < n; ++i) {
+      const double s = activate(Activation::kSilu, x[i]);
+      ref[i] = s * up[i];
+      tol[i] = (2e-6 + 1e-6 * std::fabs(s)) * std::fabs(up[i]) + 1.2e-7 * std::fabs(ref[i]);
+    }
+    expect_close("silu_mul n=" + std::to_string(n), y, ref, tol);
+  }
+  for (long n : {1L, 3L, 17L, 65L, 127L, 1000L}) {
+    const long rows = 3;
+    std::vector<float> x = randn(rows * n, 3.0f);
+    if (n > 2) x[n + 1] = -std::numeric_limits<float>::infinity();  // a removed entry gives 0
+    std::vector<float> y(rows * n);
+    softmax_rows(x.data(), y.data(), rows, n);
+    std::vector<double> ref(rows * n), tol(rows * n);
+    for (long r = 0; r < rows; ++r) {
+      double mx = -std::numeric_limits<double>::infinity(), sum = 0.0;
+      for (long i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[r * n + i]));
+      for (long i = 0; i < n; ++i) sum += std::exp(x[r * n + i] - mx);
+      for (long i = 0; i < n; ++i) {
+        ref[r * n + i] = std::exp(x[r * n + i] - mx) / sum;
+        tol[r * n + i] = 1e-8 + 1e-5 * ref[r * n + i];
+      }
+    }
+    expect_close("softmax_rows n=" + std::to_string(n), y, ref, tol);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vector math (vector_math.h): the tolerances of tests/kernels/test_vector_math.py.
+
+void test_vector_math() {
+  const VectorMathKernels& k = vector_math_kernels();
+  std::vector<float> x;
+  for (int i = 0; i <= 40000; ++i) x.push_back(-20.0f + 0.001f * static_cast<float>(i));
+  std::uniform_real_distribution<float> exponent(-30.0f, 30.0f);
+  for (int i = 0; i < 4000; ++i) {
+    const float m = std::pow(10.0f, exponent(g_rng));
+    x.push_back(m);
+    x.push_back(-m);
+  }
+  x.push_back(0.0f);
+  x.push_back(-0.0f);
+  struct Case {
+    VectorFunction f;
+    const char* name;
+    double abs_tol, rel_tol;
+  };
+  const Case cases[] = {{VectorFunction::kErf, "erf", 4.5e-7, 4.5e-7},
+                        {VectorFunction::kTanh, "tanh", 4.5e-7, 4.5e-7},
+                        {VectorFunction::kSigmoid, "sigmoid", 1.2e-7, 3.5e-7}};
+  for (const Case& c : cases) {
+    std::vector<float> y(x.size());
+    k.apply(c.f, x.data(), y.data(), static_cast<long>(x.size()));
+    std::vector<double> ref(x.size()), tol(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double d = x[i];
+      ref[i] = c.f == VectorFunction::kErf    ? std::erf(d)
+               : c.f == VectorFunction::kTanh ? std::tanh(d)
+                                              : 1.0 / (1.0 + std::exp(-d));
+      tol[i] = std::fabs(ref[i]) > 1e-30 ? std::min(c.abs_tol, c.rel_tol * std::fabs(ref[i])) : c.abs_tol;
+      // Both bounds hold: the absolute one everywhere, the relative one where |ref| > 1e-30.
+    }
+    expect_close(std::string("vector_math ") + c.name, y, ref, tol);
+  }
+  // exp: relative 2.5e-7 where e^x is a normal float and below the AVX2 clamp.
+  std::vector<float> xe;
+  for (float v : x)
+    if (v > -87.3f && v < 88.3f) xe.push_back(v);
+  for (VectorFunction f : {VectorFunction::kExp, VectorFunction::kExpNanPropagating}) {
+    std::vector<float> y(xe.size());
+    k.apply(f, xe.data(), y.data(), static_cast<long>(xe.size()));
+    std::vector<double> ref(xe.size()), tol(xe.size());
+    for (std::size_t i = 0; i < xe.size(); ++i) {
+      ref[i] = std::exp(static_cast<double>(xe[i]));
+      tol[i] = 2.5e-7 * ref[i];
+    }
+    expect_close(f == VectorFunction::kExp ? "vector_math exp" : "vector_math exp_nan_propagating", y, ref, tol);
+  }
+  // Row reductions, every length through the tails.
+  for (long n : {0L, 1L, 3L, 7L, 17L, 33L, 65L, 127L, 4097L}) {
+    std::vector<float> v = randn(n, 5.0f);
+    if (n > 5) v[n / 2] = std::numeric_limits<float>::quiet_NaN();  // ignored by max_value
+    float mx = -std::numeric_limits<float>::infinity();
+    for (float e : v)
+      if (!std::isnan(e)) mx = std::max(mx, e);
+    expect(k.max_value(v.data(), n) == mx, "max_value n=" + std::to_string(n));
+    if (n > 5) v[n / 2] = 1.0f;
+    const float shift = n > 0 ? mx : 0.0f;
+    double sum = 0.0;
+    for (float e : v) sum += std::exp(static_cast<double>(e) - shift);
+    const double got = k.sum_exp(v.data(), n, shift);
+    expect(std::fabs(got - sum) <= 1e-6 * sum + 1e-300, "sum_exp n=" + std::to_string(n));
+    const float offset = 0.25f, threshold = 6.0f;
+    long first = n;
+    for (long i = 0; i < n; ++i)
+      if (v[i] + offset > threshold) {
+        first = i;
+        break;
+      }
+    expect(k.find_greater(v.data(), n, offset, threshold) == first, "find_greater n=" + std::to_string(n));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Norms (norm.h): tolerance 1e-5·max(1, |y|).
+
+void test_norms() {
+  for (long n : {1L, 3L, 7L, 17L, 33L, 65L, 127L, 768L, 4097L}) {
+    const long rows = 3;
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool with_residual = variant & 1, with_bias = variant & 2;
+      const std::vector<float> x = randn(rows * n, 2.0f, 0.5f), res = randn(rows * n, 1.5f, -0.3f);
+      const std::vector<float> w = randn(n, 0.2f, 1.0f), b = randn(n, 0.5f);
+      const float eps = 1e-5f;
+      std::vector<double> s(rows * n);
+      for (long i = 0; i < rows * n; ++i) s[i] = static_cast<double>(x[i]) + (with_residual ? res[i] : 0.0);
+      const std::string tag =
+          " n=" + std::to_string(n) + (with_residual ? " residual" : "") + (with_bias ? " bias" : "");
+      // layer norm
+      std::vector<float> y(rows * n), sum(rows * n);
+      layer_norm(x.data(), with_residual ? res.data() : nullptr, sum.data(), w.data(), with_bias ? b.data() : nullptr,
+                 eps, y.data(), rows, n);
+      std::vector<double> ref(rows * n), tol(rows * n), sum_ref(rows * n), sum_tol(rows * n);
+      for (long r = 0; r < rows; ++r) {
+        double mean = 0.0, var = 0.0;
+        for (long i = 0; i < n; ++i) mean += s[r * n + i] / n;
+        for (long i = 0; i < n; ++i) var += (s[r * n + i] - mean) * (s[r * n + i] - mean) / n;
+        for (long i = 0; i < n; ++i) {
+          const long e = r * n + i;
+          ref[e] = (s[e] - mean) / std::sqrt(var + eps) * w[i] + (with_bias ? b[i] : 0.0);
+          tol[e] = 1e-5 * std::max(1.0, std::fabs(ref[e]));
+          sum_ref[e] = s[e];
+          sum_tol[e] = 6e-8 * std::fabs(s[e]);
+        }
+      }
+      expect_close("layer_norm" + tag, y, ref, tol);
+      expect_close("layer_norm sum_out" + tag, sum, sum_ref, sum_tol);
+      if (with_residual) {  // in place: y over x, sum_out over the residual
+        std::vector<float> xy = x, rs = res;
+        layer_norm(xy.data(), rs.data(), rs.data(), w.data(), with_bias ? b.data() : nullptr, eps, xy.data(), rows, n);
+        expect_close("layer_norm in place" + tag, xy, ref, tol);
+        expect_close("layer_norm sum_out in place" + tag, rs, sum_ref, sum_tol);
+      }
+      // RMS norm
+      rms_norm(x.data(), with_residual ? res.data() : nullptr, nullptr, w.data(), eps, y.data(), rows, n);
+      for (long r = 0; r < rows; ++r) {
+        double ms = 0.0;
+        for (long i = 0; i < n; ++i) ms += s[r * n + i] * s[r * n + i] / n;
+        for (long i = 0; i < n; ++i) {
+          const long e = r * n + i;
+          ref[e] = s[e] / std::sqrt(ms + eps) * w[i];
+          tol[e] = 1e-5 * std::max(1.0, std::fabs(ref[e]));
+        }
+      }
+      expect_close("rms_norm" + tag, y, ref, tol);
+      if (with_residual) {  // in place: y over the residual
+        std::vector<float> ry = res;
+        rms_norm(x.data(), ry.data(), nullptr, w.data(), eps, ry.data(), rows, n);
+        expect_close("rms_norm in place" + tag, ry, ref, tol);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// GEMM (gemm.h): c = act(a·Wᵀ + bias) + residual for every weight type. The reference multiplies
+// in float64 what the kernels' contract says they multiply: the rounded 16-bit weights; for int8
+// and int4 the quantized rows of A (qa, sa) and the quantized weights. Tolerance as
+// tests/kernels/test_gemm.py: 1e-5·√K·scale (scale: the largest |pre-activation| or |residual|),
+// plus the activation kernels' bound when there is an activation.
+
+struct QuantizedRow {
+  std::vector<float> qa;
+  float sa = 0.0f;
+};
+
+// A row quantized as gemm.h states: amax, 127/amax in float32, round half to even.
+QuantizedRow quantize_row(const float* a, long k) {
+  QuantizedRow out;
+  out.qa.assign(k, 0.0f);
+  float amax = 0.0f;
+  for (long p = 0; p < k; ++p) amax = std::fmax(amax, std::fabs(a[p]));
+  if (!(amax > 0.0f)) return out;
+  const float inv = 127.0f / amax;
+  for (long p = 0; p < k; ++p) out.qa[p] = std::nearbyint(a[p] * inv);
+  out.sa = amax / 127.0f;
+  return out;
+}
+
+// z[i][j] = Σ_p a[i][p]·w[j][p] for what the kernels of `format` compute, in float64; also
+// Σ|a·w| per element (the bfloat16 dot-product kernel's error is relative to it).
+void gemm_reference(const std::vector<float>& a, long m, long lda, const std::vector<float>& w, long n, long k,
+                    const WeightFormat& format, std::vector<double>& z, std::vector<double>& magnitude) {
+  z.assign(m * n, 0.0);
+  magnitude.assign(m * n, 0.0);
+  std::vector<double> wd(static_cast<std::size_t>(n) * k);
+  switch (format.type) {
+    case WeightType::kFloat32:
+      for (long i = 0; i < n * k; ++i) wd[i] = w[i];
+      break;
+    case WeightType::kFloat16:
+      for (long i = 0; i < n * k; ++i) wd[i] = half_to_float(float_to_half(w[i]));
+      break;
+    case WeightType::kBFloat16:
+      for (long i = 0; i < n * k; ++i) wd[i] = bfloat16_to_float(float_to_bfloat16(w[i]));
+      break;
+    case WeightType::kInt8: {
+      std::vector<int8_t> q(static_cast<std::size_t>(n) * k);
+      std::vector<float> scales(n);
+      quantize_weights_s8(w.data(), n, k, k, q.data(), scales.data());
+      for (long j = 0; j < n; ++j)
+        for (long p = 0; p < k; ++p) wd[j * k + p] = static_cast<double>(q[j * k + p]) * scales[j];
+      break;
+    }
+    case WeightType::kInt4: {
+      const long g = format.group_size, groups = int4_groups(k, g), kp = groups * g;
+      std::vector<uint8_t> u(static_cast<std::size_t>(n) * kp / 2);
+      std::vector<uint16_t> scales(static_cast<std::size_t>(n) * groups);
+      std::vector<uint8_t> zeros(format.zero_point ? static_cast<std::size_t>(n) * groups : 0);
+      quantize_weights_s4(w.data(), n, k, k, g, format.zero_point, u.data(), scales.data(), zeros.data());
+      for (long j = 0; j < n; ++j)
+        for (long p = 0; p < k; ++p) {
+          const uint8_t byte = u[j * (kp / 2) + p / 2];
+          const int nibble = p % 2 == 0 ? byte & 0xF : byte >> 4;
+          const int zero = format.zero_point ? zeros[j * groups + p / g] : 8;
+          wd[j * k + p] = static_cast<double>(half_to_float(scales[j * groups + p / g])) * (nibble - zero);
+        }
+      break;
+    }
+  }
+  const bool quantized_a = format.type == WeightType::kInt8 || format.type == WeightType::kInt4;
+  for (long i = 0; i < m; ++i) {
+    const float* row = a.data() + i * lda;
+    QuantizedRow qr;
+    if (quantized_a) qr = quantize_row(row, k);
+    for (long j = 0; j < n; ++j) {
+      double acc = 0.0, mag = 0.0;
+      for (long p = 0; p < k; ++p) {
+        const double av = quantized_a ? static_cast<double>(qr.qa[p]) * qr.sa : row[p];
+        acc += av * wd[j * k + p];
+        mag += std::fabs(av * wd[j * k + p]);
+      }
+      z[i * n + j] = acc;
+      magnitude[i * n + j] = mag;
+    }
+  }
+}
+
+std::string format_name(const WeightFormat& f) {
+  switch (f.type) {
+    case WeightType::kFloat32: return "float32";
+    case WeightType::kFloat16: return "float16";
+    case WeightType::kBFloat16: return "bfloat16";
+    case WeightType::kInt8: return "int8";
+    case WeightType::kInt4:
+      return "int4 g" + std::to_string(f.group_size) + (f.zero_point ? " zero-point" : " symmetric");
+  }
+  return "?";
+}
+
+void check_gemm(const WeightFormat& format, long m, long k, long n, Activation act, bool with_bias,
+                int residual_mode /* 0 none, 1 separate, 2 in place (residual = c) */) {
+  const long lda = k + (m % 3), ldc = n + (n % 2);
+  const std::vector<float> a = randn(m * lda), w = randn(n * k, 1.0f / std::sqrt(static_cast<float>(k)));
+  const std::vector<float> bias = randn(n, 0.5f), residual = randn(m * ldc);
+  const PackedWeights packed = pack_weights(w.data(), format, n, k, k);
+  std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+  GemmEpilogue ep;
+  ep.bias = with_bias ? bias.data() : nullptr;
+  ep.activation = act;
+  if (residual_mode == 1) {
+    ep.residual = residual.data();
+    ep.ldr = ldc;
+  } else if (residual_mode == 2) {
+    c = residual;
+    ep.residual = c.data();
+    ep.ldr = ldc;
+  }
+  gemm(a.data(), m, lda, packed, c.data(), ldc, ep);
+
+  std::vector<double> z, magnitude;
+  gemm_reference(a, m, lda, w, n, k, format, z, magnitude);
+  double scale = 1e-30;
+  for (long i = 0; i < m; ++i)
+    for (long j = 0; j < n; ++j) {
+      z[i * n + j] += with_bias ? bias[j] : 0.0;
+      scale = std::max(scale, std::fabs(z[i * n + j]));
+      if (residual_mode) scale = std::max(scale, static_cast<double>(std::fabs(residual[i * ldc + j])));
+    }
+  const bool bf16_dot = format.type == WeightType::kBFloat16 &&
+                        matmul_instruction(WeightType::kBFloat16) == MatmulInstruction::kDpbf16x512;
+  std::vector<float> got(m * n);
+  std::vector<double> ref(m * n), tol(m * n);
+  for (long i = 0; i < m; ++i)
+    for (long j = 0; j < n; ++j) {
+      const long e = i * n + j;
+      got[e] = c[i * ldc + j];
+      ref[e] = activate(act, z[e]) + (residual_mode ? residual[i * ldc + j] : 0.0);
+      tol[e] = 1e-5 * std::sqrt(static_cast<double>(k)) * scale;
+      if (bf16_dot) tol[e] += std::ldexp(magnitude[e], -8);  // a rounded to bfloat16 (docs/precision.md)
+      if (act != Activation::kNone) tol[e] += 4e-6 + 3e-6 * std::fabs(ref[e]);
+    }
+  expect_close("gemm " + format_name(format) + " " + dims({m, k, n}) + " act=" + activation_name(act) +
+                   (with_bias ? " bias" : "") +
+                   (residual_mode == 1   ? " residual"
+                    : residual_mode == 2 ? " in-place"
+                                         : ""),
+               got, ref, tol);
+}
+
+void test_gemm() {
+  // (m, k, n): GEMV rows (m ≤ 8), tile tails, several K slices (K > 256), panels of N.
+  const long shapes[][3] = {{1, 1, 1},     {1, 7, 3},     {2, 17, 33},    {3, 33, 17},   {4, 65, 7},    {5, 127, 65},
+                            {6, 64, 16},   {7, 300, 130}, {8, 129, 1},    {9, 33, 127},  {13, 257, 31}, {17, 3, 65},
+                            {33, 513, 33}, {65, 64, 100}, {100, 300, 70}, {1, 4097, 17}, {257, 40, 48}};
+  const WeightFormat formats[] = {WeightFormat(WeightType::kFloat32),         WeightFormat(WeightType::kFloat16),
+                                  WeightFormat(WeightType::kBFloat16),        WeightFormat(WeightType::kInt8),
+                                  WeightFormat(WeightType::kInt4, 32, false), WeightFormat(WeightType::kInt4, 64, true),
+                                  WeightFormat(WeightType::kInt4, 128, false)};
+  int i = 0;
+  for (const WeightFormat& f : formats)
+    for (const auto& s : shapes) {
+      // Every shape without an epilogue; an activation, bias and residual walk through the shapes.
+      check_gemm(f, s[0], s[1], s[2], Activation::kNone, false, 0);
+      const Activation act = kActivations[1 + i % 5];
+      check_gemm(f, s[0], s[1], s[2], act, i % 2 == 0, i % 3);
+      ++i;
+    }
+  // The blocked paths of the SIMD drivers: each thread its own rows (many rows, narrow N) and the
+  // team on each row block (wide N, or few rows), over several K slices, with an activation after
+  // a residual that aliases c (the driver copies it first).
+  for (const WeightFormat& f : formats) {
+    check_gemm(f, 257, 300, 48, Activation::kGeluErf, true, 2);
+    check_gemm(f, 300, 70, 400, Activation::kNone, true, 1);
+    check_gemm(f, 30, 300, 40, Activation::kSilu, false, 2);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Attention (attention.h): softmax(scale·q·kᵀ + mask)·v in float64. Tolerance as
+// tests/kernels/test_attention.py: 1e-5·max|ref| + 1e-6.
+
+struct AttentionCase {
+  long batch, heads, kv_heads, q_len, kv_len, dim;
+  bool causal;
+  long window;
+  bool padding_mask;  // [B, 1, 1, Tk] additive mask with some -inf keys
+  KvType kv_type;
+};
+
+void check_attention(const AttentionCase& t) {
+  const long B = t.batch, H = t.heads, Hkv = t.kv_heads, Tq = t.q_len, Tk = t.kv_len, D = t.dim;
+  const std::vector<float> q = randn(B * H * Tq * D), k = randn(B * Hkv * Tk * D), v = randn(B * Hkv * Tk * D);
+  std::vector<float> mask(B * Tk, 0.0f);
+  if (t.padding_mask)
+    for (long b = 0; b < B; ++b)
+      for (long j = 0; j < Tk; ++j)
+        if ((j + b) % 3 == 1) mask[b * Tk + j] = -std::numeric_limits<float>::infinity();
+  // Keys and values as the kernel reads them (16-bit caches hold rounded values).
+  std::vector<uint16_t> k16(k.size()), v16(v.size());
+  std::vector<double> kd(k.size()), vd(v.size());
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    const bool half = t.kv_type == KvType::kFloat16;
+    k16[i] = half ? float_to_half(k[i]) : 0;
+    v16[i] = half ? float_to_half(v[i]) : 0;
+    kd[i] = half ? half_to_float(k16[i]) : k[i];
+    vd[i] = half ? half_to_float(v16[i]) : v[i];
+  }
+  AttentionArgs args;
+  args.batch = B;
+  args.heads = H;
+  args.kv_heads = Hkv;
+  args.q_len = Tq;
+  args.kv_len = Tk;
+  args.head_dim = D;
+  args.q = q.data();
+  args.q_stride_b = H * Tq * D, args.q_stride_h = Tq * D, args.q_stride_t = D;
+  args.kv_type = t.kv_type;
+  if (t.kv_type == KvType::kFloat32) {
+    args.k = k.data();
+    args.v = v.data();
+  } else {
+    args.k_data = k16.data();
+    args.v_data = v16.data();
+  }
+  args.k_stride_b = args.v_stride_b = Hkv * Tk * D;
+  args.k_stride_h = args.v_stride_h = Tk * D;
+  args.k_stride_t = args.v_stride_t = D;
+  std::vector<float> out(B * H * Tq * D, std::numeric_limits<float>::quiet_NaN());
+  args.out = out.data();
+  args.out_stride_b = H * Tq * D, args.out_stride_h = Tq * D, args.out_stride_t = D;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  args.causal = t.causal;
+  args.causal_offset = t.causal ? Tk - Tq : 0;
+  args.window = t.window;
+  if (t.padding_mask) {
+    args.mask = mask.data();
+    args.mask_stride_b = Tk;
+    args.mask_stride_k = 1;
+  }
+  attention(args);
+
+  std::vector<double> ref(out.size(), 0.0);
+  double max_ref = 0.0;
+  for (long b = 0; b < B; ++b)
+    for (long h = 0; h < H; ++h) {
+      const long hk = h / (H / Hkv);
+      for (long i = 0; i < Tq; ++i) {
+        std::vector<double> s(Tk, -std::numeric_limits<double>::infinity());
+        double mx = -std::numeric_limits<double>::infinity();
+        for (long j = 0; j < Tk; ++j) {
+          const long pos = i + args.causal_offset;
+          bool visible = t.causal ? j <= pos && (t.window <= 0 || j > pos - t.window)
+                                  : t.window <= 0 || std::labs(j - pos) < t.window;
+          if (t.padding_mask && std::isinf(mask[b * Tk + j])) visible = false;
+          if (!visible) continue;
+          double dot = 0.0;
+          for (long d = 0; d < D; ++d)
+            dot += static_cast<double>(q[((b * H + h) * Tq + i) * D + d]) * kd[((b * Hkv + hk) * Tk + j) * D + d];
+          s[j] = dot * args.scale;
+          mx = std::max(mx, s[j]);
+        }
+        if (std::isinf(mx)) continue;  // sees no key: zeros
+        double total = 0.0;
+        for (long j = 0; j < Tk; ++j) total += std::isinf(s[j]) ? 0.0 : std::exp(s[j] - mx);
+        for (long d = 0; d < D; ++d) {
+          double acc = 0.0;
+          for (long j = 0; j < Tk; ++j)
+            if (!std::isinf(s[j])) acc += std::exp(s[j] - mx) / total * vd[((b * Hkv + hk) * Tk + j) * D + d];
+          ref[((b * H + h) * Tq + i) * D + d] = acc;
+          max_ref = std::max(max_ref, std::fabs(acc));
+        }
+      }
+    }
+  std::vector<double> tol(out.size(), 1e-5 * max_ref + 1e-6);
+  expect_close(std::string("attention ") + dims({B, H, Hkv, Tq, Tk, D}) + (t.causal ? " causal" : "") +
+                   (t.window ? " window=" + std::to_string(t.window) : "") + (t.padding_mask ? " mask" : "") +
+                   (t.kv_type == KvType::kFloat16 ? " kv=float16" : ""),
+               out, ref, tol);
+}
+
+void test_attention() {
+  const AttentionCase cases[] = {
+      {1, 1, 1, 1, 1, 1, false, 0, false, KvType::kFloat32},
+      {2, 4, 4, 17, 33, 64, false, 0, false, KvType::kFloat32},
+      {2, 4, 4, 17, 33, 64, true, 0, false, KvType::kFloat32},
+      {1, 8, 2, 1, 65, 17, true, 0, false, KvType::kFloat32},
+      {1, 4, 1, 7, 127, 128, false, 0, true, KvType::kFloat32},
+      {2, 2, 2, 33, 7, 3, false, 0, true, KvType::kFloat32},
+      {1, 3, 3, 65, 65, 65, true, 0, false, KvType::kFloat32},
+      {1, 4, 2, 20, 40, 24, true, 7, false, KvType::kFloat32},
+      {1, 2, 2, 30, 30, 16, false, 5, false, KvType::kFloat32},
+      {1, 8, 2, 1, 300, 32, true, 0, false, KvType::kFloat32},
+      {1, 2, 1, 2, 1000, 16, false, 0, true, KvType::kFloat32},
+      {2, 4, 2, 5, 70, 64, true, 0, false, KvType::kFloat16},
+      {1, 4, 4, 1, 129, 33, false, 0, true, KvType::kFloat16},
+  };
+  for (const AttentionCase& c : cases) check_attention(c);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The level and its tables.
+
+void print_level() {
+  const CpuFeatures& f = cpu_features();
+  std::string features;
+  for (const std::string& name : f.names()) features += (features.empty() ? "" : " ") + name;
+  std::printf("isa %s (best %s)\nfeatures: %s\n", isa_name(active_isa()), isa_name(best_isa()), features.c_str());
+  std::printf("matmul: float32 %s, float16 %s, bfloat16 %s, int8 %s, int4 %s\n", gemm_kernel_name(WeightType::kFloat32),
+              gemm_kernel_name(WeightType::kFloat16), gemm_kernel_name(WeightType::kBFloat16),
+              gemm_kernel_name(WeightType::kInt8), gemm_kernel_name(WeightType::kInt4));
+  std::printf("threads: %d\n", current_num_threads());
+}
+
+void test_level() {
+  // CPUFORMER_ISA is obeyed, and the levels are ordered: the CPU supports every level up to its best.
+  if (const char* want = std::getenv("CPUFORMER_ISA"); want != nullptr && *want != '\0')
+    expect(std::string(isa_name(active_isa())) == want, std::string("CPUFORMER_ISA=") + want + " is the level in use");
+  bool below_best = true;
+  for (Isa level : architecture_levels()) {
+    expect(cpu_features().supports(level) == below_best, std::string("supports(") + isa_name(level) + ")");
+    if (level == best_isa()) below_best = false;
+  }
+  // The scalar level multiplies float32 weights with plain C++, every other level with its own kernels.
+  const bool scalar = active_isa() == Isa::kScalar;
+  expect((std::string(gemm_kernel_name(WeightType::kFloat32)) == "scalar") == scalar,
+         "float32 matmul kernel of the level");
+#if defined(__aarch64__)
+  expect(scalar || std::string(gemm_kernel_name(WeightType::kFloat32)) == "neon fmla", "float32 matmul kernel: neon");
+  const bool dot = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm;
+  expect((std::string(gemm_kernel_name(WeightType::kInt8)) == "dotprod sdot") == dot, "int8 matmul kernel: sdot");
+#endif
+}
+
+// The compute-peak probe of each weight type's matmul instruction (gemm_peak.h) runs at this level
+// (an instruction the CPU lacks would stop the process with SIGILL) and measures a positive rate.
+void test_peak_probes() {
+  for (WeightType type :
+       {WeightType::kFloat32, WeightType::kFloat16, WeightType::kBFloat16, WeightType::kInt8, WeightType::kInt4}) {
+    const double macs = gemm_peak_macs(type, 0.003);
+    expect(macs > 0.0 && std::isfinite(macs), std::string("gemm_peak_macs for ") + gemm_kernel_name(type));
+  }
+}
+
+}  // namespace
+
+int main() {
+  const char* want = std::getenv("CPUFORMER_ISA");
+  try {
+    active_isa();
+  } catch (const std::invalid_argument& e) {
+    for (Isa level : architecture_levels())
+      if (want != nullptr && want == std::string(isa_name(level)) && !cpu_features().supports(level)) {
+        std::printf("skipped: %s\n", e.what());
+        return 77;
+      }
+    std::printf("error: %s\n", e.what());
+    return 1;
+  }
+  print_level();
+  test_level();
+  test_vector_math();
+  test_activations();
+  test_norms();
+  test_gemm();
+  test_attention();
+  test_peak_probes();
+  std::printf("%d checks, %d failed\n", g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
