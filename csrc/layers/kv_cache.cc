@@ -131,6 +131,25 @@ void KvCache::copy_slot(const KvCache& src, long src_row, long dst_row, long slo
   }
 }
 
+void KvCache::commit() {
+  const std::size_t bytes = static_cast<std::size_t>(layers_ * rows_ * kv_heads_ * max_len_ * head_dim_) * size_;
+  const std::size_t scales =
+      type_ == KvType::kInt8 ? static_cast<std::size_t>(layers_ * rows_ * kv_heads_ * max_len_) : 0;
+  constexpr std::size_t kBlock = std::size_t{1} << 21;  // one huge page at a time
+  const long blocks = static_cast<long>((bytes + kBlock - 1) / kBlock);
+  parallel_ranges(blocks, 1, [&](long b0, long b1) {
+    for (long b = b0; b < b1; ++b) {
+      const std::size_t at = static_cast<std::size_t>(b) * kBlock, n = std::min(kBlock, bytes - at);
+      std::memset(k_.data() + at, 0, n);
+      std::memset(v_.data() + at, 0, n);
+    }
+  });
+  if (scales > 0) {
+    std::memset(k_scale_.data(), 0, scales * sizeof(float));
+    std::memset(v_scale_.data(), 0, scales * sizeof(float));
+  }
+}
+
 void KvCache::copy_slots(long src_row, long dst_row, long begin, long end) {
   if (end <= begin || src_row == dst_row) return;
   const long count = end - begin;

@@ -23,6 +23,11 @@ class KvCache {
   // Grows (never shrinks) the storage; the contents are undefined afterwards and length() = 0.
   void reset(long layers, long rows, long kv_heads, long max_len, long head_dim, KvType type = KvType::kFloat32);
 
+  // Writes every page of the storage once (zeros), so that no later write faults a page in: a
+  // long-lived cache (continuous batching) pays the page faults up front instead of in the steps
+  // that first reach each part of it. Multi-threaded.
+  void commit();
+
   KvType type() const { return type_; }
   long rows() const { return rows_; }
   long max_len() const { return max_len_; }

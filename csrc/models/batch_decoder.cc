@@ -21,6 +21,7 @@ BatchDecoder::BatchDecoder(const DecoderModel& model, long capacity, long max_le
   if (max_len < 1 || max_len > c.max_positions) throw std::invalid_argument("max_len must be in [1, max_positions]");
   if (prefill_chunk < 1) throw std::invalid_argument("prefill_chunk must be >= 1");
   cache_.reset(c.num_layers, capacity, c.num_kv_heads, max_len, c.head_dim, kv_type);
+  cache_.commit();  // page faults now, not in the steps that first reach each slot
   slots_.resize(capacity);
 }
 
@@ -65,12 +66,15 @@ long BatchDecoder::shared_prefix(const Sequence& seq, long s) const {
 void BatchDecoder::admit() {
   while (!waiting_.empty()) {
     Sequence& seq = waiting_.front();
-    // The free slot to take: the longest cached prefix, else the one unused the longest.
+    // The free slot to take: the longest cached prefix; else a slot used before, the one unused
+    // the longest (its cached prefix is the stalest); a never-used slot last: the first writes
+    // to its memory fault its pages in, which on some hosts stalls a step for tens of ms.
+    auto age = [&](long s) { return slots_[s].last_used == 0 ? ~0UL : slots_[s].last_used; };
     long slot = -1, reused = -1;
     for (long s = 0; s < capacity_; ++s) {
       if (slots_[s].busy) continue;
       const long n = prefix_reuse_ ? shared_prefix(seq, s) : 0;
-      if (n > reused || (n == reused && slots_[s].last_used < slots_[slot].last_used)) {
+      if (n > reused || (n == reused && age(s) < age(slot))) {
         slot = s;
         reused = n;
       }
