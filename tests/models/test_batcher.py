@@ -108,11 +108,12 @@ def test_quantized_weights_and_kv_caches(dirs, dtype, kv):
         assert t == gen.generate(p, max_new_tokens=15, eos_token_id=[], kv_cache_dtype=kv)[0]
 
 
-def test_shared_prefix_is_reused_not_recomputed(gens):
+@pytest.mark.parametrize("kv", [None, "int8", "bfloat16"])
+def test_shared_prefix_is_reused_not_recomputed(gens, kv):
     gen = gens["qwen2"]
     system = [int(t) for t in np.random.default_rng(6).integers(3, gen.vocab_size, 60)]
     prompts = _prompts(gen.vocab_size, 5, seed=7, longest=6, shared=system)
-    batcher = gen.batcher(capacity=3, prefill_chunk=16)
+    batcher = gen.batcher(capacity=3, prefill_chunk=16, kv_cache_dtype=kv)
     # Concurrent: the later requests wait for the first one's prefix, then copy it.
     got = batcher.run(prompts[:3], max_new_tokens=8)
     stats = batcher.stats()
@@ -122,9 +123,9 @@ def test_shared_prefix_is_reused_not_recomputed(gens):
     got += batcher.run(prompts[3:], max_new_tokens=8)
     assert batcher.stats()["reused_tokens"] >= 4 * len(system)
     for p, t in zip(prompts, got):
-        assert t == gen.generate(p, max_new_tokens=8)[0]
+        assert t == gen.generate(p, max_new_tokens=8, kv_cache_dtype=kv)[0]
     # Without reuse, every prompt token is computed, with the same tokens out.
-    plain = gen.batcher(capacity=3, prefill_chunk=16, prefix_reuse=False)
+    plain = gen.batcher(capacity=3, prefill_chunk=16, prefix_reuse=False, kv_cache_dtype=kv)
     assert plain.run(prompts, max_new_tokens=8) == got
     assert plain.stats()["reused_tokens"] == 0
     assert plain.stats()["prefill_tokens"] == sum(len(p) for p in prompts)
