@@ -745,7 +745,9 @@ def test_cli_serve_end_to_end(gen_dir):
             assert body["choices"][0]["text"] == model.generate("Hello there", max_new_tokens=6)
     finally:
         process.terminate()
-        process.communicate(timeout=30)
+        _, err = process.communicate(timeout=30)
+    # 32 slots × 4096 positions × 2 layers × (keys + values) × 32 wide × 4 bytes
+    assert "cpuformer serve: 32 sequences × 4096 positions; KV cache float32, 64 MiB" in err, err
 
 
 def test_cli_serve_errors(gen_dir, tmp_path, monkeypatch, capsys):

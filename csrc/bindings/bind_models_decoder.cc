@@ -275,6 +275,7 @@ class PyBatchDecoder {
   }
   long capacity() const { return batch_->capacity(); }
   long max_len() const { return batch_->max_len(); }
+  std::size_t kv_bytes() const { return batch_->kv_bytes(); }
 
  private:
   // f() under the mutex. Uncontended (the usual case: one thread drives the batcher) the GIL is
@@ -400,7 +401,8 @@ void register_models_decoder(py::module_& m) {
       .def_property_readonly("waiting", &PyBatchDecoder::waiting)
       .def_property_readonly("running", &PyBatchDecoder::running)
       .def_property_readonly("capacity", &PyBatchDecoder::capacity)
-      .def_property_readonly("max_len", &PyBatchDecoder::max_len);
+      .def_property_readonly("max_len", &PyBatchDecoder::max_len)
+      .def_property_readonly("kv_bytes", &PyBatchDecoder::kv_bytes);
 }
 
 }  // namespace bindings

@@ -9,6 +9,7 @@
 // slots are removed by an additive key mask [rows, max_len].
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -29,6 +30,11 @@ class KvCache {
   void commit();
 
   KvType type() const { return type_; }
+  // Bytes of the keys, values and (int8) scales of the current shape.
+  std::size_t bytes() const {
+    const std::size_t slots = static_cast<std::size_t>(layers_ * rows_ * kv_heads_ * max_len_);
+    return 2 * slots * (static_cast<std::size_t>(head_dim_ * size_) + (type_ == KvType::kInt8 ? sizeof(float) : 0));
+  }
   long rows() const { return rows_; }
   long max_len() const { return max_len_; }
   long length() const { return length_; }

@@ -61,6 +61,7 @@ class BatchDecoder {
 
   long capacity() const { return capacity_; }
   long max_len() const { return max_len_; }
+  std::size_t kv_bytes() const { return cache_.bytes(); }  // the KV cache, committed at creation
   // Queues a request: prompt ids in [0, V), prompt.size() + o.max_new_tokens ≤ max_len, options
   // as generate() takes them for greedy search or sampling of one sequence (num_beams 1, one
   // return sequence, no speculation): checked by the caller. ids are the caller's (unique among

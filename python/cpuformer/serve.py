@@ -906,6 +906,11 @@ def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, model_name: Opt
     # the step's tokens: a 1 ms switch interval (not 5) keeps that wait short. (Process-wide,
     # hence here, in the server's own process, and not in create_app.)
     sys.setswitchinterval(0.001)
+    batcher = app.state.engine.batcher
+    if batcher is not None:  # what the server holds from its start on
+        print(f"cpuformer serve: {batcher.capacity} sequences × {batcher.max_length} positions; KV cache "
+              f"{kv_cache_dtype or 'float32'}, {batcher.kv_cache_bytes / 2 ** 20:.0f} MiB (--max-batch, --max-length, "
+              "--kv-cache-dtype)", file=sys.stderr, flush=True)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)
     finally:

@@ -217,6 +217,11 @@ def test_bad_input(gens, dirs):
         gen.batcher(kv_cache_dtype="int4")
     batcher = gen.batcher(capacity=2, max_length=32)
     assert batcher.max_length == 32 and batcher.capacity == 2
+    # GPT-2 here: 2 layers, 48 wide; keys and values of 2 slots × 32 positions, float32
+    assert batcher.kv_cache_bytes == 2 * 2 * 2 * 32 * 48 * 4
+    # int8: one byte per element and a float32 scale per row and head (3 heads)
+    assert gen.batcher(capacity=2, max_length=32, kv_cache_dtype="int8").kv_cache_bytes == \
+        2 * 2 * 2 * 32 * (48 + 3 * 4)
     with pytest.raises(ValueError, match=r"prompt length 30 \+ max_new_tokens 3 exceeds the batcher's max_length "
                                          r"of 32 tokens"):
         batcher.submit([3] * 30, max_new_tokens=3)

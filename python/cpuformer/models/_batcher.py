@@ -52,6 +52,12 @@ class Batcher:
         return self._core.max_len
 
     @property
+    def kv_cache_bytes(self) -> int:
+        """Bytes of the KV cache (capacity × max_length positions), allocated and written when
+        the batcher was made."""
+        return self._core.kv_bytes
+
+    @property
     def waiting(self) -> int:
         """Requests queued for a free slot."""
         return self._core.waiting
