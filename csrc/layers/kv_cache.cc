@@ -132,9 +132,8 @@ void KvCache::copy_slot(const KvCache& src, long src_row, long dst_row, long slo
 }
 
 void KvCache::commit() {
-  const std::size_t bytes = static_cast<std::size_t>(layers_ * rows_ * kv_heads_ * max_len_ * head_dim_) * size_;
-  const std::size_t scales =
-      type_ == KvType::kInt8 ? static_cast<std::size_t>(layers_ * rows_ * kv_heads_ * max_len_) : 0;
+  const std::size_t bytes = rows_total() * static_cast<std::size_t>(head_dim_ * size_);
+  const std::size_t scales = type_ == KvType::kInt8 ? rows_total() : 0;
   constexpr std::size_t kBlock = std::size_t{1} << 21;  // one huge page at a time
   const long blocks = static_cast<long>((bytes + kBlock - 1) / kBlock);
   parallel_ranges(blocks, 1, [&](long b0, long b1) {

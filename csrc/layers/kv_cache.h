@@ -32,8 +32,8 @@ class KvCache {
   KvType type() const { return type_; }
   // Bytes of the keys, values and (int8) scales of the current shape.
   std::size_t bytes() const {
-    const std::size_t slots = static_cast<std::size_t>(layers_ * rows_ * kv_heads_ * max_len_);
-    return 2 * slots * (static_cast<std::size_t>(head_dim_ * size_) + (type_ == KvType::kInt8 ? sizeof(float) : 0));
+    return 2 * rows_total() *
+           (static_cast<std::size_t>(head_dim_ * size_) + (type_ == KvType::kInt8 ? sizeof(float) : 0));
   }
   long rows() const { return rows_; }
   long max_len() const { return max_len_; }
@@ -65,6 +65,8 @@ class KvCache {
   void copy_slots(long src_row, long dst_row, long begin, long end);
 
  private:
+  // Key (or value) rows of every layer, row, head and position.
+  std::size_t rows_total() const { return static_cast<std::size_t>(layers_ * rows_ * kv_heads_ * max_len_); }
   std::size_t element_offset(long layer, long row, long head, long slot) const {
     return static_cast<std::size_t>(((layer * rows_ + row) * kv_heads_ + head) * max_len_ + slot) * head_dim_;
   }

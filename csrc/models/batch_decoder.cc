@@ -87,8 +87,7 @@ void BatchDecoder::admit() {
     seq.slot = slot;
     seq.computed = reused;
     stats_.reused_tokens += reused;
-    running_.push_back(std::move(seq));
-    if (prefix_reuse_) catch_up(static_cast<long>(running_.size()) - 1);
+    running_.push_back(std::move(seq));  // (step() copies longer prefixes from running slots: catch_up)
     waiting_.erase(waiting_.begin());
   }
 }
@@ -152,7 +151,7 @@ std::vector<BatchEvent> BatchDecoder::step() {
   logit_tokens_.clear();
   logit_sequences_.clear();
   entries_.clear();
-  std::vector<long> fed;  // the sequence of each entry
+  fed_.clear();
   auto feed = [&](long i, long count, bool decoding) {
     (decoding ? stats_.decode_tokens : stats_.prefill_tokens) += count;
     Sequence& seq = running_[i];
@@ -163,7 +162,7 @@ std::vector<BatchEvent> BatchDecoder::step() {
       token_entry_.push_back(static_cast<long>(entries_.size()));
     }
     entries_.push_back({seq.slot, seq.computed, count, offset});
-    fed.push_back(i);
+    fed_.push_back(i);
     if (seq.computed + count == seq.length()) {  // its last token: the next one is chosen
       logit_tokens_.push_back(offset + count - 1);
       logit_sequences_.push_back(i);
@@ -187,7 +186,7 @@ std::vector<BatchEvent> BatchDecoder::step() {
                         static_cast<long>(entries_.size()), token_entry_.data(), logit_tokens_.data(), count,
                         logits_.data());
   for (std::size_t e = 0; e < entries_.size(); ++e) {
-    Sequence& seq = running_[fed[e]];
+    Sequence& seq = running_[fed_[e]];
     std::vector<int64_t>& cached = slots_[seq.slot].tokens;
     for (long t = 0; t < entries_[e].count; ++t) cached.push_back(seq.token(seq.computed + t));
     seq.computed += entries_[e].count;

@@ -121,6 +121,7 @@ class BatchDecoder {
   // Scratch of a pass.
   std::vector<int64_t> ids_;
   std::vector<long> positions_, token_entry_, logit_tokens_, logit_sequences_;
+  std::vector<long> fed_;  // the running_ index of each entry
   std::vector<RaggedEntry> entries_;
   std::vector<float> logits_;
 };

@@ -247,8 +247,7 @@ class Generator(TextMixin, ModelBase):
         sequence_options(options, num_return_sequences, no_repeat_ngram_size)
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
-        options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
-        options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
+        self._add_options(options, kv_cache_dtype, bad_words_ids)
         stops, on_token = self._stop_watch(stop, len(ids) * options["num_return_sequences"])
         tokens, log_probs, stats, reasons, beam_scores = model.generate(ids, options, on_token, self.num_threads,
                                                                         draft)
@@ -286,9 +285,14 @@ class Generator(TextMixin, ModelBase):
         if options["max_new_tokens"] < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         sequence_options(options, 1, no_repeat_ngram_size)
-        options["kv_cache_dtype"] = 0  # (the batcher's cache has its own)
-        options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
+        self._add_options(options, None, bad_words_ids)  # (the batcher's cache has its own type)
         return ids[0], options
+
+    def _add_options(self, options: Dict[str, Any], kv_cache_dtype: Optional[str],
+                     bad_words_ids: Optional[Sequence[Sequence[int]]]) -> None:
+        """The KV-cache type code and the banned words (generation_config.json's and the call's)."""
+        options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
+        options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
 
     def _scored(self, tokens: List[List[int]], kind: str, log_probs: List[List[float]], reasons: List[str],
                 beam_scores: Optional[List[float]], stops: Sequence[str], stats: Optional[Dict[str, int]],
@@ -355,8 +359,7 @@ class Generator(TextMixin, ModelBase):
         options = self._options(return_log_probs=False, **defaults)
         sequence_options(options, 1, no_repeat_ngram_size)
         draft = speculation(self, ids, options, **speculative)
-        options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
-        options["bad_words_ids"] = self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size)
+        self._add_options(options, kv_cache_dtype, bad_words_ids)
         return GenerationStream(lambda state: self._stream(model, ids, options, kind == "str", state, draft, stops))
 
     def _stream(self, model, ids, options, text: bool, state: StreamState, draft=None,
