@@ -20,9 +20,8 @@
 #include "bindings/config.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
-#include "bindings/model_builder.h"
 #include "bindings/sized_output.h"
-#include "bindings/weight_type.h"
+#include "bindings/tensor_dict.h"
 #include "layers/kv_cache.h"
 #include "models/batch_decoder.h"
 #include "models/decoder.h"
@@ -37,11 +36,11 @@ namespace {
 class PyDecoderModel : private ModelBuilder {
  public:
   // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
-  // under canonical names, the head included (bindings/model_builder.h).
+  // under canonical names, the head included (models/model_builder.h).
   PyDecoderModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("decoder") {
     const TransformerConfig c = transformer_config(config);
     if (c.kind != ModelKind::kDecoder) throw py::value_error("DecoderModel needs a config of kind 'decoder'");
-    const GlobalTensors g = global_tensors(tensors, c);
+    const GlobalTensors g = global_tensors(PyDictSource(tensors), c);
     GilReleased release;  // packs the LM head
     model_ = std::make_unique<DecoderModel>(c, g);
   }
@@ -53,7 +52,7 @@ class PyDecoderModel : private ModelBuilder {
     if (model_->num_layers_added() >= c.num_layers) {
       throw py::value_error("the decoder already has its " + std::to_string(c.num_layers) + " layers");
     }
-    const BlockTensors b = block_tensors(t, c, /*cross=*/false);
+    const BlockTensors b = block_tensors(PyDictSource(t), c, /*cross=*/false);
     GilReleased release;
     model_->add_layer(b);
   }

@@ -13,9 +13,8 @@
 #include "bindings/arrays.h"
 #include "bindings/config.h"
 #include "bindings/gil.h"
-#include "bindings/model_builder.h"
 #include "bindings/sized_output.h"
-#include "bindings/weight_type.h"
+#include "bindings/tensor_dict.h"
 #include "models/encoder.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
@@ -31,11 +30,11 @@ std::string at_index(long r, long seq_len) {
 class PyEncoderModel : private ModelBuilder {
  public:
   // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
-  // under canonical names (bindings/model_builder.h).
+  // under canonical names (models/model_builder.h).
   PyEncoderModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("encoder") {
     const TransformerConfig c = transformer_config(config);
     if (c.kind != ModelKind::kEncoder) throw py::value_error("EncoderModel needs a config of kind 'encoder'");
-    const GlobalTensors g = global_tensors(tensors, c);
+    const GlobalTensors g = global_tensors(PyDictSource(tensors), c);
     model_ = std::make_unique<EncoderModel>(c, g);
   }
 
@@ -46,7 +45,7 @@ class PyEncoderModel : private ModelBuilder {
     if (model_->complete()) {
       throw py::value_error("the encoder already has its " + std::to_string(c.distinct_layers()) + " layers");
     }
-    const BlockTensors b = block_tensors(tensors, c, /*cross=*/false);
+    const BlockTensors b = block_tensors(PyDictSource(tensors), c, /*cross=*/false);
     GilReleased release;  // packing is the slow part of loading
     model_->add_layer(b);
   }

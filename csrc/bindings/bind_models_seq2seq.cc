@@ -16,9 +16,8 @@
 #include "bindings/config.h"
 #include "bindings/gil.h"
 #include "bindings/interrupt.h"
-#include "bindings/model_builder.h"
 #include "bindings/sized_output.h"
-#include "bindings/weight_type.h"
+#include "bindings/tensor_dict.h"
 #include "models/generation.h"
 #include "models/seq2seq.h"
 #include "runtime/compute_slots.h"
@@ -31,11 +30,11 @@ namespace {
 class PySeq2SeqModel : private ModelBuilder {
  public:
   // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
-  // under canonical names, both stacks' and the head included (bindings/model_builder.h).
+  // under canonical names, both stacks' and the head included (models/model_builder.h).
   PySeq2SeqModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("seq2seq") {
     const TransformerConfig c = transformer_config(config);
     if (c.kind != ModelKind::kSeq2Seq) throw py::value_error("Seq2SeqModel needs a config of kind 'seq2seq'");
-    const GlobalTensors g = global_tensors(tensors, c);
+    const GlobalTensors g = global_tensors(PyDictSource(tensors), c);
     GilReleased release;  // packs the LM head
     model_ = std::make_unique<Seq2SeqModel>(c, g);
   }
@@ -50,7 +49,7 @@ class PySeq2SeqModel : private ModelBuilder {
     const long count = decoder ? c.num_decoder_layers : c.num_layers;
     long& added = decoder ? decoder_added_ : encoder_added_;
     if (added >= count) throw py::value_error("the " + stack + " already has its " + std::to_string(count) + " layers");
-    const BlockTensors b = block_tensors(t, c, /*cross=*/decoder);
+    const BlockTensors b = block_tensors(PyDictSource(t), c, /*cross=*/decoder);
     {
       GilReleased release;
       if (decoder) {

@@ -5,7 +5,8 @@
 #include <set>
 #include <stdexcept>
 
-#include "bindings/weight_type.h"
+#include "models/config_reader.h"
+#include "models/model_builder.h"
 
 namespace cpuformer {
 namespace bindings {
@@ -13,67 +14,16 @@ namespace py = pybind11;
 
 namespace {
 
-template <class Enum>
-Enum parse_choice(const py::handle& value, const char* name,
-                  std::initializer_list<std::pair<const char*, Enum>> choices) {
-  const std::string s = value.cast<std::string>();
-  std::string names;
-  for (const auto& choice : choices) {
-    if (s == choice.first) return choice.second;
-    names += (names.empty() ? "'" : ", '") + std::string(choice.first) + "'";
-  }
-  throw py::value_error(std::string("model config: ") + name + " must be one of " + names + ", got '" + s + "'");
-}
-
-// Reads one field from the dict (and records its name).
-struct Reader {
+// The Python dict as a ConfigReader source (models/config_reader.h).
+struct DictValues {
   const py::dict& dict;
-  std::set<std::string>& seen;
 
-  py::handle value(const char* name) {
-    seen.insert(name);
-    if (!dict.contains(name)) throw py::value_error(std::string("model config: missing '") + name + "'");
-    return dict[py::str(name)];
-  }
-  void operator()(const char* name, long& field) { field = value(name).cast<long>(); }
-  void operator()(const char* name, float& field) { field = value(name).cast<float>(); }
-  void operator()(const char* name, bool& field) { field = value(name).cast<bool>(); }
-  void operator()(const char* name, ModelKind& field) {
-    field = parse_choice<ModelKind>(
-        value(name), name,
-        {{"encoder", ModelKind::kEncoder}, {"decoder", ModelKind::kDecoder}, {"seq2seq", ModelKind::kSeq2Seq}});
-  }
-  void operator()(const char* name, NormKind& field) {
-    field = parse_choice<NormKind>(value(name), name, {{"layer", NormKind::kLayer}, {"rms", NormKind::kRms}});
-  }
-  void operator()(const char* name, Positions& field) {
-    field = parse_choice<Positions>(value(name), name,
-                                    {{"learned", Positions::kLearned},
-                                     {"sinusoidal", Positions::kSinusoidal},
-                                     {"rope", Positions::kRope},
-                                     {"relative", Positions::kRelative},
-                                     {"none", Positions::kNone}});
-  }
-  void operator()(const char* name, PositionIds& field) {
-    field = parse_choice<PositionIds>(
-        value(name), name, {{"arange", PositionIds::kArange}, {"padding_cumsum", PositionIds::kPaddingCumsum}});
-  }
-  void operator()(const char* name, Activation& field) {
-    field = parse_choice<Activation>(value(name), name,
-                                     {{"gelu", Activation::kGeluErf},
-                                      {"gelu_tanh", Activation::kGeluTanh},
-                                      {"relu", Activation::kRelu},
-                                      {"silu", Activation::kSilu},
-                                      {"quick_gelu", Activation::kQuickGelu}});
-  }
-  void operator()(const char* name, WeightType& field) {
-    field = parse_choice<WeightType>(value(name), name,
-                                     {{"float32", WeightType::kFloat32},
-                                      {"float16", WeightType::kFloat16},
-                                      {"bfloat16", WeightType::kBFloat16},
-                                      {"int8", WeightType::kInt8},
-                                      {"int4", WeightType::kInt4}});
-  }
+  bool has(const char* name) const { return dict.contains(name); }
+  py::handle value(const char* name) const { return dict[py::str(name)]; }
+  std::string string(const char* name) const { return value(name).cast<std::string>(); }
+  long integer(const char* name) const { return value(name).cast<long>(); }
+  double number(const char* name) const { return value(name).cast<double>(); }
+  bool boolean(const char* name) const { return value(name).cast<bool>(); }
 };
 
 // Reads the options present in the dict (and records every option name).
@@ -111,7 +61,8 @@ std::vector<std::string> transformer_config_fields() {
 TransformerConfig transformer_config(const py::dict& config) {
   TransformerConfig c;
   std::set<std::string> seen;
-  c.fields(Reader{config, seen});
+  DictValues values{config};
+  c.fields(ConfigReader<DictValues>{values, seen});
   for (const auto& item : config) {
     const std::string key = item.first.cast<std::string>();
     if (!seen.count(key)) throw py::value_error("model config: unknown field '" + key + "'");

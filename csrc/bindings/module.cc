@@ -1,6 +1,7 @@
 // The cpuformer._core extension module. Each area registers itself from its own file; no math here.
 #include <pybind11/pybind11.h>
 
+#include "models/tensor_source.h"
 #include "runtime/checked_size.h"
 
 namespace py = pybind11;
@@ -30,6 +31,8 @@ PYBIND11_MODULE(_core, m) {
       if (error) std::rethrow_exception(error);
     } catch (const cpuformer::SizeError& size_error) {
       PyErr_SetString(PyExc_ValueError, size_error.what());
+    } catch (const cpuformer::TypeError& type_error) {  // a model tensor of the wrong kind (models/tensor_source.h)
+      PyErr_SetString(PyExc_TypeError, type_error.what());
     }
   });
   cpuformer::bindings::register_runtime(m);
