@@ -26,6 +26,7 @@
 #include "models/batch_decoder.h"
 #include "models/decoder.h"
 #include "models/generation.h"
+#include "models/request_checks.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
@@ -108,27 +109,8 @@ class PyDecoderModel : private ModelBuilder {
       draft = assistant.cast<const PyDecoderModel*>();
       draft->check_complete();
     }
-    const TransformerConfig& c = model_->config();
-    if (prompts.empty()) throw py::value_error("generate() needs at least one prompt");
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      if (prompts[i].empty()) throw py::value_error("prompt " + std::to_string(i) + " is empty");
-      check_ids(prompts[i].data(), static_cast<long>(prompts[i].size()), "prompt token ids");
-    }
     GenerationOptions o = generation_options(options);
-    for (int64_t e : o.eos_token_ids) {
-      if (e < 0 || e >= c.vocab_size) {
-        throw py::value_error("eos_token_id " + std::to_string(e) + " is out of range; token ids must be in [0, " +
-                              std::to_string(c.vocab_size) + ") (vocab_size)");
-      }
-    }
-    if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
-    long longest = 0;
-    for (const auto& p : prompts) longest = std::max(longest, static_cast<long>(p.size()));
-    if (o.max_new_tokens > c.max_positions - longest) {  // (longest + max_new_tokens could overflow)
-      throw py::value_error("prompt length " + std::to_string(longest) + " + max_new_tokens " +
-                            std::to_string(o.max_new_tokens) + " exceeds the model's maximum of " +
-                            std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
-    }
+    check_decoder_generation(model_->config(), prompts, o);
     TokenCallback on_token;
     if (!callback.is_none()) {
       on_token = [&callback](long index, int64_t token) { return call_python(callback, index, token); };
@@ -163,13 +145,7 @@ class PyDecoderModel : private ModelBuilder {
   }
 
   void check_ids(const int64_t* ids, long n, const char* what) const {
-    const long V = model_->config().vocab_size;
-    for (long i = 0; i < n; ++i) {
-      if (ids[i] < 0 || ids[i] >= V) {
-        throw py::value_error(std::string(what) + ": token id " + std::to_string(ids[i]) +
-                              " is out of range; token ids must be in [0, " + std::to_string(V) + ") (vocab_size)");
-      }
-    }
+    check_token_ids(model_->config(), ids, n, what);
   }
 
  private:

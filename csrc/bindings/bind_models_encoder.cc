@@ -16,16 +16,13 @@
 #include "bindings/sized_output.h"
 #include "bindings/tensor_dict.h"
 #include "models/encoder.h"
+#include "models/request_checks.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
 
 namespace cpuformer {
 namespace bindings {
 namespace {
-
-std::string at_index(long r, long seq_len) {
-  return "[" + std::to_string(r / seq_len) + ", " + std::to_string(r % seq_len) + "]";
-}
 
 class PyEncoderModel : private ModelBuilder {
  public:
@@ -218,22 +215,6 @@ class PyEncoderModel : private ModelBuilder {
       throw py::value_error("input_ids must hold at least one sequence of at least one token, got shape " +
                             shape_string(ids));
     }
-    if (T > c.max_seq_len()) {
-      throw py::value_error("sequence length " + std::to_string(T) + " exceeds the model's maximum of " +
-                            std::to_string(c.max_seq_len()) + " tokens " +
-                            (c.transformer_xl_attention ? "(cpuformer's longest XLNet segment; read longer texts in "
-                                                          "segments that carry their memory: encode_with_memory)"
-                                                        : "(max_position_embeddings)"));
-    }
-    const int64_t* id = ids.data();
-    const long rows = B * T;
-    for (long r = 0; r < rows; ++r) {
-      if (id[r] < 0 || id[r] >= c.vocab_size) {
-        throw py::value_error("input_ids" + at_index(r, T) + " = " + std::to_string(id[r]) +
-                              " is out of range; token ids must be in [0, " + std::to_string(c.vocab_size) +
-                              ") (vocab_size)");
-      }
-    }
     IdArray mask, types;
     if (!attention_mask.is_none()) {
       mask = as_ids(attention_mask, "attention_mask");
@@ -241,35 +222,19 @@ class PyEncoderModel : private ModelBuilder {
         throw py::value_error("attention_mask must have the shape of input_ids " + shape_string(ids) + ", got " +
                               shape_string(mask));
       }
-      const int64_t* m = mask.data();
-      for (long r = 0; r < rows; ++r) {
-        if (m[r] != 0 && m[r] != 1) {
-          throw py::value_error("attention_mask" + at_index(r, T) + " = " + std::to_string(m[r]) +
-                                "; attention_mask entries must be 0 (padding) or 1 (token)");
-        }
-      }
     }
     if (!token_type_ids.is_none()) {
-      if (c.type_vocab_size == 0 && !c.transformer_xl_attention) {
-        throw py::value_error("this model has no token type embeddings; token_type_ids must be None");
-      }
       types = as_ids(token_type_ids, "token_type_ids");
       if (types.shape(0) != B || types.shape(1) != T) {
         throw py::value_error("token_type_ids must have the shape of input_ids " + shape_string(ids) + ", got " +
                               shape_string(types));
       }
-      const int64_t* tt = types.data();
-      // (Transformer-XL compares token types for equality: any value is a segment id)
-      for (long r = 0; r < rows && c.type_vocab_size > 0; ++r) {
-        if (tt[r] < 0 || tt[r] >= c.type_vocab_size) {
-          throw py::value_error("token_type_ids" + at_index(r, T) + " = " + std::to_string(tt[r]) +
-                                " is out of range; token type ids must be in [0, " + std::to_string(c.type_vocab_size) +
-                                ") (type_vocab_size)");
-        }
-      }
     }
     if (num_threads < 0)
       throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
+    const int64_t* id = ids.data();
+    check_encoder_inputs(c, id, attention_mask.is_none() ? nullptr : mask.data(),
+                         token_type_ids.is_none() ? nullptr : types.data(), B, T);
 
     Inputs in;
     in.ids = ids;

@@ -19,6 +19,7 @@
 #include "bindings/sized_output.h"
 #include "bindings/tensor_dict.h"
 #include "models/generation.h"
+#include "models/request_checks.h"
 #include "models/seq2seq.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
@@ -126,36 +127,10 @@ class PySeq2SeqModel : private ModelBuilder {
       draft = assistant.cast<const PySeq2SeqModel*>();
       draft->check_complete();
     }
-    const TransformerConfig& c = model_->config();
-    if (sources.empty()) throw py::value_error("generate() needs at least one source");
-    for (size_t i = 0; i < sources.size(); ++i) {
-      if (sources[i].empty()) throw py::value_error("source " + std::to_string(i) + " is empty");
-      check_ids(sources[i].data(), static_cast<long>(sources[i].size()), "source token ids");
-      if (c.max_positions > 0 && static_cast<long>(sources[i].size()) > c.max_positions) {
-        throw py::value_error("source " + std::to_string(i) + " has " + std::to_string(sources[i].size()) +
-                              " tokens; the model allows at most " + std::to_string(c.max_positions) +
-                              " (max_position_embeddings)");
-      }
-    }
     GenerationOptions o = generation_options(options, {"decoder_start_token_id"});
     if (!options.contains("decoder_start_token_id")) throw py::value_error("missing option 'decoder_start_token_id'");
     const int64_t start = options["decoder_start_token_id"].cast<int64_t>();
-    std::vector<int64_t> special = o.eos_token_ids;
-    special.insert(special.end(), o.suppress_token_ids.begin(), o.suppress_token_ids.end());
-    special.push_back(start);
-    if (o.forced_bos_token_id >= 0) special.push_back(o.forced_bos_token_id);
-    if (o.forced_eos_token_id >= 0) special.push_back(o.forced_eos_token_id);
-    check_ids(special.data(), static_cast<long>(special.size()), "special token ids");
-    if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
-    if (o.num_return_sequences < 1 || (o.num_beams > 1 && o.num_return_sequences > o.num_beams)) {
-      throw py::value_error("num_return_sequences (" + std::to_string(o.num_return_sequences) +
-                            ") must be between 1 and num_beams (" + std::to_string(o.num_beams) + ")");
-    }
-    if (c.max_positions > 0 && o.max_new_tokens > c.max_positions - 1) {  // (1 + max_new_tokens could overflow)
-      throw py::value_error("1 decoder start token + max_new_tokens " + std::to_string(o.max_new_tokens) +
-                            " exceeds the model's maximum of " + std::to_string(c.max_positions) +
-                            " target tokens (max_position_embeddings)");
-    }
+    check_seq2seq_generation(model_->config(), sources, o, start);
     TokenCallback on_token;
     if (!callback.is_none()) {
       on_token = [&callback](long index, int64_t token) { return call_python(callback, index, token); };
@@ -224,13 +199,7 @@ class PySeq2SeqModel : private ModelBuilder {
   }
 
   void check_ids(const int64_t* ids, long n, const char* what) const {
-    const long V = model_->config().vocab_size;
-    for (long i = 0; i < n; ++i) {
-      if (ids[i] < 0 || ids[i] >= V) {
-        throw py::value_error(std::string(what) + ": token id " + std::to_string(ids[i]) +
-                              " is out of range; token ids must be in [0, " + std::to_string(V) + ") (vocab_size)");
-      }
-    }
+    check_token_ids(model_->config(), ids, n, what);
   }
 
   std::unique_ptr<Seq2SeqModel> model_;

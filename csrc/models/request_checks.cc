@@ -1,0 +1,111 @@
+#include "models/request_checks.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace cpuformer {
+
+std::string at_index(long r, long seq_len) {
+  return "[" + std::to_string(r / seq_len) + ", " + std::to_string(r % seq_len) + "]";
+}
+
+void check_encoder_inputs(const TransformerConfig& c, const int64_t* id, const int64_t* m, const int64_t* tt, long B,
+                          long T) {
+  if (T > c.max_seq_len()) {
+    throw std::invalid_argument("sequence length " + std::to_string(T) + " exceeds the model's maximum of " +
+                                std::to_string(c.max_seq_len()) + " tokens " +
+                                (c.transformer_xl_attention ? "(cpuformer's longest XLNet segment; read longer texts "
+                                                              "in segments that carry their memory: encode_with_memory)"
+                                                            : "(max_position_embeddings)"));
+  }
+  const long rows = B * T;
+  for (long r = 0; r < rows; ++r) {
+    if (id[r] < 0 || id[r] >= c.vocab_size) {
+      throw std::invalid_argument("input_ids" + at_index(r, T) + " = " + std::to_string(id[r]) +
+                                  " is out of range; token ids must be in [0, " + std::to_string(c.vocab_size) +
+                                  ") (vocab_size)");
+    }
+  }
+  for (long r = 0; m && r < rows; ++r) {
+    if (m[r] != 0 && m[r] != 1) {
+      throw std::invalid_argument("attention_mask" + at_index(r, T) + " = " + std::to_string(m[r]) +
+                                  "; attention_mask entries must be 0 (padding) or 1 (token)");
+    }
+  }
+  if (tt && c.type_vocab_size == 0 && !c.transformer_xl_attention) {
+    throw std::invalid_argument("this model has no token type embeddings; token_type_ids must be None");
+  }
+  // (Transformer-XL compares token types for equality: any value is a segment id)
+  for (long r = 0; tt && r < rows && c.type_vocab_size > 0; ++r) {
+    if (tt[r] < 0 || tt[r] >= c.type_vocab_size) {
+      throw std::invalid_argument("token_type_ids" + at_index(r, T) + " = " + std::to_string(tt[r]) +
+                                  " is out of range; token type ids must be in [0, " +
+                                  std::to_string(c.type_vocab_size) + ") (type_vocab_size)");
+    }
+  }
+}
+
+void check_token_ids(const TransformerConfig& c, const int64_t* ids, long n, const char* what) {
+  const long V = c.vocab_size;
+  for (long i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= V) {
+      throw std::invalid_argument(std::string(what) + ": token id " + std::to_string(ids[i]) +
+                                  " is out of range; token ids must be in [0, " + std::to_string(V) + ") (vocab_size)");
+    }
+  }
+}
+
+void check_decoder_generation(const TransformerConfig& c, const std::vector<std::vector<int64_t>>& prompts,
+                              GenerationOptions& o) {
+  if (prompts.empty()) throw std::invalid_argument("generate() needs at least one prompt");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw std::invalid_argument("prompt " + std::to_string(i) + " is empty");
+    check_token_ids(c, prompts[i].data(), static_cast<long>(prompts[i].size()), "prompt token ids");
+  }
+  for (int64_t e : o.eos_token_ids) {
+    if (e < 0 || e >= c.vocab_size) {
+      throw std::invalid_argument("eos_token_id " + std::to_string(e) + " is out of range; token ids must be in [0, " +
+                                  std::to_string(c.vocab_size) + ") (vocab_size)");
+    }
+  }
+  if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
+  long longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, static_cast<long>(p.size()));
+  if (o.max_new_tokens > c.max_positions - longest) {  // (longest + max_new_tokens could overflow)
+    throw std::invalid_argument("prompt length " + std::to_string(longest) + " + max_new_tokens " +
+                                std::to_string(o.max_new_tokens) + " exceeds the model's maximum of " +
+                                std::to_string(c.max_positions) + " tokens (max_position_embeddings)");
+  }
+}
+
+void check_seq2seq_generation(const TransformerConfig& c, const std::vector<std::vector<int64_t>>& sources,
+                              GenerationOptions& o, int64_t start) {
+  if (sources.empty()) throw std::invalid_argument("generate() needs at least one source");
+  for (size_t i = 0; i < sources.size(); ++i) {
+    if (sources[i].empty()) throw std::invalid_argument("source " + std::to_string(i) + " is empty");
+    check_token_ids(c, sources[i].data(), static_cast<long>(sources[i].size()), "source token ids");
+    if (c.max_positions > 0 && static_cast<long>(sources[i].size()) > c.max_positions) {
+      throw std::invalid_argument("source " + std::to_string(i) + " has " + std::to_string(sources[i].size()) +
+                                  " tokens; the model allows at most " + std::to_string(c.max_positions) +
+                                  " (max_position_embeddings)");
+    }
+  }
+  std::vector<int64_t> special = o.eos_token_ids;
+  special.insert(special.end(), o.suppress_token_ids.begin(), o.suppress_token_ids.end());
+  special.push_back(start);
+  if (o.forced_bos_token_id >= 0) special.push_back(o.forced_bos_token_id);
+  if (o.forced_eos_token_id >= 0) special.push_back(o.forced_eos_token_id);
+  check_token_ids(c, special.data(), static_cast<long>(special.size()), "special token ids");
+  if (o.pad_token_id < 0 || o.pad_token_id >= c.vocab_size) o.pad_token_id = 0;
+  if (o.num_return_sequences < 1 || (o.num_beams > 1 && o.num_return_sequences > o.num_beams)) {
+    throw std::invalid_argument("num_return_sequences (" + std::to_string(o.num_return_sequences) +
+                                ") must be between 1 and num_beams (" + std::to_string(o.num_beams) + ")");
+  }
+  if (c.max_positions > 0 && o.max_new_tokens > c.max_positions - 1) {  // (1 + max_new_tokens could overflow)
+    throw std::invalid_argument("1 decoder start token + max_new_tokens " + std::to_string(o.max_new_tokens) +
+                                " exceeds the model's maximum of " + std::to_string(c.max_positions) +
+                                " target tokens (max_position_embeddings)");
+  }
+}
+
+}  // namespace cpuformer
