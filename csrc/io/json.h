@@ -1,0 +1,64 @@
+// A small, strict JSON (RFC 8259) parser for the C API's readers (config.json, safetensors headers):
+// no Python needed. Json::parse rejects anything RFC 8259 rejects (trailing garbage, NaN/Infinity,
+// leading zeros, control characters in strings, lone surrogates, ...) and nesting deeper than 64,
+// with std::invalid_argument("JSON: <what> at offset N"). Duplicate object keys are allowed and the
+// last one wins (as in Python's json); objects keep their keys in first-insertion order.
+// Numbers keep their source text as well as their double value, so integer() is exact beyond 2^53.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cpuformer::io {
+
+class Json {
+ public:
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+  using Array = std::vector<Json>;
+  using Object = std::vector<std::pair<std::string, Json>>;
+
+  static constexpr int kMaxDepth = 64;  // arrays/objects nested deeper than this are rejected
+
+  Json() = default;  // null
+
+  // Parses a whole document; throws std::invalid_argument("JSON: <what> at offset N").
+  static Json parse(const std::string& text);
+
+  Type type() const { return type_; }
+  bool is_null() const { return type_ == Type::kNull; }
+
+  // Typed accessors: each throws std::invalid_argument("JSON: expected <type>, got <type>") on a
+  // value of another type.
+  bool boolean() const;
+  double number() const;
+  // The number as a long: throws std::invalid_argument when it is not an integer (a fraction or an
+  // exponent in its text, e.g. 1.0 or 1e3) or does not fit in a long.
+  long integer() const;
+  const std::string& string() const;
+  const Array& array() const;
+  const Object& object() const;  // insertion order
+
+  // Object lookup: nullptr when the key is absent or this is not an object.
+  const Json* find(const std::string& key) const;
+  // Object lookup: throws std::invalid_argument("JSON: missing key 'k'") when absent, and the
+  // wrong-type error when this is not an object.
+  const Json& at(const std::string& key) const;
+  // Elements of an array, members of an object, bytes of a string; throws for other types.
+  std::size_t size() const;
+
+  static const char* type_name(Type type);
+
+ private:
+  friend class JsonParser;
+
+  Type type_ = Type::kNull;
+  bool bool_ = false;
+  double number_ = 0.0;
+  std::string text_;  // kString: the decoded UTF-8 string; kNumber: the number's source token
+  Array array_;
+  Object object_;
+};
+
+}  // namespace cpuformer::io
