@@ -72,11 +72,10 @@ except ValueError as error:
 
 from . import ops  # noqa: E402
 from ._tokenizer import Tokenizer  # noqa: E402
-from .api import load  # noqa: E402
+from .api import convert, load  # noqa: E402
 from .models import CLIP, CLIPText, CLIPVision, Encoder, Generator, ImageClassifier, ImageEncoder, Seq2Seq  # noqa: E402
 from .models._batcher import Batcher, BatchEvent  # noqa: E402
 from .models._result import GenerationResult, GenerationStream  # noqa: E402
-from .weights import convert  # noqa: E402
 
 # One version string, pyproject.toml's, compiled into _core (CMakeLists.txt): the same in a source
 # tree (PYTHONPATH=python) as in the installed package's metadata (tests/test_release.py).

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Optional, Union
 
+from . import weights
 from ._model_dir import ModelDir
 from .arch import find
 from .models import CLASSES, CLIP, CLIPText, CLIPVision, Encoder, Generator, ImageEncoder, Seq2Seq
+from .models._graph_file import write_graph_file
 
 
 def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads: Optional[int] = None,
@@ -42,4 +44,15 @@ def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads
     return CLASSES[arch.kind](model_dir, dtype=dtype, num_threads=num_threads, quantization=quantization)
 
 
-__all__ = ["load"]
+
+def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], dtype: str, progress: bool = True,
+            quantization: Optional[Mapping[str, Any]] = None) -> None:
+    """Writes a copy of the model directory ``src`` to ``dst`` with its matmul weights stored in
+    ``dtype`` ("int8", "int4", "float16", "bfloat16" or "float32"), ready to load zero-copy
+    (``cpuformer.weights.convert``: the format, the quantization settings, the atomic write).
+    A text model's copy also holds ``cpuformer_graph.json``, the manifest the C API opens it
+    with (docs/c-api.md)."""
+    weights.convert(src, dst, dtype, progress=progress, quantization=quantization, finish=write_graph_file)
+
+
+__all__ = ["convert", "load"]

@@ -39,7 +39,7 @@ import shutil
 import signal
 import threading
 import uuid
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
 
 import numpy as np
 
@@ -438,6 +438,50 @@ def load_layers(checkpoint: Checkpoint, add_layer) -> None:
             checkpoint.release(names)
 
 
+def graph_tensors(checkpoint: Checkpoint) -> Dict[str, Any]:
+    """What ``models._graph.build`` hands the C++ graph, as the tensor part of a graph manifest
+    (docs/c-api.md): {"model": {canonical: entry}, "<stack>": [{canonical: entry} per layer]}.
+    An entry names the checkpoint tensor and the edits the loader applies ({"name", "rows": [start,
+    stop), "transpose", "plus_one"}, the result's "shape" and NumPy "dtype"), or holds the values of
+    an array computed from the config ("values", flattened). The C API's loader
+    (csrc/models/graph_loader.h) follows it, so both languages read the same tensors the same way."""
+    def entries(sources: Mapping[str, Source], prefix: str = "") -> Dict[str, Any]:
+        arrays, names = checkpoint.read(sources)
+        where: Dict[str, Tuple[str, Tensor]] = {}
+        for name, members in checkpoint._plan(sources).items():
+            for canonical, tensor in members:
+                where[canonical] = (name, tensor)
+        out: Dict[str, Any] = {}
+        for key, array in arrays.items():
+            base, suffix = key, ""
+            for extra in (SCALE, ZERO):
+                if key.endswith(extra) and key[:-len(extra)] in where:
+                    base, suffix = key[:-len(extra)], extra
+            entry: Dict[str, Any] = {"shape": list(array.shape), "dtype": str(array.dtype)}
+            if base in where:
+                name, tensor = where[base]
+                entry["name"] = name + suffix
+                if tensor.rows is not None:
+                    entry["rows"] = list(tensor.rows)
+                converted_matrix = base in MATMUL and checkpoint.stored is not None
+                if tensor.transpose and not converted_matrix:
+                    entry["transpose"] = True
+                if tensor.plus_one:
+                    entry["plus_one"] = True
+            else:
+                entry["values"] = [float(v) for v in np.asarray(array, dtype=np.float32).ravel()]
+            out[prefix + key] = entry
+        del arrays
+        checkpoint.release(names)
+        return out
+
+    out: Dict[str, Any] = {"model": entries(checkpoint.top)}
+    for stack, count in checkpoint.arch.stacks(checkpoint.hp):
+        out["model"].update(entries(checkpoint.stack_sources(stack), f"{stack}."))
+        out[stack] = [entries(checkpoint.layer_sources(stack, layer)) for layer in range(count)]
+    return out
+
+
 # ---- convert ---------------------------------------------------------------------------------------
 
 def convert_checkpoints(md: ModelDir, arch: Arch, name: str, stored: Optional[str] = None,
@@ -510,7 +554,8 @@ def _matrix_sources(checkpoint: Checkpoint) -> Dict[str, Tuple[str, Tensor]]:
 
 
 def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
-            quantization: Optional[Mapping[str, Any]] = None) -> None:
+            quantization: Optional[Mapping[str, Any]] = None,
+            finish: Optional[Callable[[pathlib.Path], None]] = None) -> None:
     """Writes a copy of the model directory ``src`` to ``dst`` with its matmul weights stored in
     ``dtype`` ("int8", "int4", "float16", "bfloat16" or "float32"), ready to load zero-copy.
     ``quantization``: as for the models (check_quantization): the int4 group size and zero
@@ -521,7 +566,8 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
     a hidden sibling ``.<name>.partial-<pid>-<random>``, then renamed); the sibling is removed on any
     error, KeyboardInterrupt or SIGTERM, and one left by a killed process is removed by the next
     conversion into the same directory. ``progress`` shows a progress bar (tqdm, when installed).
-    See docs/precision.md.
+    ``finish(directory)`` runs on the complete conversion before it is renamed to ``dst`` (it may
+    add files; an error in it fails the conversion). See docs/precision.md.
     """
     if dtype is None:
         raise ValueError(f"dtype must be one of {', '.join(repr(d) for d in DTYPES)}, got None")
@@ -609,6 +655,8 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
                 for sub in dict.fromkeys(_COPIED_DIRS + tuple(module_directories(md.path))):
                     if (md.path / sub).is_dir():
                         shutil.copytree(md.path / sub, work / sub)
+                if finish is not None:
+                    finish(work)
                 if dst_path.is_dir():
                     dst_path.rmdir()  # empty (checked above); fails if something was put there since
                 os.replace(work, dst_path)
