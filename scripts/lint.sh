@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 
 status=0
 ruff check . || status=1
-# Every tracked and untracked (not ignored) C++ source under csrc/ and tests/native/ (and include/, if it appears).
+# Every tracked and untracked (not ignored) C and C++ source under csrc/, include/, tests/native/,
+# tests/c/ and examples/c/.
 mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- \
-  'csrc/*.h' 'csrc/*.cc' 'include/*.h' 'include/*.cc' 'tests/native/*.cc' 2>/dev/null ||
-  find csrc tests/native -name '*.h' -o -name '*.cc')
+  'csrc/*.h' 'csrc/*.cc' 'include/*.h' 'tests/native/*.cc' 'tests/c/*.c' 'examples/c/*.c' 2>/dev/null ||
+  find csrc include tests/native tests/c examples/c -name '*.h' -o -name '*.cc' -o -name '*.c')
 clang-format --dry-run -Werror "${sources[@]}" || status=1
 if [ "$status" -ne 0 ]; then
   echo "lint failed: see docs/contributing.md (ruff check --fix ., clang-format -i)" >&2

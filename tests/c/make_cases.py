@@ -1,0 +1,141 @@
+"""Writes the C API test fixtures into DIR (scripts/test-c-api.sh runs it): tiny random-weight
+checkpoints of each model kind (transformers + torch), converted with ``cpuformer convert`` to
+several dtypes, the Python API's outputs on fixed inputs, and DIR/cases.txt listing what
+tests/c/capi_tests.c must reproduce from C — bit for bit (hidden states, generated tokens) or
+within a stated tolerance (pooled embeddings: NumPy sums in another order) — plus damaged copies
+for the error paths.
+
+    python tests/c/make_cases.py DIR
+
+Raw arrays are little-endian int64 (ids) or float32 files; cases.txt has one case per line:
+
+    encode  MODEL B T IDS MASK REF
+    embed   MODEL B T POOLING NORMALIZE IDS MASK REF TOLERANCE
+    generate MODEL PROMPT MAX_NEW NUM_BEAMS DO_SAMPLE SEED REF
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import sys
+from typing import List
+
+import numpy as np
+import torch
+import transformers
+
+import cpuformer as cf
+
+POOLINGS = {"mean": 0, "cls": 1, "max": 2, "last": 3}
+
+
+def save(path: pathlib.Path, array: np.ndarray) -> str:
+    np.ascontiguousarray(array).tofile(path)
+    return path.name
+
+
+def checkpoints(root: pathlib.Path) -> dict:
+    torch.manual_seed(0)
+    models = {
+        "bert": transformers.BertModel(transformers.BertConfig(
+            vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=64)),
+        "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2)),
+        "llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=64, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)),
+        "t5": transformers.T5ForConditionalGeneration(transformers.T5Config(
+            vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, decoder_start_token_id=0,
+            eos_token_id=1, pad_token_id=0)),
+        "bart": transformers.BartForConditionalGeneration(transformers.BartConfig(
+            vocab_size=90, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
+            bos_token_id=0, eos_token_id=2, pad_token_id=1, decoder_start_token_id=2, forced_eos_token_id=2)),
+    }
+    out = {}
+    for name, model in models.items():
+        path = root / "hf" / name
+        model.eval().save_pretrained(path)
+        out[name] = path
+    return out
+
+
+def main(argv: List[str]) -> int:
+    root = pathlib.Path(argv[1]).resolve()
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    data = root / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    cases: List[str] = []
+    sources = checkpoints(root)
+    dtypes = {"bert": ["float32", "int8", "int4"], "gpt2": ["float32", "int8", "bfloat16", "int4"],
+              "llama": ["float32", "int8", "float16"], "t5": ["float32", "int8"], "bart": ["float32"]}
+    for name, src in sources.items():
+        for dtype in dtypes[name]:
+            model_dir = root / f"{name}-{dtype}"
+            cf.convert(src, model_dir, dtype, progress=False)
+            model = cf.load(model_dir, num_threads=2)
+            tag = f"{name}-{dtype}"
+            V = model.vocab_size if hasattr(model, "vocab_size") else model.config["vocab_size"]
+            if name == "bert":
+                B, T = 3, 7
+                ids = rng.integers(3, V, size=(B, T), dtype=np.int64)
+                mask = np.ones((B, T), dtype=np.int64)
+                mask[1, 5:] = 0
+                mask[2, 2:] = 0
+                hidden = model(ids, attention_mask=mask)
+                i, m = save(data / f"{tag}.ids", ids), save(data / f"{tag}.mask", mask)
+                cases.append(f"encode {model_dir.name} {B} {T} {i} {m} {save(data / f'{tag}.hidden', hidden)}")
+                for pooling in POOLINGS:
+                    for normalize in (0, 1):
+                        rows = [list(ids[b][mask[b] > 0]) for b in range(B)]
+                        emb = model.embed(rows, pooling=pooling, normalize=bool(normalize))
+                        ref = save(data / f"{tag}.{pooling}{normalize}", emb.astype(np.float32))
+                        cases.append(f"embed {model_dir.name} {B} {T} {POOLINGS[pooling]} {normalize} {i} {m} "
+                                     f"{ref} 2e-6")
+                continue
+            for p, (length, max_new, beams, sample, seed) in enumerate(
+                    [(5, 12, 1, 0, 0), (9, 8, 3, 0, 0), (4, 10, 1, 1, 7)]):
+                prompt = rng.integers(3, V, size=length, dtype=np.int64)
+                kwargs = dict(max_new_tokens=max_new, num_beams=beams, do_sample=bool(sample), seed=seed)
+                tokens = model.generate([list(map(int, prompt))], **kwargs)[0]
+                ref = save(data / f"{tag}.{p}.tokens", np.array(tokens, dtype=np.int64))
+                cases.append(f"generate {model_dir.name} {save(data / f'{tag}.{p}.prompt', prompt)} {max_new} "
+                             f"{beams} {sample} {seed} {ref}")
+            model.close()
+    # Damaged copies for the error paths (tests/c/capi_tests.c opens each and expects
+    # CF_ERROR_INVALID_MODEL).
+    damaged = root / "damaged"
+    damaged.mkdir()
+    good = root / "gpt2-int8"
+    for what in ("manifest_truncated", "weights_truncated", "bad_version", "no_manifest", "wrong_shape"):
+        copy = damaged / what
+        shutil.copytree(good, copy)
+        manifest = copy / "cpuformer_graph.json"
+        if what == "manifest_truncated":
+            manifest.write_bytes(manifest.read_bytes()[:100])
+        elif what == "weights_truncated":
+            weights = copy / "model.safetensors"
+            weights.write_bytes(weights.read_bytes()[:-1000])
+        elif what == "bad_version":
+            doc = json.loads(manifest.read_text())
+            doc["format_version"] = 99
+            manifest.write_text(json.dumps(doc))
+        elif what == "no_manifest":
+            manifest.unlink()
+        elif what == "wrong_shape":
+            doc = json.loads(manifest.read_text())
+            doc["tensors"]["decoder"][1]["attn.o"]["shape"] = [16, 32]
+            manifest.write_text(json.dumps(doc))
+    (root / "cases.txt").write_text("\n".join(cases) + "\n")
+    print(f"wrote {len(cases)} cases into {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
