@@ -10,12 +10,12 @@
 #   scripts/test-c-api.sh [--no-sanitize]
 #
 # Build directories: build/capi and build/capi-asan (CPUFORMER_CAPI_BUILD_DIR overrides the first;
-# the second is its name + "-asan"). PYTHON picks the interpreter (default python3).
+# the second is its name + "-asan"). PYTHON picks the interpreter (default python, as .ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${CPUFORMER_CAPI_BUILD_DIR:-$ROOT/build/capi}
-PYTHON=${PYTHON:-python3}
+PYTHON=${PYTHON:-python}
 JOBS=${CPUFORMER_CAPI_JOBS:-2}
 sanitize=1
 case "${1:-}" in
