@@ -27,9 +27,9 @@ constexpr long kNR = 8;
 constexpr bool kUnsignedA = false;  // A rows as signed int8 (quantize_row of the int8 kernels)
 
 // quantize_row, i8_activate, i8_mask8: the int8 GEMM's A quantization and epilogue pieces.
+#include "kernels/gemm/gemm_int4_layout_inl.h"
 #include "kernels/gemm/gemm_int8_avx2_inl.h"
 #include "kernels/gemm/gemm_rowwise_inl.h"
-#include "kernels/gemm/gemm_int4_layout_inl.h"
 
 // vpmaddubsw multiplies u8 nibbles by s8 activations into int16 pairs (at most 2·15·127 = 3810);
 // a part sums 32 channels in int16 (at most 8·3810 = 30480) and is widened once (vpmaddwd with

@@ -119,7 +119,8 @@ constexpr long kInt4MinMacsPerThread = 1L << 19;
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k, group_size = w.group_size, groups = int4_groups(k, group_size);
   const long kp = groups * group_size;
-  const long stride = int4_panel_bytes(groups, group_size, w.zero_point), header = int4_header_bytes(groups, w.zero_point);
+  const long stride = int4_panel_bytes(groups, group_size, w.zero_point),
+             header = int4_header_bytes(groups, w.zero_point);
   const TileFunction tile = select_tile(group_size, w.zero_point);
 
   // Quantized A ([m][kp] bytes), sa [m] and the group sums of qa [m][groups], allocated here: no
@@ -152,4 +153,3 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         }
       });
 }
-

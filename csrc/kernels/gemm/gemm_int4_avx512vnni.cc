@@ -32,16 +32,17 @@ constexpr long kNR = 16;  // two panels of 8 features
 constexpr bool kUnsignedA = false;  // A rows as signed int8 (quantize_row of the int8 kernels)
 
 // quantize_row, i8_activate, i8_mask16: the int8 GEMM's A quantization and epilogue pieces.
+#include "kernels/gemm/gemm_int4_layout_inl.h"
 #include "kernels/gemm/gemm_int8_avx512_inl.h"
 #include "kernels/gemm/gemm_rowwise_inl.h"
-#include "kernels/gemm/gemm_int4_layout_inl.h"
 
 // facc[r] = Σ_g s[g]·t[g] for rows r < R and the 16 features of the panels at `panel` and
 // `panel + stride` (stride 0 for a lone last panel: its copy in lanes 8-15 is not stored by the
 // caller), in the fused order of gemm.h, stored to out[r·16 ..]. kBlocks = G / 8.
 template <int R, int kBlocks, bool kZeroPoint>
-__attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, const int32_t* asum, long groups,
+__attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, const int32_t* bias, long groups,
                                                      const uint8_t* panel, long stride, long header, float* out) {
+  constexpr bool kTwoChains = R <= 2;
   const __m512i low = _mm512_set1_epi8(0x0F);
   const uint8_t* panel1 = panel + stride;
   const uint16_t* scales0 = reinterpret_cast<const uint16_t*>(panel);
@@ -53,17 +54,19 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
   __m512 facc[R];
   for (int r = 0; r < R; ++r) facc[r] = _mm512_setzero_ps();
   for (long g = 0; g < groups; ++g) {
-    // Two sums per row (low and high nibbles: two dependency chains), the first starting at −z·Σqa.
+    // The sums of a row start at −z·Σqa (bias[] holds −8·Σqa, or −Σqa with zero points). Up to 2
+    // rows, the low and high nibbles sum in separate chains (latency); more rows give enough.
     __m512i dot_lo[R], dot_hi[R];
     if (kZeroPoint) {
       const __m128i z8 = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros0 + g * kInt4Panel)),
                                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros1 + g * kInt4Panel)));
       const __m512i z = _mm512_cvtepu8_epi32(z8);
-      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_mullo_epi32(z, _mm512_set1_epi32(-asum[r * groups + g]));
+      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_mullo_epi32(z, _mm512_set1_epi32(bias[r * groups + g]));
     } else {
-      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_set1_epi32(-8 * asum[r * groups + g]);
+      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_set1_epi32(bias[r * groups + g]);
     }
-    for (int r = 0; r < R; ++r) dot_hi[r] = _mm512_setzero_si512();
+    if (kTwoChains)
+      for (int r = 0; r < R; ++r) dot_hi[r] = _mm512_setzero_si512();
     const long k_group = g * kBlocks * 8;
     for (int b = 0; b < kBlocks; ++b, block0 += 32, block1 += 32) {
       if (b % 2 == 0) {
@@ -81,7 +84,8 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
         std::memcpy(&a_lo, a + r * lda + k0, 4);
         std::memcpy(&a_hi, a + r * lda + k0 + 4, 4);
         dot_lo[r] = _mm512_dpbusd_epi32(dot_lo[r], w_lo, _mm512_set1_epi32(a_lo));
-        dot_hi[r] = _mm512_dpbusd_epi32(dot_hi[r], w_hi, _mm512_set1_epi32(a_hi));
+        __m512i& hi = kTwoChains ? dot_hi[r] : dot_lo[r];
+        hi = _mm512_dpbusd_epi32(hi, w_hi, _mm512_set1_epi32(a_hi));
       }
     }
     const __m256i s16 = _mm256_inserti128_si256(
@@ -89,7 +93,7 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales1 + g * kInt4Panel)), 1);
     const __m512 scale = _mm512_cvtph_ps(s16);
     for (int r = 0; r < R; ++r) {
-      const __m512i t = _mm512_add_epi32(dot_lo[r], dot_hi[r]);
+      const __m512i t = kTwoChains ? _mm512_add_epi32(dot_lo[r], dot_hi[r]) : dot_lo[r];
       facc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(t), facc[r]);
     }
   }
@@ -166,7 +170,8 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const long header = int4_header_bytes(groups, w.zero_point);
   const TileFunction tile = select_tile(group_size, w.zero_point);
 
-  // Quantized A ([m][kp] bytes), sa [m] and the group sums of qa [m][groups], allocated here: no
+  // Quantized A ([m][kp] bytes), sa [m] and the group sums of qa times −8 (symmetric) or −1
+  // [m][groups] (the tiles' start values), allocated here: no
   // exception may leave the parallel region.
   const std::size_t qa_floats = (static_cast<std::size_t>(m) * kp + 63) / 64 * 16;
   const std::size_t asum_floats = static_cast<std::size_t>(m) * groups;
@@ -180,7 +185,8 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
       [&](long i) {
         int8_t* row = qa + i * kp;
         sa[i] = quantize_row(a + i * lda, k, kp, reinterpret_cast<uint8_t*>(row));
-        for (long g = 0; g < groups; ++g) asum[i * groups + g] = group_sum(row + g * group_size, group_size);
+        const int32_t z = w.zero_point ? -1 : -8;  // the zero points multiply −Σqa in the tile
+        for (long g = 0; g < groups; ++g) asum[i * groups + g] = z * group_sum(row + g * group_size, group_size);
       },
       [&](long i0, long rows, long j0, long ncols) {
         alignas(64) float acc[kMR * kNR];
