@@ -26,7 +26,8 @@ constexpr long kMR = 4;
 constexpr long kNR = 8;
 constexpr bool kUnsignedA = false;  // A rows as signed int8 (quantize_row of the int8 kernels)
 
-// quantize_row, i8_activate, i8_mask8: the int8 GEMM's A quantization and epilogue pieces.
+// gemm_int8_avx2_inl.h: quantize_row, i8_activate, i8_mask8 (the int8 GEMM's A quantization and
+// epilogue pieces).
 #include "kernels/gemm/gemm_int4_layout_inl.h"
 #include "kernels/gemm/gemm_int8_avx2_inl.h"
 #include "kernels/gemm/gemm_rowwise_inl.h"

@@ -16,7 +16,7 @@
 
 // facc[r] = Σ_g s[g]·t[g] over the panel for rows r < R (the fused order of gemm.h), stored to
 // out[r·kNR ..]. kChunks = G / 32: Int4Dot sums each chunk of 32 channels (its `part`), then adds
-// it to the group's int32 sums.
+// it to the group's int32 sums. stride: the bytes of one panel (the next one is prefetched).
 template <int R, int kChunks, bool kZeroPoint>
 __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, const int32_t* asum, long groups,
                                                      const uint8_t* panel, long stride, long header, float* out) {

@@ -6,10 +6,11 @@
 // Packed layout: gemm_int4_layout_inl.h, the same as the avx2 level's (one packing for every level).
 // A zmm register holds one 32-byte nibble block of each of two neighbouring panels: lanes 0-7 are
 // the 8 features of panel p, lanes 8-15 those of panel p + 1, so one broadcast 4-byte group of a
-// row of A feeds 16 features. Register tile: up to 8 rows × 16 features (8 rows × 3 zmm: the low-
-// and high-nibble sums and the float accumulator). A decode step (one row) is a GEMV that streams
-// each panel once; a prefill tile reuses every unpacked block across its 8 rows, and a row block
-// (64 rows) reuses the panel pair from L1/L2.
+// row of A feeds 16 features. Register tile: up to 8 rows × 16 features (per row a zmm of int32
+// sums and one of float accumulators; up to 2 rows, the low and high nibbles sum in two chains).
+// A decode step (one row) is a GEMV that streams each panel once, pulling the next pair into L2;
+// a prefill tile reuses every unpacked block across its 8 rows, and a row block (64 rows) reuses
+// the panel pair from L1/L2.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -31,7 +32,8 @@ constexpr long kMR = 8;
 constexpr long kNR = 16;  // two panels of 8 features
 constexpr bool kUnsignedA = false;  // A rows as signed int8 (quantize_row of the int8 kernels)
 
-// quantize_row, i8_activate, i8_mask16: the int8 GEMM's A quantization and epilogue pieces.
+// gemm_int8_avx512_inl.h: quantize_row, i8_activate, i8_mask16 (the int8 GEMM's A quantization and
+// epilogue pieces).
 #include "kernels/gemm/gemm_int4_layout_inl.h"
 #include "kernels/gemm/gemm_int8_avx512_inl.h"
 #include "kernels/gemm/gemm_rowwise_inl.h"
@@ -41,7 +43,7 @@ constexpr bool kUnsignedA = false;  // A rows as signed int8 (quantize_row of th
 // caller), in the fused order of gemm.h, stored to out[r·16 ..]. kBlocks = G / 8; full_stride is
 // the bytes of one panel.
 template <int R, int kBlocks, bool kZeroPoint>
-__attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, const int32_t* bias, long groups,
+__attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, const int32_t* start, long groups,
                                                      const uint8_t* panel, long stride, long header, float* out,
                                                      long full_stride) {
   constexpr bool kTwoChains = R <= 2;
@@ -63,16 +65,16 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
   for (long g = 0; g < groups; ++g) {
     _mm_prefetch(ahead, _MM_HINT_T1);
     ahead += 64;
-    // The sums of a row start at −z·Σqa (bias[] holds −8·Σqa, or −Σqa with zero points). Up to 2
+    // The sums of a row start at −z·Σqa (start[] holds −8·Σqa, or −Σqa with zero points). Up to 2
     // rows, the low and high nibbles sum in separate chains (latency); more rows give enough.
     __m512i dot_lo[R], dot_hi[R];
     if (kZeroPoint) {
       const __m128i z8 = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros0 + g * kInt4Panel)),
                                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros1 + g * kInt4Panel)));
       const __m512i z = _mm512_cvtepu8_epi32(z8);
-      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_mullo_epi32(z, _mm512_set1_epi32(bias[r * groups + g]));
+      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_mullo_epi32(z, _mm512_set1_epi32(start[r * groups + g]));
     } else {
-      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_set1_epi32(bias[r * groups + g]);
+      for (int r = 0; r < R; ++r) dot_lo[r] = _mm512_set1_epi32(start[r * groups + g]);
     }
     if (kTwoChains)
       for (int r = 0; r < R; ++r) dot_hi[r] = _mm512_setzero_si512();
@@ -112,17 +114,17 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
 }
 
 template <int kBlocks, bool kZeroPoint>
-void tile_kernel(long rows, const int8_t* a, long lda, const int32_t* asum, long groups, const uint8_t* panel,
+void tile_kernel(long rows, const int8_t* a, long lda, const int32_t* start, long groups, const uint8_t* panel,
                  long stride, long header, float* out, long full_stride) {
   switch (rows) {
-    case 8: return tile_rows<8, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
-    case 7: return tile_rows<7, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
-    case 6: return tile_rows<6, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
-    case 5: return tile_rows<5, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
-    case 4: return tile_rows<4, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
-    case 3: return tile_rows<3, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
-    case 2: return tile_rows<2, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
-    default: return tile_rows<1, kBlocks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out, full_stride);
+    case 8: return tile_rows<8, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
+    case 7: return tile_rows<7, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
+    case 6: return tile_rows<6, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
+    case 5: return tile_rows<5, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
+    case 4: return tile_rows<4, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
+    case 3: return tile_rows<3, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
+    case 2: return tile_rows<2, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
+    default: return tile_rows<1, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
   }
 }
 
@@ -182,15 +184,15 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const long header = int4_header_bytes(groups, w.zero_point);
   const TileFunction tile = select_tile(group_size, w.zero_point);
 
-  // Quantized A ([m][kp] bytes), sa [m] and the group sums of qa times −8 (symmetric) or −1
-  // [m][groups] (the tiles' start values), allocated here: no
+  // Quantized A ([m][kp] bytes), sa [m] and the tiles' start values [m][groups] (the group sums of
+  // qa times −8, or −1 with zero points), allocated here: no
   // exception may leave the parallel region.
   const std::size_t qa_floats = (static_cast<std::size_t>(m) * kp + 63) / 64 * 16;
-  const std::size_t asum_floats = static_cast<std::size_t>(m) * groups;
-  float* scratch = gemm_thread_scratch(qa_floats + asum_floats + static_cast<std::size_t>(m));
+  const std::size_t start_floats = static_cast<std::size_t>(m) * groups;
+  float* scratch = gemm_thread_scratch(qa_floats + start_floats + static_cast<std::size_t>(m));
   int8_t* qa = reinterpret_cast<int8_t*>(scratch);
-  int32_t* asum = reinterpret_cast<int32_t*>(scratch + qa_floats);
-  float* sa = scratch + qa_floats + asum_floats;
+  int32_t* start = reinterpret_cast<int32_t*>(scratch + qa_floats);
+  float* sa = scratch + qa_floats + start_floats;
 
   rowwise_gemm(
       m, n, k, kInt4MinMacsPerThread,
@@ -198,11 +200,11 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         int8_t* row = qa + i * kp;
         sa[i] = quantize_row(a + i * lda, k, kp, reinterpret_cast<uint8_t*>(row));
         const int32_t z = w.zero_point ? -1 : -8;  // the zero points multiply −Σqa in the tile
-        for (long g = 0; g < groups; ++g) asum[i * groups + g] = z * group_sum(row + g * group_size, group_size);
+        for (long g = 0; g < groups; ++g) start[i * groups + g] = z * group_sum(row + g * group_size, group_size);
       },
       [&](long i0, long rows, long j0, long ncols) {
         alignas(64) float acc[kMR * kNR];
-        tile(rows, qa + i0 * kp, kp, asum + i0 * groups, groups, w.data.data() + (j0 / kInt4Panel) * stride,
+        tile(rows, qa + i0 * kp, kp, start + i0 * groups, groups, w.data.data() + (j0 / kInt4Panel) * stride,
              ncols > kInt4Panel ? stride : 0, header, acc, stride);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
