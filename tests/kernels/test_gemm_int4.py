@@ -8,15 +8,18 @@ operands but for the final rounding); then sa · acc + bias and the residual in 
 level must reproduce this bit for bit without an activation; with one, the level's activation
 kernel is checked against float64 with its stated bound, as in test_gemm_int8.py.
 
-tests/test_runtime.py reruns this directory at every lower ISA level.
+tests/test_runtime.py reruns this directory at every lower ISA level; test_without_dot_product_extensions
+reruns this file with AVX512-VNNI and AVX-VNNI hidden, so both kernels of a level run (vpdpbusd and
+the AVX2 vpmaddubsw kernel).
 """
 
 import numpy as np
 import pytest
 
+import cpuformer as cf
 from cpuformer import ops
 
-from ._reference import assert_epilogue, assert_threads_agree, randn
+from ._reference import assert_epilogue, assert_threads_agree, randn, rerun_with_features_hidden
 from .test_gemm_int8 import quantize_rows
 
 
@@ -71,11 +74,13 @@ def check(x, w, bias=None, activation=None, residual=None, group_size=32, zero_p
     return y
 
 
-# M through the row tiles (4) and row blocks (32), N through the 8-feature panels, K through whole
-# groups, partial last groups and K < G.
+# M through the row tiles (4 rows at the avx2 level, 8 with AVX512-VNNI) and row blocks (32, 64), N
+# through the 8-feature panels and the pairs of them (AVX512-VNNI: 16 features, a lone last panel
+# when their count is odd), K through whole groups, partial last groups and K < G.
 SHAPES = [
     (1, 1, 1), (1, 5, 3), (2, 31, 17), (3, 768, 130), (4, 32, 64), (5, 33, 9), (6, 100, 63), (7, 129, 8),
-    (33, 64, 7), (48, 200, 70), (1, 4096, 40), (65, 515, 24),
+    (33, 64, 7), (48, 200, 70), (1, 4096, 40), (65, 515, 24), (8, 96, 16), (9, 257, 24), (16, 130, 56),
+    (64, 128, 33), (70, 200, 48), (131, 96, 25),
 ]
 
 
@@ -167,10 +172,12 @@ def test_constant_group_is_exact():
         np.testing.assert_allclose(dequantize(u, scales, zeros, 32, 32), w, rtol=1e-3)
 
 
-def test_extreme_codes(rng):
-    # Every code 0 or 15 and every qa ±127: the int16 sums reach 8 · 2 · 15 · 127 = 30480 (their
-    # limit is 32767) and the group sums their largest magnitude.
-    m, k, n = 5, 512, 16
+@pytest.mark.parametrize("m,n", [(5, 16), (11, 40)])
+def test_extreme_codes(rng, m, n):
+    # Every code 0 or 15 and every qa ±127: the int16 sums of vpmaddubsw reach 8 · 2 · 15 · 127 =
+    # 30480 (their limit is 32767) and the group sums their largest magnitude (the vpdpbusd sums
+    # start at −z·Σqa and pass through values of either sign).
+    k = 512
     x = np.where(rng.random((m, k)) < 0.5, -1.0, 1.0).astype(np.float32) * np.float32(3.0)
     x[1] = 2.0  # qa = 127 everywhere
     x[2] = -2.0
@@ -232,3 +239,27 @@ def test_strided_input(rng):
 def test_threads_agree(rng):
     x, w, b = randn(rng, 100, 300), randn(rng, 200, 300), randn(rng, 200)
     assert_threads_agree(ops.Linear(w, b, "relu", dtype="int4", group_size=64, zero_point=True), x)
+
+
+def test_without_dot_product_extensions():
+    # The same tests with AVX512-VNNI and AVX-VNNI hidden: the level's fallback kernel (AVX2
+    # vpmaddubsw) runs, and must give the same bits as the NumPy model too.
+    info = rerun_with_features_hidden(__file__, "avx512_vnni,avx_vnni", "without_dot_product")
+    features = info[info.index("'features'"):]
+    assert "vnni" not in features and "avx2" in features or cf.cpu_info()["isa"] == "scalar"
+    matmul = info[info.index("'matmul'"):]
+    assert "'int4': 'avx2 vpmaddubsw'" in matmul or cf.cpu_info()["isa"] == "scalar"
+
+
+def test_kernel_name():
+    # The int4 kernel cpu_info() names follows the CPU: vpdpbusd where the level has it.
+    features, isa = set(cf.cpu_info()["features"]), cf.cpu_info()["isa"]
+    if isa == "scalar":
+        expected = "scalar"
+    elif isa == "avx512":  # without AVX512-VNNI the AVX2 kernel serves this level
+        expected = "avx512_vnni vpdpbusd" if "avx512_vnni" in features else "avx2 vpmaddubsw"
+    elif "avx_vnni" in features:
+        expected = "avx_vnni vpdpbusd"
+    else:
+        expected = "avx2 vpmaddubsw"
+    assert cf.cpu_info()["matmul"]["int4"] == expected

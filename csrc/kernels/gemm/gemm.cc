@@ -41,10 +41,16 @@ const HalfGemmKernels& half_gemm_kernels() {
   return table;
 }
 
-// int4: the AVX2 kernel serves the avx512 level too (a 512-bit / VNNI variant is future work).
+// int4 (one packed layout for every x86 level, gemm_int4_layout_inl.h): vpdpbusd when the level's
+// dot-product extension is there (gemm_int4_avx512vnni.cc, gemm_int4_avxvnni.cc), else the AVX2
+// vpmaddubsw kernel, which also serves the avx512 level without AVX512-VNNI.
+namespace avx512vnni { extern const Int4GemmKernels kInt4GemmKernels; }
+namespace avxvnni { extern const Int4GemmKernels kInt4GemmKernels; }
+
 const Int4GemmKernels& int4_gemm_kernels() {
-  static const Int4GemmKernels& table =
-      select_for_isa(scalar::kInt4GemmKernels, avx2::kInt4GemmKernels, avx2::kInt4GemmKernels);
+  static const Int4GemmKernels& table = select_for_isa(
+      scalar::kInt4GemmKernels, cpu_features().avx_vnni ? avxvnni::kInt4GemmKernels : avx2::kInt4GemmKernels,
+      cpu_features().avx512vnni ? avx512vnni::kInt4GemmKernels : avx2::kInt4GemmKernels);
   return table;
 }
 
@@ -57,7 +63,9 @@ MatmulInstruction matmul_instruction(WeightType type) {
     case WeightType::kInt8:
       if (wide) return f.avx512vnni ? MatmulInstruction::kDpbusd512 : MatmulInstruction::kMaddubs512;
       return f.avx_vnni ? MatmulInstruction::kDpbusd256 : MatmulInstruction::kMaddubs256;
-    case WeightType::kInt4: return MatmulInstruction::kMaddubs256;  // int4_gemm_kernels()
+    case WeightType::kInt4:  // int4_gemm_kernels()
+      if (wide) return f.avx512vnni ? MatmulInstruction::kDpbusd512 : MatmulInstruction::kMaddubs256;
+      return f.avx_vnni ? MatmulInstruction::kDpbusd256 : MatmulInstruction::kMaddubs256;
     case WeightType::kBFloat16:
       if (wide && f.avx512bf16) return MatmulInstruction::kDpbf16x512;
       break;
