@@ -1,25 +1,27 @@
 """Swin Transformer image models (arch/swin.py): ``ImageEncoder`` / ``ImageClassifier`` subclasses that
-run the stages in Python on cpuformer's kernels.
+loop over the stages in Python and run each block in C++ (``_core.SwinBlock``, csrc/layers/window_attention.h).
 
-Swin's stages have different widths, so it does not fit the uniform C++ encoder graph. Per block
-(transformers' SwinLayer), on tokens x [B, H · W, C] in row-major (row, column) order:
+Swin's stages have different widths, so it does not fit the uniform C++ encoder graph. A block
+(transformers' SwinLayer) is ONE ``_core.SwinBlock`` call that updates the tokens x [B · H · W, C]
+(row-major (row, column) order) in place, with the weights packed once at load in the model's dtype:
 
-* ``n = layer_norm(x)`` (``_core.layer_norm``), then the windows are gathered from ``n`` with ONE
-  NumPy fancy index (``_Grid``): the cyclic shift (roll by -shift), the zero padding to a multiple
-  of the window and the window partition are folded into one index of rows and columns, computed
-  once per block shape and input size; the padded tokens are zeros after the norm (transformers
-  pads after layernorm_before), so the rows that fall into the padding are zeroed after the gather;
-* q, k and v from ONE fused ``_core.Linear`` (the three weights concatenated, packed once at load in
-  the model's dtype), laid out [B, nW · heads, ws², head_dim] (one transpose copy) and attended in
-  ONE ``_core.attention`` call with the additive mask [1, nW · heads, ws², ws²]: the relative
-  position bias (table rows picked by the relative position index, computed here) plus the
-  shifted windows' mask (-100 between the regions the roll brought together), cached per block and
-  input size, broadcast over the batch (an unshifted block: q, k, v as [B · nW, heads, ws², hd]
-  and the bias alone [1, heads, ws², ws²], broadcast over batch and windows);
-* the attention output goes back to token order with one fancy index (the inverse of the gather;
-  the padding dropped) and through the output projection, whose ``residual=`` adds the shortcut;
-* the MLP: ``layer_norm``, the up projection with its activation fused, the down projection with
-  the residual fused.
+* LayerNorm fused with the window gather: each windowed row is the norm of the token ``source``
+  names (``_Grid``: the cyclic shift (roll by -shift), the zero padding to a multiple of the window
+  and the window partition folded into one index, computed once per block and input size), or
+  zeros in the padding (transformers pads after layernorm_before);
+* q, k and v from ONE GEMM (the three weights concatenated); the attention kernel reads them in
+  place in that buffer (strides, no transpose) with the additive mask [1 | nW, heads, ws², ws²]:
+  the relative position bias (table rows picked by the relative position index, computed here)
+  plus, in a shifted block, the shifted windows' mask (-100 between the regions the roll brought
+  together), one per window; cached per block and input size. An unshifted block attends all the
+  batch's windows in one call (one mask for every window), a shifted one image by image;
+* the output projection over the windowed rows, then the scatter back to token order (``inverse``;
+  the padding dropped) fused with the residual add;
+* the MLP: LayerNorm, the up projection with its activation fused, the down projection accumulating
+  into x (the residual).
+
+Scratch (the windowed rows, q/k/v and the MLP's hidden) comes from the model's ``_core.SwinScratch``:
+reused by every block and call, one set per concurrent call.
 
 Windows: when a stage's resolution is at most the window (min(H, W) <= window_size), the window is
 min(H, W) and there is no shift (transformers' set_shift_and_window_size, applied per call: the
@@ -29,13 +31,14 @@ table): the bias of the same offsets in the trained window (transformers 5.24 fa
 inputs; docs/vision.md).
 
 Patch merging: the 2x2 neighbours concatenated in transformers' order (x0 = (even row, even column),
-x1 = (odd, even), x2 = (even, odd), x3 = (odd, odd)) after zero padding odd sizes, LayerNorm, the
-reduction Linear without bias. The patch embedding is a GEMM over the patches of the image padded
-on the right and bottom to a multiple of the patch size (transformers' maybe_pad), then the
-embeddings LayerNorm and, with use_absolute_embeddings, the position embeddings (bicubically
-interpolated for other sizes with ``interpolate_pos_encoding``, as ViT's). The output:
-last_hidden_state [B, tokens, C_last] after the final LayerNorm, pooler_output its mean over the
-tokens (transformers' AdaptiveAvgPool1d), logits the classifier on the pooler output.
+x1 = (odd, even), x2 = (even, odd), x3 = (odd, odd)) after zero padding odd sizes and the LayerNorm,
+in one C++ pass (``_core.swin_patch_merge``), then the reduction Linear without bias. The patch
+embedding is a GEMM over the patches of the image padded on the right and bottom to a multiple of
+the patch size (transformers' maybe_pad), then the embeddings LayerNorm and, with
+use_absolute_embeddings, the position embeddings (bicubically interpolated for other sizes with
+``interpolate_pos_encoding``, as ViT's). The output: last_hidden_state [B, tokens, C_last] after
+the final LayerNorm, pooler_output its mean over the tokens (transformers' AdaptiveAvgPool1d),
+logits the classifier on the pooler output.
 """
 
 from __future__ import annotations
