@@ -16,6 +16,7 @@ void register_config(py::module_& m);
 void register_models_encoder(py::module_& m);
 void register_models_decoder(py::module_& m);
 void register_models_seq2seq(py::module_& m);
+void register_models_swin(py::module_& m);
 }  // namespace bindings
 }  // namespace cpuformer
 
@@ -43,4 +44,5 @@ PYBIND11_MODULE(_core, m) {
   cpuformer::bindings::register_models_encoder(m);
   cpuformer::bindings::register_models_decoder(m);
   cpuformer::bindings::register_models_seq2seq(m);
+  cpuformer::bindings::register_models_swin(m);
 }

@@ -448,3 +448,91 @@ def test_transformers_5_module_names(odd, tmp_path):
     renamed = _edit(odd[0], tmp_path / "renamed", tensors=rename)
     pixels = _pixels(1, 58, 45, seed=41)
     np.testing.assert_array_equal(cf.load(renamed).logits(pixels), cf.load(odd[0]).logits(pixels))
+
+
+def test_batch_equals_images_alone(odd):
+    """The C++ block runs the windows of a batch together (unshifted) or image by image (shifted):
+    each image of a batch gets what it gets alone."""
+    model = cf.load(odd[0])
+    pixels = _pixels(3, 58, 45, seed=42)
+    together = model(pixels)
+    for i in range(3):
+        np.testing.assert_allclose(together[i:i + 1], model(pixels[i:i + 1]), rtol=1e-5, atol=1e-5)
+
+
+def test_patch_merge_op():
+    from cpuformer import _core
+
+    rng = np.random.default_rng(43)
+    for batch, height, width, C in [(2, 5, 4, 3), (1, 4, 7, 8), (3, 1, 1, 2)]:
+        x = rng.standard_normal((batch * height * width, C)).astype(np.float32)
+        weight, bias = rng.standard_normal(4 * C).astype(np.float32), rng.standard_normal(4 * C).astype(np.float32)
+        h2, w2 = (height + 1) // 2, (width + 1) // 2
+        grid = np.zeros((batch, 2 * h2, 2 * w2, C), dtype=np.float32)
+        grid[:, :height, :width] = x.reshape(batch, height, width, C)
+        merged = np.concatenate([grid[:, 0::2, 0::2], grid[:, 1::2, 0::2], grid[:, 0::2, 1::2], grid[:, 1::2, 1::2]],
+                                axis=-1).reshape(-1, 4 * C)
+        expected = _core.layer_norm(merged, weight, bias, 1e-5)
+        got = _core.swin_patch_merge(x, batch, height, width, weight, bias, 1e-5, num_threads=1)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    x = np.zeros((20, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"x must have batch · height · width = 2 · 5 · 3 rows, got shape \[20, 3\]"):
+        _core.swin_patch_merge(x, 2, 5, 3, np.ones(12, np.float32), None, 1e-5)
+    with pytest.raises(ValueError, match=r"weight must have shape \[12\], got \[3\]"):
+        _core.swin_patch_merge(x, 2, 5, 2, np.ones(3, np.float32), None, 1e-5)
+    with pytest.raises(ValueError, match="eps must be >= 0"):
+        _core.swin_patch_merge(x, 2, 5, 2, np.ones(12, np.float32), None, -1.0)
+    with pytest.raises(TypeError, match="x"):
+        _core.swin_patch_merge(x.astype(np.float64), 2, 5, 2, np.ones(12, np.float32), None, 1e-5)
+
+
+def test_block_op_bad_inputs(odd):
+    """_core.SwinBlock refuses what would read or write out of bounds, with a message naming it."""
+    from cpuformer import _core
+
+    model = cf.load(odd[0])
+    block = model._live().stages[0][0][1]  # shifted, width 24, 2 heads, window 3
+    assert block.core.dim == 24 and block.core.heads == 2
+    g = block.grid(15, 12)
+    x = np.random.default_rng(44).standard_normal((360, 24)).astype(np.float32)  # 2 images of 15x12 tokens
+    reference = x.copy()
+    assert block.core(x, 2, g.source, g.inverse, g.mask) is None and not np.array_equal(x, reference)  # in place
+    assert model._live().scratch.idle_bytes > 0
+    cases = [
+        (dict(x=x[:, :12].copy()), ValueError, r"x must be .*\[batch · tokens, 24\], got shape \[360, 12\]"),
+        (dict(x=x.astype(np.float64)), TypeError, "x must be a writeable C-contiguous float32"),
+        (dict(x=x[::2]), TypeError, "x must be a writeable C-contiguous float32"),
+        (dict(x=np.broadcast_to(x[:1], x.shape)), TypeError, "x must be a writeable C-contiguous float32"),
+        (dict(batch=3), ValueError, r"x has 360 rows; batch 3 x 180 tokens \(the size of inverse\) needs 540"),
+        (dict(batch=0), ValueError, "batch must be >= 1, got 0"),
+        (dict(source=g.source.astype(np.int32)), TypeError, "source must be a"),
+        (dict(source=np.where(g.source == 5, 180, g.source)), ValueError, r"source\[\d+\] = 180 is not in \[-1, 180\)"),
+        (dict(inverse=np.where(g.inverse == 5, -1, g.inverse)), ValueError, r"inverse\[\d+\] = -1 is not in \[0, "),
+        (dict(mask=g.mask[:, :1]), ValueError, r"mask must have shape \[1 \| windows, 2, area, area\]"),
+        (dict(mask=g.mask[:2]), ValueError, r"mask must have shape \[1 \| windows, 2, area, area\]"),
+        (dict(num_threads=-1), ValueError, "num_threads"),
+    ]
+    for change, error, message in cases:
+        arguments = dict(x=x, batch=2, source=g.source, inverse=g.inverse, mask=g.mask, num_threads=0)
+        arguments.update(change)
+        with pytest.raises(error, match=message):
+            block.core(**arguments)
+    weights = {name: np.ones((24, 24), np.float32) for name in ("q", "k", "v", "o")}
+    weights.update({name: np.ones(24, np.float32) for name in ("norm1", "norm2", "o.bias", "down.bias")})
+    weights.update({"up": np.ones((48, 24), np.float32), "up.bias": np.ones(48, np.float32),
+                    "down": np.ones((24, 48), np.float32)})
+    scratch = _core.SwinScratch()
+    assert _core.SwinBlock(weights, 2, 1e-5, "gelu", "float32", 32, False, scratch).dim == 24
+    for change, error, message in [
+        (dict(weights, extra=np.ones(3, np.float32)), ValueError, "SwinBlock: unknown tensor 'extra'"),
+        ({k: v for k, v in weights.items() if k != "v"}, ValueError, "SwinBlock: tensor 'v' is missing"),
+        (dict(weights, down=np.ones((24, 40), np.float32)), ValueError, r"down must have shape \[24, 48\]"),
+    ]:
+        with pytest.raises(error, match=message):
+            _core.SwinBlock(change, 2, 1e-5, "gelu", "float32", 32, False, scratch)
+    with pytest.raises(ValueError, match="heads must be >= 1 and divide the width 24, got 5"):
+        _core.SwinBlock(weights, 5, 1e-5, "gelu", "float32", 32, False, scratch)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        _core.SwinBlock(weights, 2, 1e-5, "tanh", "float32", 32, False, scratch)
+    with pytest.raises(ValueError, match="dtype must be"):
+        _core.SwinBlock(weights, 2, 1e-5, "gelu", "int2", 32, False, scratch)

@@ -1,25 +1,27 @@
 """Swin Transformer image models (arch/swin.py): ``ImageEncoder`` / ``ImageClassifier`` subclasses that
-run the stages in Python on cpuformer's kernels.
+loop over the stages in Python and run each block in C++ (``_core.SwinBlock``, csrc/layers/window_attention.h).
 
-Swin's stages have different widths, so it does not fit the uniform C++ encoder graph. Per block
-(transformers' SwinLayer), on tokens x [B, H · W, C] in row-major (row, column) order:
+Swin's stages have different widths, so it does not fit the uniform C++ encoder graph. A block
+(transformers' SwinLayer) is ONE ``_core.SwinBlock`` call that updates the tokens x [B · H · W, C]
+(row-major (row, column) order) in place, with the weights packed once at load in the model's dtype:
 
-* ``n = layer_norm(x)`` (``_core.layer_norm``), then the windows are gathered from ``n`` with ONE
-  NumPy fancy index (``_Grid``): the cyclic shift (roll by -shift), the zero padding to a multiple
-  of the window and the window partition are folded into one index of rows and columns, computed
-  once per block shape and input size; the padded tokens are zeros after the norm (transformers
-  pads after layernorm_before), so the rows that fall into the padding are zeroed after the gather;
-* q, k and v from ONE fused ``_core.Linear`` (the three weights concatenated, packed once at load in
-  the model's dtype), laid out [B, nW · heads, ws², head_dim] (one transpose copy) and attended in
-  ONE ``_core.attention`` call with the additive mask [1, nW · heads, ws², ws²]: the relative
-  position bias (table rows picked by the relative position index, computed here) plus the
-  shifted windows' mask (-100 between the regions the roll brought together), cached per block and
-  input size, broadcast over the batch (an unshifted block: q, k, v as [B · nW, heads, ws², hd]
-  and the bias alone [1, heads, ws², ws²], broadcast over batch and windows);
-* the attention output goes back to token order with one fancy index (the inverse of the gather;
-  the padding dropped) and through the output projection, whose ``residual=`` adds the shortcut;
-* the MLP: ``layer_norm``, the up projection with its activation fused, the down projection with
-  the residual fused.
+* LayerNorm fused with the window gather: each windowed row is the norm of the token ``source``
+  names (``_Grid``: the cyclic shift (roll by -shift), the zero padding to a multiple of the window
+  and the window partition folded into one index, computed once per block and input size), or
+  zeros in the padding (transformers pads after layernorm_before);
+* q, k and v from ONE GEMM (the three weights concatenated); the attention kernel reads them in
+  place in that buffer (strides, no transpose) with the additive mask [1 | nW, heads, ws², ws²]:
+  the relative position bias (table rows picked by the relative position index, computed here)
+  plus, in a shifted block, the shifted windows' mask (-100 between the regions the roll brought
+  together), one per window; cached per block and input size. An unshifted block attends all the
+  batch's windows in one call (one mask for every window), a shifted one image by image;
+* the output projection over the windowed rows, then the scatter back to token order (``inverse``;
+  the padding dropped) fused with the residual add;
+* the MLP: LayerNorm, the up projection with its activation fused, the down projection accumulating
+  into x (the residual).
+
+Scratch (the windowed rows, q/k/v and the MLP's hidden) comes from the model's ``_core.SwinScratch``:
+reused by every block and call, one set per concurrent call.
 
 Windows: when a stage's resolution is at most the window (min(H, W) <= window_size), the window is
 min(H, W) and there is no shift (transformers' set_shift_and_window_size, applied per call: the
@@ -29,13 +31,14 @@ table): the bias of the same offsets in the trained window (transformers 5.24 fa
 inputs; docs/vision.md).
 
 Patch merging: the 2x2 neighbours concatenated in transformers' order (x0 = (even row, even column),
-x1 = (odd, even), x2 = (even, odd), x3 = (odd, odd)) after zero padding odd sizes, LayerNorm, the
-reduction Linear without bias. The patch embedding is a GEMM over the patches of the image padded
-on the right and bottom to a multiple of the patch size (transformers' maybe_pad), then the
-embeddings LayerNorm and, with use_absolute_embeddings, the position embeddings (bicubically
-interpolated for other sizes with ``interpolate_pos_encoding``, as ViT's). The output:
-last_hidden_state [B, tokens, C_last] after the final LayerNorm, pooler_output its mean over the
-tokens (transformers' AdaptiveAvgPool1d), logits the classifier on the pooler output.
+x1 = (odd, even), x2 = (even, odd), x3 = (odd, odd)) after zero padding odd sizes and the LayerNorm,
+in one C++ pass (``_core.swin_patch_merge``), then the reduction Linear without bias. The patch
+embedding is a GEMM over the patches of the image padded on the right and bottom to a multiple of
+the patch size (transformers' maybe_pad), then the embeddings LayerNorm and, with
+use_absolute_embeddings, the position embeddings (bicubically interpolated for other sizes with
+``interpolate_pos_encoding``, as ViT's). The output: last_hidden_state [B, tokens, C_last] after
+the final LayerNorm, pooler_output its mean over the tokens (transformers' AdaptiveAvgPool1d),
+logits the classifier on the pooler output.
 """
 
 from __future__ import annotations
@@ -109,44 +112,34 @@ class _Grid:
         cc = c.reshape(1, nw, 1, window)
         rows = np.broadcast_to(rr, (nh, nw, window, window)).reshape(-1)
         cols = np.broadcast_to(cc, (nh, nw, window, window)).reshape(-1)
-        self.padding = (rows >= height) | (cols >= width)
-        self.padded = bool(self.padding.any())
-        self.source = np.where(self.padding, 0, rows * width + cols)  # token index of each windowed row
-        # The inverse: for each token, its windowed row.
-        inverse = np.empty(height * width, dtype=np.int64)
-        keep = ~self.padding
-        inverse[self.source[keep]] = np.nonzero(keep)[0]
-        self.inverse_window, self.inverse_position = np.divmod(inverse, window * window)
+        padding = (rows >= height) | (cols >= width)
+        # The token of each windowed row, -1 in the padding; for each token, its windowed row.
+        self.source = np.where(padding, -1, rows * width + cols).astype(np.int64)
+        self.inverse = np.empty(height * width, dtype=np.int64)
+        keep = ~padding
+        self.inverse[self.source[keep]] = np.nonzero(keep)[0]
         area = window * window
         heads = table.shape[1]
         bias = table[relative_position_index(window, window_size).reshape(-1)]  # [area², heads]
         bias = bias.reshape(area, area, heads).transpose(2, 0, 1)  # [heads, area, area]
-        # The attention runs on [groups, rows, area, head_dim] with the mask [1, rows, area, area]
-        # broadcast over the groups: shifted, [B, nW · heads] (the mask differs per window);
-        # unshifted, [B · nW, heads] (the bias alone, the same for every window).
+        # Shifted: a mask per window [nW, heads, area, area]; unshifted: the bias alone [1, heads, area,
+        # area], the same for every window.
         if shift_size > 0:
-            mask = bias[None] + _shift_mask(hp, wp, window, shift_size)[:, None]  # [nW, heads, area, area]
-            self.rows = self.windows * heads
+            mask = bias[None] + _shift_mask(hp, wp, window, shift_size)[:, None]
         else:
-            mask, self.rows = bias[None], heads
-        self.mask = np.ascontiguousarray(mask.reshape(1, self.rows, area, area), dtype=np.float32)
+            mask = bias[None]
+        self.mask = np.ascontiguousarray(mask, dtype=np.float32)
 
 
 class _Block:
-    """One Swin block's packed weights."""
+    """One Swin block: the C++ ``_core.SwinBlock`` (weights packed once) and its window layouts."""
 
     def __init__(self, arrays: Dict[str, np.ndarray], c: str, heads: int, window_size: int, shift: int, eps: float,
-                 activation: str, dtype: str, group_size: int, zero_point: bool):
+                 activation: str, dtype: str, group_size: int, zero_point: bool, scratch: Any):
         self.heads, self.window_size, self.shift, self.eps = heads, window_size, shift, eps
-        self.norm1 = (arrays[c + "norm1"], arrays[c + "norm1.bias"])
-        self.norm2 = (arrays[c + "norm2"], arrays[c + "norm2.bias"])
-        qkv = np.concatenate([arrays[c + "q"], arrays[c + "k"], arrays[c + "v"]])
-        qkv_bias = (np.concatenate([arrays[c + "q.bias"], arrays[c + "k.bias"], arrays[c + "v.bias"]])
-                    if c + "q.bias" in arrays else None)
-        self.qkv = _core.Linear(qkv, qkv_bias, None, dtype, group_size, zero_point)
-        self.o = _core.Linear(arrays[c + "o"], arrays[c + "o.bias"], None, dtype, group_size, zero_point)
-        self.up = _core.Linear(arrays[c + "up"], arrays[c + "up.bias"], activation, dtype, group_size, zero_point)
-        self.down = _core.Linear(arrays[c + "down"], arrays[c + "down.bias"], None, dtype, group_size, zero_point)
+        tensors = {key[len(c):]: value for key, value in arrays.items()
+                   if key.startswith(c) and key != c + "bias_table"}
+        self.core = _core.SwinBlock(tensors, heads, eps, activation, dtype, group_size, zero_point, scratch)
         self.table = np.ascontiguousarray(arrays[c + "bias_table"])
         self._grids: Dict[Tuple[int, int], _Grid] = {}
         self._lock = threading.Lock()  # the cache is shared by the threads calling the model
@@ -164,25 +157,10 @@ class _Block:
             return grid
 
     def __call__(self, x: np.ndarray, batch: int, height: int, width: int, threads: int) -> np.ndarray:
-        """x [B · H · W, C] -> the block's output, same shape (``threads``: the kernels' num_threads)."""
-        C = x.shape[1]
+        """x [B · H · W, C] -> the block's output, computed in place in x (``threads``: num_threads)."""
         g = self.grid(height, width)
-        heads, area = self.heads, g.window * g.window
-        n = _core.layer_norm(x, self.norm1[0], self.norm1[1], self.eps, num_threads=threads)
-        windows = np.take(n.reshape(batch, height * width, C), g.source, axis=1)  # [B, nW · area, C]
-        if g.padded:
-            windows[:, g.padding] = 0.0
-        qkv = self.qkv(windows.reshape(-1, C), None, threads)  # [B · nW · area, 3C]
-        qkv = qkv.reshape(batch, g.windows, area, 3, heads, C // heads).transpose(3, 0, 1, 4, 2, 5)
-        qkv = np.ascontiguousarray(qkv).reshape(3, batch * g.windows * heads // g.rows, g.rows, area, C // heads)
-        # out: [B, nW, heads, area, hd] in memory
-        out = _core.attention(qkv[0], qkv[1], qkv[2], mask=g.mask, num_threads=threads)
-        out = out.reshape(batch, g.windows, heads, area, C // heads).transpose(0, 1, 3, 2, 4)
-        # Back to token order, the heads merged (one gather; the padding dropped).
-        tokens = out[:, g.inverse_window, g.inverse_position].reshape(batch * height * width, C)
-        x = self.o(tokens, x, threads)
-        m = _core.layer_norm(x, self.norm2[0], self.norm2[1], self.eps, num_threads=threads)
-        return self.down(self.up(m, None, threads), x, threads)
+        self.core(x, batch, g.source, g.inverse, g.mask, threads)
+        return x
 
 
 class _Swin:
@@ -197,9 +175,11 @@ class _Swin:
         self.interpolated: Dict[Tuple[int, int], np.ndarray] = {}
         self.stages: List[Tuple[List[_Block], Optional[Tuple[np.ndarray, np.ndarray, Any]]]] = []
         ws = shape.window_size
+        self.scratch = _core.SwinScratch()  # the blocks' scratch, reused across blocks and calls
         for stage, depth in enumerate(shape.depths):
             blocks = [_Block(arrays, f"s{stage}.b{block}.", shape.num_heads[stage], ws, ws // 2 if block % 2 else 0,
-                             shape.eps, shape.activation, dtype, group_size, zero_point) for block in range(depth)]
+                             shape.eps, shape.activation, dtype, group_size, zero_point, self.scratch)
+                      for block in range(depth)]
             merge = None
             if stage < len(shape.depths) - 1:
                 merge = (arrays[f"s{stage}.merge_norm"], arrays[f"s{stage}.merge_norm.bias"],
@@ -246,18 +226,10 @@ class _Swin:
 
 def _merge(x: np.ndarray, batch: int, height: int, width: int, weight: np.ndarray, bias: np.ndarray,
            reduction: Any, threads: int) -> Tuple[np.ndarray, int, int]:
-    """transformers' SwinPatchMerging: [B · H · W, C] -> [B · ceil(H/2) · ceil(W/2), 2C]."""
-    C = x.shape[1]
-    grid = x.reshape(batch, height, width, C)
-    h2, w2 = (height + 1) // 2, (width + 1) // 2
-    if (height % 2) or (width % 2):
-        padded = np.zeros((batch, 2 * h2, 2 * w2, C), dtype=np.float32)
-        padded[:, :height, :width] = grid
-        grid = padded
-    # Concatenated as x0 (even row, even column), x1 (odd, even), x2 (even, odd), x3 (odd, odd).
-    merged = grid.reshape(batch, h2, 2, w2, 2, C).transpose(0, 1, 3, 4, 2, 5).reshape(batch * h2 * w2, 4 * C)
-    merged = _core.layer_norm(merged, weight, bias, 1e-5, num_threads=threads)  # nn.LayerNorm(4 · dim): default eps
-    return reduction(merged, None, threads), h2, w2
+    """transformers' SwinPatchMerging: [B · H · W, C] -> [B · ceil(H/2) · ceil(W/2), 2C]. The 2x2 gather
+    (odd sizes zero-padded) and the LayerNorm (nn.LayerNorm(4 · dim): default eps) in one C++ pass."""
+    merged = _core.swin_patch_merge(x, batch, height, width, weight, bias, 1e-5, num_threads=threads)
+    return reduction(merged, None, threads), (height + 1) // 2, (width + 1) // 2
 
 
 class SwinImageEncoder(ImageEncoder):
