@@ -1,7 +1,8 @@
 """Swin Transformer: hierarchical vision transformers with shifted-window attention (model kind "vision").
 
 Swin's stages have different widths (``embed_dim · 2^s``) and head counts, so it does not fit the
-uniform C++ encoder graph: it runs in Python on cpuformer's kernels (models/swin.py). This module
+uniform C++ encoder graph: models/swin.py runs its stage loop in Python and each block and patch
+merging as one C++ call (_core.SwinBlock, _core.swin_patch_merge). This module
 declares the mathematics' parameters (``SwinShape``) and every checkpoint tensor under a canonical
 name (``swin(config, architecture)``), so that the registry's checkpoint reader accounts for them
 (unknown tensors refused, missing ones named) as for every other family.
