@@ -61,6 +61,26 @@ void check_op_threads(int num_threads) {
     throw py::value_error("num_threads must be >= 1 (or 0 for the default), got " + std::to_string(num_threads));
 }
 
+Activation activation_from_name(const std::string& s, const char* none_text) {
+  if (s == "none") return Activation::kNone;
+  if (s == "relu") return Activation::kRelu;
+  if (s == "gelu") return Activation::kGeluErf;
+  if (s == "gelu_tanh") return Activation::kGeluTanh;
+  if (s == "silu") return Activation::kSilu;
+  if (s == "quick_gelu") return Activation::kQuickGelu;
+  throw py::value_error(std::string("activation must be one of ") + none_text +
+                        ", 'relu', 'gelu', 'gelu_tanh', 'silu', 'quick_gelu', got '" + s + "'");
+}
+
+WeightType weight_type_from_name(const std::string& s) {
+  if (s == "float32") return WeightType::kFloat32;
+  if (s == "float16") return WeightType::kFloat16;
+  if (s == "bfloat16") return WeightType::kBFloat16;
+  if (s == "int8") return WeightType::kInt8;
+  if (s == "int4") return WeightType::kInt4;
+  throw py::value_error("dtype must be 'float32', 'float16', 'bfloat16', 'int8' or 'int4', got '" + s + "'");
+}
+
 }  // namespace bindings
 
 }  // namespace cpuformer

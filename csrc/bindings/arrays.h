@@ -8,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/activation/activation.h"
+#include "kernels/gemm/gemm.h"
+
 namespace cpuformer {
 namespace bindings {
 
@@ -34,6 +37,14 @@ void require_ndim(const py::array& a, py::ssize_t ndim, const char* name, const 
 
 // Raises ValueError if any dimension is zero.
 void require_nonempty(const py::array& a, const char* name);
+
+// The activation an op's `activation` argument names ("none", "relu", "gelu", "gelu_tanh", "silu",
+// "quick_gelu"); ValueError listing them, with no activation spelled `none_text` ("None" where the
+// argument takes None, "'none'" where it takes the string).
+Activation activation_from_name(const std::string& s, const char* none_text);
+
+// The weight type an op's `dtype` argument names; ValueError listing them.
+WeightType weight_type_from_name(const std::string& s);
 
 // The num_threads argument of an op: >= 1, or 0 for the calling thread's count (ValueError otherwise).
 void check_op_threads(int num_threads);

@@ -18,26 +18,6 @@ namespace cpuformer {
 namespace bindings {
 namespace {
 
-Activation parse_activation(const std::string& s) {
-  if (s == "none") return Activation::kNone;
-  if (s == "relu") return Activation::kRelu;
-  if (s == "gelu") return Activation::kGeluErf;
-  if (s == "gelu_tanh") return Activation::kGeluTanh;
-  if (s == "silu") return Activation::kSilu;
-  if (s == "quick_gelu") return Activation::kQuickGelu;
-  throw py::value_error("activation must be one of 'none', 'relu', 'gelu', 'gelu_tanh', 'silu', 'quick_gelu', got '" +
-                        s + "'");
-}
-
-WeightType parse_dtype(const std::string& s) {
-  if (s == "float32") return WeightType::kFloat32;
-  if (s == "float16") return WeightType::kFloat16;
-  if (s == "bfloat16") return WeightType::kBFloat16;
-  if (s == "int8") return WeightType::kInt8;
-  if (s == "int4") return WeightType::kInt4;
-  throw py::value_error("dtype must be 'float32', 'float16', 'bfloat16', 'int8' or 'int4', got '" + s + "'");
-}
-
 // A float32 array of exactly `shape` (copied to C order when needed), named in errors.
 FloatArray float_tensor(const py::handle& obj, const std::string& name, const std::vector<long>& shape) {
   FloatArray a = as_float32(obj, name.c_str());
@@ -90,8 +70,8 @@ class PySwinBlock {
       return tensors[key];
     };
     if (!(eps >= 0.0f)) throw py::value_error("eps must be >= 0, got " + std::to_string(eps));
-    const Activation act = parse_activation(activation);
-    const WeightType type = parse_dtype(dtype);
+    const Activation act = activation_from_name(activation, "'none'");
+    const WeightType type = weight_type_from_name(dtype);
     FloatArray norm1 = as_float32(need("norm1"), "norm1");
     require_ndim(norm1, 1, "norm1", "[C]");
     require_nonempty(norm1, "norm1");

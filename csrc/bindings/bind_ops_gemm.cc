@@ -21,25 +21,7 @@ namespace bindings {
 namespace {
 
 Activation parse_activation(const py::object& name) {
-  if (name.is_none()) return Activation::kNone;
-  const std::string s = py::str(name);
-  if (s == "none") return Activation::kNone;
-  if (s == "relu") return Activation::kRelu;
-  if (s == "gelu") return Activation::kGeluErf;
-  if (s == "gelu_tanh") return Activation::kGeluTanh;
-  if (s == "silu") return Activation::kSilu;
-  if (s == "quick_gelu") return Activation::kQuickGelu;
-  throw py::value_error("activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu', 'quick_gelu', got '" + s +
-                        "'");
-}
-
-WeightType parse_dtype(const std::string& s) {
-  if (s == "float32") return WeightType::kFloat32;
-  if (s == "float16") return WeightType::kFloat16;
-  if (s == "bfloat16") return WeightType::kBFloat16;
-  if (s == "int8") return WeightType::kInt8;
-  if (s == "int4") return WeightType::kInt4;
-  throw py::value_error("dtype must be 'float32', 'float16', 'bfloat16', 'int8' or 'int4', got '" + s + "'");
+  return name.is_none() ? Activation::kNone : activation_from_name(py::str(name), "None");
 }
 
 // group_size of an int4 weight: 32, 64 or 128.
@@ -110,7 +92,7 @@ class Linear {
   Linear(const py::object& weight, const py::object& bias, const py::object& activation, const std::string& dtype,
          long group_size, bool zero_point)
       : activation_(parse_activation(activation)) {
-    const WeightType type = parse_dtype(dtype);
+    const WeightType type = weight_type_from_name(dtype);
     if (type == WeightType::kInt4) check_group_size(group_size);
     FloatArray w = as_float32(weight, "w");
     require_ndim(w, 2, "w", "[N, K]");
@@ -211,7 +193,7 @@ class Linear {
 // Operations per second (a multiply-add is 2) of the matmul instruction for weights `dtype`, on
 // the current thread count: the compute peak of gemm_peak.h.
 double peak_gops(const std::string& dtype, double seconds) {
-  const WeightType type = parse_dtype(dtype);
+  const WeightType type = weight_type_from_name(dtype);
   if (!std::isfinite(seconds) || seconds <= 0.0 || seconds > 60.0) {
     throw py::value_error("seconds must be in (0, 60], got " + py::str(py::float_(seconds)).cast<std::string>());
   }
