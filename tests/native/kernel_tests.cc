@@ -472,6 +472,74 @@ void test_gemm() {
   }
 }
 
+// int4 (gemm.h): every level computes the same operations in the same order, so the level's
+// kernel gives the scalar reference's bits (no activation: that is the level's own function), each
+// on weights packed by its own table. Shapes walk the tile edges of the SIMD kernels: m = 1..9
+// rows (4- and 8-row tiles plus tails), odd n (8- and 16-feature panels plus a partial one), k not
+// a multiple of the group (padding), with bias and a separate or in-place residual.
+void check_int4_bit_exact(long group_size, bool zero_point, long m, long k, long n, int residual_mode) {
+  const long groups = int4_groups(k, group_size), kp = groups * group_size;
+  const long lda = k + (m % 3), ldc = n + (n % 2);
+  const std::vector<float> a = randn(m * lda), w = randn(n * k, 1.0f / std::sqrt(static_cast<float>(k)), 0.1f);
+  const std::vector<float> bias = randn(n, 0.5f), residual = randn(m * ldc);
+  std::vector<uint8_t> u(static_cast<std::size_t>(n) * kp / 2);
+  std::vector<uint16_t> scales(static_cast<std::size_t>(n) * groups);
+  std::vector<uint8_t> zeros(zero_point ? static_cast<std::size_t>(n) * groups : 0);
+  quantize_weights_s4(w.data(), n, k, k, group_size, zero_point, u.data(), scales.data(), zeros.data());
+  auto run = [&](const Int4GemmKernels& kernels) {
+    PackedWeights packed;
+    packed.n = n;
+    packed.k = k;
+    packed.type = WeightType::kInt4;
+    packed.group_size = group_size;
+    packed.zero_point = zero_point;
+    packed.data.resize(kernels.packed_bytes(n, k, group_size, zero_point));
+    kernels.pack(u.data(), scales.data(), zero_point ? zeros.data() : nullptr, n, k, group_size, packed.data.data());
+    std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+    GemmEpilogue ep;
+    ep.bias = residual_mode != 0 ? bias.data() : nullptr;
+    if (residual_mode == 1) {
+      ep.residual = residual.data();
+      ep.ldr = ldc;
+    } else if (residual_mode == 2) {
+      c = residual;
+      ep.residual = c.data();
+      ep.ldr = ldc;
+    }
+    kernels.gemm(a.data(), m, lda, packed, c.data(), ldc, ep);
+    return c;
+  };
+  const std::vector<float> want = run(scalar::kInt4GemmKernels), got = run(int4_gemm_kernels());
+  long mismatches = 0, first = -1;
+  for (long i = 0; i < m; ++i)
+    for (long j = 0; j < n; ++j)
+      if (std::memcmp(&want[i * ldc + j], &got[i * ldc + j], sizeof(float)) != 0) {
+        if (first < 0) first = i * ldc + j;
+        ++mismatches;
+      }
+  const std::string what = "int4 g" + std::to_string(group_size) + (zero_point ? " zero-point " : " symmetric ") +
+                           dims({m, k, n}) + " residual mode " + std::to_string(residual_mode) +
+                           " bit-identical to the scalar reference";
+  expect(mismatches == 0, what);
+  if (mismatches != 0)
+    std::printf("  %ld mismatches; first at %ld: %.9g, reference %.9g\n", mismatches, first,
+                static_cast<double>(got[first]), static_cast<double>(want[first]));
+}
+
+void test_int4_bit_exact() {
+  const long ks[] = {1, 31, 33, 100, 200, 300};
+  const long ns[] = {1, 7, 9, 15, 17, 31};
+  int i = 0;
+  for (long group_size : {32L, 64L, 128L})
+    for (bool zero_point : {false, true})
+      for (long m = 1; m <= 9; ++m) {
+        check_int4_bit_exact(group_size, zero_point, m, ks[i % 6], ns[(i / 2) % 6], i % 3);
+        ++i;
+      }
+  check_int4_bit_exact(32, true, 70, 513, 33, 2);  // several row blocks, many groups
+  check_int4_bit_exact(128, false, 3, 4097, 40, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attention (attention.h): softmax(scale·q·kᵀ + mask)·v in float64. Tolerance as
 // tests/kernels/test_attention.py: 1e-5·max|ref| + 1e-6.
@@ -625,6 +693,7 @@ void test_level() {
   expect(scalar || std::string(gemm_kernel_name(WeightType::kFloat32)) == "neon fmla", "float32 matmul kernel: neon");
   const bool dot = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm;
   expect((std::string(gemm_kernel_name(WeightType::kInt8)) == "dotprod sdot") == dot, "int8 matmul kernel: sdot");
+  expect((std::string(gemm_kernel_name(WeightType::kInt4)) == "dotprod sdot") == dot, "int4 matmul kernel: sdot");
 #endif
 }
 
@@ -659,6 +728,7 @@ int main() {
   test_activations();
   test_norms();
   test_gemm();
+  test_int4_bit_exact();
   test_attention();
   test_peak_probes();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);

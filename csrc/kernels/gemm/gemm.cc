@@ -77,9 +77,12 @@ MatmulInstruction matmul_instruction(WeightType type) {
 
 #elif CPUFORMER_AARCH64
 
-// AArch64: float32 weights use the NEON kernels at the neon, dotprod and i8mm levels, int8 weights
-// the SDOT kernels at dotprod and i8mm (no SMMLA kernel yet); the other weight types run the
-// scalar kernels at every level for now (docs/arm.md).
+// AArch64: float32 weights use the NEON kernels at the neon, dotprod and i8mm levels, int8 and int4
+// weights the SDOT kernels at dotprod and i8mm (no SMMLA kernel yet; int4 in the packed layout of
+// the x86 levels, gemm_int4_layout_inl.h); float16 and bfloat16 run the scalar kernels at every
+// level for now (docs/arm.md).
+namespace dotprod { extern const Int4GemmKernels kInt4GemmKernels; }
+
 const GemmKernels& gemm_kernels() {
   static const GemmKernels& table = select_for_isa(scalar::kGemmKernels, neon::kGemmKernels);
   return table;
@@ -91,12 +94,18 @@ const Int8GemmKernels& int8_gemm_kernels() {
   return table;
 }
 const HalfGemmKernels& half_gemm_kernels() { return scalar::kHalfGemmKernels; }
-const Int4GemmKernels& int4_gemm_kernels() { return scalar::kInt4GemmKernels; }
+const Int4GemmKernels& int4_gemm_kernels() {
+  static const Int4GemmKernels& table = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm
+                                            ? dotprod::kInt4GemmKernels
+                                            : scalar::kInt4GemmKernels;
+  return table;
+}
 
 MatmulInstruction matmul_instruction(WeightType type) {
   const Isa isa = active_isa();
   if (type == WeightType::kFloat32 && isa != Isa::kScalar) return MatmulInstruction::kNeonFma128;
-  if (type == WeightType::kInt8 && (isa == Isa::kDotprod || isa == Isa::kI8mm)) return MatmulInstruction::kSdot128;
+  if ((type == WeightType::kInt8 || type == WeightType::kInt4) && (isa == Isa::kDotprod || isa == Isa::kI8mm))
+    return MatmulInstruction::kSdot128;
   return MatmulInstruction::kScalar;
 }
 
