@@ -132,7 +132,7 @@ const Int4GemmKernels& int4_gemm_kernels();
 // The instruction sequence the selected kernels multiply weights of `type` with: plain C++ at the
 // scalar level, FMA (float32, and the widening 16-bit kernels), the vpmaddubsw/vpmaddwd sequence
 // or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide. On AArch64:
-// NEON fmla on 128 bits (float32), SDOT on 128 bits (int8).
+// NEON fmla on 128 bits (float32), SDOT on 128 bits (int8 and int4).
 enum class MatmulInstruction {
   kScalar,
   kFma256,
@@ -209,7 +209,8 @@ extern const GemmKernels kGemmKernels;
 extern const Int8GemmKernels kInt8GemmKernels;
 extern const HalfGemmKernels kHalfGemmKernels;
 }  // namespace avx512
-// AArch64 (docs/arm.md): float32 at the neon level and up, int8 with SDOT at the dotprod level and up.
+// AArch64 (docs/arm.md): float32 at the neon level and up, int8 and int4 with SDOT at the dotprod
+// level and up (dotprod::kInt4GemmKernels is declared in gemm.cc, as the x86 int4 tables are).
 namespace neon { extern const GemmKernels kGemmKernels; }
 namespace dotprod { extern const Int8GemmKernels kInt8GemmKernels; }
 
