@@ -175,7 +175,14 @@ static void test_open_errors(void) {
                               {"weights_truncated", "model.safetensors"},
                               {"bad_version", "format_version 99"},
                               {"no_manifest", "has no cpuformer_graph.json"},
-                              {"wrong_shape", "attn.o"}};
+                              {"wrong_shape", "attn.o"},
+                              {"unknown_field", "unknown field 'bogus'"},
+                              {"unknown_option", "unknown option 'bogus'"},
+                              {"bad_dtype", "unknown dtype 'int3'"},
+                              {"bad_rows", "rows [0, 9999) outside"},
+                              {"stored_dtype", "is stored as F32, expected int8"},
+                              {"missing_tensor", "has no tensor 'nonexistent.weight'"},
+                              {"layer_count", "stack 'decoder' has 1 layers"}};
   for (size_t i = 0; i < sizeof(damaged) / sizeof(damaged[0]); ++i) {
     snprintf(path, sizeof(path), "%s/damaged/%s", models_dir, damaged[i][0]);
     expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL, damaged[i][1], damaged[i][0]);

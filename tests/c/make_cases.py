@@ -113,7 +113,16 @@ def main(argv: List[str]) -> int:
     damaged = root / "damaged"
     damaged.mkdir()
     good = root / "gpt2-int8"
-    for what in ("manifest_truncated", "weights_truncated", "bad_version", "no_manifest", "wrong_shape"):
+    edits = {  # what -> an edit of the manifest (tests/c/capi_tests.c names the message each gives)
+        "wrong_shape": lambda t: t["decoder"][1]["attn.o"].update(shape=[16, 32]),
+        "bad_dtype": lambda t: t["decoder"][0]["attn.q"].update(dtype="int3"),
+        "bad_rows": lambda t: t["decoder"][0]["attn.q"].update(rows=[0, 9999]),
+        "stored_dtype": lambda t: t["decoder"][0]["attn_norm"].update(dtype="int8"),
+        "missing_tensor": lambda t: t["decoder"][0]["attn_norm"].update(name="nonexistent.weight"),
+        "layer_count": lambda t: t["decoder"].pop(),
+    }
+    for what in ("manifest_truncated", "weights_truncated", "bad_version", "no_manifest", "unknown_field",
+                 "unknown_option", *edits):
         copy = damaged / what
         shutil.copytree(good, copy)
         manifest = copy / "cpuformer_graph.json"
@@ -128,9 +137,14 @@ def main(argv: List[str]) -> int:
             manifest.write_text(json.dumps(doc))
         elif what == "no_manifest":
             manifest.unlink()
-        elif what == "wrong_shape":
+        else:
             doc = json.loads(manifest.read_text())
-            doc["tensors"]["decoder"][1]["attn.o"]["shape"] = [16, 32]
+            if what == "unknown_field":
+                doc["config"]["bogus"] = 1
+            elif what == "unknown_option":
+                doc["generation"]["bogus"] = 1
+            else:
+                edits[what](doc["tensors"])
             manifest.write_text(json.dumps(doc))
     (root / "cases.txt").write_text("\n".join(cases) + "\n")
     print(f"wrote {len(cases)} cases into {root}")
