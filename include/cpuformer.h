@@ -116,7 +116,7 @@ typedef int (*cf_token_callback)(void* user_data, size_t index, int64_t token);
 typedef enum cf_finish_reason { CF_FINISH_EOS = 0, CF_FINISH_LENGTH = 1, CF_FINISH_STOPPED = 2 } cf_finish_reason;
 
 typedef struct cf_generate_options {
-  int64_t max_new_tokens;   /* >= 1; default 20 */
+  int64_t max_new_tokens;   /* >= 0 (0: no new token); default 20 */
   int64_t min_new_tokens;   /* default 0 */
   int do_sample;            /* 0: greedy or beam search (default); 1: sampling */
   double temperature;       /* > 0 when sampling; default 1 */

@@ -175,17 +175,48 @@ def test_empty_and_scalar_tensors(tmp_path):
         np.testing.assert_array_equal(model.tensor("tail"), np.ones(3, np.float32))
 
 
-def test_gaps_between_tensors_are_accepted(tmp_path):
-    data = np.array([1, 2], np.float32).tobytes() + b"\xee" * 8 + np.array([3], np.float32).tobytes()
+LAYOUT_ERRORS = [  # (header, data bytes, message): the safetensors library rejects each of these too
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [1], "data_offsets": [16, 20]}}, 20,
+     r"model.safetensors: bytes \[8, 16\) of the data section belong to no tensor \(a gap before tensor 'b'\); "
+     r"the tensors must cover the data section exactly$"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, 8,
+     r"bytes \[0, 4\) of the data section belong to no tensor \(a gap before tensor 'a'\)"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, 7,
+     r"model.safetensors: bytes \[4, 7\) of the data section belong to no tensor \(after the last one\); "
+     r"the tensors must cover the data section exactly$"),
+    ({}, 2, r"bytes \[0, 2\) of the data section belong to no tensor \(after the last one\)"),
+    ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+      "e": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]}}, 8,
+     r"bytes \[4, 8\) of the data section belong to no tensor \(a gap before tensor 'e'\)"),
+    ({"b": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+      "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}, 4,
+     r"model.safetensors: tensors 'b' and 'a' overlap: 'a' begins at byte 0, before 'b' ends at byte 4$"),
+]
+
+
+@pytest.mark.parametrize("header,size,message", LAYOUT_ERRORS, ids=[f"layout{i}" for i in range(len(LAYOUT_ERRORS))])
+def test_tensors_must_tile_the_data_section(tmp_path, header, size, message):
+    directory = make_dir(tmp_path / "model")
+    write_raw(directory / "model.safetensors", header, bytes(size))
+    with pytest.raises(ValueError, match=message):
+        ModelDir(directory)
+
+
+def test_empty_tensors_may_sit_between_and_after_others(tmp_path):
+    data = np.array([1, 2], np.float32).tobytes() + np.array([3], np.float32).tobytes()
     directory = make_dir(tmp_path / "model")
     write_raw(directory / "model.safetensors", {
+        "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]},
+        "e": {"dtype": "F32", "shape": [0], "data_offsets": [8, 8]},
         "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-        "b": {"dtype": "F32", "shape": [1], "data_offsets": [16, 20]},
+        "f": {"dtype": "F16", "shape": [0, 3], "data_offsets": [12, 12]},
         "__metadata__": None,
     }, data)
     with ModelDir(directory) as model:
         np.testing.assert_array_equal(model.tensor("a"), [1, 2])
         np.testing.assert_array_equal(model.tensor("b"), [3])
+        assert model.tensor("e").shape == (0,) and model.tensor("f", shape=(0, 3)).shape == (0, 3)
 
 
 # ---- zero copy and conversions ----------------------------------------------------------------
@@ -606,10 +637,11 @@ CORRUPT_HEADERS = [
     ({"a": dict(F32_2, shape=[1 << 20, 1 << 20])}, r"data_offsets \[0, 8\] span 8 bytes, but shape \[1048576, "
                                                     r"1048576\] of F32 needs 4398046511104"),
     ({"a": F32_2, "b": {"dtype": "I8", "shape": [2], "data_offsets": [7, 9]}},
-     r"model.safetensors: tensors 'a' and 'b' overlap \(byte 7 is in both\)"),
+     r"model.safetensors: tensors 'a' and 'b' overlap: 'b' begins at byte 7, before 'a' ends at byte 8$"),
+    # an empty tensor inside another's range overlaps it (the safetensors library: "invalid offset")
     ({"a": F32_2, "b": {"dtype": "F16", "shape": [0], "data_offsets": [4, 4]},
-      "c": {"dtype": "F16", "shape": [2], "data_offsets": [6, 10]}},
-     r"tensors 'a' and 'c' overlap \(byte 6 is in both\)"),
+      "c": {"dtype": "F16", "shape": [2], "data_offsets": [8, 12]}},
+     r"tensors 'a' and 'b' overlap: 'b' begins at byte 4, before 'a' ends at byte 8$"),
     ({"a": F32_2, "__metadata__": {"k": 1}}, r"__metadata__ must be an object of strings, got \{'k': 1\}"),
     ({"a": F32_2, "__metadata__": []}, r"__metadata__ must be an object of strings, got \[\]"),
 ]

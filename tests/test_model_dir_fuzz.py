@@ -123,6 +123,11 @@ def reference_parse(blob: bytes) -> tuple[dict[str, tuple[str, tuple, int, int]]
         for b2, e2 in spans[i + 1:]:
             if b1 < e2 and b2 < e1:
                 raise Invalid("overlap")
+    for _, _, b1, e1 in entries.values():  # an empty tensor strictly inside another's range
+        if e1 == b1 and any(b2 < b1 < e2 for _, _, b2, e2 in entries.values()):
+            raise Invalid("overlap")
+    if sum(e - b for b, e in spans) != data_length:  # non-overlapping ranges within it: they must fill it
+        raise Invalid("gap")  # (an empty tensor then lies on a boundary: 0, the end, or between two)
     return entries, 8 + n
 
 
@@ -311,7 +316,7 @@ def hostile_header_file(c: Choices) -> bytes:
             a, b = c.choice(tensor_names), c.choice(tensor_names)
             header[a]["data_offsets"], header[b]["data_offsets"] = (header[b].get("data_offsets"),
                                                                     header[a].get("data_offsets"))
-        elif kind == 2 and tensor_names:  # a gap before some tensor (valid)
+        elif kind == 2 and tensor_names:  # a gap before some tensor (invalid, as in the safetensors package)
             gap = 1 + c.below(8)
             for name in tensor_names[c.below(len(tensor_names) - 1):]:
                 if isinstance(header[name].get("data_offsets"), list):

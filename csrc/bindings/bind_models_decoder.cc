@@ -354,6 +354,19 @@ std::vector<long> speculation_cost_guard(
 }  // namespace
 
 void register_models_decoder(py::module_& m) {
+  // The generation-option rules shared with the C API (models/request_checks.h); Generator and
+  // Seq2Seq call it once their own type checks have made Python values of these C++ types.
+  m.def(
+      "check_generation_request",
+      [](long max_new_tokens, long min_new_tokens, bool do_sample, double temperature, long top_k, double top_p,
+         double repetition_penalty, long num_beams, double length_penalty, long no_repeat_ngram_size) {
+        check_generation_request({max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
+                                  repetition_penalty, num_beams, length_penalty, no_repeat_ngram_size});
+      },
+      py::arg("max_new_tokens") = 20, py::arg("min_new_tokens") = 0, py::arg("do_sample") = false,
+      py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("repetition_penalty") = 1.0,
+      py::arg("num_beams") = 1, py::arg("length_penalty") = 1.0, py::arg("no_repeat_ngram_size") = 0);
+  m.def("generation_option_rule", &generation_option_rule, py::arg("name"));
   m.def("_kv_cache_reorder", &kv_cache_reorder, py::arg("k"), py::arg("v"), py::arg("source"), py::arg("num_threads"));
   m.def("_speculation_cost_guard", &speculation_cost_guard, py::arg("events"));
   py::class_<PyDecoderModel>(m, "DecoderModel")

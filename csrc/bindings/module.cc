@@ -1,6 +1,7 @@
 // The cpuformer._core extension module. Each area registers itself from its own file; no math here.
 #include <pybind11/pybind11.h>
 
+#include "models/request_checks.h"
 #include "models/tensor_source.h"
 #include "runtime/checked_size.h"
 
@@ -34,6 +35,8 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_ValueError, size_error.what());
     } catch (const cpuformer::TypeError& type_error) {  // a model tensor of the wrong kind (models/tensor_source.h)
       PyErr_SetString(PyExc_TypeError, type_error.what());
+    } catch (const cpuformer::NotSupported& not_supported) {  // a request the core does not implement
+      PyErr_SetString(PyExc_NotImplementedError, not_supported.what());
     }
   });
   cpuformer::bindings::register_runtime(m);

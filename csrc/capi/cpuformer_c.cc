@@ -334,29 +334,19 @@ cf_status cf_generate(cf_model* model, const int64_t* prompt, size_t prompt_len,
     cf_generate_options opt;
     cf_generate_options_init(&opt);
     if (options) opt = *options;
-    // The checks of Generator._options (python/cpuformer/models/generator.py), with its messages.
-    auto finite = [](double v, const char* name) {
-      if (!std::isfinite(v)) fail(CF_ERROR_INVALID_ARGUMENT, std::string(name) + " must be a finite number");
-    };
-    finite(opt.temperature, "temperature");
-    finite(opt.top_p, "top_p");
-    finite(opt.repetition_penalty, "repetition_penalty");
-    finite(opt.length_penalty, "length_penalty");
-    if (opt.max_new_tokens < 1) {
-      fail(CF_ERROR_INVALID_ARGUMENT, "max_new_tokens must be >= 1, got " + std::to_string(opt.max_new_tokens));
-    }
-    if (opt.min_new_tokens < 0) fail(CF_ERROR_INVALID_ARGUMENT, "min_new_tokens must be >= 0");
-    if (opt.top_k < 0) fail(CF_ERROR_INVALID_ARGUMENT, "top_k must be >= 0 (0 disables it)");
-    if (opt.num_beams < 1) fail(CF_ERROR_INVALID_ARGUMENT, "num_beams must be >= 1");
-    if (opt.no_repeat_ngram_size < 0) fail(CF_ERROR_INVALID_ARGUMENT, "no_repeat_ngram_size must be >= 0");
-    if (opt.do_sample && opt.temperature <= 0) {
-      fail(CF_ERROR_INVALID_ARGUMENT, "temperature must be > 0 when sampling, got " + std::to_string(opt.temperature));
-    }
-    if (!(opt.top_p > 0 && opt.top_p <= 1)) fail(CF_ERROR_INVALID_ARGUMENT, "top_p must be in (0, 1]");
-    if (opt.repetition_penalty <= 0) fail(CF_ERROR_INVALID_ARGUMENT, "repetition_penalty must be > 0");
-    if (opt.do_sample && opt.num_beams > 1) {
-      fail(CF_ERROR_INVALID_ARGUMENT, "beam sampling (do_sample with num_beams > 1) is not supported");
-    }
+    // The option rules and messages of the Python API (models/request_checks.h).
+    cpuformer::GenerationRequest request;
+    request.max_new_tokens = opt.max_new_tokens;
+    request.min_new_tokens = opt.min_new_tokens;
+    request.do_sample = opt.do_sample != 0;
+    request.temperature = opt.temperature;
+    request.top_k = opt.top_k;
+    request.top_p = opt.top_p;
+    request.repetition_penalty = opt.repetition_penalty;
+    request.num_beams = opt.num_beams;
+    request.length_penalty = opt.length_penalty;
+    request.no_repeat_ngram_size = opt.no_repeat_ngram_size;
+    cpuformer::check_generation_request(request);
     if (opt.eos_count > 0) require(opt.eos_token_ids, "eos_token_ids (with eos_count > 0)");
 
     cpuformer::GenerationOptions o = g.generation;  // the model's defaults: eos, pad, forced tokens, banned words

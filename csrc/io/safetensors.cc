@@ -7,10 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <tuple>
 #include <utility>
 
 #include "io/json.h"
@@ -39,6 +41,38 @@ struct MapGuard {
     if (addr != nullptr) ::munmap(addr, size);
   }
 };
+
+// The layout rule of the safetensors format (the `safetensors` library's Metadata::validate and
+// its "file not fully covered" check): sorted by offsets, the tensors' ranges tile the data
+// section exactly, each beginning where the previous one ends, the last ending at its end. So no
+// two tensors share a byte (an empty tensor inside another's range counts as an overlap, as there)
+// and no byte belongs to no tensor. _model_dir.py applies the same rule with the same messages.
+void check_layout(const std::string& path, std::vector<std::tuple<std::uint64_t, std::uint64_t, std::size_t>>& ranges,
+                  const std::vector<SafetensorsFile::Entry>& entries, std::uint64_t data_size) {
+  std::sort(ranges.begin(), ranges.end());  // (ties: header order)
+  std::uint64_t reach = 0;
+  const SafetensorsFile::Entry* reached_by = nullptr;  // the tensor that ends at `reach`
+  for (const auto& [begin, end, index] : ranges) {
+    const SafetensorsFile::Entry& e = entries[index];
+    if (begin < reach) {
+      fail(path, "tensors '" + reached_by->name + "' and '" + e.name + "' overlap: '" + e.name + "' begins at byte " +
+                     std::to_string(begin) + ", before '" + reached_by->name + "' ends at byte " +
+                     std::to_string(reach));
+    }
+    if (begin > reach) {
+      fail(path, "bytes [" + std::to_string(reach) + ", " + std::to_string(begin) +
+                     ") of the data section belong to no tensor (a gap before tensor '" + e.name +
+                     "'); the tensors must cover the data section exactly");
+    }
+    reach = end;
+    reached_by = &e;
+  }
+  if (reach != data_size) {
+    fail(path, "bytes [" + std::to_string(reach) + ", " + std::to_string(data_size) +
+                   ") of the data section belong to no tensor (after the last one); the tensors must cover the "
+                   "data section exactly");
+  }
+}
 
 }  // namespace
 
@@ -104,6 +138,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   }
 
   SafetensorsFile file;
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::size_t>> ranges;  // (begin, end, entry index)
   for (const auto& [name, info] : header.object()) {
     if (name == "__metadata__") {
       if (info.type() != Json::Type::kObject) fail(path, "__metadata__ is not an object");
@@ -173,9 +208,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     }
     entry.data = bytes + data_begin + begin;
     entry.nbytes = static_cast<std::size_t>(nbytes);
+    ranges.emplace_back(begin, end, file.entries_.size());
     file.index_.emplace(entry.name, file.entries_.size());  // names are unique: Json keeps the last duplicate
     file.entries_.push_back(std::move(entry));
   }
+  check_layout(path, ranges, file.entries_, data_size);
 
   file.path_ = path;
   file.map_ = map.addr;

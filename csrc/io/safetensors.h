@@ -3,6 +3,8 @@
 // count are in bounds and consistent with its dtype and shape. Layout: an 8-byte little-endian header
 // length N, N bytes of a JSON object {name: {"dtype", "shape", "data_offsets": [begin, end]}, ...,
 // optional "__metadata__": {string: string}}, then the data section (offsets are relative to it).
+// As in the `safetensors` library, the tensors' ranges must tile the data section exactly: no
+// overlap, no gap, no byte after the last tensor (python/cpuformer/_model_dir.py: the same rule).
 // Every problem is a std::invalid_argument naming the path and what is wrong.
 #pragma once
 

@@ -1,9 +1,94 @@
 #include "models/request_checks.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 namespace cpuformer {
+
+std::string python_float_repr(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  // The shortest digits that round-trip (as Python's repr), laid out by Python's rule: positional
+  // when the decimal point falls within [-4, 16) places of the first digit, else d.ddde±XX.
+  char buffer[64];
+  const auto written = std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::scientific);
+  std::string text(buffer, written.ptr);  // e.g. "-1.5e+00", "1e-300"
+  const bool negative = text[0] == '-';
+  const std::size_t e = text.find('e');
+  std::string digits;
+  for (std::size_t i = negative ? 1 : 0; i < e; ++i) {
+    if (text[i] != '.') digits += text[i];
+  }
+  const int exponent = std::atoi(text.c_str() + e + 1);
+  const int point = exponent + 1;  // the decimal point sits after `point` digits
+  std::string out;
+  if (point > -4 && point <= 16) {
+    if (point <= 0) {
+      out = "0." + std::string(static_cast<std::size_t>(-point), '0') + digits;
+    } else if (point >= static_cast<int>(digits.size())) {
+      out = digits + std::string(static_cast<std::size_t>(point) - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, static_cast<std::size_t>(point)) + "." + digits.substr(static_cast<std::size_t>(point));
+    }
+  } else {
+    char tail[16];
+    std::snprintf(tail, sizeof(tail), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    out = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "") + tail;
+  }
+  return negative ? "-" + out : out;
+}
+
+std::string generation_option_rule(const std::string& name) {
+  if (name == "max_new_tokens" || name == "min_new_tokens" || name == "no_repeat_ngram_size") {
+    return "an integer >= 0";
+  }
+  if (name == "top_k") return "an integer >= 0 (0 disables it)";
+  if (name == "num_beams") return "an integer >= 1";
+  if (name == "temperature" || name == "top_p" || name == "repetition_penalty" || name == "length_penalty") {
+    return "a finite number";
+  }
+  throw std::invalid_argument("no generation option named '" + name + "'");
+}
+
+void check_generation_request(const GenerationRequest& r) {
+  const auto integer = [](const char* name, long value, long minimum) {
+    if (value < minimum) {
+      throw std::invalid_argument(std::string(name) + " must be " + generation_option_rule(name) + ", got " +
+                                  std::to_string(value));
+    }
+  };
+  const auto finite = [](const char* name, double value) {
+    if (!std::isfinite(value)) {
+      throw std::invalid_argument(std::string(name) + " must be " + generation_option_rule(name) + ", got " +
+                                  python_float_repr(value));
+    }
+  };
+  integer("max_new_tokens", r.max_new_tokens, 0);
+  integer("min_new_tokens", r.min_new_tokens, 0);
+  finite("temperature", r.temperature);
+  finite("top_p", r.top_p);
+  finite("repetition_penalty", r.repetition_penalty);
+  finite("length_penalty", r.length_penalty);
+  integer("top_k", r.top_k, 0);
+  integer("num_beams", r.num_beams, 1);
+  integer("no_repeat_ngram_size", r.no_repeat_ngram_size, 0);
+  if (r.do_sample && r.temperature <= 0) {
+    throw std::invalid_argument("temperature must be > 0 when sampling, got " + python_float_repr(r.temperature));
+  }
+  if (!(r.top_p > 0 && r.top_p <= 1)) {
+    throw std::invalid_argument("top_p must be in (0, 1], got " + python_float_repr(r.top_p));
+  }
+  if (r.repetition_penalty <= 0) {
+    throw std::invalid_argument("repetition_penalty must be > 0, got " + python_float_repr(r.repetition_penalty));
+  }
+  if (r.do_sample && r.num_beams > 1) {
+    throw NotSupported("beam sampling (do_sample with num_beams > 1) is not supported");
+  }
+}
 
 std::string at_index(long r, long seq_len) {
   return "[" + std::to_string(r / seq_len) + ", " + std::to_string(r % seq_len) + "]";

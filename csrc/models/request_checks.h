@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,42 @@
 #include "models/transformer_config.h"
 
 namespace cpuformer {
+
+// A valid request the C++ core does not implement (beam sampling): NotImplementedError in Python,
+// CF_ERROR_INVALID_ARGUMENT in C (it is a std::invalid_argument).
+struct NotSupported : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// The option values of one generate() call as the caller gave them, before the loop's defaults
+// apply (temperature, top_k and top_p are ignored without sampling, but still checked).
+struct GenerationRequest {
+  long max_new_tokens = 20;
+  long min_new_tokens = 0;
+  bool do_sample = false;
+  double temperature = 1.0;
+  long top_k = 0;
+  double top_p = 1.0;
+  double repetition_penalty = 1.0;
+  long num_beams = 1;
+  double length_penalty = 1.0;
+  long no_repeat_ngram_size = 0;
+};
+
+// The one copy of the generation-option rules and messages, for the Python API (through
+// _core.check_generation_request) and the C API (cf_generate), e.g. "top_p must be in (0, 1], got
+// 2.0" (values as Python's repr() writes them). Each failure is a std::invalid_argument; beam
+// sampling is NotSupported.
+void check_generation_request(const GenerationRequest& r);
+
+// What the option `name` of GenerationRequest must be, as its messages say it: "an integer >= 0",
+// "an integer >= 0 (0 disables it)", "a finite number". Python's own type checks (a str, a bool,
+// an int beyond int64 or beyond float) use it, so their messages match ("top_k must be an integer
+// >= 0 (0 disables it), got '3'"). std::invalid_argument for another name.
+std::string generation_option_rule(const std::string& name);
+
+// A double as Python's repr() writes it: "0.0", "-1e-300", "2.5", "1e+16", "inf", "nan".
+std::string python_float_repr(double value);
 
 // "[b, t]" of flat index r in rows of seq_len.
 std::string at_index(long r, long seq_len);

@@ -16,14 +16,17 @@ The safetensors format
 
 Parsing is strict about anything that could make a read go wrong: the header length must fit in
 the file (and under 100 MB, so a hostile length cannot make us allocate), every range must lie in
-the data region, ranges must not overlap, ``end - begin`` must equal ``prod(shape) * itemsize``,
-dtypes must be known, shapes must be lists of non-negative integers whose byte size is possible.
-Gaps between tensors and bytes after the last one are accepted (the reference reader rejects
-them, but they cannot make a read go wrong). Duplicate JSON keys are rejected (the reference
-reader keeps the last) rather than silently resolved. The header is read once (at most its length,
-which is at most the file's size) and parsed into Python objects. Every failure is a ValueError
-naming the file and what is wrong; a missing file is a FileNotFoundError naming the path. Files
-are opened with O_NONBLOCK and must be regular files, so a FIFO or device cannot hang the loader.
+the data region, ``end - begin`` must equal ``prod(shape) * itemsize``, dtypes must be known,
+shapes must be lists of non-negative integers whose byte size is possible. As in the reference
+reader (the ``safetensors`` library), the ranges sorted by offset must tile the data region
+exactly: no two tensors share a byte (an empty tensor inside another's range counts), and no byte
+belongs to no tensor (no gap, nothing after the last tensor); the C API's reader
+(csrc/io/safetensors.cc) applies the same rule with the same messages. Duplicate JSON keys are
+rejected (the reference reader keeps the last) rather than silently resolved. The header is read
+once (at most its length, which is at most the file's size) and parsed into Python objects. Every
+failure is a ValueError naming the file and what is wrong; a missing file is a FileNotFoundError
+naming the path. Files are opened with O_NONBLOCK and must be regular files, so a FIFO or device
+cannot hang the loader.
 
 mmap and zero copy
 ------------------
@@ -298,7 +301,7 @@ class _SafetensorsFile:
         if not isinstance(header, dict):
             raise ValueError(f"{path}: header must be a JSON object, got {type(header).__name__}")
         data_length = size - data_start
-        ranges: List[Tuple[int, int, str]] = []
+        ranges: List[Tuple[int, int, int, str]] = []  # (begin, end, header position, name)
         for name, info in header.items():
             if name == "__metadata__":
                 self.metadata = self._parse_metadata(info)
@@ -337,15 +340,26 @@ class _SafetensorsFile:
                 raise ValueError(f"{where}: data_offsets {_describe(offsets)} span {end - begin} bytes, but "
                                  f"shape {list(shape)} of {dtype} needs {count * itemsize}")
             self.tensors[name] = _TensorEntry(self, dtype, tuple(shape), data_start + begin, data_start + end)
-            if end > begin:  # empty tensors occupy no bytes, so they overlap nothing
-                ranges.append((begin, end, name))
-        ranges.sort()
-        reach, reached_by = 0, ""  # the furthest end so far, and whose it is
-        for begin, end, name in ranges:
+            ranges.append((begin, end, len(ranges), name))
+        self._check_layout(ranges, data_length)
+
+    def _check_layout(self, ranges: List[Tuple[int, int, int, str]], data_length: int) -> None:
+        """The reference reader's layout rule: sorted by offsets (ties in header order), each range
+        begins where the previous one ends, and the last ends at the end of the data region."""
+        reach, reached_by = 0, ""  # where the ranges so far end, and the tensor that ends there
+        for begin, end, _, name in sorted(ranges):
             if begin < reach:
-                raise ValueError(f"{path}: tensors {_describe(reached_by)} and {_describe(name)} overlap "
-                                 f"(byte {begin} is in both)")
+                raise ValueError(f"{self.path}: tensors {_describe(reached_by)} and {_describe(name)} overlap: "
+                                 f"{_describe(name)} begins at byte {begin}, before {_describe(reached_by)} "
+                                 f"ends at byte {reach}")
+            if begin > reach:
+                raise ValueError(f"{self.path}: bytes [{reach}, {begin}) of the data section belong to no tensor "
+                                 f"(a gap before tensor {_describe(name)}); the tensors must cover the data "
+                                 "section exactly")
             reach, reached_by = end, name
+        if reach != data_length:
+            raise ValueError(f"{self.path}: bytes [{reach}, {data_length}) of the data section belong to no tensor "
+                             "(after the last one); the tensors must cover the data section exactly")
 
     def _parse_metadata(self, info: Any) -> Dict[str, str]:
         if info is None:

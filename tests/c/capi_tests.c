@@ -266,28 +266,59 @@ static void test_call_errors(void) {
          "prompt is NULL", "NULL prompt");
   expect(cf_generate(gpt2, ids, 0, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
          "prompt_len", "empty prompt");
-  o.max_new_tokens = 0;
+  /* The option rules and messages are the Python API's (csrc/models/request_checks.h). */
+  o.max_new_tokens = -1;
   expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
-         "max_new_tokens must be >= 1", "max_new_tokens 0");
+         "max_new_tokens must be an integer >= 0, got -1", "max_new_tokens -1");
+  o.max_new_tokens = 0; /* as generate(max_new_tokens=0): no new token */
+  count = 99;
+  expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_OK, NULL,
+         "max_new_tokens 0");
+  CHECK(count == 0 && finish == CF_FINISH_LENGTH, "max_new_tokens 0 makes no token and finishes by length");
+  cf_generate_options_init(&o);
+  o.min_new_tokens = -3;
+  expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
+         "min_new_tokens must be an integer >= 0, got -3", "min_new_tokens -3");
+  cf_generate_options_init(&o);
+  o.top_k = -1;
+  expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
+         "top_k must be an integer >= 0 (0 disables it), got -1", "top_k -1");
+  cf_generate_options_init(&o);
+  o.num_beams = 0;
+  expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
+         "num_beams must be an integer >= 1, got 0", "num_beams 0");
+  cf_generate_options_init(&o);
+  o.no_repeat_ngram_size = -2;
+  expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
+         "no_repeat_ngram_size must be an integer >= 0, got -2", "no_repeat_ngram_size -2");
+  cf_generate_options_init(&o);
+  o.repetition_penalty = 0;
+  expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
+         "repetition_penalty must be > 0, got 0.0", "repetition_penalty 0");
+  cf_generate_options_init(&o);
+  o.length_penalty = -INFINITY;
+  expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
+         "length_penalty must be a finite number, got -inf", "length_penalty -inf");
+  cf_generate_options_init(&o);
   o.max_new_tokens = 60;
   expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
          "exceeds the model's maximum of 64", "too many new tokens");
   cf_generate_options_init(&o);
   o.top_p = 2;
   expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
-         "top_p must be in (0, 1]", "top_p 2");
+         "top_p must be in (0, 1], got 2.0", "top_p 2");
   cf_generate_options_init(&o);
   o.do_sample = 1;
   o.temperature = 0;
   expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
-         "temperature must be > 0", "temperature 0");
+         "temperature must be > 0 when sampling, got 0.0", "temperature 0");
   o.temperature = NAN;
   expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
-         "finite", "temperature NaN");
+         "temperature must be a finite number, got nan", "temperature NaN");
   o.temperature = 1;
   o.num_beams = 2;
   expect(cf_generate(gpt2, ids, 6, &o, NULL, NULL, tokens, 64, &count, &finish, &e), &e, CF_ERROR_INVALID_ARGUMENT,
-         "beam sampling", "beam sampling");
+         "beam sampling (do_sample with num_beams > 1) is not supported", "beam sampling");
   cf_generate_options_init(&o);
   int64_t eos = 500;
   o.eos_token_ids = &eos;

@@ -134,3 +134,93 @@ def test_a_failing_manifest_fails_the_conversion(sources, tmp_path, monkeypatch)
         cf.convert(sources["gpt2"], dst, "int8", progress=False)
     assert not dst.exists() and list(tmp_path.iterdir()) == []  # no partial directory left
     assert _graph_file.write_graph_file is not broken
+
+
+class _Recorder:
+    """Stands in for a model's C++ graph: records the options dict generate() hands it."""
+
+    def __init__(self, graph):
+        self.graph, self.options = graph, None
+
+    def __getattr__(self, name):
+        return getattr(self.graph, name)
+
+    def generate(self, ids, options, *rest):
+        self.options = dict(options)
+        return self.graph.generate(ids, options, *rest)
+
+
+def _marian_with_forced_and_banned_tokens(directory):
+    """Marian as the Helsinki-NLP checkpoints ship it: the pad token banned (bad_words_ids) and
+    forced last (forced_eos_token_id), decoder start = pad, all in generation_config.json."""
+    torch.manual_seed(44)
+    transformers.MarianMTModel(transformers.MarianConfig(
+        vocab_size=60, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64,
+        pad_token_id=59, eos_token_id=0, decoder_start_token_id=59)).eval().save_pretrained(directory)
+    (directory / "generation_config.json").write_text(json.dumps(
+        {"bad_words_ids": [[59], [7, 8]], "forced_eos_token_id": 0, "forced_bos_token_id": 5,
+         "decoder_start_token_id": 59, "eos_token_id": 0, "pad_token_id": 59}))
+
+
+def _gpt2_with_banned_tokens(source, directory):
+    """The GPT-2 fixture with generation_config.json: banned words, two EOS ids, a pad id."""
+    for f in source.iterdir():
+        (directory / f.name).write_bytes(f.read_bytes())
+    (directory / "generation_config.json").write_text(json.dumps(
+        {"bad_words_ids": [[9], [4, 5, 6]], "eos_token_id": [3, 11], "pad_token_id": 2}))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gpt2-banned", "t5", "marian-forced"])
+def test_manifest_generation_is_what_generate_passes(sources, tmp_path, name):
+    """The manifest's generation section (computed from the config files, without loading the
+    model) equals the options a loaded model's plain generate() hands its C++ graph."""
+    if name == "marian-forced":
+        source = tmp_path / "source"
+        source.mkdir()
+        _marian_with_forced_and_banned_tokens(source)
+    elif name == "gpt2-banned":
+        source = tmp_path / "source"
+        source.mkdir()
+        _gpt2_with_banned_tokens(sources["gpt2"], source)
+    else:
+        source = sources[name]
+    dst = tmp_path / "converted"
+    cf.convert(source, dst, "int8", progress=False)
+    generation = json.loads((dst / GRAPH_FILE).read_text())["generation"]
+    with cf.load(dst) as model:
+        recorder = _Recorder(model._model)
+        model._model = recorder
+        try:
+            model.generate([5, 6, 7], seed=0)
+        finally:
+            model._model = recorder.graph
+    passed = recorder.options
+    # speculation() adds adaptive_draft (no draft here); the manifest leaves it at the C++ default
+    assert passed.pop("adaptive_draft") is True  # GenerationOptions::adaptive_draft (models/generation.h)
+    assert generation == passed
+    if name == "marian-forced":  # the fixture's settings really are in play
+        assert generation["bad_words_ids"] == [[59], [7, 8]] and generation["forced_eos_token_id"] == 0
+        assert generation["forced_bos_token_id"] == 5 and generation["decoder_start_token_id"] == 59
+    if name == "gpt2-banned":
+        assert generation["bad_words_ids"] == [[9], [4, 5, 6]] and generation["eos_token_ids"] == [3, 11]
+        assert generation["pad_token_id"] == 2
+    if name == "t5":
+        assert generation["decoder_start_token_id"] == 0
+
+
+def test_the_manifest_does_not_build_the_model(sources, tmp_path, monkeypatch):
+    """Writing the manifest builds no C++ graph (it used to load and pack the whole model once)."""
+    from cpuformer.models import _graph
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the graph manifest built the model")
+
+    dst = tmp_path / "converted"
+    cf.convert(sources["t5"], dst, "int8", progress=False)
+    before = (dst / GRAPH_FILE).read_text()
+    (dst / GRAPH_FILE).unlink()
+    monkeypatch.setattr(_graph, "build", refuse)
+    from cpuformer.models._graph_file import write_graph_file
+    write_graph_file(dst)
+    assert (dst / GRAPH_FILE).read_text() == before

@@ -378,6 +378,24 @@ void test_safetensors_valid() {
                "duplicate tensor name: the last wins");
       },
       "duplicate tensor name");
+  // Ranges out of header order, empty tensors between two others and after the last: they tile
+  // the data section (the safetensors library reads this file too).
+  const std::string tiled =
+      st_file("tiled.safetensors",
+              "{\"b\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [1, 3]}, \"e\": "
+              "{\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [1, 1]}, \"a\": {\"dtype\": "
+              "\"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}, \"f\": {\"dtype\": \"F16\", "
+              "\"shape\": [3, 0], \"data_offsets\": [3, 3]}}",
+              "abc");
+  expect_no_throw(
+      [&] {
+        SafetensorsFile file = SafetensorsFile::open(tiled);
+        expect(file.entries().size() == 4 && std::memcmp(file.find("b")->data, "bc", 2) == 0 &&
+                   std::memcmp(file.find("a")->data, "a", 1) == 0 && file.find("e")->nbytes == 0 &&
+                   file.find("f")->nbytes == 0,
+               "tiled ranges out of order");
+      },
+      "tiled ranges");
   // No tensors at all.
   const std::string none = st_file("none.safetensors", "{}", "");
   expect_no_throw([&] { expect(SafetensorsFile::open(none).entries().empty(), "{} has no entries"); }, "{}");
@@ -463,6 +481,28 @@ void test_safetensors_errors() {
       "{\"a\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}, \"b\": {\"dtype\": \"U8\", \"shape\": "
       "[2], \"data_offsets\": [1, 2]}}",
       "ab", "tensor 'b': data_offsets span 1 bytes");
+
+  // The layout rule of the safetensors library: the ranges tile the data section exactly.
+  const std::string u8 = "{\"dtype\": \"U8\", \"shape\": [";
+  expect_st_error("{\"a\": " + u8 + "2], \"data_offsets\": [0, 2]}, \"b\": " + u8 + "2], \"data_offsets\": [4, 6]}}",
+                  "abcdef",
+                  "bytes [2, 4) of the data section belong to no tensor (a gap before tensor 'b'); the tensors must "
+                  "cover the data section exactly");
+  expect_st_error("{\"a\": " + u8 + "2], \"data_offsets\": [1, 3]}}", "abc",
+                  "bytes [0, 1) of the data section belong to no tensor (a gap before tensor 'a')");
+  expect_st_error("{\"a\": " + u8 + "2], \"data_offsets\": [0, 2]}}", "abcd",
+                  "bytes [2, 4) of the data section belong to no tensor (after the last one); the tensors must "
+                  "cover the data section exactly");
+  expect_st_error("{}", "ab", "bytes [0, 2) of the data section belong to no tensor (after the last one)");
+  expect_st_error("{\"a\": " + u8 + "2], \"data_offsets\": [0, 2]}, \"e\": " + u8 + "0], \"data_offsets\": [3, 3]}}",
+                  "abc", "bytes [2, 3) of the data section belong to no tensor (a gap before tensor 'e')");
+  expect_st_error("{\"a\": " + u8 + "4], \"data_offsets\": [0, 4]}, \"b\": " + u8 + "2], \"data_offsets\": [3, 5]}}",
+                  "abcde", "tensors 'a' and 'b' overlap: 'b' begins at byte 3, before 'a' ends at byte 4");
+  expect_st_error("{\"b\": " + u8 + "2], \"data_offsets\": [0, 2]}, \"a\": " + u8 + "2], \"data_offsets\": [0, 2]}}",
+                  "ab", "tensors 'b' and 'a' overlap: 'a' begins at byte 0, before 'b' ends at byte 2");
+  // An empty tensor strictly inside another's range overlaps it (the library: "invalid offset").
+  expect_st_error("{\"a\": " + u8 + "4], \"data_offsets\": [0, 4]}, \"e\": " + u8 + "0], \"data_offsets\": [2, 2]}}",
+                  "abcd", "tensors 'a' and 'e' overlap: 'e' begins at byte 2, before 'a' ends at byte 4");
 }
 
 }  // namespace

@@ -100,17 +100,7 @@ class ModelBase:
         self.num_threads = check_num_threads(num_threads)
         model_dir = path if isinstance(path, ModelDir) else ModelDir(path)
         try:
-            self.dtype, self._stored_dtype, settings = resolve_dtype(dtype, model_dir.config, quantization)
-            #: The quantization settings in effect: {"group_size", "zero_point", "lm_head"} (the
-            #: LM head's and task heads' dtype; docs/precision.md).
-            self.quantization = settings
-            arch, name = find(model_dir.config)
-            if arch.kind != kind:
-                raise wrong_kind(arch.kind, name)
-            self.architecture, self.family, self._arch = name, arch.family, arch
-            self.hparams = arch.hparams(model_dir.config)
-            #: The model's hyperparameters in cpuformer's names (arch.Hparams as a dict).
-            self.config = self.hparams.as_dict()
+            arch, name, settings = self._settings(model_dir, dtype, quantization, kind)
             declared = _task_head(arch, name, model_dir.config, self.hparams) if head else None
             checkpoint = Checkpoint(model_dir, arch, self.hparams, self._stored_dtype, declared, settings)
             if draft_dtype is None:
@@ -135,6 +125,38 @@ class ModelBase:
             model_dir.close()
         self._model_dir = model_dir
         return model_dir
+
+    def _settings(self, model_dir: ModelDir, dtype: Optional[str], quantization: Optional[Mapping[str, Any]],
+                  kind: str) -> Tuple[Arch, str, Any]:
+        """What _open takes from the directory's config before building anything: sets dtype,
+        _stored_dtype, quantization, architecture, family, _arch, hparams and config; returns
+        (the family, the architecture's name, the quantization settings)."""
+        self.dtype, self._stored_dtype, settings = resolve_dtype(dtype, model_dir.config, quantization)
+        #: The quantization settings in effect: {"group_size", "zero_point", "lm_head"} (the
+        #: LM head's and task heads' dtype; docs/precision.md).
+        self.quantization = settings
+        arch, name = find(model_dir.config)
+        if arch.kind != kind:
+            raise wrong_kind(arch.kind, name)
+        self.architecture, self.family, self._arch = name, arch.family, arch
+        self.hparams = arch.hparams(model_dir.config)
+        #: The model's hyperparameters in cpuformer's names (arch.Hparams as a dict).
+        self.config = self.hparams.as_dict()
+        return arch, name, settings
+
+    @classmethod
+    def _unbuilt(cls, model_dir: ModelDir, kind: str) -> Any:
+        """An instance of the class holding what the opened ``model_dir`` declares (the settings
+        of _settings and, for the generating classes, their generation defaults) without building
+        the C++ model: the graph manifest (_graph_file.py) reads these without packing a weight.
+        It behaves as a closed model; the directory stays the caller's to close."""
+        self = cls.__new__(cls)
+        self._model, self._model_dir, self._tokenizer, self.num_threads = None, model_dir, None, 0
+        self._settings(model_dir, None, None, kind)
+        defaults = getattr(self, "_defaults", None)
+        if defaults is not None:
+            defaults(model_dir)
+        return self
 
     def _shape_text(self) -> str:  # overridden: "layers=12, hidden=768, heads=12"
         return ""

@@ -14,7 +14,7 @@ import pathlib
 from typing import Any, Dict
 
 from .._model_dir import ModelDir
-from ..arch import find
+from ..arch import Arch, find
 from ..weights import Checkpoint, graph_format, graph_tensors
 from . import CLASSES
 from .generator import Generator, sequence_options
@@ -32,7 +32,8 @@ def _generation_defaults(model: Any) -> Dict[str, Any]:
     """The options dict a plain ``generate(ids)`` passes to the C++ model (greedy, 20 new tokens,
     the model's eos / pad / start tokens, forced tokens and banned words); seed 0. The default EOS
     tokens are recorded as the config names them: like generate(), the C API refuses them at
-    generation time when they are outside the vocabulary."""
+    generation time when they are outside the vocabulary. ``model`` may be unbuilt
+    (ModelBase._unbuilt): these come from the config files, not from the C++ model."""
     common = dict(max_new_tokens=20, min_new_tokens=0, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
                   repetition_penalty=1.0, num_beams=1, length_penalty=1.0, early_stopping=False, eos_token_id=[],
                   seed=0, return_log_probs=False)
@@ -48,31 +49,31 @@ def _generation_defaults(model: Any) -> Dict[str, Any]:
     return options
 
 
+def _manifest(md: ModelDir, arch: Arch) -> Dict[str, Any]:
+    """The manifest of the opened converted directory ``md`` of family ``arch``: the settings and
+    generation defaults the model class takes from its config files (without building the model)
+    and the tensor entries of the one loader."""
+    kind = arch.kind
+    model = CLASSES[kind]._unbuilt(md, kind)
+    form = graph_format(model.dtype, model.quantization)
+    manifest: Dict[str, Any] = {"format_version": GRAPH_FORMAT_VERSION, "kind": kind,
+                                "architecture": model.architecture, "config": dict(model.config, **form)}
+    if kind != "encoder":
+        manifest["generation"] = _generation_defaults(model)
+    checkpoint = Checkpoint(md, arch, model.hparams, form["dtype"], None, model.quantization)
+    manifest["tensors"] = graph_tensors(checkpoint)
+    return manifest
+
+
 def graph_manifest(directory: pathlib.Path) -> Dict[str, Any]:
-    """The manifest of the converted directory ``directory`` (loaded here as cpuformer.load would)."""
+    """The manifest of the converted directory ``directory`` (a text model: encoder, decoder or
+    seq2seq), as cpuformer.load would configure it; opens the directory once and packs nothing."""
     md = ModelDir(directory)
     try:
         arch, _ = find(md.config)
-        kind = arch.kind
+        return _manifest(md, arch)
     finally:
         md.close()
-    model = CLASSES[kind](directory)
-    try:
-        form = graph_format(model.dtype, model.quantization)
-        manifest: Dict[str, Any] = {"format_version": GRAPH_FORMAT_VERSION, "kind": kind,
-                                    "architecture": model.architecture, "config": dict(model.config, **form)}
-        if kind != "encoder":
-            manifest["generation"] = _generation_defaults(model)
-        hparams = model.hparams
-    finally:
-        model.close()
-    md = ModelDir(directory)
-    try:
-        checkpoint = Checkpoint(md, arch, hparams, form["dtype"], None, model.quantization)
-        manifest["tensors"] = graph_tensors(checkpoint)
-    finally:
-        md.close()
-    return manifest
 
 
 def write_graph_file(directory: pathlib.Path) -> None:
@@ -81,12 +82,13 @@ def write_graph_file(directory: pathlib.Path) -> None:
     md = ModelDir(directory)
     try:
         arch, _ = find(md.config)
+        if arch.kind not in GRAPH_KINDS:
+            return
+        manifest = _manifest(md, arch)
     finally:
         md.close()
-    if arch.kind not in GRAPH_KINDS:
-        return
     with open(pathlib.Path(directory) / GRAPH_FILE, "w", encoding="utf-8") as f:
-        json.dump(graph_manifest(pathlib.Path(directory)), f, separators=(",", ":"))
+        json.dump(manifest, f, separators=(",", ":"))
         f.write("\n")
 
 

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import List, Optional
 
 import numpy as np
 
 from .._arguments import integer_array, token_id_range_error
-
-
-def fits_float(value) -> bool:
-    """True for a finite number that converts to a finite float (an int beyond ~1.8e308 does not)."""
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
 
 
 def token_ids(value, index: int, noun: str, vocab_size: int) -> List[int]:

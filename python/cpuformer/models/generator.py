@@ -21,11 +21,11 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from .._arguments import check_integer
+from .._arguments import INT64_MAX, check_integer
 from .._model_dir import ModelDir, _describe, config_token_ids
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._batcher import Batcher
-from ._inputs import as_2d, fits_float
+from ._inputs import as_2d
 from ._result import GenerationResult, GenerationStream, StreamState, log_probs_needed, results
 from ._speculative import speculation
 from ._text import StopWatch, TextMixin, check_stop, cut_at_stop, text_pieces
@@ -65,11 +65,39 @@ def config_bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> 
     return check_bad_words(settings.get("bad_words_ids"), vocab_size, f"{source}: ")
 
 
+def _option_error(name: str, value: Any, bound: str = "") -> ValueError:
+    """The error for a generation option that is not a value of its C++ type, worded with the
+    option's rule from the C++ checks (_core.generation_option_rule), as their own messages are."""
+    return ValueError(f"{name} must be {_core.generation_option_rule(name)}{bound}, got {value!r}")
+
+
+def option_integer(name: str, value: Any) -> int:
+    """A generation option that the C++ checks read as an int64: an int (not a bool) within int64.
+    Its range is checked there (_core.check_generation_request)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < -INT64_MAX - 1:
+        raise _option_error(name, value)
+    if value > INT64_MAX:
+        raise _option_error(name, value, " and <= 2**63 - 1")
+    return int(value)
+
+
+def option_number(name: str, value: Any) -> float:
+    """A generation option that the C++ checks read as a double: an int or float that converts to
+    a float (an int beyond ~1.8e308 does not). Finiteness and range are checked there."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise _option_error(name, value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise _option_error(name, value) from None
+
+
 def sequence_options(options: Dict[str, Any], num_return_sequences: Any, no_repeat_ngram_size: Any) -> None:
     """Checks num_return_sequences (beam search: at most num_beams; sampling: samples per input;
     greedy search: 1, as transformers) and no_repeat_ngram_size, and adds them to options."""
     n = check_integer("num_return_sequences", num_return_sequences, 0)
-    ngram = check_integer("no_repeat_ngram_size", no_repeat_ngram_size, 0)
+    ngram = option_integer("no_repeat_ngram_size", no_repeat_ngram_size)
+    _core.check_generation_request(no_repeat_ngram_size=ngram)
     beams = options["num_beams"]
     if beams > 1 and not 1 <= n <= beams:
         raise ValueError(f"num_return_sequences ({n}) must be between 1 and num_beams ({beams})")
@@ -144,29 +172,21 @@ class Generator(TextMixin, ModelBase):
 
     def _options(self, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty,
                  num_beams, length_penalty, early_stopping, eos_token_id, seed, return_log_probs) -> Dict[str, Any]:
-        def number(name, value):
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or \
-                    not fits_float(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-            return float(value)
-
-        # Integers are checked against the int64 fields they feed (_arguments.py).
-        max_new_tokens = check_integer("max_new_tokens", max_new_tokens, 0)
-        min_new_tokens = check_integer("min_new_tokens", min_new_tokens, 0)
-        temperature = number("temperature", temperature)
-        top_p = number("top_p", top_p)
-        repetition_penalty = number("repetition_penalty", repetition_penalty)
-        length_penalty = number("length_penalty", length_penalty)
-        top_k = check_integer("top_k", top_k, 0, note=" (0 disables it)")
-        num_beams = check_integer("num_beams", num_beams, 1)
-        if do_sample and temperature <= 0:
-            raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        if repetition_penalty <= 0:
-            raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
-        if do_sample and num_beams > 1:
-            raise NotImplementedError("beam sampling (do_sample=True with num_beams > 1) is not supported")
+        # Python's values become the C++ types here (the Python-only part: types, ints beyond
+        # int64, beyond float); the rules and their messages are the C API's, in one place
+        # (csrc/models/request_checks.h; NotImplementedError for beam sampling).
+        max_new_tokens = option_integer("max_new_tokens", max_new_tokens)
+        min_new_tokens = option_integer("min_new_tokens", min_new_tokens)
+        temperature = option_number("temperature", temperature)
+        top_p = option_number("top_p", top_p)
+        repetition_penalty = option_number("repetition_penalty", repetition_penalty)
+        length_penalty = option_number("length_penalty", length_penalty)
+        top_k = option_integer("top_k", top_k)
+        num_beams = option_integer("num_beams", num_beams)
+        _core.check_generation_request(max_new_tokens, min_new_tokens, bool(do_sample), temperature, top_k, top_p,
+                                       repetition_penalty, num_beams, length_penalty)
+        # Python-only options: the C API has no early_stopping, takes eos ids as a typed array
+        # and any uint64 seed.
         if early_stopping not in (False, True, "never"):
             raise ValueError(f"early_stopping must be False, True or 'never', got {early_stopping!r}")
         if eos_token_id is None:
