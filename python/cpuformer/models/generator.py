@@ -67,8 +67,12 @@ def config_bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> 
 
 def _option_error(name: str, value: Any, bound: str = "") -> ValueError:
     """The error for a generation option that is not a value of its C++ type, worded with the
-    option's rule from the C++ checks (_core.generation_option_rule), as their own messages are."""
-    return ValueError(f"{name} must be {_core.generation_option_rule(name)}{bound}, got {value!r}")
+    option's rule from the C++ checks (_core.generation_option_rule), as their own messages are.
+    `bound` goes before the rule's note in parentheses: "an integer >= 0 and <= 2**63 - 1 (0 disables
+    it)", as every integer option beyond int64 is worded (_arguments.check_integer)."""
+    rule = _core.generation_option_rule(name)
+    head, note = (rule.split(" (", 1) + [""])[:2]
+    return ValueError(f"{name} must be {head}{bound}{' (' + note if note else ''}, got {value!r}")
 
 
 def option_integer(name: str, value: Any) -> int:
