@@ -5,7 +5,8 @@
 //
 // Include INSIDE the ISA namespace (in an anonymous namespace) after gemm_int8_avx2_inl.h (for
 // quantize_row, i8_activate, i8_mask8), gemm_rowwise_inl.h and gemm_int4_layout_inl.h; no include
-// guard on purpose. The including file defines kMR = 4, kNR = 8 and
+// guard on purpose. The GEMM itself is the shared driver (gemm_int4_driver_inl.h). The including file defines kMR = 4,
+// kNR = 8 and
 //   struct Int4Dot {
 //     // part + the products of the 8 channels of one block: w_lo / w_hi the low / high nibbles
 //     // (u8, 4 channels per int32 lane), a_lo / a_hi the 4 matching s8 activations broadcast.
@@ -75,7 +76,7 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
 
 template <int kChunks, bool kZeroPoint>
 void tile_kernel(long rows, const int8_t* a, long lda, const int32_t* asum, long groups, const uint8_t* panel,
-                 long stride, long header, float* out) {
+                 long /*ncols: one panel*/, long stride, long header, float* out) {
   switch (rows) {
     case 4: return tile_rows<4, kChunks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out);
     case 3: return tile_rows<3, kChunks, kZeroPoint>(a, lda, asum, groups, panel, stride, header, out);
@@ -84,7 +85,8 @@ void tile_kernel(long rows, const int8_t* a, long lda, const int32_t* asum, long
   }
 }
 
-using TileFunction = void (*)(long, const int8_t*, long, const int32_t*, long, const uint8_t*, long, long, float*);
+using TileFunction = void (*)(long, const int8_t*, long, const int32_t*, long, const uint8_t*, long, long, long,
+                              float*);
 
 TileFunction select_tile(long group_size, bool zero_point) {
   switch (group_size) {
@@ -123,44 +125,16 @@ void finish_row(const float* acc, float sa, const float* bias, Activation act, c
   }
 }
 
-// Below this many multiply-adds per thread a second thread costs more than it saves.
-constexpr long kInt4MinMacsPerThread = 1L << 19;
-
-void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
-  const long n = w.n, k = w.k, group_size = w.group_size, groups = int4_groups(k, group_size);
-  const long kp = groups * group_size;
-  const long stride = int4_panel_bytes(groups, group_size, w.zero_point),
-             header = int4_header_bytes(groups, w.zero_point);
-  const TileFunction tile = select_tile(group_size, w.zero_point);
-
-  // Quantized A ([m][kp] bytes), sa [m] and the group sums of qa [m][groups], allocated here: no
-  // exception may leave the parallel region.
-  const std::size_t qa_floats = (static_cast<std::size_t>(m) * kp + 63) / 64 * 16;
-  const std::size_t asum_floats = static_cast<std::size_t>(m) * groups;
-  float* scratch = gemm_thread_scratch(qa_floats + asum_floats + static_cast<std::size_t>(m));
-  int8_t* qa = reinterpret_cast<int8_t*>(scratch);
-  int32_t* asum = reinterpret_cast<int32_t*>(scratch + qa_floats);
-  float* sa = scratch + qa_floats + asum_floats;
-
-  rowwise_gemm(
-      m, n, k, kInt4MinMacsPerThread,
-      [&](long i) {
-        int8_t* row = qa + i * kp;
-        sa[i] = quantize_row(a + i * lda, k, kp, reinterpret_cast<uint8_t*>(row));
-        for (long g = 0; g < groups; ++g) {
-          int32_t s = 0;
-          for (long p = g * group_size; p < (g + 1) * group_size; ++p) s += row[p];
-          asum[i * groups + g] = s;
-        }
-      },
-      [&](long i0, long rows, long j0, long ncols) {
-        alignas(32) float acc[kMR * kNR];
-        tile(rows, qa + i0 * kp, kp, asum + i0 * groups, groups, w.data.data() + (j0 / kNR) * stride, stride, header,
-             acc);
-        for (long r = 0; r < rows; ++r) {
-          const long i = i0 + r;
-          finish_row(acc + r * kNR, sa[i], epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,
-                     epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0, ncols);
-        }
-      });
+// qa (s8, zero-padded to kp) and sa: the int8 kernels' row quantization.
+inline float int4_quantize_row(const float* a, long k, long kp, int8_t* row) {
+  return quantize_row(a, k, kp, reinterpret_cast<uint8_t*>(row));
 }
+
+// The tile reads each group's plain Σ qa (it multiplies it by 8 or by the zero points itself).
+inline int32_t int4_group_value(const int8_t* row, long group_size, bool /*zero_point*/) {
+  int32_t s = 0;
+  for (long p = 0; p < group_size; ++p) s += row[p];
+  return s;
+}
+
+#include "kernels/gemm/gemm_int4_driver_inl.h"

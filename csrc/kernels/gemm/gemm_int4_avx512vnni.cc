@@ -113,9 +113,11 @@ __attribute__((always_inline)) inline void tile_rows(const int8_t* a, long lda, 
   for (int r = 0; r < R; ++r) _mm512_store_ps(out + r * kNR, facc[r]);
 }
 
+// A pair of panels, or the last panel alone when ncols ≤ 8 (its copy in lanes 8-15 is not stored).
 template <int kBlocks, bool kZeroPoint>
 void tile_kernel(long rows, const int8_t* a, long lda, const int32_t* start, long groups, const uint8_t* panel,
-                 long stride, long header, float* out, long full_stride) {
+                 long ncols, long full_stride, long header, float* out) {
+  const long stride = ncols > kInt4Panel ? full_stride : 0;
   switch (rows) {
     case 8: return tile_rows<8, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
     case 7: return tile_rows<7, kBlocks, kZeroPoint>(a, lda, start, groups, panel, stride, header, out, full_stride);
@@ -128,8 +130,8 @@ void tile_kernel(long rows, const int8_t* a, long lda, const int32_t* start, lon
   }
 }
 
-using TileFunction = void (*)(long, const int8_t*, long, const int32_t*, long, const uint8_t*, long, long, float*,
-                              long);
+using TileFunction = void (*)(long, const int8_t*, long, const int32_t*, long, const uint8_t*, long, long, long,
+                              float*);
 
 TileFunction select_tile(long group_size, bool zero_point) {
   switch (group_size) {
@@ -174,45 +176,17 @@ inline int32_t group_sum(const int8_t* row, long group_size) {
   return _mm512_reduce_add_epi32(s);
 }
 
-// Below this many multiply-adds per thread a second thread costs more than it saves.
-constexpr long kInt4MinMacsPerThread = 1L << 19;
-
-void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
-  const long n = w.n, k = w.k, group_size = w.group_size, groups = int4_groups(k, group_size);
-  const long kp = groups * group_size;
-  const long stride = int4_panel_bytes(groups, group_size, w.zero_point);
-  const long header = int4_header_bytes(groups, w.zero_point);
-  const TileFunction tile = select_tile(group_size, w.zero_point);
-
-  // Quantized A ([m][kp] bytes), sa [m] and the tiles' start values [m][groups] (the group sums of
-  // qa times −8, or −1 with zero points), allocated here: no
-  // exception may leave the parallel region.
-  const std::size_t qa_floats = (static_cast<std::size_t>(m) * kp + 63) / 64 * 16;
-  const std::size_t start_floats = static_cast<std::size_t>(m) * groups;
-  float* scratch = gemm_thread_scratch(qa_floats + start_floats + static_cast<std::size_t>(m));
-  int8_t* qa = reinterpret_cast<int8_t*>(scratch);
-  int32_t* start = reinterpret_cast<int32_t*>(scratch + qa_floats);
-  float* sa = scratch + qa_floats + start_floats;
-
-  rowwise_gemm(
-      m, n, k, kInt4MinMacsPerThread,
-      [&](long i) {
-        int8_t* row = qa + i * kp;
-        sa[i] = quantize_row(a + i * lda, k, kp, reinterpret_cast<uint8_t*>(row));
-        const int32_t z = w.zero_point ? -1 : -8;  // the zero points multiply −Σqa in the tile
-        for (long g = 0; g < groups; ++g) start[i * groups + g] = z * group_sum(row + g * group_size, group_size);
-      },
-      [&](long i0, long rows, long j0, long ncols) {
-        alignas(64) float acc[kMR * kNR];
-        tile(rows, qa + i0 * kp, kp, start + i0 * groups, groups, w.data.data() + (j0 / kInt4Panel) * stride,
-             ncols > kInt4Panel ? stride : 0, header, acc, stride);
-        for (long r = 0; r < rows; ++r) {
-          const long i = i0 + r;
-          finish_row(acc + r * kNR, sa[i], epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,
-                     epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr, c + i * ldc + j0, ncols);
-        }
-      });
+// qa (s8, zero-padded to kp) and sa: the int8 kernels' row quantization.
+inline float int4_quantize_row(const float* a, long k, long kp, int8_t* row) {
+  return quantize_row(a, k, kp, reinterpret_cast<uint8_t*>(row));
 }
+
+// The tile starts each group's sums at −z·Σqa: −8·Σqa, or −Σqa times the zero points it loads.
+inline int32_t int4_group_value(const int8_t* row, long group_size, bool zero_point) {
+  return (zero_point ? -1 : -8) * group_sum(row, group_size);
+}
+
+#include "kernels/gemm/gemm_int4_driver_inl.h"
 
 }  // namespace
 
