@@ -9,7 +9,8 @@
 #   python -m cpuformer --version   must print pyproject.toml's version
 #   python -m cpuformer info        must report the expected level (and that it is the best)
 #   python -m cpuformer bench --quick  random-weight encoder, decoder and encoder-decoder (QEMU's
-#                                      timings mean nothing; this checks that they run)
+#                                      timings mean nothing; this checks that they run; the slow part:
+#                                      several minutes per CPU under emulation; --no-bench skips it)
 #   scripts/aarch64_crosscheck.py check  BERT, GPT-2, Marian and T5 at float32, int8 and int4 against
 #                                      the outputs of the host's (x86-64) cpuformer, which `build`
 #                                      checks against transformers first
@@ -19,18 +20,32 @@
 # development build's _core in python/cpuformer.
 #
 # Build directory: build/aarch64-python (kept between runs); the sysroot: build/aarch64-py.
-# Usage: scripts/test-aarch64-python.sh [--jobs N]   (N: ninja's parallel jobs; default ninja's own)
+# Usage: scripts/test-aarch64-python.sh [--jobs N] [--no-bench]
+#   --jobs N     ninja's parallel jobs (default: ninja's own)
+#   --no-bench   skip `bench --quick` (.ci/run: the correctness check covers the same model kinds)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 jobs=()
-case "${1:-}" in
-  "") ;;
-  --jobs) jobs=(-j "$2") ;;
-  *) echo "usage: $0 [--jobs N]" >&2; exit 2 ;;
-esac
+bench=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --jobs) jobs=(-j "$2"); shift 2 ;;
+    --no-bench) bench=0; shift ;;
+    *) echo "usage: $0 [--jobs N] [--no-bench]" >&2; exit 2 ;;
+  esac
+done
 
 start=$(date +%s)
+# timed LABEL COMMAND...: runs COMMAND and prints how long it took.
+timed() {
+  local label=$1 t0 status=0
+  shift
+  t0=$(date +%s)
+  "$@" || status=$?
+  echo "-- $label: $(( $(date +%s) - t0 )) s"
+  return "$status"
+}
 # shellcheck source=scripts/aarch64-python-env.sh
 source scripts/aarch64-python-env.sh
 aarch64_python_setup
@@ -52,7 +67,7 @@ cp "$build"/_core.cpython-311-aarch64-linux-gnu.so "$pkg/cpuformer/"
 work=$(mktemp -d "${TMPDIR:-/tmp}/cpuformer-aarch64.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 echo "== host reference: $(python3 -c 'import cpuformer; print(cpuformer.__file__)' 2>&1 | tail -n 1)"
-python3 scripts/aarch64_crosscheck.py build "$work/models"
+timed "host reference (aarch64_crosscheck.py build)" python3 scripts/aarch64_crosscheck.py build "$work/models"
 
 version=$(sed -n 's/^version = "\([^"]*\)"/\1/p' pyproject.toml | head -n 1)
 failed=()
@@ -68,8 +83,11 @@ check() {
   out=$(cd "$work" && "${py[@]}" -m cpuformer info 2>&1) || failed+=("$cpu: cpuformer info failed")
   echo "$out"
   grep -q "^isa: *$level (best this CPU supports: $level)" <<<"$out" || failed+=("$cpu: cpuformer info does not report level $level")
-  (cd "$work" && "${py[@]}" -m cpuformer bench --quick) || failed+=("$cpu: cpuformer bench --quick failed")
-  (cd "$work" && "${py[@]}" "$ROOT/scripts/aarch64_crosscheck.py" check "$work/models") ||
+  if [ "$bench" -eq 1 ]; then
+    (cd "$work" && timed "bench --quick" "${py[@]}" -m cpuformer bench --quick) ||
+      failed+=("$cpu: cpuformer bench --quick failed")
+  fi
+  (cd "$work" && timed "aarch64_crosscheck.py check" "${py[@]}" "$ROOT/scripts/aarch64_crosscheck.py" check "$work/models") ||
     failed+=("$cpu: the outputs differ from the host's (above)")
 }
 ROOT=$PWD
