@@ -42,17 +42,6 @@ LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, num_hidden_layers=22, num_at
                 num_key_value_heads=4, intermediate_size=5632, max_position_embeddings=2048)
 
 
-def best_of(fn, repeats: int):
-    """(best seconds, last result) of `repeats` timed calls after one warm-up call."""
-    result = fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def agreement(directory: str, dtypes, threads: int) -> dict:
     """Top-1 agreement of each pair of dtypes over a random 256-token text (teacher-forced)."""
     ids = np.random.default_rng(7).integers(3, LLAMA_1B["vocab_size"], (1, 256))
@@ -65,11 +54,27 @@ def agreement(directory: str, dtypes, threads: int) -> dict:
 
 
 def run_row(model, prompt, new: int, repeats: int, **speculative) -> dict:
-    plain_s, plain = best_of(lambda: model.generate(prompt, max_new_tokens=new, min_new_tokens=new,
-                                                    eos_token_id=[]), repeats)
-    spec_s, (out, stats) = best_of(lambda: model.generate(prompt, max_new_tokens=new, min_new_tokens=new,
-                                                          eos_token_id=[], return_stats=True, **speculative),
-                                   repeats)
+    """Plain and speculative decoding timed alternately (`repeats` runs of each, best of each): a
+    batch-1 decode follows the read bandwidth the host gives at the moment, which drifts by 1.5x
+    within minutes on a shared machine, so the two are timed in the same minutes."""
+    def plain_run():
+        return model.generate(prompt, max_new_tokens=new, min_new_tokens=new, eos_token_id=[])
+
+    def spec_run():
+        return model.generate(prompt, max_new_tokens=new, min_new_tokens=new, eos_token_id=[], return_stats=True,
+                              **speculative)
+
+    def once(fn):
+        start = time.perf_counter()
+        result = fn()
+        return time.perf_counter() - start, result
+
+    plain_s = spec_s = float("inf")
+    plain, (out, stats) = plain_run(), spec_run()  # warm-up
+    for _ in range(repeats):
+        plain_s = min(plain_s, once(plain_run)[0])
+        seconds, (out, stats) = once(spec_run)
+        spec_s = min(spec_s, seconds)
     if out != plain:
         raise AssertionError(f"speculative output differs from plain decoding ({speculative})")
     row = {"plain_tok_per_s": new / plain_s, "speculative_tok_per_s": new / spec_s, "speedup": plain_s / spec_s,
