@@ -159,29 +159,6 @@ EOF
   mv "$work/libs-away" "$target/cpuformer.libs"
   grep -q "cpuformer: its compiled core needs libgomp" <<<"$message" || fail "unclear import error: $message"
   say "without cpuformer.libs/: $(tail -n 1 <<<"$message" | cut -c1-160)..."
-
-# 6. Every optional extra a user can ask for installs from binary packages next to the wheel, and
-#    what it brings imports (an extra without an entry here stops the script: add its imports).
-extras=$("$PYTHON" - "$ROOT/pyproject.toml" <<'EOF'
-import sys
-import tomllib
-
-declared = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
-imports = {"chat": ["jinja2"], "vision": ["PIL.Image"], "serve": ["fastapi", "uvicorn"], "ray": ["ray.data"],
-           "sentencepiece": ["sentencepiece"]}
-user = [name for name in declared if name not in ("test", "bench")]  # development extras
-unknown = [name for name in user if name not in imports]
-if unknown:
-    sys.exit(f"build-wheel.sh: no import check for the extra(s) {', '.join(unknown)}")
-print(",".join(user), ",".join(m for name in user for m in imports[name]))
-EOF
-)
-read -r extra_names extra_modules <<<"$extras"
-start_ns=$(date +%s%N)
-"${bare[@]}" "$venv_bin/python" -m pip install -q --only-binary :all: "$repaired[$extra_names]"
-say "extras [$extra_names] installed in $(( ($(date +%s%N) - start_ns) / 1000000 )) ms"
-"${bare[@]}" "$venv_bin/python" -c "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1].split(',')]" \
-  "$extra_modules" || fail "an extra's packages do not import: $extra_modules"
   cd "$ROOT"
   mkdir -p "$OUT"
   rm -f "$OUT"/cpuformer-*aarch64*.whl
