@@ -1,6 +1,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -8,6 +10,7 @@
 #include "kernels/gemm/gemm.h"
 #include "runtime/compute_slots.h"
 #include "runtime/cpu_features.h"
+#include "runtime/load_scratch.h"
 #include "runtime/threading.h"
 
 namespace py = pybind11;
@@ -60,6 +63,27 @@ void register_runtime(py::module_& m) {
       "reset.");
   m.def("_reset_compute_slots_peak", &reset_compute_slots_peak,
         "Test hook: restart the peak from the slots in use now.");
+  // A model build's scratch scope (runtime/load_scratch.h) as a context manager: models/_graph.py
+  // holds one around the construction of a model and all its layers, so they join and convert their
+  // weights in the same buffers, freed when the block ends.
+  struct LoadScratch {
+    std::unique_ptr<LoadScratchScope> scope;
+  };
+  py::class_<LoadScratch>(m, "_LoadScratchScope",
+                          "with _core._LoadScratchScope(): the weights built on this thread inside the block "
+                          "reuse one set of load scratch buffers, freed at its end.")
+      .def(py::init<>())
+      .def(
+          "__enter__",
+          [](LoadScratch& s) -> LoadScratch& {
+            if (!s.scope) s.scope = std::make_unique<LoadScratchScope>();
+            return s;
+          },
+          py::return_value_policy::reference)
+      .def("__exit__", [](LoadScratch& s, const py::args&) {
+        s.scope.reset();
+        return false;
+      });
   m.def(
       "_release_free_memory",
       [] {

@@ -5,27 +5,29 @@
 #include <string>
 #include <utility>
 
+#include "runtime/load_scratch.h"
+
 namespace cpuformer {
 
 namespace {
 
-// Row block `p` of the joined matrix: the parts' rows one after another, contiguous.
-// `width` elements per row of what `field` picks from each part's WeightRef.
+// The parts' rows one after another, contiguous, in the load scratch `slot` (the packers read one
+// strided matrix): `width` elements per row of what `field` picks from each part's WeightRef.
 template <typename T, typename Field>
-std::vector<T> join_rows(const std::vector<LinearPart>& parts, long n, long width, Field field) {
-  std::vector<T> joined(static_cast<size_t>(n) * width);
+const T* join_rows(const std::vector<LinearPart>& parts, long n, long width, LoadSlot slot, Field field) {
+  T* joined = load_scratch<T>(slot, static_cast<std::size_t>(n) * width);
   long row = 0;
   for (const LinearPart& p : parts) {
     const T* src = static_cast<const T*>(field(p.weight));
-    std::copy(src, src + p.rows * width, joined.begin() + row * width);
+    std::copy(src, src + p.rows * width, joined + row * width);
     row += p.rows;
   }
   return joined;
 }
 
 template <typename T>
-std::vector<T> join_rows(const std::vector<LinearPart>& parts, long n, long k) {
-  return join_rows<T>(parts, n, k, [](const WeightRef& w) { return w.data; });
+const T* join_rows(const std::vector<LinearPart>& parts, long n, long k) {
+  return join_rows<T>(parts, n, k, LoadSlot::kJoined, [](const WeightRef& w) { return w.data; });
 }
 
 }  // namespace
@@ -69,37 +71,38 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat&
     }
   }
   // The packers read one strided matrix; row blocks living in separate tensors are gathered once
-  // here (load time only).
+  // here (load time only), in scratch that the next Linear of a model build reuses.
+  LoadScratchScope scratch;
   const bool single = parts.size() == 1;
   if (stored == WeightType::kFloat32) {
     if (single) {
       packed_ = pack_weights(static_cast<const float*>(parts[0].weight.data), format, n, k, k);
     } else {
-      packed_ = pack_weights(join_rows<float>(parts, n, k).data(), format, n, k, k);
+      packed_ = pack_weights(join_rows<float>(parts, n, k), format, n, k, k);
     }
   } else if (stored == WeightType::kInt4) {
     const long groups = int4_groups(k, format.group_size), half_kp = groups * format.group_size / 2;
-    const std::vector<uint8_t> u = join_rows<uint8_t>(parts, n, half_kp, [](const WeightRef& w) { return w.data; });
-    const std::vector<uint16_t> scales =
-        join_rows<uint16_t>(parts, n, groups, [](const WeightRef& w) { return w.group_scales; });
-    std::vector<uint8_t> zeros;
-    if (format.zero_point) zeros = join_rows<uint8_t>(parts, n, groups, [](const WeightRef& w) { return w.zeros; });
-    packed_ =
-        pack_weights_s4(u.data(), scales.data(), format.zero_point ? zeros.data() : nullptr, n, k, format.group_size);
+    const uint8_t* u =
+        join_rows<uint8_t>(parts, n, half_kp, LoadSlot::kJoined, [](const WeightRef& w) { return w.data; });
+    const uint16_t* scales = join_rows<uint16_t>(parts, n, groups, LoadSlot::kJoinedScales,
+                                                 [](const WeightRef& w) { return w.group_scales; });
+    const uint8_t* zeros = format.zero_point ? join_rows<uint8_t>(parts, n, groups, LoadSlot::kJoinedZeros,
+                                                                  [](const WeightRef& w) { return w.zeros; })
+                                             : nullptr;
+    packed_ = pack_weights_s4(u, scales, zeros, n, k, format.group_size);
   } else if (stored == WeightType::kInt8) {
     if (single) {
       packed_ = pack_weights_s8(static_cast<const int8_t*>(parts[0].weight.data), parts[0].weight.scales, n, k, k);
     } else {
-      std::vector<float> scales;
-      scales.reserve(n);
-      for (const LinearPart& p : parts) scales.insert(scales.end(), p.weight.scales, p.weight.scales + p.rows);
-      packed_ = pack_weights_s8(join_rows<int8_t>(parts, n, k).data(), scales.data(), n, k, k);
+      const float* scales =
+          join_rows<float>(parts, n, 1, LoadSlot::kJoinedScales, [](const WeightRef& w) { return w.scales; });
+      packed_ = pack_weights_s8(join_rows<int8_t>(parts, n, k), scales, n, k, k);
     }
   } else {
     if (single) {
       packed_ = pack_weights_16(static_cast<const uint16_t*>(parts[0].weight.data), type, n, k, k);
     } else {
-      packed_ = pack_weights_16(join_rows<uint16_t>(parts, n, k).data(), type, n, k, k);
+      packed_ = pack_weights_16(join_rows<uint16_t>(parts, n, k), type, n, k, k);
     }
   }
   if (any_bias) {

@@ -15,6 +15,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "models/config_reader.h"
+#include "runtime/load_scratch.h"
 
 namespace cpuformer {
 namespace {
@@ -221,6 +222,7 @@ std::string read_text(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<GraphModel> load_graph(const std::string& directory) {
+  LoadScratchScope scratch;  // the layers join their fused weights in one set of buffers
   struct stat st;
   if (::stat(directory.c_str(), &st) != 0) throw FileError(directory + ": no such directory");
   if (!S_ISDIR(st.st_mode)) {

@@ -32,7 +32,9 @@
 #include "kernels/gemm/gemm_peak.h"
 #include "kernels/norm/norm.h"
 #include "kernels/vector_math/vector_math.h"
+#include "layers/linear.h"
 #include "runtime/cpu_features.h"
+#include "runtime/load_scratch.h"
 #include "runtime/threading.h"
 
 namespace {
@@ -709,6 +711,88 @@ void test_peak_probes() {
 
 }  // namespace
 
+bool load_scratch_refused() {
+  try {
+    load_scratch(LoadSlot::kJoined, 16);
+  } catch (const std::logic_error&) {
+    return true;
+  }
+  return false;
+}
+
+// The outputs of `linear` on x [3, k], as bytes compare.
+std::vector<float> outputs(const Linear& linear, const std::vector<float>& x, long k, long n) {
+  std::vector<float> y(static_cast<std::size_t>(3 * n));
+  linear.apply(x.data(), 3, k, y.data(), n);
+  return y;
+}
+
+// The load scratch (runtime/load_scratch.h): refused without a scope, one buffer per slot reused
+// within a scope, kept by nested scopes; and a Linear of row parts (a model's fused q/k/v: joined in
+// the scratch) equal bit for bit to the Linear of the joined matrix, built inside a model-level
+// scope (twice: the second reuses the first's buffers) and outside any, for every stored type.
+void test_load_scratch() {
+  expect(load_scratch_refused(), "load_scratch without a scope throws");
+  {
+    LoadScratchScope outer;
+    void* a = load_scratch(LoadSlot::kJoined, 1000);
+    expect(load_scratch(LoadSlot::kJoined, 500) == a, "load scratch: a smaller request reuses the slot's buffer");
+    expect(load_scratch(LoadSlot::kConverted, 500) != a, "load scratch: slots are separate buffers");
+    {
+      LoadScratchScope inner;
+      expect(load_scratch(LoadSlot::kJoined, 1000) == a, "load scratch: a nested scope shares the buffers");
+    }
+    expect(load_scratch(LoadSlot::kJoined, 1000) == a, "load scratch: the end of a nested scope keeps them");
+    expect(reinterpret_cast<std::uintptr_t>(load_scratch(LoadSlot::kJoined, 1 << 20)) % 64 == 0,
+           "load scratch: a grown buffer is 64-byte aligned");
+  }
+  expect(load_scratch_refused(), "load scratch: the outermost scope's end closes it");
+
+  const long k = 64, n = 56, rows[3] = {40, 8, 8};
+  std::mt19937 gen(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> w(static_cast<std::size_t>(n * k)), x(static_cast<std::size_t>(3 * k));
+  for (float& v : w) v = dist(gen);
+  for (float& v : x) v = dist(gen);
+  std::vector<int8_t> q(w.size());
+  std::vector<float> q_scales(n);
+  quantize_weights_s8(w.data(), n, k, k, q.data(), q_scales.data());
+  const long groups = int4_groups(k, 32);
+  std::vector<uint8_t> u(static_cast<std::size_t>(n * groups * 16)), zeros(static_cast<std::size_t>(n * groups));
+  std::vector<uint16_t> g_scales(static_cast<std::size_t>(n * groups));
+  quantize_weights_s4(w.data(), n, k, k, 32, true, u.data(), g_scales.data(), zeros.data());
+
+  auto part = [&](long r0, long count, const WeightFormat& format, bool stored) -> LinearPart {
+    if (!stored) return {WeightRef(w.data() + r0 * k), nullptr, count};
+    if (format.type == WeightType::kInt8)
+      return {WeightRef(q.data() + r0 * k, WeightType::kInt8, q_scales.data() + r0), nullptr, count};
+    return {WeightRef(u.data() + r0 * groups * 16, g_scales.data() + r0 * groups, zeros.data() + r0 * groups), nullptr,
+            count};
+  };
+  const struct {
+    const char* name;
+    WeightFormat format;
+    bool stored;  // parts already in the format (a converted directory) rather than float32
+  } cases[] = {{"float32", WeightFormat(WeightType::kFloat32), false},
+               {"int8 from float32", WeightFormat(WeightType::kInt8), false},
+               {"int8 stored", WeightFormat(WeightType::kInt8), true},
+               {"int4 from float32", WeightFormat(WeightType::kInt4, 32, true), false},
+               {"int4 stored", WeightFormat(WeightType::kInt4, 32, true), true},
+               {"float16 from float32", WeightFormat(WeightType::kFloat16), false}};
+  for (const auto& c : cases) {
+    const Linear whole({part(0, n, c.format, c.stored)}, k, c.format);
+    std::vector<LinearPart> parts;
+    for (long i = 0, r0 = 0; i < 3; r0 += rows[i], ++i) parts.push_back(part(r0, rows[i], c.format, c.stored));
+    const std::vector<float> want = outputs(whole, x, k, n);
+    const Linear alone(parts, k, c.format);
+    expect(outputs(alone, x, k, n) == want, std::string("load scratch: ") + c.name + " parts outside a scope");
+    LoadScratchScope model;
+    const Linear first(parts, k, c.format), second(parts, k, c.format);
+    expect(outputs(first, x, k, n) == want && outputs(second, x, k, n) == want,
+           std::string("load scratch: ") + c.name + " parts inside a model-level scope");
+  }
+}
+
 int main() {
   const char* want = std::getenv("CPUFORMER_ISA");
   try {
@@ -731,6 +815,7 @@ int main() {
   test_int4_bit_exact();
   test_attention();
   test_peak_probes();
+  test_load_scratch();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

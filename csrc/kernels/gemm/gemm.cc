@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/dispatch.h"
+#include "runtime/load_scratch.h"
 
 namespace cpuformer {
 
@@ -328,33 +329,36 @@ PackedWeights pack_weights_s4(const uint8_t* u, const uint16_t* scales, const ui
 
 PackedWeights pack_weights(const float* w, const WeightFormat& format, long n, long k, long ldw) {
   const WeightType type = format.type;
+  // The quantized or converted copy lives only until it is packed: load scratch, reused by the next
+  // weight of a model build (runtime/load_scratch.h).
+  LoadScratchScope scratch;
+  const std::size_t count = static_cast<std::size_t>(n) * k;
   switch (type) {
     case WeightType::kInt4: {
-      const long groups = int4_groups(k, format.group_size);
-      std::vector<uint8_t> u(static_cast<std::size_t>(n) * groups * format.group_size / 2);
-      std::vector<uint16_t> scales(static_cast<std::size_t>(n) * groups);
-      std::vector<uint8_t> zeros(format.zero_point ? static_cast<std::size_t>(n) * groups : 0);
-      quantize_weights_s4(w, n, k, ldw, format.group_size, format.zero_point, u.data(), scales.data(), zeros.data());
-      return pack_weights_s4(u.data(), scales.data(), format.zero_point ? zeros.data() : nullptr, n, k,
-                             format.group_size);
+      const std::size_t groups = static_cast<std::size_t>(int4_groups(k, format.group_size));
+      uint8_t* u = load_scratch<uint8_t>(LoadSlot::kConverted, n * groups * format.group_size / 2);
+      uint16_t* scales = load_scratch<uint16_t>(LoadSlot::kConvertedScales, n * groups);
+      uint8_t* zeros = format.zero_point ? load_scratch<uint8_t>(LoadSlot::kConvertedZeros, n * groups) : nullptr;
+      quantize_weights_s4(w, n, k, ldw, format.group_size, format.zero_point, u, scales, zeros);
+      return pack_weights_s4(u, scales, zeros, n, k, format.group_size);
     }
     case WeightType::kFloat32: return pack_weights_f32(w, n, k, ldw);
     case WeightType::kInt8: {
-      std::vector<int8_t> q(static_cast<std::size_t>(n) * k);
-      std::vector<float> scales(n);
-      quantize_weights_s8(w, n, k, ldw, q.data(), scales.data());
-      return pack_weights_s8(q.data(), scales.data(), n, k, k);
+      int8_t* q = load_scratch<int8_t>(LoadSlot::kConverted, count);
+      float* scales = load_scratch<float>(LoadSlot::kConvertedScales, n);
+      quantize_weights_s8(w, n, k, ldw, q, scales);
+      return pack_weights_s8(q, scales, n, k, k);
     }
     case WeightType::kFloat16:
     case WeightType::kBFloat16: {
-      std::vector<uint16_t> h(static_cast<std::size_t>(n) * k);
+      uint16_t* h = load_scratch<uint16_t>(LoadSlot::kConverted, count);
       const bool half = type == WeightType::kFloat16;
       for (long j = 0; j < n; ++j)
         for (long p = 0; p < k; ++p) {
           const float x = w[j * ldw + p];
           h[j * k + p] = half ? float_to_half(x) : float_to_bfloat16(x);
         }
-      return pack_weights_16(h.data(), type, n, k, k);
+      return pack_weights_16(h, type, n, k, k);
     }
   }
   throw std::invalid_argument("unknown weight type");

@@ -29,15 +29,18 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
         arrays, stack_names = checkpoint.read(checkpoint.stack_sources(stack))
         tensors.update({f"{stack}.{name}": array for name, array in arrays.items()})
         names += stack_names
-    models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors) for form in (weight_format,) + more_formats]
-    del tensors
-    checkpoint.release(names)  # copied or packed by the models
 
     def add_layer(stack: str, layer_tensors: Dict[str, Any]) -> None:
         for model in models:
             model.add_layer(stack, layer_tensors)
 
-    load_layers(checkpoint, add_layer)
+    # One set of scratch buffers for joining and converting the weights of every layer (the C++
+    # load scratch: fresh pages each time would cost their zeroing), freed when the model is built.
+    with _core._LoadScratchScope():
+        models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors) for form in (weight_format,) + more_formats]
+        del tensors
+        checkpoint.release(names)  # copied or packed by the models
+        load_layers(checkpoint, add_layer)
     # The buffers that quantized and packed the weights are free now, but the C library keeps
     # freed heap memory for reuse: hand it back, so the resident size is the model's.
     _core._release_free_memory()
