@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "runtime/dispatch.h"
 #include "runtime/load_scratch.h"
+#include "runtime/threading.h"
 
 namespace cpuformer {
 
@@ -135,8 +138,9 @@ float* gemm_thread_scratch(std::size_t count) {
   return buffer.data();
 }
 
-void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales) {
-  for (long j = 0; j < n; ++j) {
+// Rows [j0, j1) of quantize_weights_s8.
+static void quantize_rows_s8(const float* w, long j0, long j1, long k, long ldw, int8_t* q, float* scales) {
+  for (long j = j0; j < j1; ++j) {
     const float* row = w + j * ldw;
     float amax = 0.0f;
     bool finite = true;
@@ -161,6 +165,13 @@ void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, fl
     }
     scales[j] = amax / 127.0f;
   }
+}
+
+void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales) {
+  // Rows are independent: split across the threads (loading a 1.1B model in int8 quantizes ~1e9
+  // weights), each row computed the same way whichever thread takes it.
+  parallel_ranges(n, (1L << 16) / (k > 0 ? k : 1) + 1,
+                  [&](long j0, long j1) { quantize_rows_s8(w, j0, j1, k, ldw, q, scales); });
 }
 
 uint16_t float_to_bfloat16(float x) {
@@ -267,12 +278,12 @@ inline int round_nibble(float v, int offset) {
 
 }  // namespace
 
-void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_size, bool zero_point, uint8_t* u,
-                         uint16_t* scales, uint8_t* zeros) {
-  if (!valid_int4_group_size(group_size)) throw std::invalid_argument("int4 group size must be 32, 64 or 128");
+// Rows [j0, j1) of quantize_weights_s4 (group_size valid).
+static void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long group_size, bool zero_point,
+                             uint8_t* u, uint16_t* scales, uint8_t* zeros) {
   const long groups = int4_groups(k, group_size), kp = groups * group_size;
   std::vector<uint8_t> row(static_cast<std::size_t>(kp));
-  for (long j = 0; j < n; ++j) {
+  for (long j = j0; j < j1; ++j) {
     const float* x = w + j * ldw;
     for (long g = 0; g < groups; ++g) {
       const long begin = g * group_size, end = std::min(k, begin + group_size);
@@ -309,6 +320,25 @@ void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_si
     uint8_t* out = u + j * (kp / 2);
     for (long b = 0; b < kp / 2; ++b) out[b] = static_cast<uint8_t>(row[2 * b] | (row[2 * b + 1] << 4));
   }
+}
+
+void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_size, bool zero_point, uint8_t* u,
+                         uint16_t* scales, uint8_t* zeros) {
+  if (!valid_int4_group_size(group_size)) throw std::invalid_argument("int4 group size must be 32, 64 or 128");
+  // Rows are independent: split across the threads, each row computed the same way whichever
+  // thread takes it. A group no float16 scale can hold throws (the same message for any row):
+  // caught inside the parallel region, rethrown here.
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  parallel_ranges(n, (1L << 16) / (k > 0 ? k : 1) + 1, [&](long j0, long j1) {
+    try {
+      quantize_rows_s4(w, j0, j1, k, ldw, group_size, zero_point, u, scales, zeros);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+    }
+  });
+  if (error) std::rethrow_exception(error);
 }
 
 PackedWeights pack_weights_s4(const uint8_t* u, const uint16_t* scales, const uint8_t* zeros, long n, long k,
