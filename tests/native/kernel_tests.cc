@@ -396,6 +396,15 @@ std::string format_name(const WeightFormat& f) {
   return "?";
 }
 
+// The epilogue's residual for mode 0 (none), 1 (a separate residual [m, ldc]) or 2 (in place: c
+// starts as the residual and is the output).
+void set_residual(int mode, const std::vector<float>& residual, long ldc, std::vector<float>& c, GemmEpilogue& ep) {
+  if (mode == 0) return;
+  if (mode == 2) c = residual;
+  ep.residual = mode == 2 ? c.data() : residual.data();
+  ep.ldr = ldc;
+}
+
 void check_gemm(const WeightFormat& format, long m, long k, long n, Activation act, bool with_bias,
                 int residual_mode /* 0 none, 1 separate, 2 in place (residual = c) */) {
   const long lda = k + (m % 3), ldc = n + (n % 2);
@@ -406,14 +415,7 @@ void check_gemm(const WeightFormat& format, long m, long k, long n, Activation a
   GemmEpilogue ep;
   ep.bias = with_bias ? bias.data() : nullptr;
   ep.activation = act;
-  if (residual_mode == 1) {
-    ep.residual = residual.data();
-    ep.ldr = ldc;
-  } else if (residual_mode == 2) {
-    c = residual;
-    ep.residual = c.data();
-    ep.ldr = ldc;
-  }
+  set_residual(residual_mode, residual, ldc, c, ep);
   gemm(a.data(), m, lda, packed, c.data(), ldc, ep);
 
   std::vector<double> z, magnitude;
@@ -500,14 +502,7 @@ void check_int4_bit_exact(long group_size, bool zero_point, long m, long k, long
     std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
     GemmEpilogue ep;
     ep.bias = residual_mode != 0 ? bias.data() : nullptr;
-    if (residual_mode == 1) {
-      ep.residual = residual.data();
-      ep.ldr = ldc;
-    } else if (residual_mode == 2) {
-      c = residual;
-      ep.residual = c.data();
-      ep.ldr = ldc;
-    }
+    set_residual(residual_mode, residual, ldc, c, ep);
     kernels.gemm(a.data(), m, lda, packed, c.data(), ldc, ep);
     return c;
   };

@@ -138,6 +138,10 @@ float* gemm_thread_scratch(std::size_t count) {
   return buffer.data();
 }
 
+// The fewest rows of K weights a thread quantizes (~64 K weights: fewer cost more to hand out than
+// they save).
+static long quantize_rows_per_thread(long k) { return (1L << 16) / (k > 0 ? k : 1) + 1; }
+
 // Rows [j0, j1) of quantize_weights_s8.
 static void quantize_rows_s8(const float* w, long j0, long j1, long k, long ldw, int8_t* q, float* scales) {
   for (long j = j0; j < j1; ++j) {
@@ -170,7 +174,7 @@ static void quantize_rows_s8(const float* w, long j0, long j1, long k, long ldw,
 void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales) {
   // Rows are independent: split across the threads (loading a 1.1B model in int8 quantizes ~1e9
   // weights), each row computed the same way whichever thread takes it.
-  parallel_ranges(n, (1L << 16) / (k > 0 ? k : 1) + 1,
+  parallel_ranges(n, quantize_rows_per_thread(k),
                   [&](long j0, long j1) { quantize_rows_s8(w, j0, j1, k, ldw, q, scales); });
 }
 
@@ -330,7 +334,7 @@ void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_si
   // caught inside the parallel region, rethrown here.
   std::exception_ptr error;
   std::mutex error_mutex;
-  parallel_ranges(n, (1L << 16) / (k > 0 ? k : 1) + 1, [&](long j0, long j1) {
+  parallel_ranges(n, quantize_rows_per_thread(k), [&](long j0, long j1) {
     try {
       quantize_rows_s4(w, j0, j1, k, ldw, group_size, zero_point, u, scales, zeros);
     } catch (...) {
