@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cross-builds cpuformer's C++ core and its native kernel tests (tests/native/kernel_tests.cc) for
 # AArch64 Linux and runs them under QEMU user-mode emulation at every ARM ISA level, checking the
-# level the runtime detects on each emulated CPU (docs/arm.md). Exits non-zero on any failure.
+# level the runtime detects on each emulated CPU (docs/arm.md), then checks the instruction counts of
+# benchmarks/arm_instruction_model.py (a QEMU plugin built with the host's cc). Exits non-zero on any failure.
 #
 # Installs what is missing with apt-get (non-interactive; as root, or through sudo):
 #   g++-aarch64-linux-gnu  the cross compiler, with AArch64 libstdc++ and libgomp under /usr/aarch64-linux-gnu
@@ -89,6 +90,14 @@ echo "$out"
 if [ "$status" -ne 77 ] || ! echo "$out" | grep -q "asks for a level this CPU lacks; it supports up to neon"; then
   echo "FAILED: expected exit status 77 and the 'lacks' message, got $status" >&2
   failed=1
+fi
+
+# The instruction counts behind docs/arm.md's speed model: a QEMU plugin counts what each level's
+# GEMMs execute, which must be the multiply-add instructions of that level (fmla, sdot, smmla).
+if [ "$sanitize" = OFF ]; then
+  echo "== instruction counts (benchmarks/arm_instruction_model.py --check)"
+  python3 benchmarks/arm_instruction_model.py --dtypes float32,int8,int4 --check \
+    --out "$build/arm_model_check.json" | tail -n 2 || failed=1
 fi
 
 if [ "$failed" -ne 0 ]; then
