@@ -397,7 +397,8 @@ def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == "cpuformer convert: error: [Errno 28] No space left on device\n"
 
 
-@pytest.mark.parametrize("kind,dtype", [("encoder", "int8"), ("decoder", "float16"), ("seq2seq", "bfloat16")])
+@pytest.mark.parametrize("kind,dtype", [("encoder", "int8"), ("decoder", "float16"), ("seq2seq", "bfloat16"),
+                                        ("decoder", "float32")])
 def test_convert_end_to_end(tiny, tmp_path, kind, dtype):
     """The real converter through the command line: the converted directory holds the stored dtype
     in config.json, keeps the tokenizer, and the other commands run on it with the outputs of

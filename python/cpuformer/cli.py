@@ -1250,8 +1250,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "--dtype (with a progress bar).")
     conv.add_argument("src", metavar="SRC", help="Hugging Face model directory")
     conv.add_argument("dst", metavar="DST", help="output directory")
-    conv.add_argument("--dtype", required=True, choices=("int8", "int4", "float16", "bfloat16"),
-                      help="stored weight dtype")
+    conv.add_argument("--dtype", required=True, choices=("int8", "int4", "float16", "bfloat16", "float32"),
+                      help="stored weight dtype (float32: full precision plus the graph manifest the C API opens)")
     _add_quantization_options(conv)
     conv.set_defaults(func=_cmd_convert)
 
