@@ -651,6 +651,8 @@ void check_half_as_float32(WeightType type, long m, long k, long n, Activation a
 
 void test_half_as_float32() {
   if (active_isa() == Isa::kScalar) return;
+  // vdpbf16ps (AVX512-BF16) rounds A to bfloat16 instead: test_gemm's bound covers it.
+  const bool bf16_widens = matmul_instruction(WeightType::kBFloat16) != MatmulInstruction::kDpbf16x512;
   // Subnormal, signed-zero and extreme weights widen exactly too: with one-hot rows of A,
   // c[i][j] = w[j][i] (8 rows: the blocked path; 1 row: the GEMV kernel).
   {
@@ -661,6 +663,7 @@ void test_half_as_float32() {
     std::vector<float> a(k * k, 0.0f);
     for (long i = 0; i < k; ++i) a[i * k + i] = 1.0f;
     for (WeightType type : {WeightType::kFloat16, WeightType::kBFloat16}) {
+      if (type == WeightType::kBFloat16 && !bf16_widens) continue;
       const bool half = type == WeightType::kFloat16;
       const PackedWeights packed = pack_weights_16(h.data(), type, n, k, k);
       for (long m : {k, 1L}) {
@@ -677,6 +680,7 @@ void test_half_as_float32() {
   }
   int i = 0;
   for (WeightType type : {WeightType::kFloat16, WeightType::kBFloat16}) {
+    if (type == WeightType::kBFloat16 && !bf16_widens) continue;
     for (long m = 1; m <= 6; ++m) {
       check_half_as_float32(type, m, 1 + 37 * m, 2 * m + 13, kActivations[i % 6], i % 3);  // GEMV
       ++i;
