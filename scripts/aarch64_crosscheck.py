@@ -6,7 +6,8 @@ checked against Hugging Face transformers here and by the test suite (docs/arm.m
 
 `build` writes tiny random-weight models with transformers (BERT encoder, GPT-2 decoder, Marian and
 T5 encoder-decoders; the decoders' final norms scaled up so that greedy choices are far from ties),
-then runs them with the host's cpuformer at float32, int8 and int4 (quantized at load) and stores
+then runs them with the host's cpuformer at float32, float16, bfloat16, int8 and int4 (converted or
+quantized at load) and stores
 the inputs and outputs in DIR/reference.npz. At float32 the host's outputs must match transformers
 (max |difference| <= 1e-4 * max |reference|, greedy tokens identical), and every greedy run must
 decide each token by a top-2 score gap of at least GAP, so that a different token on ARM means a
@@ -16,6 +17,9 @@ bug, not a rounding tie.
 the emulated CPU and CPUFORMER_ISA select) and compares with DIR/reference.npz:
 - float32: max |difference| <= 1e-4 * max |reference| (two float32 implementations; different
   blocking and fused multiply-adds give ~1e-6 in practice)
+- float16 / bfloat16: the same bound. Both sides widen the 16-bit weights to float32 exactly and
+  sum in float32; `build` hides the host's avx512_bf16 (CPUFORMER_DISABLE_FEATURES) so that its
+  bfloat16 reference is the widening kernel too, not vdpbf16ps, which rounds activations to bfloat16.
 - int8 / int4: max |difference| <= 2e-3 * max |reference|. The integer dot products are exact on
   both architectures, but the activations are quantized from float32 values that differ in the last
   bits, so an element near a rounding boundary may land one quantization step apart.
@@ -36,7 +40,7 @@ import numpy as np
 FLOAT32_TOLERANCE = 1e-4
 QUANTIZED_TOLERANCE = 2e-3
 GAP = 2e-3
-DTYPES = ("float32", "int8", "int4")
+DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
 NEW_TOKENS = 16
 
 # name -> (transformers model class, config class, config, the parameter scaled for peaky outputs)
@@ -161,6 +165,9 @@ def _compare(ours: np.ndarray, ref: np.ndarray, tolerance: float, key: str, fail
 
 
 def build(root: str) -> int:
+    # The bfloat16 reference from the widening kernel, as on ARM (read at the first kernel call).
+    features = [f for f in os.environ.get("CPUFORMER_DISABLE_FEATURES", "").split(",") if f]
+    os.environ["CPUFORMER_DISABLE_FEATURES"] = ",".join(features + ["avx512_bf16"])
     import torch
     import transformers
 
@@ -228,7 +235,7 @@ def check(root: str) -> int:
             expected = {k[len(f"{name}/{dtype}/"):] for k in reference.files if k.startswith(f"{name}/{dtype}/")}
             if set(out) != expected:
                 failures.append(f"{name}/{dtype}: outputs {sorted(out)}, reference {sorted(expected)}")
-            tolerance = FLOAT32_TOLERANCE if dtype == "float32" else QUANTIZED_TOLERANCE
+            tolerance = QUANTIZED_TOLERANCE if dtype in ("int8", "int4") else FLOAT32_TOLERANCE
             for key in sorted(expected & set(out)):
                 verdict = _compare(out[key], reference[f"{name}/{dtype}/{key}"], tolerance, f"{name}/{dtype}/{key}",
                                    failures)

@@ -4,8 +4,9 @@
 # Debian's arm64 packages and PyPI's aarch64 wheels (scripts/aarch64-python-env.sh, docs/arm.md).
 # Exits non-zero on any failure.
 #
-# At two emulated CPUs, `qemu-aarch64 -cpu max` (level i8mm: NEON float32 GEMM, SDOT int8 and int4)
-# and `-cpu cortex-a53` (level neon: NEON float32 GEMM, scalar int8 and int4), it runs
+# At two emulated CPUs, `qemu-aarch64 -cpu max` (level i8mm: NEON float32/float16/bfloat16 GEMMs,
+# SMMLA int8, SDOT int4) and `-cpu cortex-a53` (level neon: NEON float32/float16/bfloat16 GEMMs,
+# scalar int8 and int4), it runs
 #   python -m cpuformer --version   must print pyproject.toml's version
 #   python -m cpuformer info        must report the expected level (and that it is the best)
 #   python -m cpuformer bench --quick  random-weight encoder, decoder and encoder-decoder (QEMU's

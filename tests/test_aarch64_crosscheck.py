@@ -44,7 +44,7 @@ def test_check_passes_at_the_scalar_level(reference):
     checked = run("check", reference, CPUFORMER_ISA="scalar")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "isa scalar against the host's cpuformer" in checked.stdout
-    assert "all 36 outputs match the host's" in checked.stdout
+    assert "all 60 outputs match the host's" in checked.stdout
 
 
 def test_check_fails_on_a_changed_output_and_a_changed_token(reference, tmp_path):
@@ -59,9 +59,11 @@ def test_check_fails_on_a_changed_output_and_a_changed_token(reference, tmp_path
     hidden[0, 0, 0] += 1e-3 * np.abs(hidden).max()  # 10 x the float32 bound
     arrays["t5/int4/tokens1"][3] += 1
     np.savez(tmp_path / "reference.npz", **arrays)
-    checked = run("check", tmp_path)
+    # The host's vdpbf16ps (AVX512-BF16) rounds activations to bfloat16: beyond the bfloat16 bound of
+    # the widening kernels that `build` records and ARM runs.
+    checked = run("check", tmp_path, CPUFORMER_DISABLE_FEATURES="avx512_bf16")
     assert checked.returncode == 1
-    assert "FAILED: 2 of 36 outputs differ from the host's" in checked.stderr
+    assert "FAILED: 2 of 60 outputs differ from the host's" in checked.stderr
     assert "bert/float32/hidden: max |difference| / max |reference| = 0.001 > 0.0001" in checked.stderr
     assert "t5/int4/tokens1: tokens" in checked.stderr
 

@@ -537,6 +537,161 @@ void test_int4_bit_exact() {
   check_int4_bit_exact(128, false, 3, 4097, 40, 1);
 }
 
+// int8 (gemm.h): the integer sums are exact at every level and the float epilogue is the scalar
+// reference's, so the level's kernel gives the scalar reference's bits (no activation: that is the
+// level's own function), each on weights packed by its own table. On AArch64 the SMMLA kernel
+// (i8mm) also gives the SDOT kernel's (dotprod) bits, with an activation too (both run the level's
+// activation table), when the CPU has the dot product. Shapes walk the tile edges: m = 1..9 rows
+// (row pairs of SMMLA, 4-row tiles plus tails, an odd last row), odd n (16-feature panels plus a
+// partial one), k not a multiple of 4, 8 or 16 (padding of the 4- and 8-byte k groups), with bias
+// and a separate or in-place residual.
+PackedWeights pack_int8_with(const Int8GemmKernels& kernels, const std::vector<int8_t>& q,
+                             const std::vector<float>& scales, long n, long k) {
+  PackedWeights packed;
+  packed.n = n;
+  packed.k = k;
+  packed.type = WeightType::kInt8;
+  packed.data.resize(kernels.packed_bytes(n, k));
+  kernels.pack(q.data(), scales.data(), n, k, k, packed.data.data());
+  return packed;
+}
+
+void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, long m, long n, long ldc,
+                      const std::string& what) {
+  long mismatches = 0, first = -1;
+  for (long i = 0; i < m; ++i)
+    for (long j = 0; j < n; ++j)
+      if (std::memcmp(&want[i * ldc + j], &got[i * ldc + j], sizeof(float)) != 0) {
+        if (first < 0) first = i * ldc + j;
+        ++mismatches;
+      }
+  expect(mismatches == 0, what);
+  if (mismatches != 0)
+    std::printf("  %ld mismatches; first at %ld: %.9g, reference %.9g\n", mismatches, first,
+                static_cast<double>(got[first]), static_cast<double>(want[first]));
+}
+
+void check_int8_bit_exact(long m, long k, long n, Activation act, int residual_mode) {
+  const long lda = k + (m % 3), ldc = n + (n % 2);
+  const std::vector<float> a = randn(m * lda), w = randn(n * k, 1.0f / std::sqrt(static_cast<float>(k)));
+  const std::vector<float> bias = randn(n, 0.5f), residual = randn(m * ldc);
+  std::vector<int8_t> q(static_cast<std::size_t>(n) * k);
+  std::vector<float> scales(n);
+  quantize_weights_s8(w.data(), n, k, k, q.data(), scales.data());
+  auto run = [&](const Int8GemmKernels& kernels) {
+    const PackedWeights packed = pack_int8_with(kernels, q, scales, n, k);
+    std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+    GemmEpilogue ep;
+    ep.bias = residual_mode != 0 ? bias.data() : nullptr;
+    ep.activation = act;
+    set_residual(residual_mode, residual, ldc, c, ep);
+    kernels.gemm(a.data(), m, lda, packed, c.data(), ldc, ep);
+    return c;
+  };
+  const std::string what =
+      "int8 " + dims({m, k, n}) + " act=" + activation_name(act) + " residual mode " + std::to_string(residual_mode);
+  const std::vector<float> got = run(int8_gemm_kernels());
+  if (act == Activation::kNone)
+    expect_same_bits(run(scalar::kInt8GemmKernels), got, m, n, ldc, what + " bit-identical to the scalar reference");
+#if defined(__aarch64__)
+  if (active_isa() == Isa::kI8mm)
+    expect_same_bits(run(dotprod::kInt8GemmKernels), got, m, n, ldc, what + " smmla bit-identical to sdot");
+#endif
+}
+
+void test_int8_bit_exact() {
+  const long ks[] = {1, 7, 8, 9, 15, 16, 17, 33, 100, 301};
+  const long ns[] = {1, 2, 7, 15, 16, 17, 31, 33};
+  int i = 0;
+  for (long m = 1; m <= 9; ++m)
+    for (int rep = 0; rep < 4; ++rep) {
+      check_int8_bit_exact(m, ks[i % 10], ns[(i / 2) % 8], Activation::kNone, i % 3);
+      ++i;
+    }
+  // Several row blocks (32 rows each) and panels; a long K; an activation (SMMLA against SDOT).
+  check_int8_bit_exact(70, 513, 33, Activation::kNone, 2);
+  check_int8_bit_exact(3, 4097, 40, Activation::kNone, 1);
+  check_int8_bit_exact(37, 130, 50, Activation::kGeluErf, 1);
+  check_int8_bit_exact(5, 70, 20, Activation::kSilu, 2);
+}
+
+// float16 / bfloat16 (gemm.h): the widening kernels multiply exactly the float32 values of the
+// weights. At the SIMD levels they share the float32 GEMM's driver and register kernels (widening
+// in the GEMV kernel, or one W slice at a time before the tile kernel), so on shapes that take the
+// same path for both (m ≤ 6: GEMV; m ≤ 64 with 4 panels or more: GEMV in chunks; m > 256 or fewer panels: blocked) the
+// 16-bit GEMM gives the float32 GEMM's bits on the widened weights. The scalar level computes the same sums in its own
+// order (covered by test_gemm's bound).
+void check_half_as_float32(WeightType type, long m, long k, long n, Activation act, int residual_mode) {
+  const long lda = k + (m % 3), ldc = n + (n % 2);
+  const std::vector<float> a = randn(m * lda), w = randn(n * k, 1.0f / std::sqrt(static_cast<float>(k)));
+  const std::vector<float> bias = randn(n, 0.5f), residual = randn(m * ldc);
+  const bool half = type == WeightType::kFloat16;
+  std::vector<uint16_t> h(w.size());
+  std::vector<float> widened(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    h[i] = half ? float_to_half(w[i]) : float_to_bfloat16(w[i]);
+    widened[i] = half ? half_to_float(h[i]) : bfloat16_to_float(h[i]);
+  }
+  auto run = [&](const PackedWeights& packed) {
+    std::vector<float> c(m * ldc, std::numeric_limits<float>::quiet_NaN());
+    GemmEpilogue ep;
+    ep.bias = residual_mode != 0 ? bias.data() : nullptr;
+    ep.activation = act;
+    set_residual(residual_mode, residual, ldc, c, ep);
+    gemm(a.data(), m, lda, packed, c.data(), ldc, ep);
+    return c;
+  };
+  const std::vector<float> want = run(pack_weights_f32(widened.data(), n, k, k));
+  const std::vector<float> got = run(pack_weights_16(h.data(), type, n, k, k));
+  expect_same_bits(want, got, m, n, ldc,
+                   std::string(half ? "float16 " : "bfloat16 ") + dims({m, k, n}) + " act=" + activation_name(act) +
+                       " residual mode " + std::to_string(residual_mode) +
+                       " bit-identical to float32 on the widened weights");
+}
+
+void test_half_as_float32() {
+  if (active_isa() == Isa::kScalar) return;
+  // vdpbf16ps (AVX512-BF16) rounds A to bfloat16 instead: test_gemm's bound covers it.
+  const bool bf16_widens = matmul_instruction(WeightType::kBFloat16) != MatmulInstruction::kDpbf16x512;
+  // Subnormal, signed-zero and extreme weights widen exactly too: with one-hot rows of A,
+  // c[i][j] = w[j][i] (8 rows: the blocked path; 1 row: the GEMV kernel).
+  {
+    const long n = 16, k = 8;
+    const uint16_t specials[] = {0x0001, 0x83FF, 0x8000, 0x3C00, 0x0400, 0x7BFF, 0x3555, 0xC001};
+    std::vector<uint16_t> h(n * k);
+    for (long i = 0; i < n * k; ++i) h[i] = specials[(i + i / k) % 8];
+    std::vector<float> a(k * k, 0.0f);
+    for (long i = 0; i < k; ++i) a[i * k + i] = 1.0f;
+    for (WeightType type : {WeightType::kFloat16, WeightType::kBFloat16}) {
+      if (type == WeightType::kBFloat16 && !bf16_widens) continue;
+      const bool half = type == WeightType::kFloat16;
+      const PackedWeights packed = pack_weights_16(h.data(), type, n, k, k);
+      for (long m : {k, 1L}) {
+        std::vector<float> c(m * n);
+        gemm(a.data(), m, k, packed, c.data(), n);
+        bool same = true;
+        for (long i = 0; i < m; ++i)
+          for (long j = 0; j < n; ++j)
+            same &= c[i * n + j] == (half ? half_to_float(h[j * k + i]) : bfloat16_to_float(h[j * k + i]));
+        expect(same,
+               std::string(half ? "float16" : "bfloat16") + " special weights widen exactly, m=" + std::to_string(m));
+      }
+    }
+  }
+  int i = 0;
+  for (WeightType type : {WeightType::kFloat16, WeightType::kBFloat16}) {
+    if (type == WeightType::kBFloat16 && !bf16_widens) continue;
+    for (long m = 1; m <= 6; ++m) {
+      check_half_as_float32(type, m, 1 + 37 * m, 2 * m + 13, kActivations[i % 6], i % 3);  // GEMV
+      ++i;
+    }
+    check_half_as_float32(type, 300, 300, 48, Activation::kGeluTanh, 2);  // blocked, private rows
+    check_half_as_float32(type, 270, 70, 400, Activation::kNone, 1);      // blocked, shared rows
+    check_half_as_float32(type, 40, 257, 80, Activation::kRelu, 0);       // GEMV in chunks
+    check_half_as_float32(type, 40, 257, 33, Activation::kNone, 2);       // blocked (3 panels)
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Attention (attention.h): softmax(scale·q·kᵀ + mask)·v in float64. Tolerance as
 // tests/kernels/test_attention.py: 1e-5·max|ref| + 1e-6.
@@ -688,8 +843,15 @@ void test_level() {
          "float32 matmul kernel of the level");
 #if defined(__aarch64__)
   expect(scalar || std::string(gemm_kernel_name(WeightType::kFloat32)) == "neon fmla", "float32 matmul kernel: neon");
+  expect(scalar || std::string(gemm_kernel_name(WeightType::kFloat16)) == "neon fcvtl widen + fmla",
+         "float16 matmul kernel: neon");
+  expect(scalar || std::string(gemm_kernel_name(WeightType::kBFloat16)) == "neon widen + fmla",
+         "bfloat16 matmul kernel: neon");
   const bool dot = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm;
-  expect((std::string(gemm_kernel_name(WeightType::kInt8)) == "dotprod sdot") == dot, "int8 matmul kernel: sdot");
+  const bool mmla = active_isa() == Isa::kI8mm;
+  expect((std::string(gemm_kernel_name(WeightType::kInt8)) == "dotprod sdot") == (dot && !mmla),
+         "int8 matmul kernel: sdot");
+  expect((std::string(gemm_kernel_name(WeightType::kInt8)) == "i8mm smmla") == mmla, "int8 matmul kernel: smmla");
   expect((std::string(gemm_kernel_name(WeightType::kInt4)) == "dotprod sdot") == dot, "int4 matmul kernel: sdot");
 #endif
 }
@@ -808,6 +970,8 @@ int main() {
   test_norms();
   test_gemm();
   test_int4_bit_exact();
+  test_int8_bit_exact();
+  test_half_as_float32();
   test_attention();
   test_peak_probes();
   test_load_scratch();

@@ -81,10 +81,11 @@ MatmulInstruction matmul_instruction(WeightType type) {
 
 #elif CPUFORMER_AARCH64
 
-// AArch64: float32 weights use the NEON kernels at the neon, dotprod and i8mm levels, int8 and int4
-// weights the SDOT kernels at dotprod and i8mm (no SMMLA kernel yet; int4 in the packed layout of
-// the x86 levels, gemm_int4_layout_inl.h); float16 and bfloat16 run the scalar kernels at every
-// level for now (docs/arm.md).
+// AArch64: float32, float16 and bfloat16 weights use the NEON kernels at the neon, dotprod and i8mm
+// levels (the 16-bit ones widen to float32 with fcvtl / a shift, gemm_half_neon.cc); int8 weights
+// the SDOT kernel at dotprod and the SMMLA kernel at i8mm (each packs its own layout); int4 weights
+// the SDOT kernel at dotprod and i8mm (in the packed layout of the x86 levels,
+// gemm_int4_layout_inl.h). docs/arm.md.
 namespace dotprod { extern const Int4GemmKernels kInt4GemmKernels; }
 
 const GemmKernels& gemm_kernels() {
@@ -92,12 +93,15 @@ const GemmKernels& gemm_kernels() {
   return table;
 }
 const Int8GemmKernels& int8_gemm_kernels() {
-  static const Int8GemmKernels& table = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm
-                                            ? dotprod::kInt8GemmKernels
-                                            : scalar::kInt8GemmKernels;
+  static const Int8GemmKernels& table = active_isa() == Isa::kI8mm      ? i8mm::kInt8GemmKernels
+                                        : active_isa() == Isa::kDotprod ? dotprod::kInt8GemmKernels
+                                                                        : scalar::kInt8GemmKernels;
   return table;
 }
-const HalfGemmKernels& half_gemm_kernels() { return scalar::kHalfGemmKernels; }
+const HalfGemmKernels& half_gemm_kernels() {
+  static const HalfGemmKernels& table = select_for_isa(scalar::kHalfGemmKernels, neon::kHalfGemmKernels);
+  return table;
+}
 const Int4GemmKernels& int4_gemm_kernels() {
   static const Int4GemmKernels& table = active_isa() == Isa::kDotprod || active_isa() == Isa::kI8mm
                                             ? dotprod::kInt4GemmKernels
@@ -107,9 +111,17 @@ const Int4GemmKernels& int4_gemm_kernels() {
 
 MatmulInstruction matmul_instruction(WeightType type) {
   const Isa isa = active_isa();
-  if (type == WeightType::kFloat32 && isa != Isa::kScalar) return MatmulInstruction::kNeonFma128;
-  if ((type == WeightType::kInt8 || type == WeightType::kInt4) && (isa == Isa::kDotprod || isa == Isa::kI8mm))
-    return MatmulInstruction::kSdot128;
+  if (isa == Isa::kScalar) return MatmulInstruction::kScalar;
+  switch (type) {
+    case WeightType::kFloat32:
+    case WeightType::kFloat16:
+    case WeightType::kBFloat16: return MatmulInstruction::kNeonFma128;
+    case WeightType::kInt8:
+      if (isa == Isa::kI8mm) return MatmulInstruction::kSmmla128;
+      return isa == Isa::kDotprod ? MatmulInstruction::kSdot128 : MatmulInstruction::kScalar;
+    case WeightType::kInt4:
+      return isa == Isa::kDotprod || isa == Isa::kI8mm ? MatmulInstruction::kSdot128 : MatmulInstruction::kScalar;
+  }
   return MatmulInstruction::kScalar;
 }
 
@@ -126,8 +138,10 @@ const char* gemm_kernel_name(WeightType type) {
     case MatmulInstruction::kDpbusd256: return "avx_vnni vpdpbusd";
     case MatmulInstruction::kDpbusd512: return "avx512_vnni vpdpbusd";
     case MatmulInstruction::kDpbf16x512: return "avx512_bf16 vdpbf16ps";
-    case MatmulInstruction::kNeonFma128: return "neon fmla";
+    case MatmulInstruction::kNeonFma128:
+      return f32 ? "neon fmla" : f16 ? "neon fcvtl widen + fmla" : "neon widen + fmla";
     case MatmulInstruction::kSdot128: return "dotprod sdot";
+    case MatmulInstruction::kSmmla128: return "i8mm smmla";
   }
   return "unknown";
 }

@@ -132,7 +132,8 @@ const Int4GemmKernels& int4_gemm_kernels();
 // The instruction sequence the selected kernels multiply weights of `type` with: plain C++ at the
 // scalar level, FMA (float32, and the widening 16-bit kernels), the vpmaddubsw/vpmaddwd sequence
 // or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide. On AArch64:
-// NEON fmla on 128 bits (float32), SDOT on 128 bits (int8 and int4).
+// NEON fmla on 128 bits (float32, and the widening 16-bit kernels), SDOT on 128 bits (int8 at the
+// dotprod level, int4), SMMLA on 128 bits (int8 at the i8mm level).
 enum class MatmulInstruction {
   kScalar,
   kFma256,
@@ -143,7 +144,8 @@ enum class MatmulInstruction {
   kDpbusd512,
   kDpbf16x512,
   kNeonFma128,
-  kSdot128
+  kSdot128,
+  kSmmla128
 };
 MatmulInstruction matmul_instruction(WeightType type);
 // Its name, e.g. "avx512_vnni vpdpbusd" (shown by cpu_info() and `cpuformer info`).
@@ -209,9 +211,14 @@ extern const GemmKernels kGemmKernels;
 extern const Int8GemmKernels kInt8GemmKernels;
 extern const HalfGemmKernels kHalfGemmKernels;
 }  // namespace avx512
-// AArch64 (docs/arm.md): float32 at the neon level and up, int8 and int4 with SDOT at the dotprod
-// level and up (dotprod::kInt4GemmKernels is declared in gemm.cc, as the x86 int4 tables are).
-namespace neon { extern const GemmKernels kGemmKernels; }
+// AArch64 (docs/arm.md): float32, float16 and bfloat16 at the neon level and up, int8 with SDOT at
+// the dotprod level and with SMMLA at the i8mm level, int4 with SDOT at dotprod and up
+// (dotprod::kInt4GemmKernels is declared in gemm.cc, as the x86 int4 tables are).
+namespace neon {
+extern const GemmKernels kGemmKernels;
+extern const HalfGemmKernels kHalfGemmKernels;
+}  // namespace neon
 namespace dotprod { extern const Int8GemmKernels kInt8GemmKernels; }
+namespace i8mm { extern const Int8GemmKernels kInt8GemmKernels; }
 
 }  // namespace cpuformer

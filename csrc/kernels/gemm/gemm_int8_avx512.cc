@@ -20,6 +20,7 @@ namespace {
 
 constexpr long kMR = 4;
 constexpr long kNR = 64;
+constexpr long kKGroup = 4;
 constexpr bool kUnsignedA = false;
 
 #include "kernels/gemm/gemm_int8_inl.h"

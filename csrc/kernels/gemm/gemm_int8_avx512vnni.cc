@@ -19,6 +19,7 @@ namespace {
 
 constexpr long kMR = 6;
 constexpr long kNR = 64;
+constexpr long kKGroup = 4;
 constexpr bool kUnsignedA = true;
 
 #include "kernels/gemm/gemm_int8_inl.h"

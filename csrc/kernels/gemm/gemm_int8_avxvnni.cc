@@ -20,6 +20,7 @@ namespace {
 
 constexpr long kMR = 6;
 constexpr long kNR = 16;
+constexpr long kKGroup = 4;
 constexpr bool kUnsignedA = true;
 
 #include "kernels/gemm/gemm_int8_inl.h"

@@ -26,16 +26,11 @@ namespace {
 
 constexpr long kMR = 4;
 constexpr long kNR = 16;
+constexpr long kKGroup = 4;
 constexpr bool kUnsignedA = false;
 
 #include "kernels/gemm/gemm_int8_inl.h"
-
-float quantize_row(const float* x, long k, long kp, uint8_t* out) {
-  int8_t* qa = reinterpret_cast<int8_t*>(out);
-  const float sa = scalar::quantize_activation_row(x, k, qa);
-  std::memset(qa + k, 0, static_cast<std::size_t>(kp - k));
-  return sa;
-}
+#include "kernels/gemm/gemm_int8_neon_inl.h"
 
 // Group G (of 4 k) of the 16 A values held in av[r]: acc[r][v] += w[v] · av[r].4B[G].
 template <int R, int G>
@@ -85,20 +80,6 @@ void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long k
     case 2: tile_rows<2>(a, lda, wp, kp, out); break;
     default: tile_rows<1>(a, lda, wp, kp, out); break;
   }
-}
-
-// The scalar reference's float operations in its order (gemm_int8_scalar.cc), then the level's
-// activation table on the row.
-template <Activation kAct>
-void finish_row_act(const int32_t* acc, const int32_t* comp, float sa, const float* scales, const float* bias,
-                    const float* residual, float* c, long ncols) {
-  float row[kNR];
-  for (long j = 0; j < ncols; ++j) {
-    const int32_t sum = comp != nullptr ? acc[j] - comp[j] : acc[j];
-    row[j] = sa * scales[j] * static_cast<float>(sum) + (bias != nullptr ? bias[j] : 0.0f);
-  }
-  if constexpr (kAct != Activation::kNone) activation_kernels().apply(kAct, row, row, ncols);
-  for (long j = 0; j < ncols; ++j) c[j] = row[j] + (residual != nullptr ? residual[j] : 0.0f);
 }
 
 }  // namespace

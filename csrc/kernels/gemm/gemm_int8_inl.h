@@ -8,15 +8,18 @@
 //
 // The including file defines before the #include:
 //   constexpr long kMR, kNR;     register tile: kMR rows of A × kNR output features
+//   constexpr long kKGroup;      k per column in one group of a panel: 4 (vpdpbusd, vpmaddubsw
+//                                pairs, SDOT) or 8 (SMMLA: two columns' 8 k are one 2×8 operand)
 //   constexpr bool kUnsignedA;   A rows are stored as u8 = qa + 128 (vpdpbusd) and the packed
 //                                compensation 128·Σ_k q[j][k] is subtracted from every sum;
 //                                otherwise A rows are stored as s8 qa
 // and, after it, quantize_row, tile_kernel and finish_row_act declared below.
 //
 // Packed W (bytes): scales [Np] float, comp [Np] int32 (128·Σ_k q[j][k], wrapping), then
-// Np / kNR panels, panel p holding q[p·kNR + j][4g + t] at [(g·kNR + j)·4 + t] for the Kp / 4
-// groups g of four k (Np = N rounded up to kNR, Kp = K rounded up to 4; padding is zero). One k
-// group of a panel is kNR·4 contiguous bytes: kNR int32 lanes of vpdpbusd / vpmaddubsw pairs.
+// Np / kNR panels, panel p holding q[p·kNR + j][G·g + t] at [(g·kNR + j)·G + t] for the Kp / G
+// groups g of G = kKGroup k (Np = N rounded up to kNR, Kp = K rounded up to G; padding is zero).
+// One k group of a panel is kNR·G contiguous bytes: with G = 4, kNR int32 lanes of vpdpbusd /
+// vpmaddubsw pairs / SDOT; with G = 8, kNR / 2 SMMLA operands of 2 columns × 8 k.
 //
 // Integer exactness: the sums of vpdpbusd wrap modulo 2^32 (no saturation). Σ (qa+128)·q may leave
 // the int32 range for long K, but Σ qa·q = Σ (qa+128)·q − 128·Σ q does not (K ≤ 2^17), so the
@@ -28,7 +31,7 @@
 //   with qa = 0 for a row holding a NaN or ±inf).
 float quantize_row(const float* x, long k, long kp, uint8_t* out);
 // tile_kernel: out[r·kNR + j] = Σ_p a[r·lda + p] ⊙ wp[p, j] (wrapping int32; before the
-//   compensation) for r < rows ≤ kMR, all kNR columns; wp a packed panel, kp a multiple of 4.
+//   compensation) for r < rows ≤ kMR, all kNR columns; wp a packed panel, kp a multiple of kKGroup.
 void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out);
 // finish_row_act<act>: c[j] = act(sa·scales[j]·float(acc[j] − comp[j]) + bias[j]) + residual[j],
 //   j < ncols (comp, bias, residual may be null; residual may alias c). The float operations are
@@ -57,12 +60,12 @@ inline void finish_row(const int32_t* acc, const int32_t* comp, float sa, const 
 inline long i8_ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 std::size_t packed_bytes(long n, long k) {
-  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, 4) * 4;
+  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, kKGroup) * kKGroup;
   return static_cast<std::size_t>(np) * (sizeof(float) + sizeof(int32_t)) + static_cast<std::size_t>(np) * kp;
 }
 
 void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_t* out) {
-  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, 4) * 4;
+  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, kKGroup) * kKGroup;
   float* sc = reinterpret_cast<float*>(out);
   int32_t* comp = reinterpret_cast<int32_t*>(out + np * sizeof(float));
   int8_t* panels = reinterpret_cast<int8_t*>(out + np * (sizeof(float) + sizeof(int32_t)));
@@ -77,10 +80,10 @@ void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_
     int8_t* panel = panels + p0 * kp;
     for (long jj = 0; jj < kNR; ++jj) {
       const long j = p0 + jj;
-      for (long g = 0; g < kp / 4; ++g)
-        for (long t = 0; t < 4; ++t) {
-          const long p = 4 * g + t;
-          panel[(g * kNR + jj) * 4 + t] = j < n && p < k ? q[j * ldq + p] : 0;
+      for (long g = 0; g < kp / kKGroup; ++g)
+        for (long t = 0; t < kKGroup; ++t) {
+          const long p = kKGroup * g + t;
+          panel[(g * kNR + jj) * kKGroup + t] = j < n && p < k ? q[j * ldq + p] : 0;
         }
     }
   }
@@ -93,7 +96,7 @@ constexpr long kInt8MinMacsPerThread = 1L << 19;
 
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
-  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, 4) * 4;
+  const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, kKGroup) * kKGroup;
   const float* scales = reinterpret_cast<const float*>(w.data.data());
   const int32_t* comp = reinterpret_cast<const int32_t*>(w.data.data() + np * sizeof(float));
   const int8_t* panels = reinterpret_cast<const int8_t*>(w.data.data() + np * (sizeof(float) + sizeof(int32_t)));

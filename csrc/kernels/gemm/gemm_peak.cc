@@ -75,6 +75,7 @@ PeakProbe probe_for(WeightType type) {
 #elif defined(__aarch64__)
     case MatmulInstruction::kNeonFma128: return scalar::peak_float;  // the same fmla on 4 lanes (gemm_neon.cc)
     case MatmulInstruction::kSdot128: return dotprod::peak_sdot;
+    case MatmulInstruction::kSmmla128: return i8mm::peak_smmla;
 #endif
     default: break;
   }

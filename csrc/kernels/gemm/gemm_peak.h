@@ -36,5 +36,6 @@ namespace avxvnni { int64_t peak_dpbusd(long steps); }
 namespace avx512bf16 { int64_t peak_dpbf16(long steps); }
 // AArch64
 namespace dotprod { int64_t peak_sdot(long steps); }
+namespace i8mm { int64_t peak_smmla(long steps); }
 
 }  // namespace cpuformer
