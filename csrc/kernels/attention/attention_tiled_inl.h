@@ -292,10 +292,16 @@ void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, co
   if (rest == 0) return;
   const long vecs = (rest + kLanes - 1) / kLanes;
   const TailMask last = tail_mask(rest - (vecs - 1) * kLanes);
-  switch (vecs) {
+  switch (vecs) {  // 1 ≤ vecs ≤ kPvVecs
     case 1: pv_tile<RR, 1, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
     case 2: pv_tile<RR, 2, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
-    default: pv_tile<RR, 3, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
+    case 3:
+      pv_tile<RR, (kPvVecs > 3 ? 3 : kPvVecs), kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last,
+                                                       removed);
+      break;
+    default:  // 4 vectors: only when kPvVecs is 4 (AVX-512, NEON)
+      pv_tile<RR, kPvVecs, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed);
+      break;
   }
 }
 
