@@ -3,8 +3,9 @@
 //
 // The same functions, constants, operations and special values as vector_math_avx2.h (see
 // vector_math_avx512.h for the error bounds): 4 lanes instead of 8, FMLA/FMLS for the fused
-// multiply-adds, FDIV for the quotients. On finite inputs the results are those of the AVX2
-// level. tests/native/kernel_tests.cc checks the bounds at every ARM level (scripts/test-aarch64.sh).
+// multiply-adds, FDIV for the quotients. The results need not match AVX2's bit for bit: GCC's
+// arm_neon.h writes vmulq_f32 / vaddq_f32 as plain vector operators, which it may contract into
+// FMLA. tests/native/kernel_tests.cc checks the bounds at every ARM level (scripts/test-aarch64.sh).
 //
 // NaN: NEON's FMAX/FMIN return NaN when either operand is NaN and FMAXNM/FMINNM return the number,
 // where x86's MAXPS/MINPS return their second operand. The clamps below pick the variant that
