@@ -1,10 +1,11 @@
 // Native kernel tests: every kernel family the dispatch tables hold (GEMM with float32, float16,
-// bfloat16, int8 and int4 weights; attention with float32 and float16 keys and values; layer and
-// RMS norm; activations, softmax, SwiGLU; the vector math functions and row reductions), at the
-// ISA level this process runs at, against float64 references written here. The tolerances are the
-// ones tests/kernels states (the kernel headers' contracts). Sizes walk through vector and tile
-// tails (1, 3, 7, 17, 33, 65, 127, ...). Also: the level in use and its matmul kernels, and that
-// the compute-peak probe of each weight type runs.
+// bfloat16, int8 and int4 weights; attention with float32, float16, bfloat16 and int8 keys and
+// values; layer and RMS norm; activations, softmax, SwiGLU; the vector math functions and row
+// reductions), at the ISA level this process runs at, against float64 references written here. The
+// tolerances and special values are the ones tests/kernels states (the kernel headers' contracts).
+// Sizes walk through vector and tile tails (1, 3, 7, 17, 33, 65, 127, ...). Also: the level in use,
+// its matmul kernels and the tables of the other families, and that the compute-peak probe of each
+// weight type runs.
 //
 // One run checks one level: CPUFORMER_ISA picks it (the best the CPU has when unset), as for the
 // Python package. A level the CPU lacks exits 77 (ctest reports it as skipped). The build registers
