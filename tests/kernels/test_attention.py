@@ -64,7 +64,7 @@ def make_qkv(rng, batch, heads, kv_heads, q_len, kv_len, dim):
     return q, k, v
 
 
-# (B, H, Hkv, Tq, Tk, D): every D in {1, 3, 7, 17, 33, 64, 65, 128} and Tq/Tk in
+# (B, H, Hkv, Tq, Tk, D): every D in {1, 3, 7, 17, 33, 64, 65, 128} (and below) and Tq/Tk in
 # {1, 3, 7, 17, 33, 65, 127}; MHA, GQA 8/2 and 32/4; query tiles full, partial and single rows.
 SHAPES = [
     (1, 1, 1, 1, 1, 1),
@@ -82,6 +82,13 @@ SHAPES = [
     (1, 32, 4, 3, 127, 128),
     (3, 6, 2, 5, 19, 7),
     (1, 3, 1, 9, 23, 33),
+    # D whose last partial chunk of the P·V tile needs 4 vectors (kPvVecs = 4): 50, 60, 120 at
+    # AVX-512 (16 lanes), 13, 30 at NEON (4 lanes)
+    (2, 2, 2, 1, 70, 50),
+    (1, 4, 2, 5, 33, 60),
+    (1, 8, 2, 3, 40, 120),
+    (1, 2, 2, 1, 33, 13),
+    (1, 4, 2, 6, 40, 30),
 ]
 
 

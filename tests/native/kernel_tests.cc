@@ -1,10 +1,11 @@
 // Native kernel tests: every kernel family the dispatch tables hold (GEMM with float32, float16,
-// bfloat16, int8 and int4 weights; attention with float32 and float16 keys and values; layer and
-// RMS norm; activations, softmax, SwiGLU; the vector math functions and row reductions), at the
-// ISA level this process runs at, against float64 references written here. The tolerances are the
-// ones tests/kernels states (the kernel headers' contracts). Sizes walk through vector and tile
-// tails (1, 3, 7, 17, 33, 65, 127, ...). Also: the level in use and its matmul kernels, and that
-// the compute-peak probe of each weight type runs.
+// bfloat16, int8 and int4 weights; attention with float32, float16, bfloat16 and int8 keys and
+// values; layer and RMS norm; activations, softmax, SwiGLU; the vector math functions and row
+// reductions), at the ISA level this process runs at, against float64 references written here. The
+// tolerances and special values are the ones tests/kernels states (the kernel headers' contracts).
+// Sizes walk through vector and tile tails (1, 3, 7, 17, 33, 65, 127, ...). Also: the level in use,
+// its matmul kernels and the tables of the other families, and that the compute-peak probe of each
+// weight type runs.
 //
 // One run checks one level: CPUFORMER_ISA picks it (the best the CPU has when unset), as for the
 // Python package. A level the CPU lacks exits 77 (ctest reports it as skipped). The build registers
@@ -236,6 +237,123 @@ void test_vector_math() {
         break;
       }
     expect(k.find_greater(v.data(), n, offset, threshold) == first, "find_greater n=" + std::to_string(n));
+  }
+}
+
+// Special values and tails (the checks of tests/kernels/test_vector_math.py and test_activation.py
+// that hold at every level): saturation to exactly ±1, underflow to 0, NaN kept, ±inf of the
+// activations exactly as the scalar reference, and partial vectors giving the bits of full ones.
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof(float)) == 0; }
+
+std::vector<float> vmath(VectorFunction f, const std::vector<float>& x) {
+  std::vector<float> y(x.size());
+  vector_math_kernels().apply(f, x.data(), y.data(), static_cast<long>(x.size()));
+  return y;
+}
+
+void test_special_values() {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const VectorFunction all[] = {VectorFunction::kExp, VectorFunction::kExpNanPropagating, VectorFunction::kErf,
+                                VectorFunction::kTanh, VectorFunction::kSigmoid};
+  const char* names[] = {"exp", "exp_nan_propagating", "erf", "tanh", "sigmoid"};
+  // e^x is below 1e-37 (exactly 0 at the SIMD levels) from -87.34 down to -inf; a NaN survives
+  // exp_nan_propagating. (+inf and exp's NaN differ between the scalar reference and the SIMD
+  // levels: see vector_math_avx512.h.)
+  for (VectorFunction f : {VectorFunction::kExp, VectorFunction::kExpNanPropagating}) {
+    const std::vector<float> y = vmath(f, {-inf, -1e30f, -104.0f, -88.0f, -87.5f, nan});
+    bool ok = f == VectorFunction::kExp || std::isnan(y[5]);
+    for (int i = 0; i < 5; ++i) ok = ok && y[i] >= 0.0f && y[i] < 1e-37f;
+    expect(ok, std::string("vector_math ") + names[static_cast<int>(f)] + " special values");
+  }
+  // erf and tanh are exactly ±1 past 3.85 and 9; sigmoid exactly 1 above 20 and below 1e-40 far left.
+  for (VectorFunction f : {VectorFunction::kErf, VectorFunction::kTanh}) {
+    const float start = f == VectorFunction::kErf ? 4.0f : 9.5f;
+    const std::vector<float> big = {start, start + 0.5f, 100.0f, 1e10f, 3e38f, inf};
+    std::vector<float> neg(big.size());
+    for (std::size_t i = 0; i < big.size(); ++i) neg[i] = -big[i];
+    const std::vector<float> yp = vmath(f, big), yn = vmath(f, neg);
+    bool ok = true;
+    for (std::size_t i = 0; i < big.size(); ++i) ok = ok && yp[i] == 1.0f && yn[i] == -1.0f;
+    expect(ok, std::string("vector_math ") + names[static_cast<int>(f)] + " saturates to exactly +-1");
+  }
+  {
+    const std::vector<float> hi = vmath(VectorFunction::kSigmoid, {20.0f, 100.0f, 3e38f, inf});
+    const std::vector<float> lo = vmath(VectorFunction::kSigmoid, {-100.0f, -1e10f, -3e38f, -inf});
+    bool ok = true;
+    for (int i = 0; i < 4; ++i) ok = ok && hi[i] == 1.0f && lo[i] >= 0.0f && lo[i] < 1e-40f;
+    expect(ok, "vector_math sigmoid saturation");
+  }
+  for (int i = 1; i < 5; ++i) {
+    const std::vector<float> y = vmath(all[i], {1.0f, nan, -2.0f, nan, 0.5f});
+    expect(!std::isnan(y[0]) && std::isnan(y[1]) && !std::isnan(y[2]) && std::isnan(y[3]) && !std::isnan(y[4]),
+           std::string("vector_math ") + names[i] + " keeps NaN");
+  }
+  // Every length (full vectors and partial ones, at both ends of the array) gives the same bits.
+  std::uniform_real_distribution<float> wide(-10.0f, 10.0f);
+  std::vector<float> x(67);
+  for (float& e : x) e = wide(g_rng);
+  for (int fi = 0; fi < 5; ++fi) {
+    const std::vector<float> whole = vmath(all[fi], x);
+    bool ok = true;
+    for (long n = 1; n <= 67; ++n) {
+      std::vector<float> head(x.begin(), x.begin() + n), tail(x.end() - n, x.end());
+      const std::vector<float> yh = vmath(all[fi], head), yt = vmath(all[fi], tail);
+      for (long i = 0; i < n; ++i) ok = ok && same_bits(yh[i], whole[i]) && same_bits(yt[i], whole[67 - n + i]);
+    }
+    expect(ok, std::string("vector_math ") + names[fi] + ": every length gives the bits of the whole array");
+  }
+  // max_value skips NaN (all NaN: -inf) and finds +inf; find_greater never takes NaN.
+  {
+    const VectorMathKernels& k = vector_math_kernels();
+    std::vector<float> y(37, nan);
+    expect(k.max_value(y.data(), 37) == -inf && k.find_greater(y.data(), 37, 0.0f, -inf) == 37,
+           "max_value / find_greater of an all-NaN row");
+    y[5] = inf;
+    expect(k.max_value(y.data(), 37) == inf && k.find_greater(y.data(), 37, 0.0f, 0.0f) == 5,
+           "max_value / find_greater with +inf");
+    std::vector<float> z(21, -inf);
+    z[20] = 0.0f;
+    expect(k.sum_exp(z.data(), 21, 0.0f) == 1.0, "sum_exp: -inf adds nothing");
+  }
+  // Activations: NaN stays NaN; +inf gives +inf; -inf gives 0 for relu and NaN for the rest (-inf·0).
+  for (Activation act : kActivations) {
+    if (act == Activation::kNone) continue;
+    std::vector<float> in = {nan, inf, -inf, 0.0f, -0.0f, -200.0f}, out(in.size());
+    apply_activation(act, in.data(), out.data(), static_cast<long>(in.size()));
+    const bool relu = act == Activation::kRelu;
+    const bool ok = std::isnan(out[0]) && out[1] == inf && (relu ? out[2] == 0.0f : std::isnan(out[2])) &&
+                    out[3] == 0.0f && out[4] == 0.0f && out[5] == 0.0f;
+    expect(ok, std::string("activation ") + activation_name(act) + " special values");
+  }
+  {
+    std::vector<float> gate = {nan, 1.0f, -inf, inf, -200.0f, 2.0f}, up = {1.0f, nan, 1.0f, 2.0f, 3.0f, -inf};
+    std::vector<float> y(6);
+    silu_mul(gate.data(), up.data(), y.data(), 6);
+    expect(std::isnan(y[0]) && std::isnan(y[1]) && std::isnan(y[2]) && y[3] == inf && y[4] == 0.0f &&
+               std::signbit(y[4]) && y[5] == -inf,
+           "silu_mul special values");
+  }
+  // Softmax: NaN or +inf poisons the row, no entry above -inf gives zeros, -inf entries give 0.
+  {
+    const long n = 18;
+    std::vector<float> x(4 * n), y(4 * n);
+    for (long i = 0; i < n; ++i) x[i] = x[n + i] = static_cast<float>(i - 1);
+    x[0] = nan;
+    x[n] = inf;
+    for (long i = 0; i < n; ++i) x[2 * n + i] = -inf;
+    x[2 * n] = nan;
+    for (long i = 0; i < n; ++i) x[3 * n + i] = i == n - 1 ? 1e30f : -inf;
+    softmax_rows(x.data(), y.data(), 4, n);
+    bool poisoned = true, zeros = true, one_hot = true;
+    for (long i = 0; i < n; ++i) {
+      poisoned = poisoned && std::isnan(y[i]) && std::isnan(y[n + i]);
+      zeros = zeros && y[2 * n + i] == 0.0f;
+      one_hot = one_hot && y[3 * n + i] == (i == n - 1 ? 1.0f : 0.0f);
+    }
+    expect(poisoned, "softmax: NaN or +inf poisons the row");
+    expect(zeros, "softmax: a row with no entry above -inf gives zeros");
+    expect(one_hot, "softmax: -inf entries give exactly 0");
   }
 }
 
@@ -702,26 +820,75 @@ struct AttentionCase {
   long window;
   bool padding_mask;  // [B, 1, 1, Tk] additive mask with some -inf keys
   KvType kv_type;
+  // [B, H, Tq, Tk] additive mask instead: finite values and -inf that differ between the rows of
+  // a tile (the per-row mask paths of the SIMD kernels)
+  bool full_mask = false;
+  // NaN in the float32 keys and values of the keys the padding mask removes: they must not reach
+  // any row
+  bool poison_removed = false;
 };
 
 void check_attention(const AttentionCase& t) {
   const long B = t.batch, H = t.heads, Hkv = t.kv_heads, Tq = t.q_len, Tk = t.kv_len, D = t.dim;
-  const std::vector<float> q = randn(B * H * Tq * D), k = randn(B * Hkv * Tk * D), v = randn(B * Hkv * Tk * D);
-  std::vector<float> mask(B * Tk, 0.0f);
+  const std::vector<float> q = randn(B * H * Tq * D);
+  std::vector<float> k = randn(B * Hkv * Tk * D), v = randn(B * Hkv * Tk * D);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  std::vector<float> mask(t.full_mask ? B * H * Tq * Tk : B * Tk, 0.0f);
   if (t.padding_mask)
     for (long b = 0; b < B; ++b)
       for (long j = 0; j < Tk; ++j)
-        if ((j + b) % 3 == 1) mask[b * Tk + j] = -std::numeric_limits<float>::infinity();
-  // Keys and values as the kernel reads them (16-bit caches hold rounded values).
+        if ((j + b) % 3 == 1) mask[b * Tk + j] = neg_inf;
+  if (t.full_mask) {
+    std::uniform_real_distribution<float> finite(-4.0f, 0.0f);
+    for (std::size_t i = 0; i < mask.size(); ++i) mask[i] = (i * 7 + i / Tk) % 5 == 2 ? neg_inf : finite(g_rng);
+  }
+  if (t.poison_removed)
+    for (long b = 0; b < B; ++b)
+      for (long h = 0; h < Hkv; ++h)
+        for (long j = 0; j < Tk; ++j)
+          if ((j + b) % 3 == 1)
+            for (long d = 0; d < D; ++d)
+              k[((b * Hkv + h) * Tk + j) * D + d] = v[((b * Hkv + h) * Tk + j) * D + d] =
+                  std::numeric_limits<float>::quiet_NaN();
+  const auto masked = [&](long b, long h, long i, long j) {
+    return t.full_mask ? std::isinf(mask[((b * H + h) * Tq + i) * Tk + j])
+                       : t.padding_mask && std::isinf(mask[b * Tk + j]);
+  };
+  // Keys and values as the kernel reads them (16-bit caches hold rounded values, int8 caches
+  // scale · q rounded to float with one scale per key row).
   std::vector<uint16_t> k16(k.size()), v16(v.size());
+  std::vector<int8_t> k8(k.size()), v8(v.size());
+  std::vector<float> k_scale(B * Hkv * Tk), v_scale(B * Hkv * Tk);
   std::vector<double> kd(k.size()), vd(v.size());
   for (std::size_t i = 0; i < k.size(); ++i) {
-    const bool half = t.kv_type == KvType::kFloat16;
-    k16[i] = half ? float_to_half(k[i]) : 0;
-    v16[i] = half ? float_to_half(v[i]) : 0;
-    kd[i] = half ? half_to_float(k16[i]) : k[i];
-    vd[i] = half ? half_to_float(v16[i]) : v[i];
+    switch (t.kv_type) {
+      case KvType::kFloat32: kd[i] = k[i], vd[i] = v[i]; break;
+      case KvType::kFloat16:
+        k16[i] = float_to_half(k[i]), v16[i] = float_to_half(v[i]);
+        kd[i] = half_to_float(k16[i]), vd[i] = half_to_float(v16[i]);
+        break;
+      case KvType::kBFloat16:
+        k16[i] = float_to_bfloat16(k[i]), v16[i] = float_to_bfloat16(v[i]);
+        kd[i] = bfloat16_to_float(k16[i]), vd[i] = bfloat16_to_float(v16[i]);
+        break;
+      case KvType::kInt8: break;  // per row, below
+    }
   }
+  if (t.kv_type == KvType::kInt8)
+    for (long row = 0; row < B * Hkv * Tk; ++row)
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<float>& src = which ? v : k;
+        std::vector<int8_t>& dst = which ? v8 : k8;
+        std::vector<double>& wide = which ? vd : kd;
+        float amax = 0.0f;
+        for (long d = 0; d < D; ++d) amax = std::max(amax, std::fabs(src[row * D + d]));
+        const float scale = amax > 0.0f ? amax / 127.0f : 1.0f;
+        (which ? v_scale : k_scale)[row] = scale;
+        for (long d = 0; d < D; ++d) {
+          dst[row * D + d] = static_cast<int8_t>(std::lround(src[row * D + d] / scale));
+          wide[row * D + d] = scale * static_cast<float>(dst[row * D + d]);
+        }
+      }
   AttentionArgs args;
   args.batch = B;
   args.heads = H;
@@ -735,6 +902,13 @@ void check_attention(const AttentionCase& t) {
   if (t.kv_type == KvType::kFloat32) {
     args.k = k.data();
     args.v = v.data();
+  } else if (t.kv_type == KvType::kInt8) {
+    args.k_data = k8.data();
+    args.v_data = v8.data();
+    args.k_scale = k_scale.data();
+    args.v_scale = v_scale.data();
+    args.scale_stride_b = Hkv * Tk;
+    args.scale_stride_h = Tk;
   } else {
     args.k_data = k16.data();
     args.v_data = v16.data();
@@ -754,6 +928,13 @@ void check_attention(const AttentionCase& t) {
     args.mask_stride_b = Tk;
     args.mask_stride_k = 1;
   }
+  if (t.full_mask) {
+    args.mask = mask.data();
+    args.mask_stride_b = H * Tq * Tk;
+    args.mask_stride_h = Tq * Tk;
+    args.mask_stride_q = Tk;
+    args.mask_stride_k = 1;
+  }
   attention(args);
 
   std::vector<double> ref(out.size(), 0.0);
@@ -768,12 +949,13 @@ void check_attention(const AttentionCase& t) {
           const long pos = i + args.causal_offset;
           bool visible = t.causal ? j <= pos && (t.window <= 0 || j > pos - t.window)
                                   : t.window <= 0 || std::labs(j - pos) < t.window;
-          if (t.padding_mask && std::isinf(mask[b * Tk + j])) visible = false;
+          if (masked(b, h, i, j)) visible = false;
           if (!visible) continue;
+          const double added = t.full_mask ? mask[((b * H + h) * Tq + i) * Tk + j] : 0.0;
           double dot = 0.0;
           for (long d = 0; d < D; ++d)
             dot += static_cast<double>(q[((b * H + h) * Tq + i) * D + d]) * kd[((b * Hkv + hk) * Tk + j) * D + d];
-          s[j] = dot * args.scale;
+          s[j] = dot * args.scale + added;
           mx = std::max(mx, s[j]);
         }
         if (std::isinf(mx)) continue;  // sees no key: zeros
@@ -791,7 +973,11 @@ void check_attention(const AttentionCase& t) {
   std::vector<double> tol(out.size(), 1e-5 * max_ref + 1e-6);
   expect_close(std::string("attention ") + dims({B, H, Hkv, Tq, Tk, D}) + (t.causal ? " causal" : "") +
                    (t.window ? " window=" + std::to_string(t.window) : "") + (t.padding_mask ? " mask" : "") +
-                   (t.kv_type == KvType::kFloat16 ? " kv=float16" : ""),
+                   (t.full_mask ? " full mask" : "") + (t.poison_removed ? " NaN in removed keys" : "") +
+                   (t.kv_type == KvType::kFloat16    ? " kv=float16"
+                    : t.kv_type == KvType::kBFloat16 ? " kv=bfloat16"
+                    : t.kv_type == KvType::kInt8     ? " kv=int8"
+                                                     : ""),
                out, ref, tol);
 }
 
@@ -810,6 +996,20 @@ void test_attention() {
       {1, 2, 1, 2, 1000, 16, false, 0, true, KvType::kFloat32},
       {2, 4, 2, 5, 70, 64, true, 0, false, KvType::kFloat16},
       {1, 4, 4, 1, 129, 33, false, 0, true, KvType::kFloat16},
+      // D whose last partial chunk of the P·V tile is 4 vectors: 13 and 30 at NEON, 50, 60 and 120 at AVX-512
+      {1, 2, 2, 1, 33, 13, false, 0, false, KvType::kFloat32},
+      {1, 4, 2, 6, 40, 30, true, 0, false, KvType::kFloat32},
+      {2, 2, 2, 1, 70, 50, false, 0, false, KvType::kFloat32},
+      {1, 4, 2, 5, 33, 60, true, 0, false, KvType::kFloat32},
+      {1, 8, 2, 3, 40, 120, false, 0, true, KvType::kFloat32},
+      {2, 4, 2, 6, 75, 40, true, 0, false, KvType::kBFloat16},
+      {1, 2, 2, 1, 97, 21, false, 0, true, KvType::kBFloat16},
+      {2, 4, 2, 6, 75, 40, true, 0, true, KvType::kInt8},
+      {1, 2, 1, 3, 61, 19, false, 0, false, KvType::kInt8},
+      {2, 4, 2, 9, 50, 24, false, 0, false, KvType::kFloat32, true},
+      {1, 2, 2, 1, 70, 13, true, 0, false, KvType::kFloat32, true},
+      {2, 8, 2, 3, 90, 32, false, 0, true, KvType::kFloat32, false, true},
+      {1, 2, 2, 1, 600, 16, false, 0, true, KvType::kFloat32, false, true},
   };
   for (const AttentionCase& c : cases) check_attention(c);
 }
@@ -854,6 +1054,30 @@ void test_level() {
   expect((std::string(gemm_kernel_name(WeightType::kInt8)) == "i8mm smmla") == mmla, "int8 matmul kernel: smmla");
   expect((std::string(gemm_kernel_name(WeightType::kInt4)) == "dotprod sdot") == dot, "int4 matmul kernel: sdot");
 #endif
+  // The vector math, activation, attention and norm tables of the level: the scalar reference at
+  // scalar, the level's own SIMD tables otherwise (NEON at neon, dotprod and i8mm).
+#if defined(__aarch64__)
+  const bool neon_tables = &vector_math_kernels() == &neon::kVectorMathKernels &&
+                           &activation_kernels() == &neon::kActivationKernels &&
+                           &attention_kernels() == &neon::kAttentionKernels && &norm_kernels() == &neon::kNormKernels;
+  expect(scalar != neon_tables, "vector math, activation, attention and norm tables: neon");
+#else
+  const Isa isa = active_isa();
+  expect(&vector_math_kernels() == (isa == Isa::kAvx512 ? &avx512::kVectorMathKernels
+                                    : isa == Isa::kAvx2 ? &avx2::kVectorMathKernels
+                                                        : &scalar::kVectorMathKernels) &&
+             &activation_kernels() == (isa == Isa::kAvx512 ? &avx512::kActivationKernels
+                                       : isa == Isa::kAvx2 ? &avx2::kActivationKernels
+                                                           : &scalar::kActivationKernels) &&
+             &attention_kernels() == (isa == Isa::kAvx512 ? &avx512::kAttentionKernels
+                                      : isa == Isa::kAvx2 ? &avx2::kAttentionKernels
+                                                          : &scalar::kAttentionKernels),
+         "vector math, activation and attention tables of the level");
+#endif
+  expect(!scalar || (&vector_math_kernels() == &scalar::kVectorMathKernels &&
+                     &activation_kernels() == &scalar::kActivationKernels &&
+                     &attention_kernels() == &scalar::kAttentionKernels && &norm_kernels() == &scalar::kNormKernels),
+         "scalar level: the scalar reference tables");
 }
 
 // The compute-peak probe of each weight type's matmul instruction (gemm_peak.h) runs at this level
@@ -966,6 +1190,7 @@ int main() {
   print_level();
   test_level();
   test_vector_math();
+  test_special_values();
   test_activations();
   test_norms();
   test_gemm();

@@ -10,7 +10,7 @@ const ActivationKernels& activation_kernels() {
   static const ActivationKernels& table =
       select_for_isa(scalar::kActivationKernels, avx2::kActivationKernels, avx512::kActivationKernels);
 #else
-  static const ActivationKernels& table = scalar::kActivationKernels;  // AArch64: no NEON kernels yet
+  static const ActivationKernels& table = select_for_isa(scalar::kActivationKernels, neon::kActivationKernels);
 #endif
   return table;
 }

@@ -42,5 +42,6 @@ void silu_mul(const float* gate, const float* up, float* y, long n);
 namespace scalar { extern const ActivationKernels kActivationKernels; }
 namespace avx2 { extern const ActivationKernels kActivationKernels; }
 namespace avx512 { extern const ActivationKernels kActivationKernels; }
+namespace neon { extern const ActivationKernels kActivationKernels; }
 
 }  // namespace cpuformer

@@ -14,7 +14,7 @@ const AttentionKernels& attention_kernels() {
   static const AttentionKernels& table =
       select_for_isa(scalar::kAttentionKernels, avx2::kAttentionKernels, avx512::kAttentionKernels);
 #else
-  static const AttentionKernels& table = scalar::kAttentionKernels;  // AArch64: no NEON kernels yet
+  static const AttentionKernels& table = select_for_isa(scalar::kAttentionKernels, neon::kAttentionKernels);
 #endif
   return table;
 }

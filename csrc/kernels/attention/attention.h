@@ -80,5 +80,6 @@ float* attention_scratch(std::size_t floats);
 namespace scalar { extern const AttentionKernels kAttentionKernels; }
 namespace avx2 { extern const AttentionKernels kAttentionKernels; }
 namespace avx512 { extern const AttentionKernels kAttentionKernels; }
+namespace neon { extern const AttentionKernels kAttentionKernels; }
 
 }  // namespace cpuformer

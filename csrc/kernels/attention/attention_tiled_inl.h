@@ -1,7 +1,7 @@
 // Tiled flash attention with an online softmax, written once for every SIMD level.
 //
 // Include only from attention_<isa>.cc, after attention_simd_<isa>.h, with CPUFORMER_ATTENTION_ISA
-// defined to that ISA's namespace (avx2, avx512). Everything below then lands in
+// defined to that ISA's namespace (avx2, avx512, neon). Everything below then lands in
 // cpuformer::<isa>::(anonymous namespace): each level gets its own copy, compiled with its own
 // flags, and no symbol can be shared between levels at link time.
 //
@@ -36,7 +36,7 @@
 // operations in the same order: rows that cannot see a non-finite value get the bits they would
 // get without it, at no cost while the values are finite.
 #ifndef CPUFORMER_ATTENTION_ISA
-#error "define CPUFORMER_ATTENTION_ISA (avx2 or avx512) before including attention_tiled_inl.h"
+#error "define CPUFORMER_ATTENTION_ISA (avx2, avx512 or neon) before including attention_tiled_inl.h"
 #endif
 
 namespace cpuformer {
@@ -118,12 +118,24 @@ inline Workspace workspace_at(float* base, long d_pad) {
 }
 
 // Rows [j0, j0 + n) of the tile's keys (values) widened to float32 into dst [n][dim]: float16
-// with F16C, bfloat16 by a 16-bit shift, int8 times the row's scale (AttentionArgs::kv_type).
+// with F16C (FCVTL on AArch64), bfloat16 by a 16-bit shift, int8 times the row's scale
+// (AttentionArgs::kv_type). AArch64 takes the row loops of attention_simd_neon.h.
 void widen_block(const AttentionArgs& a, const Tile& t, bool values, long j0, long n, float* dst) {
   const long dim = a.head_dim, stride = values ? a.v_stride_t : a.k_stride_t;
   const char* base = values ? t.v_raw : t.k_raw;
   for (long j = 0; j < n; ++j) {
     float* d = dst + j * dim;
+#if defined(__aarch64__)
+    switch (a.kv_type) {
+      case KvType::kFloat16: widen_f16(reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride, d, dim); break;
+      case KvType::kBFloat16: widen_bf16(reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride, d, dim); break;
+      case KvType::kInt8:
+        widen_s8(reinterpret_cast<const int8_t*>(base) + (j0 + j) * stride, (values ? t.v_scales : t.k_scales)[j0 + j],
+                 d, dim);
+        break;
+      case KvType::kFloat32: break;  // never widened
+    }
+#else
     long x = 0;
     switch (a.kv_type) {
       case KvType::kFloat16: {
@@ -158,6 +170,7 @@ void widen_block(const AttentionArgs& a, const Tile& t, bool values, long j0, lo
       }
       case KvType::kFloat32: break;  // never widened
     }
+#endif
   }
 }
 
@@ -292,10 +305,16 @@ void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, co
   if (rest == 0) return;
   const long vecs = (rest + kLanes - 1) / kLanes;
   const TailMask last = tail_mask(rest - (vecs - 1) * kLanes);
-  switch (vecs) {
+  switch (vecs) {  // 1 ≤ vecs ≤ kPvVecs
     case 1: pv_tile<RR, 1, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
     case 2: pv_tile<RR, 2, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
-    default: pv_tile<RR, 3, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed); break;
+    case 3:
+      pv_tile<RR, (kPvVecs > 3 ? 3 : kPvVecs), kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last,
+                                                       removed);
+      break;
+    default:  // 4 vectors: only when kPvVecs is 4 (AVX-512, NEON)
+      pv_tile<RR, kPvVecs, kExact>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d, v_stride, last, removed);
+      break;
   }
 }
 

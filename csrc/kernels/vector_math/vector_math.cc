@@ -9,7 +9,7 @@ const VectorMathKernels& vector_math_kernels() {
   static const VectorMathKernels& table =
       select_for_isa(scalar::kVectorMathKernels, avx2::kVectorMathKernels, avx512::kVectorMathKernels);
 #else
-  static const VectorMathKernels& table = scalar::kVectorMathKernels;  // AArch64: no NEON kernels yet
+  static const VectorMathKernels& table = select_for_isa(scalar::kVectorMathKernels, neon::kVectorMathKernels);
 #endif
   return table;
 }

@@ -1,7 +1,8 @@
-// Array forms of the vectorised elementary functions (vector_math_avx2.h / vector_math_avx512.h),
-// one table per ISA like every kernel family. The kernels use the inline vector functions
-// directly; these tables exist so the tests can check each function's accuracy and special values
-// at every ISA level (cpuformer._core._vector_math).
+// Array forms of the vectorised elementary functions (vector_math_avx2.h, vector_math_avx512.h,
+// vector_math_neon.h), one table per ISA like every kernel family. The kernels use the inline
+// vector functions directly; these tables exist so the tests can check each function's accuracy
+// and special values at every ISA level (cpuformer._core._vector_math on x86-64,
+// tests/native/kernel_tests.cc on both architectures).
 //
 // Layout: x, y contiguous float arrays of n elements; y may alias x. No alignment required.
 // The scalar table is the definition: the <cmath> functions in float.
@@ -35,5 +36,6 @@ const VectorMathKernels& vector_math_kernels();
 namespace scalar { extern const VectorMathKernels kVectorMathKernels; }
 namespace avx2 { extern const VectorMathKernels kVectorMathKernels; }
 namespace avx512 { extern const VectorMathKernels kVectorMathKernels; }
+namespace neon { extern const VectorMathKernels kVectorMathKernels; }
 
 }  // namespace cpuformer
