@@ -50,9 +50,13 @@ def test_check_names_a_level_that_does_not_use_its_instructions():
     rows = [{"workload": "int8 gemm 64x512x512", "level": "dotprod", "mac_instruction_share": 1.0},
             {"workload": "int8 gemm 64x512x512", "level": "neon", "mac_instruction_share": 0.0},
             {"workload": "float32 gemm 64x512x512", "level": "neon", "mac_instruction_share": 1.0},
-            {"workload": "attention decode", "level": "neon", "mac_instruction_share": 0.5}]
+            {"workload": "int8 gemv 1x2048x2048", "level": "i8mm", "mac_instruction_share": 2.0},
+            {"workload": "int8 gemm 64x512x512", "level": "i8mm", "mac_instruction_share": 1.0},
+            {"workload": "attention decode 1x512", "level": "neon", "mac_instruction_share": 0.5}]
     assert m.check(rows) == []
     rows[0]["mac_instruction_share"] = 0.0
     rows[2]["mac_instruction_share"] = 0.5
+    rows[3]["mac_instruction_share"] = 1.0  # one row through SMMLA must cost two rows' multiply-adds
     failures = m.check(rows)
-    assert len(failures) == 2 and "int8 gemm 64x512x512 at dotprod" in failures[0]
+    assert len(failures) == 3 and "int8 gemm 64x512x512 at dotprod" in failures[0]
+    assert "int8 gemv 1x2048x2048 at i8mm" in failures[2]
