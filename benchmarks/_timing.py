@@ -114,3 +114,13 @@ def ort_session(path: str, threads: int) -> Any:
     options.inter_op_num_threads = 1
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def machine() -> dict:
+    """{"cpu": lscpu's model name, "lscpu": its whole output}: what a results file records of the host."""
+    import subprocess
+
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    name = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")),
+                "unknown")
+    return {"cpu": name, "lscpu": lscpu}

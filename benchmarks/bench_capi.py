@@ -41,7 +41,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _timing import run_script  # noqa: E402
+from _timing import machine, run_script  # noqa: E402
 
 PROMPT, NEW = 16, 64
 BATCH, SEQ = 8, 128
@@ -217,12 +217,9 @@ def main(argv=None):
         rows.append({"workload": key, "unit": unit, "python": py, "c": c, "ratio": c / py,
                      "python_rounds": rates[(key, "python")], "c_rounds": rates[(key, "c")]})
     twin_rows = _twin_rows(models, request_seconds)
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model_name = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")),
-                      "unknown")
     today = datetime.date.today().isoformat()
     out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"capi_{today}.json")
-    out.write_text(json.dumps({"date": today, "machine": {"cpu": model_name, "lscpu": lscpu}, "threads": args.threads,
+    out.write_text(json.dumps({"date": today, "machine": machine(), "threads": args.threads,
                                "rounds": args.rounds, "seconds": args.seconds, "prompt": PROMPT,
                                "new_tokens": NEW, "batch": BATCH, "seq_len": SEQ, "rows": rows,
                                "twins": {k: v[1] for k, v in TWINS.items()}, "twin_rows": twin_rows},

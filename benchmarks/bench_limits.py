@@ -43,12 +43,11 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _timing import run_script, timed  # noqa: E402
+from _timing import machine, run_script, timed  # noqa: E402
 
 # name -> (model, mode, workload); mode: "encoder", "decoder" (generate), "prefill" (one new token),
 # "seq2seq" (generate from sources). The README's headline rows (its MiniLM `embed` row includes
@@ -286,12 +285,9 @@ def main(argv=None) -> int:
             print(f"{row:<20}{dtype:<9}{macs / 1e6:>10.1f}M{nbytes / 1e6:>9.1f}{bandwidth / 1e9:>11.1f}"
                   f"{count / bound:>10.1f}{count / seconds:>10.1f}{bound / seconds:>9.0%}  {limited} ({unit})",
                   flush=True)
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model_name = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")),
-                      "unknown")
     today = datetime.date.today().isoformat()
     out = pathlib.Path(args.out or ROOT / "benchmarks" / "results" / f"limits_{today}.json")
-    out.write_text(json.dumps({"date": today, "machine": {"cpu": model_name, "lscpu": lscpu}, "threads": args.threads,
+    out.write_text(json.dumps({"date": today, "machine": machine(), "threads": args.threads,
                                "peaks_gops": {d: p / 1e9 for d, p in peaks.items()}, "rows": out_rows}, indent=1)
                    + "\n")
     print(f"wrote {out}")
