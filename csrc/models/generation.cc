@@ -86,14 +86,6 @@ void suppress_eos(const GenerationOptions& o, long generated, float* scores) {
   for (int64_t t : o.eos_token_ids) scores[t] = kNegInf;
 }
 
-long argmax(const float* x, long n) {
-  long best = 0;
-  for (long i = 1; i < n; ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return best;
-}
-
 // log_softmax in double; writes float32 (as the models' float32 pipeline would round).
 void log_softmax(const float* x, float* y, long n) {
   double m = -std::numeric_limits<double>::infinity();
@@ -609,7 +601,7 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
     process(o, history, out, static_cast<long>(out.size()), s, V, seq);
     if (o.do_sample) warp(o, s, V, tmp);
   };
-  auto choose = [&](float* s) -> int64_t { return o.do_sample ? sample(s, V, rng) : argmax(s, V); };
+  auto choose = [&](float* s) -> int64_t { return o.do_sample ? sample(s, V, rng) : greedy_argmax(s, V); };
 
   with_size_context([&] { return request.prefill(); },
                     [&] { model.prefill(ids.data(), mask.data(), 1, T, 1, o.max_new_tokens, logits.data()); });
@@ -657,7 +649,7 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
             softmax(s, V, q[i]);
             d = sample_weights(q[i], rng);
           } else {
-            d = argmax(s, V);
+            d = greedy_argmax(s, V);
           }
           draft.push_back(d);
           with_draft.push_back(d);
@@ -696,7 +688,7 @@ GenerationResult speculative(StepModel& model, StepModel* assistant, const std::
       }
       const int64_t d = draft[j + 1];
       if (!o.do_sample) {
-        const int64_t token = argmax(s, V);
+        const int64_t token = greedy_argmax(s, V);
         emit(token, s);
         if (token != d) break;
         ++accepted;
@@ -749,7 +741,7 @@ int64_t TokenChooser::choose(const GenerationOptions& o, const std::vector<int64
     warp(o, scores, V, tmp_);
     token = sample(scores, V, rng);
   } else {
-    token = argmax(scores, V);
+    token = greedy_argmax(scores, V);
   }
   if (log_prob) {
     lp_.resize(V);
@@ -760,6 +752,26 @@ int64_t TokenChooser::choose(const GenerationOptions& o, const std::vector<int64
 }
 
 bool is_eos_token(const GenerationOptions& o, int64_t token) { return is_eos(o, token); }
+
+// The first index of the largest score, NaN never winning (0 when x[0] is NaN): the result of
+// `if (x[i] > x[best]) best = i` over i, found with the vectorised row reductions (a max, then
+// the first element that reaches it) instead of that dependent scalar loop. Greedy decoding runs
+// it over the whole vocabulary of every row at every step.
+long greedy_argmax(const float* x, long n) {
+  if (n <= 1 || std::isnan(x[0])) return 0;
+  const VectorMathKernels& vm = vector_math_kernels();
+  const float m = vm.max_value(x, n);  // ignores NaN; >= x[0]
+  if (!(m > x[0])) return 0;           // x[0] is a maximum (the first one)
+  // x[i] > the float just below m  <=>  x[i] >= m  <=>  x[i] == m (+0 and -0 alike, as `>` sees them).
+  const long first = vm.find_greater(x, n, 0.0f, std::nextafter(m, -std::numeric_limits<float>::infinity()));
+  if (first < n) return first;
+  // Not found: only when the CPU treats subnormals as zero (a threshold of -0 for m = 0) — the loop.
+  long best = 0;
+  for (long i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
 
 GenerationResult generate(StepModel& model, const std::vector<std::vector<int64_t>>& prompts,
                           const GenerationOptions& options, const TokenCallback& on_token,

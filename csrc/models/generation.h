@@ -197,6 +197,11 @@ class TokenChooser {
 // Whether token is one of o's EOS ids.
 bool is_eos_token(const GenerationOptions& o, int64_t token);
 
+// Greedy decoding's choice: the first index of the largest of scores[0, n), NaN never chosen (0 when
+// scores[0] is NaN) — exactly `best = 0; for i: if (scores[i] > scores[best]) best = i`, computed
+// with the vectorised row reductions of vector_math.h. n >= 1.
+long greedy_argmax(const float* scores, long n);
+
 // Called with (sequence index, token) as each token is chosen (greedy / sampling only; beam search
 // reports each prompt's best sequence's tokens after the search). The sequence index is the
 // prompt's; with sampling and num_return_sequences = n, prompt i's k-th sample is i·n + k.

@@ -34,6 +34,7 @@
 #include "kernels/norm/norm.h"
 #include "kernels/vector_math/vector_math.h"
 #include "layers/linear.h"
+#include "models/generation.h"
 #include "runtime/cpu_features.h"
 #include "runtime/load_scratch.h"
 #include "runtime/threading.h"
@@ -1112,6 +1113,49 @@ std::vector<float> outputs(const Linear& linear, const std::vector<float>& x, lo
 // within a scope, kept by nested scopes; and a Linear of row parts (a model's fused q/k/v: joined in
 // the scratch) equal bit for bit to the Linear of the joined matrix, built inside a model-level
 // scope (twice: the second reuses the first's buffers) and outside any, for every stored type.
+// greedy_argmax (models/generation.h) equals the scalar loop it replaces, with the level's vector
+// reductions: ties (the first wins), NaN anywhere (never chosen; 0 when first), ±inf, signed zeros,
+// subnormal maxima and every length through the vector tails.
+void test_greedy_argmax() {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  auto loop = [](const std::vector<float>& x) {
+    long best = 0;
+    for (long i = 1; i < static_cast<long>(x.size()); ++i)
+      if (x[i] > x[best]) best = i;
+    return best;
+  };
+  std::mt19937 rng(7);
+  const float specials[] = {nan, inf, -inf, 0.0f, -0.0f, tiny, -tiny, 1.0f, 3.0f, -2.0f};
+  int failures = 0, cases = 0;
+  for (long n = 1; n <= 70; ++n) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(n);
+      std::uniform_int_distribution<int> pick(0, 9), small(-3, 3);
+      for (float& v : x) v = trial % 4 == 0 ? specials[pick(rng)] : static_cast<float>(small(rng));
+      if (trial % 5 == 1) x[n - 1] = 100.0f;  // the maximum at the end, after the vector part
+      if (trial % 7 == 2) std::fill(x.begin(), x.end(), -inf);
+      if (trial % 9 == 3) std::fill(x.begin(), x.end(), nan);
+      if (trial % 11 == 4) std::fill(x.begin(), x.end(), trial % 2 ? -0.0f : 0.0f);
+      if (trial % 13 == 5 && n > 2) {
+        std::fill(x.begin(), x.end(), -1.0f);
+        x[n / 2] = tiny;  // a subnormal maximum
+      }
+      ++cases;
+      const long got = greedy_argmax(x.data(), n), want = loop(x);
+      if (got != want && failures++ < 5)
+        std::printf("  greedy_argmax n=%ld trial %d: %ld, the loop %ld\n", n, trial, got, want);
+    }
+  }
+  std::vector<float> vocab(50257);
+  for (float& v : vocab) v = std::normal_distribution<float>(0.0f, 3.0f)(rng);
+  vocab[31337] = 40.0f;
+  vocab[40000] = 40.0f;
+  ++cases;
+  if (greedy_argmax(vocab.data(), 50257) != 31337) ++failures;
+  expect(failures == 0, "greedy_argmax equals the scalar loop (" + std::to_string(cases) + " rows)");
+}
+
 void test_load_scratch() {
   expect(load_scratch_refused(), "load_scratch without a scope throws");
   {
@@ -1200,6 +1244,7 @@ int main() {
   test_attention();
   test_peak_probes();
   test_load_scratch();
+  test_greedy_argmax();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }
