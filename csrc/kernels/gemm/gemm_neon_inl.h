@@ -121,6 +121,8 @@ __attribute__((always_inline)) inline void load_w(const void* wk, float32x4_t (&
 // ROWS rows of a against one whole packed panel (weights of kind WK, widened in registers). With few
 // rows there are too few independent accumulators to cover the fmla latency, so K is unrolled into U
 // separate accumulator sets.
+// The unroll pragmas let GCC keep acc in registers: without them it stored the array to the stack
+// at every k step (counted by benchmarks/arm_instruction_model.py).
 template <int ROWS, int WK>
 void gemv_rows(const float* a, long lda, const void* wp, long k, float* c, long ldc, long ncols,
                const TileEpilogue& ep) {
@@ -133,13 +135,16 @@ void gemv_rows(const float* a, long lda, const void* wp, long k, float* c, long 
       for (int v = 0; v < 4; ++v) acc[u][r][v] = vdupq_n_f32(0.0f);
   long kk = 0;
   for (; kk + U <= k; kk += U) {
+#pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       const char* wk = wb + (kk + u) * kStepBytes;
       __builtin_prefetch(wk + 2048, 0, 3);  // 2 KB ahead: 32 k steps of float32, 64 of 16-bit weights
       float32x4_t w[4];
       load_w<WK>(wk, w);
+#pragma GCC unroll 6
       for (int r = 0; r < ROWS; ++r) {
         const float av = a[r * lda + kk + u];
+#pragma GCC unroll 4
         for (int v = 0; v < 4; ++v) acc[u][r][v] = vfmaq_n_f32(acc[u][r][v], w[v], av);
       }
     }
