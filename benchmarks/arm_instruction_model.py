@@ -200,10 +200,6 @@ def check(rows):
     return failures
 
 
-def top(counts, n=6):
-    return ", ".join(f"{k} {v:.3g}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:n])
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtypes", default="float32,float16,bfloat16,int8,int4")

@@ -146,9 +146,7 @@ def units(mode: str, load: dict) -> tuple:
         return load["batch"], "seq/s"
     if mode == "prefill":
         return load["batch"] * load["prompt"], "tok/s"
-    if mode == "decoder":
-        return load["batch"] * load["new"], "tok/s"
-    return load["batch"] * load["new"], "tok/s"  # target tokens (per source, as the README)
+    return load["batch"] * load["new"], "tok/s"  # generated tokens (seq2seq: per source, as the README)
 
 
 def bound_seconds(phases: list, peak_ops: float, bandwidth: float) -> float:
@@ -194,7 +192,7 @@ def child(args) -> int:
 
     import cpuformer as cf
 
-    model_name, mode, load = ROWS[args.row]
+    _, mode, load = ROWS[args.row]
     h = hparams(args.model)
     rng = np.random.default_rng(0)
     model = cf.load(args.model, dtype=args.dtype, num_threads=args.threads)

@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "kernels/vector_math/vector_math_avx2.h"
 
 namespace cpuformer {
@@ -143,6 +145,8 @@ inline Vec vsum_transposed(const Vec* acc) {
   }
   return _mm256_add_ps(_mm256_permute2f128_ps(quad[0], quad[1], 0x20), _mm256_permute2f128_ps(quad[0], quad[1], 0x31));
 }
+
+#include "kernels/attention/attention_widen_x86_inl.h"
 
 }  // namespace attention_simd
 }  // namespace avx2

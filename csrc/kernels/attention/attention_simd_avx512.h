@@ -5,6 +5,8 @@
 
 #include <immintrin.h>
 
+#include <cstdint>
+
 #include "kernels/vector_math/vector_math_avx512.h"
 
 namespace cpuformer {
@@ -159,6 +161,8 @@ inline Vec vsum_transposed(const Vec* acc) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)),
                        _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
+
+#include "kernels/attention/attention_widen_x86_inl.h"
 
 }  // namespace attention_simd
 }  // namespace avx512

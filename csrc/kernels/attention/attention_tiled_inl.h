@@ -118,14 +118,13 @@ inline Workspace workspace_at(float* base, long d_pad) {
 }
 
 // Rows [j0, j0 + n) of the tile's keys (values) widened to float32 into dst [n][dim]: float16
-// with F16C (FCVTL on AArch64), bfloat16 by a 16-bit shift, int8 times the row's scale
-// (AttentionArgs::kv_type). AArch64 takes the row loops of attention_simd_neon.h.
+// exactly (F16C / FCVTL), bfloat16 by a 16-bit shift, int8 times the row's scale
+// (AttentionArgs::kv_type), with the level's row functions (widen_f16, widen_bf16, widen_s8).
 void widen_block(const AttentionArgs& a, const Tile& t, bool values, long j0, long n, float* dst) {
   const long dim = a.head_dim, stride = values ? a.v_stride_t : a.k_stride_t;
   const char* base = values ? t.v_raw : t.k_raw;
   for (long j = 0; j < n; ++j) {
     float* d = dst + j * dim;
-#if defined(__aarch64__)
     switch (a.kv_type) {
       case KvType::kFloat16: widen_f16(reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride, d, dim); break;
       case KvType::kBFloat16: widen_bf16(reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride, d, dim); break;
@@ -135,42 +134,6 @@ void widen_block(const AttentionArgs& a, const Tile& t, bool values, long j0, lo
         break;
       case KvType::kFloat32: break;  // never widened
     }
-#else
-    long x = 0;
-    switch (a.kv_type) {
-      case KvType::kFloat16: {
-        const uint16_t* src = reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride;
-        for (; x + 8 <= dim; x += 8)
-          _mm256_storeu_ps(d + x, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x))));
-        for (; x < dim; ++x) d[x] = _cvtsh_ss(src[x]);
-        break;
-      }
-      case KvType::kBFloat16: {
-        const uint16_t* src = reinterpret_cast<const uint16_t*>(base) + (j0 + j) * stride;
-        for (; x + 8 <= dim; x += 8) {
-          const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x)));
-          _mm256_storeu_ps(d + x, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
-        }
-        for (; x < dim; ++x) {
-          const uint32_t bits = static_cast<uint32_t>(src[x]) << 16;
-          __builtin_memcpy(d + x, &bits, sizeof(float));
-        }
-        break;
-      }
-      case KvType::kInt8: {
-        const int8_t* src = reinterpret_cast<const int8_t*>(base) + (j0 + j) * stride;
-        const float scale = (values ? t.v_scales : t.k_scales)[j0 + j];
-        const __m256 s = _mm256_set1_ps(scale);
-        for (; x + 8 <= dim; x += 8) {
-          const __m256i wide = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + x)));
-          _mm256_storeu_ps(d + x, _mm256_mul_ps(_mm256_cvtepi32_ps(wide), s));
-        }
-        for (; x < dim; ++x) d[x] = scale * static_cast<float>(src[x]);
-        break;
-      }
-      case KvType::kFloat32: break;  // never widened
-    }
-#endif
   }
 }
 

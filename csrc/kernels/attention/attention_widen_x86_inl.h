@@ -1,0 +1,36 @@
+// The KV-cache row widening of the tiled attention kernel for the x86 levels (AVX2 + F16C
+// instructions, shared by avx2 and avx512): include only inside the attention_simd namespace of
+// attention_simd_avx2.h / attention_simd_avx512.h. attention_simd_neon.h has the same three
+// functions for AArch64.
+
+// dst[0, n) = the float16 values src[0, n) as float32 (F16C, exact).
+inline void widen_f16(const uint16_t* src, float* dst, long n) {
+  long x = 0;
+  for (; x + 8 <= n; x += 8)
+    _mm256_storeu_ps(dst + x, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x))));
+  for (; x < n; ++x) dst[x] = _cvtsh_ss(src[x]);
+}
+
+// dst[0, n) = the bfloat16 values src[0, n) as float32 (a 16-bit shift, exact).
+inline void widen_bf16(const uint16_t* src, float* dst, long n) {
+  long x = 0;
+  for (; x + 8 <= n; x += 8) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x)));
+    _mm256_storeu_ps(dst + x, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  }
+  for (; x < n; ++x) {
+    const uint32_t bits = static_cast<uint32_t>(src[x]) << 16;
+    __builtin_memcpy(dst + x, &bits, sizeof(float));
+  }
+}
+
+// dst[0, n) = scale · src[0, n), one rounding per element as in the scalar level.
+inline void widen_s8(const int8_t* src, float scale, float* dst, long n) {
+  const __m256 s = _mm256_set1_ps(scale);
+  long x = 0;
+  for (; x + 8 <= n; x += 8) {
+    const __m256i wide = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + x)));
+    _mm256_storeu_ps(dst + x, _mm256_mul_ps(_mm256_cvtepi32_ps(wide), s));
+  }
+  for (; x < n; ++x) dst[x] = scale * static_cast<float>(src[x]);
+}
