@@ -7,7 +7,7 @@ prompt, 64 new greedy tokens, EOS disabled; reported as tokens/s) and BERT-base 
 8 × 128 (sequences/s), each at every --dtypes. A row's rate is the median over --rounds rounds;
 the ratio is C API / Python API (1.00 = no overhead; the target is ≥ 0.99). Prints a table and
 writes benchmarks/results/capi_<date>.json with the machine (lscpu), date and settings. Never asserts
-a time. The C rows run with GOMP_SPINCOUNT=1000, as the Python package sets for itself.
+a time. Both run their kernels on cpuformer's own thread pools (docs/runtime.md).
 
 Single rounds move by ±15 % on a shared host, so the full-size ratios cannot resolve 1 %. The two
 APIs differ only in what wraps the one C++ call a request makes, so each workload also has a
@@ -108,10 +108,6 @@ def _child(args):
             def run():
                 model(ids)
     else:
-        # What the Python package sets for its own load of libgomp (cpuformer/__init__.py), so both
-        # rows wait alike; a C application sets it in its environment (docs/c-api.md, "Threads").
-        if "OMP_WAIT_POLICY" not in os.environ:
-            os.environ.setdefault("GOMP_SPINCOUNT", "1000")
         lib = ctypes.CDLL(args.lib)
 
         class Error(ctypes.Structure):

@@ -9,6 +9,7 @@
 
 #include "runtime/compute_slots.h"
 #include "runtime/interrupt.h"
+#include "runtime/thread_pool.h"
 
 namespace cpuformer {
 namespace {
@@ -25,7 +26,10 @@ thread_local int t_current = 0;
 // The forking thread is running Python (os.fork), so it is outside any parallel region: pausing
 // succeeds. A fork from inside a parallel region (not something cpuformer does) makes the pause
 // return nonzero and leaves the pool alone.
-void before_fork() { omp_pause_resource_all(omp_pause_hard); }
+void before_fork() {
+  shut_down_thread_pool();
+  omp_pause_resource_all(omp_pause_hard);
+}
 
 void in_child_after_fork() {
   reset_compute_slots_after_fork();

@@ -1,10 +1,12 @@
-// Thread-count plumbing. Kernels open their own OpenMP parallel regions with
-// `num_threads(current_num_threads())`; the caller (a model, or the ops bindings) sets the count
+// Thread-count plumbing. Kernels open their own parallel regions (runtime/thread_pool.h) with
+// current_num_threads() threads; the caller (a model, or the ops bindings) sets the count
 // for the calling thread with a ScopedNumThreads guard. The value is thread-local, so several
 // Python threads can each run a model with its own count.
 #pragma once
 
 #include <omp.h>
+
+#include "runtime/thread_pool.h"
 
 namespace cpuformer {
 
@@ -14,11 +16,12 @@ void set_default_num_threads(int n);  // n <= 0 restores the automatic default
 
 // fork() safety, installed once when the Python module loads (idempotent).
 //
-// GNU libgomp keeps one pool of worker threads per thread that opened a parallel region and has no
-// fork handler: a child forked after the forking thread had used OpenMP inherits a pool whose
-// workers do not exist, and its first parallel region waits for them forever. Before fork(), the
-// forking thread's pool is therefore shut down (omp_pause_resource_all(omp_pause_hard): its workers
-// are released and joined); the child then builds a fresh pool of its own threads on first use, and
+// cpuformer's pools (runtime/thread_pool.h), like GNU libgomp's, keep worker threads per thread that
+// opened a parallel region: a child forked after the forking thread had used one inherits a pool
+// whose workers do not exist, and its first parallel region would wait for them forever. Before
+// fork(), the forking thread's pools are therefore shut down (shut_down_thread_pool() and
+// omp_pause_resource_all(omp_pause_hard), for any library's OpenMP regions: their workers are
+// released and joined); the child then builds a fresh pool of its own threads on first use, and
 // the parent rebuilds its pool lazily (thread creation, microseconds). Pools of other threads need
 // nothing: those threads do not exist in the child, and a thread created there starts without a pool.
 // In the child, process-wide state that other parent threads may have held at fork time (the
@@ -36,13 +39,6 @@ class ScopedNumThreads {
   int previous_;
 };
 
-// Splits [0, n) into `parts` contiguous ranges of near-equal size; returns range `index`.
-inline void split_range(long n, int parts, int index, long* begin, long* end) {
-  const long base = n / parts, extra = n % parts;
-  *begin = index * base + (index < extra ? index : extra);
-  *end = *begin + base + (index < extra ? 1 : 0);
-}
-
 // Runs fn(begin, end) over [0, n) split into contiguous ranges, one per thread, using at most
 // current_num_threads() threads and at least `min_per_thread` items per thread.
 // Use from generic (non-ISA) translation units only.
@@ -57,12 +53,11 @@ void parallel_ranges(long n, long min_per_thread, Fn&& fn) {
     fn(0L, n);
     return;
   }
-#pragma omp parallel num_threads(nt)
-  {
+  run_team(nt, [&](const Team& team) {
     long begin, end;
-    split_range(n, nt, omp_get_thread_num(), &begin, &end);
+    team.range(n, &begin, &end);
     if (begin < end) fn(begin, end);
-  }
+  });
 }
 
 }  // namespace cpuformer

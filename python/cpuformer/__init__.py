@@ -1,32 +1,12 @@
 """cpuformer: fast CPU inference for transformer models.
 
-The hot path is C++ (SIMD + OpenMP kernels, chosen at import for the CPU's instruction set),
+The hot path is C++ (SIMD kernels on cpuformer's own threads, chosen at import for the CPU's instruction set),
 exposed as ``cpuformer._core``; this package loads models and offers the user API.
 """
 
 from __future__ import annotations
 
 import os as _os
-
-
-def _import_core():
-    """Imports the C++ core with a short OpenMP spin-wait unless the user chose one.
-
-    libgomp reads its settings once, when it is loaded with ``_core``. Its default lets an idle
-    worker spin ~300,000 times before sleeping; when another process holds one of the cores, the
-    spinning thread burns the time slice the descheduled one needs, and a 2-thread decode step
-    (dozens of barriers) slows down by 10-50x. GOMP_SPINCOUNT (_SPIN_COUNT below) keeps the fast
-    wake-up on an idle machine and most of the passive policy's speed on a busy one
-    (docs/runtime.md, "Waiting threads"). Set only for the load of libgomp and restored after, so
-    other libraries loaded later see the environment the user gave.
-    """
-    if "OMP_WAIT_POLICY" in _os.environ or "GOMP_SPINCOUNT" in _os.environ:
-        return _load_core()
-    _os.environ["GOMP_SPINCOUNT"] = str(_SPIN_COUNT)
-    try:
-        return _load_core()
-    finally:
-        del _os.environ["GOMP_SPINCOUNT"]
 
 
 def _load_core():
@@ -62,8 +42,20 @@ def _raise_core_error(error: ImportError):
         "another platform or Python: reinstall (pip install --force-reinstall cpuformer)") from None
 
 
-_SPIN_COUNT = 1000
-_core = _import_core()
+def _check_spin_setting() -> None:
+    """CPUFORMER_SPIN_US (docs/runtime.md, "Waiting threads"): the core reads it once and falls back
+    to its default for a value it cannot use; say so rather than ignore it silently."""
+    value = _os.environ.get("CPUFORMER_SPIN_US")
+    if value is None or value == "" or (value.isdigit() and int(value) <= 1_000_000):
+        return
+    import warnings
+
+    warnings.warn(f"CPUFORMER_SPIN_US={value!r} is not a whole number of microseconds in [0, 1000000]; "
+                  "cpuformer's waiting threads use the default (200)", RuntimeWarning, stacklevel=3)
+
+
+_check_spin_setting()
+_core = _load_core()
 
 try:
     _core._select_isa()

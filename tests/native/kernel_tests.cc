@@ -4,8 +4,8 @@
 // reductions), at the ISA level this process runs at, against float64 references written here. The
 // tolerances and special values are the ones tests/kernels states (the kernel headers' contracts).
 // Sizes walk through vector and tile tails (1, 3, 7, 17, 33, 65, 127, ...). Also: the level in use,
-// its matmul kernels and the tables of the other families, and that the compute-peak probe of each
-// weight type runs.
+// its matmul kernels and the tables of the other families, that the compute-peak probe of each
+// weight type runs, and the thread pool's teams (runtime/thread_pool.h).
 //
 // One run checks one level: CPUFORMER_ISA picks it (the best the CPU has when unset), as for the
 // Python package. A level the CPU lacks exits 77 (ctest reports it as skipped). The build registers
@@ -16,6 +16,7 @@
 // Output: the level, the CPU features and matmul kernels, one line per failed check, a summary.
 // Exit status 0 when every check passed, 1 otherwise.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/activation/activation.h"
@@ -37,6 +39,7 @@
 #include "models/generation.h"
 #include "runtime/cpu_features.h"
 #include "runtime/load_scratch.h"
+#include "runtime/thread_pool.h"
 #include "runtime/threading.h"
 
 namespace {
@@ -1156,6 +1159,68 @@ void test_greedy_argmax() {
   expect(failures == 0, "greedy_argmax equals the scalar loop (" + std::to_string(cases) + " rows)");
 }
 
+// runtime/thread_pool.h: every thread of a team runs once with its own index, barriers order the
+// phases, the dynamic schedule hands out every item once, nested teams run inline, teams larger
+// than the CPUs and pools of other threads work, and a pool shut down is rebuilt on next use.
+void test_thread_pool() {
+  for (int nt : {1, 2, 3, 8}) {
+    std::vector<int> ran(static_cast<std::size_t>(nt), 0);
+    std::atomic<int> wrong_size{0};
+    run_team(nt, [&](const Team& team) {
+      if (team.size() != nt) wrong_size.fetch_add(1);
+      ran[static_cast<std::size_t>(team.index())] += 1;
+    });
+    expect(wrong_size.load() == 0 && std::all_of(ran.begin(), ran.end(), [](int r) { return r == 1; }),
+           "thread pool: each of " + std::to_string(nt) + " threads runs once with its own index");
+
+    // 200 phases: in each, every thread writes its slot, then (after a barrier) checks all slots.
+    const int phases = 200;
+    std::vector<long> slots(static_cast<std::size_t>(nt), -1);
+    std::atomic<int> bad{0};
+    run_team(nt, [&](const Team& team) {
+      for (int ph = 0; ph < phases; ++ph) {
+        __atomic_store_n(&slots[static_cast<std::size_t>(team.index())], ph, __ATOMIC_RELAXED);
+        team.barrier();
+        for (int t = 0; t < team.size(); ++t)
+          if (__atomic_load_n(&slots[static_cast<std::size_t>(t)], __ATOMIC_RELAXED) != ph) bad.fetch_add(1);
+        team.barrier();
+      }
+    });
+    expect(bad.load() == 0, "thread pool: barriers order " + std::to_string(nt) + " threads' phases");
+
+    const long items = 1001;
+    std::vector<int> claimed(static_cast<std::size_t>(items), 0);
+    run_team(nt, [&](const Team& team) {
+      long b, e;
+      while (team.next_chunk(items, 7, &b, &e))
+        for (long i = b; i < e; ++i) __atomic_fetch_add(&claimed[static_cast<std::size_t>(i)], 1, __ATOMIC_RELAXED);
+    });
+    expect(std::all_of(claimed.begin(), claimed.end(), [](int c) { return c == 1; }),
+           "thread pool: the dynamic schedule hands out every item once (" + std::to_string(nt) + " threads)");
+  }
+  std::atomic<int> inner_sizes{0}, calls{0};
+  run_team(2, [&](const Team&) {
+    run_team(4, [&](const Team& inner) {
+      inner_sizes.fetch_add(inner.size());
+      calls.fetch_add(1);
+    });
+  });
+  expect(calls.load() == 2 && inner_sizes.load() == 2, "thread pool: a team inside a team runs on its thread alone");
+
+  std::atomic<long> total{0};
+  std::thread other([&] {
+    for (int i = 0; i < 50; ++i) run_team(2, [&](const Team& team) { total.fetch_add(team.index() + 1); });
+  });
+  for (int i = 0; i < 50; ++i) run_team(2, [&](const Team& team) { total.fetch_add(team.index() + 1); });
+  other.join();
+  expect(total.load() == 300, "thread pool: two threads' pools run side by side");
+
+  shut_down_thread_pool();
+  std::atomic<int> after{0};
+  run_team(3, [&](const Team&) { after.fetch_add(1); });
+  expect(after.load() == 3, "thread pool: rebuilt after a shutdown");
+}
+
 void test_load_scratch() {
   expect(load_scratch_refused(), "load_scratch without a scope throws");
   {
@@ -1245,6 +1310,7 @@ int main() {
   test_peak_probes();
   test_load_scratch();
   test_greedy_argmax();
+  test_thread_pool();
   std::printf("%d checks, %d failed\n", g_checks, g_failures);
   return g_failures == 0 ? 0 : 1;
 }

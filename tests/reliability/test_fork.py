@@ -10,7 +10,6 @@ changing after load".
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -197,7 +196,7 @@ def models(tmp_path_factory):
 
 def run_parent(models, scenario):
     parent = subprocess.run([sys.executable, "-c", PARENT, scenario, *models], capture_output=True, text=True,
-                            timeout=300, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+                            timeout=300)
     assert parent.returncode == 0, parent.stderr[-3000:]
     report = json.loads(parent.stdout.strip().splitlines()[-1])
     child = report["child"]

@@ -49,7 +49,7 @@ def run_child(directory, calls):
     """{name: (exception type name or None, message)} of each call, made in a child process on
     the model loaded from `directory` (available as `model`)."""
     child = subprocess.run([sys.executable, "-c", CHILD, str(directory), json.dumps(calls)], capture_output=True,
-                           text=True, timeout=300, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+                           text=True, timeout=300)
     assert child.returncode == 0, f"the child died (exit {child.returncode}): {child.stderr[-3000:]}"
     outcomes = {name: (kind, message) for name, kind, message in map(json.loads, child.stdout.splitlines())}
     assert set(outcomes) == set(calls), child.stderr[-3000:]

@@ -5,7 +5,6 @@ back. Measured in one fresh child process from /proc/self/statm (see test_memory
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -85,7 +84,7 @@ def rss(tmp_path_factory):
         vocab_size=512, d_model=384, d_kv=64, d_ff=1024, num_layers=3, num_heads=6, decoder_start_token_id=0,
         pad_token_id=0, eos_token_id=1)).eval().save_pretrained(t5, safe_serialization=True)
     child = subprocess.run([sys.executable, "-c", CHILD, str(gpt2), str(t5), str(CALLS)], capture_output=True,
-                           text=True, timeout=600, env=dict(os.environ, OMP_WAIT_POLICY="passive"))
+                           text=True, timeout=600)
     assert child.returncode == 0, child.stderr[-3000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 

@@ -21,12 +21,12 @@ void attention(const AttentionArgs& a) {
   const long group = a.heads / a.kv_heads;
   const long rows = a.batch * a.heads * a.q_len;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel num_threads(current_num_threads())
-  {
+  run_team(current_num_threads(), [&](const Team& team) {
     std::vector<float> acc(a.head_dim), kw(a.head_dim), vw(a.head_dim);
     const bool widen = a.kv_type != KvType::kFloat32;
-#pragma omp for schedule(static)
-    for (long row = 0; row < rows; ++row) {
+    long row0, row1;
+    team.range(rows, &row0, &row1);
+    for (long row = row0; row < row1; ++row) {
       const long i = row % a.q_len, h = (row / a.q_len) % a.heads, b = row / (a.q_len * a.heads);
       const long hk = h / group;
       const float* q = a.q + b * a.q_stride_b + h * a.q_stride_h + i * a.q_stride_t;
@@ -76,7 +76,7 @@ void attention(const AttentionArgs& a) {
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       for (long d = 0; d < a.head_dim; ++d) out[d] = acc[d] * inv;
     }
-  }
+  });
 }
 
 }  // namespace

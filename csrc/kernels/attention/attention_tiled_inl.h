@@ -702,36 +702,39 @@ void attention_tiled(const AttentionArgs& a) {
   // on the schedule (every item is computed by one thread, the same way).
   const long item_work = min_l(kLanes, a.q_len * group) * max_l(1, a.kv_len / splits) * a.head_dim;
   const long chunk = max_l(1, min_l(items / (4L * nt), kMinChunkWork / item_work));
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const Workspace w = workspace_at(scratch + omp_get_thread_num() * per_thread, d_pad);
+  run_team(static_cast<int>(nt), [&](const Team& team) {
+    const Workspace w = workspace_at(scratch + team.index() * per_thread, d_pad);
     Tile tile;
-#pragma omp for schedule(dynamic, chunk)
-    for (long item = 0; item < items; ++item) {
-      const long unit = item / splits, split = item % splits;
-      build_tile(a, unit, tiles_per_head, &tile);
-      long begin = tile.key_begin, end = tile.key_end;
-      if (splits > 1) {
-        const long n = end - begin, base = n / splits, extra = n % splits;
-        begin += split * base + (split < extra ? split : extra);
-        end = begin + base + (split < extra ? 1 : 0);
+    long first, last;
+    while (team.next_chunk(items, chunk, &first, &last)) {
+      for (long item = first; item < last; ++item) {
+        const long unit = item / splits, split = item % splits;
+        build_tile(a, unit, tiles_per_head, &tile);
+        long begin = tile.key_begin, end = tile.key_end;
+        if (splits > 1) {
+          const long n = end - begin, base = n / splits, extra = n % splits;
+          begin += split * base + (split < extra ? split : extra);
+          end = begin + base + (split < extra ? 1 : 0);
+        }
+        if (splits == 1) {  // start the output rows' cache misses now; they complete under the math
+          for (int r = 0; r < tile.rows; ++r)
+            for (long d = 0; d < a.head_dim; d += 64 / sizeof(float)) __builtin_prefetch(tile.out[r] + d, 1);
+        }
+        run_tile(a, tile, begin, end, w, d_pad);
+        if (splits == 1) write_rows(tile, w, a.head_dim, d_pad);
+        else write_partial(tile, w, d_pad, records + item * record_block);
       }
-      if (splits == 1) {  // start the output rows' cache misses now; they complete under the math
-        for (int r = 0; r < tile.rows; ++r)
-          for (long d = 0; d < a.head_dim; d += 64 / sizeof(float)) __builtin_prefetch(tile.out[r] + d, 1);
-      }
-      run_tile(a, tile, begin, end, w, d_pad);
-      if (splits == 1) write_rows(tile, w, a.head_dim, d_pad);
-      else write_partial(tile, w, d_pad, records + item * record_block);
     }
     if (splits > 1) {
-#pragma omp for schedule(static)
-      for (long unit = 0; unit < units; ++unit) {
+      team.barrier();  // every partial result is written
+      long u0, u1;
+      team.range(units, &u0, &u1);
+      for (long unit = u0; unit < u1; ++unit) {
         build_tile(a, unit, tiles_per_head, &tile);
         merge_partials(tile, records + unit * splits * record_block, splits, a.head_dim, d_pad);
       }
     }
-  }
+  });
 }
 
 }  // namespace

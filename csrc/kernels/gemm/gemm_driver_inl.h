@@ -98,23 +98,26 @@ void pack_w(const WElem* w, long n, long k, long ldw, uint8_t* out) {
   WElem* packed = reinterpret_cast<WElem*>(out);
   const long panels = ceil_div(n, kNR);
   const int nt = threads_for(n * k / 8, panels);  // a copy: far cheaper per element than a multiply-add
-#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
-  for (long p = 0; p < panels; ++p) {
-    WElem* panel = packed + p * k * kNR;
-    const long cols = min_of(kNR, n - p * kNR);
-    // 16 k at a time: the kNR source lines being read stay in L1 while the panel rows fill up.
-    for (long k0 = 0; k0 < k; k0 += 16) {
-      const long k1 = min_of(k, k0 + 16);
-      for (long j = 0; j < kNR; ++j) {
-        if (j < cols) {
-          const WElem* src = w + (p * kNR + j) * ldw;
-          for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = src[kk];
-        } else {
-          for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = WElem(0);
+  run_team(nt, [&](const Team& team) {
+    long p0, p1;
+    team.range(panels, &p0, &p1);
+    for (long p = p0; p < p1; ++p) {
+      WElem* panel = packed + p * k * kNR;
+      const long cols = min_of(kNR, n - p * kNR);
+      // 16 k at a time: the kNR source lines being read stay in L1 while the panel rows fill up.
+      for (long k0 = 0; k0 < k; k0 += 16) {
+        const long k1 = min_of(k, k0 + 16);
+        for (long j = 0; j < kNR; ++j) {
+          if (j < cols) {
+            const WElem* src = w + (p * kNR + j) * ldw;
+            for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = src[kk];
+          } else {
+            for (long kk = k0; kk < k1; ++kk) panel[kk * kNR + j] = WElem(0);
+          }
         }
       }
     }
-  }
+  });
 }
 
 // ---- Work sharing -----------------------------------------------------------------------------
@@ -185,9 +188,8 @@ void gemv(const float* a, long m, long lda, const WElem* wp, long n, long k, Wei
   const long chunks = ceil_div(m, kGemvMaxRows);
   WorkRange ranges[kMaxTeam];
   deal(ranges, panels, nt);
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int t = omp_get_thread_num();
+  run_team(nt, [&](const Team& team) {
+    const int t = team.index();
     long p;
     while (next_item(ranges, nt, t, &p)) {
       const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
@@ -200,7 +202,7 @@ void gemv(const float* a, long m, long lda, const WElem* wp, long n, long k, Wei
         gemv_kernel(i1 - i0, a + i0 * lda, lda, wp + p * k * kNR, k, type, c + i0 * ldc + j0, ldc, ncols, ep);
       }
     }
-  }
+  });
 }
 
 // Everything a GEMM call's workers share, read-only.
@@ -267,11 +269,10 @@ void run_panel(const GemmCall& g, const Phase& f, const float* ap, long p, long 
 // barriers, nothing shared but the read-only W. Rows are shared out by micro-rows, so the shares
 // differ by at most one. a_buffers: nt × kMCMax × kc_max floats, one piece per thread.
 void gemm_private_rows(const GemmCall& g, int nt, float* a_buffers) {
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int t = omp_get_thread_num();
+  run_team(nt, [&](const Team& team) {
+    const int t = team.index();
     long u0, u1;
-    split_evenly(ceil_div(g.m, kMR), omp_get_num_threads(), t, &u0, &u1);
+    split_evenly(ceil_div(g.m, kMR), team.size(), t, &u0, &u1);
     const long r0 = u0 * kMR, r1 = min_of(g.m, u1 * kMR);
     if (r0 < r1) {
       const long mc = ceil_div(ceil_div(r1 - r0, ceil_div(r1 - r0, kMCMax)), kMR) * kMR;
@@ -287,7 +288,7 @@ void gemm_private_rows(const GemmCall& g, int nt, float* a_buffers) {
         }
       }
     }
-  }
+  });
 }
 
 // Wide N (or few rows per thread): the threads work through the phases (block of at most kMCMax
@@ -328,11 +329,10 @@ void gemm_shared_rows(const GemmCall& g, int nt, float* a_buffers) {
     }
   };
 
-#pragma omp parallel num_threads(nt) if (nt > 1)
-  {
-    const int t = omp_get_thread_num();
+  run_team(nt, [&](const Team& team) {
+    const int t = team.index();
     pack_phase(0);
-#pragma omp barrier
+    team.barrier();
     for (long ph = 0; ph < phases; ++ph) {
       // Everyone is past phase ph - 1: its range buffer and the packing counter of phase ph are free.
       if (t == 0) {
@@ -350,10 +350,10 @@ void gemm_shared_rows(const GemmCall& g, int nt, float* a_buffers) {
       }
       if (ph + 1 < phases) {
         pack_phase(ph + 1);
-#pragma omp barrier
+        team.barrier();
       }
     }
-  }
+  });
 }
 
 // Many rows: BLIS loop order. For each block of rows (packed A in L2) and each K slice, every W

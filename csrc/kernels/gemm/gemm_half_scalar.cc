@@ -21,12 +21,12 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const long n = w.n, k = w.k;
   const uint16_t* wh = reinterpret_cast<const uint16_t*>(w.data.data());
   const bool half = w.type == WeightType::kFloat16;
-#pragma omp parallel num_threads(current_num_threads())
-  {
+  run_team(current_num_threads(), [&](const Team& team) {
     std::vector<float> wrow(k);
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first
-#pragma omp for schedule(static)
-    for (long i = 0; i < m; ++i) {
+    long i0, i1;
+    team.range(m, &i0, &i1);
+    for (long i = i0; i < i1; ++i) {
       const float* x = a + i * lda;
       for (long j = 0; j < n; ++j) {
         for (long p = 0; p < k; ++p) wrow[p] = half ? half_to_float(wh[j * k + p]) : bfloat16_to_float(wh[j * k + p]);
@@ -39,7 +39,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
       float* out = c + i * ldc;
       for (long j = 0; j < n; ++j) out[j] = row[j] + (r ? r[j] : 0.0f);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -40,12 +40,12 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const uint16_t* scales = reinterpret_cast<const uint16_t*>(w.data.data());
   const uint8_t* zeros = w.zero_point ? w.data.data() + cells * sizeof(uint16_t) : nullptr;
   const uint8_t* u = w.data.data() + cells * (sizeof(uint16_t) + (w.zero_point ? 1 : 0));
-#pragma omp parallel num_threads(current_num_threads())
-  {
+  run_team(current_num_threads(), [&](const Team& team) {
     std::vector<int8_t> qa(static_cast<std::size_t>(kp), 0);  // padded with zeros past k
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first
-#pragma omp for schedule(static)
-    for (long i = 0; i < m; ++i) {
+    long i0, i1;
+    team.range(m, &i0, &i1);
+    for (long i = i0; i < i1; ++i) {
       const float sa = quantize_activation_row(a + i * lda, k, qa.data());
       for (long j = 0; j < n; ++j) {
         const uint8_t* uj = u + j * (kp / 2);
@@ -68,7 +68,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
       float* out = c + i * ldc;
       for (long j = 0; j < n; ++j) out[j] = row[j] + (r ? r[j] : 0.0f);
     }
-  }
+  });
 }
 
 }  // namespace

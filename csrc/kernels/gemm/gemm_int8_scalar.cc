@@ -51,12 +51,12 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const long n = w.n, k = w.k;
   const float* scales = reinterpret_cast<const float*>(w.data.data());
   const int8_t* q = reinterpret_cast<const int8_t*>(w.data.data() + sizeof(float) * n);
-#pragma omp parallel num_threads(current_num_threads())
-  {
+  run_team(current_num_threads(), [&](const Team& team) {
     std::vector<int8_t> qa(k);
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first
-#pragma omp for schedule(static)
-    for (long i = 0; i < m; ++i) {
+    long i0, i1;
+    team.range(m, &i0, &i1);
+    for (long i = i0; i < i1; ++i) {
       const float sa = quantize_activation_row(a + i * lda, k, qa.data());
       for (long j = 0; j < n; ++j) {
         const int8_t* wj = q + j * k;
@@ -69,7 +69,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
       float* out = c + i * ldc;
       for (long j = 0; j < n; ++j) out[j] = row[j] + (r ? r[j] : 0.0f);
     }
-  }
+  });
 }
 
 }  // namespace

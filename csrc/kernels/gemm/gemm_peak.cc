@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
@@ -108,10 +109,11 @@ double gemm_peak_macs(WeightType type, double seconds) {
   steps = std::max(1L, static_cast<long>(static_cast<double>(steps) * per_pass / once * share));
   double best = 0.0;
   for (int pass = 0; pass < kPasses; ++pass) {
-    int64_t macs = 0;
+    std::vector<int64_t> per_thread(static_cast<std::size_t>(nt), 0);
     const auto start = std::chrono::steady_clock::now();
-#pragma omp parallel num_threads(nt) reduction(+ : macs)
-    macs += probe(steps);
+    run_team(nt, [&](const Team& team) { per_thread[team.index()] = probe(steps); });
+    int64_t macs = 0;
+    for (int64_t m : per_thread) macs += m;
     const double elapsed = seconds_since(start);
     if (elapsed > 0.0) best = std::max(best, static_cast<double>(macs) / elapsed);
   }

@@ -3,7 +3,7 @@
 // vdpbf16ps (rows rounded to bfloat16, gemm_half_avx512bf16.cc).
 //
 // Include this file INSIDE the ISA namespace (in an anonymous namespace) of a per-ISA translation
-// unit, after <omp.h> and "runtime/threading.h"; like gemm_driver_inl.h it includes nothing and has
+// unit, after "runtime/threading.h"; like gemm_driver_inl.h it includes nothing and has
 // no include guard on purpose. The including file defines kMR and kNR (register tile: kMR rows ×
 // kNR output features) before the #include.
 
@@ -29,20 +29,18 @@ void rowwise_gemm(long m, long n, long k, long min_macs_per_thread, const Conver
   if (nt > items) nt = items;
   if (nt < 1) nt = 1;
 
-#pragma omp parallel num_threads(static_cast<int>(nt)) if (nt > 1)
-  {
-#pragma omp for schedule(static)
-    for (long i = 0; i < m; ++i) convert_row(i);
-    // (implicit barrier: every row is converted before any tile reads it)
-    const long team = omp_get_num_threads(), t = omp_get_thread_num();
-    const long base = items / team, extra = items % team;
-    const long begin = t * base + (t < extra ? t : extra);
-    const long end = begin + base + (t < extra ? 1 : 0);
+  run_team(static_cast<int>(nt), [&](const Team& team) {
+    long i0, i1;
+    team.range(m, &i0, &i1);
+    for (long i = i0; i < i1; ++i) convert_row(i);
+    team.barrier();  // every row is converted before any tile reads it
+    long begin, end;
+    team.range(items, &begin, &end);
     for (long item = begin; item < end; ++item) {
       const long p = item / blocks, b = item % blocks;
       const long j0 = p * kNR, ncols = n - j0 < kNR ? n - j0 : kNR;
       const long i_end = m < (b + 1) * kRowBlock ? m : (b + 1) * kRowBlock;
-      for (long i0 = b * kRowBlock; i0 < i_end; i0 += kMR) tile(i0, i_end - i0 < kMR ? i_end - i0 : kMR, j0, ncols);
+      for (long r0 = b * kRowBlock; r0 < i_end; r0 += kMR) tile(r0, i_end - r0 < kMR ? i_end - r0 : kMR, j0, ncols);
     }
-  }
+  });
 }

@@ -21,11 +21,11 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
               const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
   const float* wf = reinterpret_cast<const float*>(w.data.data());
-#pragma omp parallel num_threads(current_num_threads())
-  {
+  run_team(current_num_threads(), [&](const Team& team) {
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first
-#pragma omp for schedule(static)
-    for (long i = 0; i < m; ++i) {
+    long i0, i1;
+    team.range(m, &i0, &i1);
+    for (long i = i0; i < i1; ++i) {
       const float* x = a + i * lda;
       for (long j = 0; j < n; ++j) {
         const float* wj = wf + j * k;
@@ -38,7 +38,7 @@ void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c
       float* out = c + i * ldc;
       for (long j = 0; j < n; ++j) out[j] = row[j] + (r ? r[j] : 0.0f);
     }
-  }
+  });
 }
 
 }  // namespace
