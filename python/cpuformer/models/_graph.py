@@ -8,13 +8,50 @@ at a time with ``add_layer(stack, tensors)``.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import contextlib
+import contextvars
+import warnings
+from typing import Any, Dict, Iterator, Optional
 
 from .. import _core
+from ..arch import find
 from ..weights import Checkpoint, load_layers
 
 #: The C++ graph of each model kind.
 GRAPHS = {"encoder": _core.EncoderModel, "decoder": _core.DecoderModel, "seq2seq": _core.Seq2SeqModel}
+
+# The packed-weights writer the builds of this context record into (models/_packed.py), or None.
+_RECORDING: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar("cpuformer_packed_recording",
+                                                                             default=None)
+
+
+@contextlib.contextmanager
+def recording(writer: Any) -> Iterator[None]:
+    """Builds inside the block hand every packed weight to ``writer`` (a _core.PackedWeightsWriter)
+    instead of mapping a packed-weights file."""
+    token = _RECORDING.set(writer)
+    try:
+        yield
+    finally:
+        _RECORDING.reset(token)
+
+
+def packed_store(checkpoint: Checkpoint) -> Optional[Any]:
+    """What the C++ model takes packed weights from: the recording writer, or the converted
+    directory's packed-weights file for the running ISA level (``cpuformer convert`` / ``cpuformer
+    pack`` write it; docs/precision.md, "Packed weights"), mapped; None: pack at load. A damaged
+    file is a ValueError naming it; a stale one (the weights changed, another build's layouts) a
+    warning, and the weights are packed as without it."""
+    writer = _RECORDING.get()
+    if writer is not None:
+        return writer
+    # (A CLIP directory's towers are encoders, but none of its files is a text model's.)
+    if checkpoint.stored is None or find(checkpoint.md.config)[0].kind not in GRAPHS:
+        return None
+    store, warning = _core.open_packed(str(checkpoint.md.path))
+    if warning:
+        warnings.warn(warning, stacklevel=4)
+    return store
 
 
 def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: Dict[str, Any]) -> Any:
@@ -37,7 +74,9 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
     # One set of scratch buffers for joining and converting the weights of every layer (the C++
     # load scratch: fresh pages each time would cost their zeroing), freed when the model is built.
     with _core._LoadScratchScope():
-        models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors) for form in (weight_format,) + more_formats]
+        packed = packed_store(checkpoint) if not more_formats else None
+        models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors, packed)
+                  for form in (weight_format,) + more_formats]
         del tensors
         checkpoint.release(names)  # copied or packed by the models
         load_layers(checkpoint, add_layer)
@@ -47,4 +86,4 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
     return models if more_formats else models[0]
 
 
-__all__ = ["GRAPHS", "build"]
+__all__ = ["GRAPHS", "build", "packed_store", "recording"]
