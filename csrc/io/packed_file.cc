@@ -160,7 +160,21 @@ std::string weights_fingerprint(const std::string& path) {
   }
   in.seekg(0, std::ios::end);
   const auto size = static_cast<uint64_t>(in.tellg());
-  return std::to_string(size) + ":" + hex(fnv1a(text.data(), text.size(), fnv1a(size_bytes, 8)));
+  uint64_t h = fnv1a(text.data(), text.size(), fnv1a(size_bytes, 8));
+  // And 16 samples of 4 KiB spread over the data (the first and the last bytes included): weights
+  // replaced by others of the same shapes (the same header) are told apart without reading them all.
+  const uint64_t data = 8 + header, data_bytes = size > data ? size - data : 0;
+  const uint64_t chunk = data_bytes < 4096 ? data_bytes : 4096;
+  std::string sample(static_cast<std::size_t>(chunk), '\0');
+  for (uint64_t i = 0; i < 16 && chunk > 0; ++i) {
+    in.clear();
+    in.seekg(static_cast<std::streamoff>(data + (data_bytes - chunk) * i / 15));
+    if (!in.read(sample.data(), static_cast<std::streamsize>(chunk))) {
+      throw std::invalid_argument(path + ": cannot be read");
+    }
+    h = fnv1a(sample.data(), sample.size(), h);
+  }
+  return std::to_string(size) + ":" + hex(h);
 }
 
 PackedFile::Opened PackedFile::open_directory(const std::string& directory) {
@@ -250,7 +264,8 @@ PackedFile::Opened PackedFile::open(const std::string& path, const std::string& 
       const std::size_t expected = packed_weight_bytes(e.n, e.k, e.format);
       if (e.bytes != expected) {
         throw fail("matrix '" + key + "': " + std::to_string(e.bytes) + " bytes, but a [" + std::to_string(e.n) + ", " +
-                   std::to_string(e.k) + "] " + format_name(e.format) + " matrix packs to " + std::to_string(expected));
+                   std::to_string(e.k) + "] " + format_name(e.format) + " matrix packs to " + std::to_string(expected) +
+                   " at this level");
       }
       if (!file->entries_.emplace(key, e).second) throw fail("matrix '" + key + "' appears twice");
     }

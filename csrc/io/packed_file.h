@@ -38,8 +38,8 @@ constexpr long kPackedFormatVersion = 1;
 // file name in a converted directory ("cpuformer_packed.<key>.bin").
 std::string packed_level_key();
 std::string packed_file_name();
-// model.safetensors' size and a hash of its header: "<bytes>:<16 hex digits>". FileError-like
-// std::invalid_argument naming the path when it cannot be read.
+// model.safetensors' size and a hash of its header and of 16 samples of 4 KiB spread over its data:
+// "<bytes>:<16 hex digits>". std::invalid_argument naming the path when it cannot be read.
 std::string weights_fingerprint(const std::string& safetensors_path);
 
 // A packed-weights file mapped for the running level (a PackedWeightsStore: find() hands out views
