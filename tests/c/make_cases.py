@@ -28,7 +28,6 @@ import torch
 import transformers
 
 import cpuformer as cf
-
 from cpuformer.models._packed import packed_file_name
 
 POOLINGS = {"mean": 0, "cls": 1, "max": 2, "last": 3}
