@@ -889,7 +889,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     convert = getattr(cpuformer, "convert", None)
     if convert is None:
         raise UserError(f"this cpuformer build ({cpuformer.__version__}) has no converter (cpuformer.convert)")
-    convert(args.src, args.dst, args.dtype, progress=True, quantization=_quantization(args), pack=not args.no_pack)
+    extra = {"pack": False} if args.no_pack else {}
+    convert(args.src, args.dst, args.dtype, progress=True, quantization=_quantization(args), **extra)
     print(f"wrote {args.dst} ({args.dtype})")
     return 0
 
