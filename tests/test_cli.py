@@ -86,8 +86,8 @@ def test_help_lists_commands():
 def test_every_command_has_help():
     parser = cli.build_parser()
     expected = {"info": "--json", "embed": "--pooling", "generate": "--max-new-tokens", "translate": "--file",
-                "convert": "--no-pack", "pack": "MODEL_DIR", "bench": "--compare", "classify": "--top-k", "rerank": "--query",
-                "tag": "--aggregation", "answer": "--doc-stride", "fill-mask": "--top-k"}
+                "convert": "--no-pack", "pack": "MODEL_DIR", "bench": "--compare", "classify": "--top-k",
+                "rerank": "--query", "tag": "--aggregation", "answer": "--doc-stride", "fill-mask": "--top-k"}
     for command, option in expected.items():
         with pytest.raises(SystemExit) as done:
             with _capture() as buffer:
