@@ -187,6 +187,7 @@ def test_a_stale_file_warns_and_packs(sources, tmp_path):
     shutil.copyfile(other_converted / "model.safetensors", target / "model.safetensors")
     with pytest.warns(UserWarning) as caught:
         model = cf.load(target)
+    assert caught[0].filename == __file__  # the line that loads the model
     message = str(caught[0].message)
     assert message == (f"{target / packed_file_name()}: not used (stale: written for other weights than "
                        "model.safetensors now holds); the weights are packed at load. `cpuformer pack <directory>` "

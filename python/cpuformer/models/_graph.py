@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 import warnings
 from typing import Any, Dict, Iterator, Optional
 
@@ -50,8 +51,17 @@ def packed_store(checkpoint: Checkpoint) -> Optional[Any]:
         return None
     store, warning = _core.open_packed(str(checkpoint.md.path))
     if warning:
-        warnings.warn(warning, stacklevel=4)
+        warnings.warn(warning, stacklevel=_caller_level())
     return store
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel for the first frame outside the cpuformer package (the line of
+    the user's code that loads the model)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "cpuformer":
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: Dict[str, Any]) -> Any:
