@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import sys
 import warnings
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .. import _core
 from ..arch import find
@@ -37,22 +37,21 @@ def recording(writer: Any) -> Iterator[None]:
         _RECORDING.reset(token)
 
 
-def packed_store(checkpoint: Checkpoint) -> Optional[Any]:
+def packed_store(checkpoint: Checkpoint) -> Tuple[Optional[Any], str]:
     """What the C++ model takes packed weights from: the recording writer, or the converted
     directory's packed-weights file for the running ISA level (``cpuformer convert`` / ``cpuformer
     pack`` write it; docs/precision.md, "Packed weights"), mapped; None: pack at load. A damaged
-    file is a ValueError naming it; a stale one (the weights changed, another build's layouts) a
-    warning, and the weights are packed as without it."""
+    file is a ValueError naming it; for a stale one (the weights changed, another build's layouts)
+    None and the warning to give once the model is built (a load that fails reports its own error
+    alone)."""
     writer = _RECORDING.get()
     if writer is not None:
-        return writer
+        return writer, ""
     # (A CLIP directory's towers are encoders, but none of its files is a text model's.)
     if checkpoint.stored is None or find(checkpoint.md.config)[0].kind not in GRAPHS:
-        return None
+        return None, ""
     store, warning = _core.open_packed(str(checkpoint.md.path))
-    if warning:
-        warnings.warn(warning, stacklevel=_caller_level())
-    return store
+    return store, warning
 
 
 def _caller_level() -> int:
@@ -84,7 +83,7 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
     # One set of scratch buffers for joining and converting the weights of every layer (the C++
     # load scratch: fresh pages each time would cost their zeroing), freed when the model is built.
     with _core._LoadScratchScope():
-        packed = packed_store(checkpoint) if not more_formats else None
+        packed, warning = packed_store(checkpoint) if not more_formats else (None, "")
         models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors, packed)
                   for form in (weight_format,) + more_formats]
         del tensors
@@ -93,6 +92,8 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
     # The buffers that quantized and packed the weights are free now, but the C library keeps
     # freed heap memory for reuse: hand it back, so the resident size is the model's.
     _core._release_free_memory()
+    if warning:
+        warnings.warn(warning, stacklevel=_caller_level())
     return models if more_formats else models[0]
 
 
