@@ -262,3 +262,15 @@ def test_a_damaged_file_is_a_clear_error(sources, tmp_path, how):
     assert str(error.value).startswith(f"{path}: damaged packed-weights file: ")
     assert expected in str(error.value)
     assert str(error.value).endswith("; delete it or rewrite it with `cpuformer pack <directory>`")
+
+
+def test_an_encoder_whose_head_cpuformer_does_not_run_still_converts(tmp_path):
+    """The packed-weights file is written from the encoder alone: a task head the model classes
+    refuse (multiple choice) does not stop the conversion."""
+    torch.manual_seed(0)
+    transformers.BertForMultipleChoice(transformers.BertConfig(
+        vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=48)).save_pretrained(tmp_path / "hf")
+    cf.convert(tmp_path / "hf", tmp_path / "int8", "int8", progress=False)
+    model = cf.Encoder(tmp_path / "int8", head=False)
+    assert model._model.packed_weights.used == 5  # qkv, o, up, down, pooler

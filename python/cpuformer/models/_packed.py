@@ -49,8 +49,8 @@ def write_packed_file(directory: Union[str, "os.PathLike[str]"], required: bool 
     partial = path / f".{target.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         writer = _core.PackedWeightsWriter(str(partial), _core.weights_fingerprint(str(path / WEIGHTS_FILE)))
-        with recording(writer):
-            model = CLASSES[arch.kind](path)
+        with recording(writer):  # (an encoder's task head is not a graph Linear: not built)
+            model = CLASSES[arch.kind](path, **({"head": False} if arch.kind == "encoder" else {}))
         model.close()
         writer.finish()
         os.replace(partial, target)
