@@ -81,8 +81,6 @@ class Linear {
   Linear(PackedWeights packed, const float* bias);
 
   WeightType weight_type() const { return packed_.type; }
-  // The weights are a view of a store's memory (not packed here).
-  bool mapped() const { return packed_.is_view(); }
 
   long out_features() const { return packed_.n; }
   long in_features() const { return packed_.k; }

@@ -13,7 +13,10 @@
 // small vectors copied by the model, and the tables it reads by pointer (embeddings, position
 // tables) are copied here into memory this builder owns. A checkpoint file truncated, overwritten
 // or deleted while the model lives can therefore neither crash it (SIGBUS on a mapped page past
-// the new end of the file) nor change its results. The model must not outlive its builder.
+// the new end of the file) nor change its results. The one exception is a converted directory's
+// packed-weights file (use_packed, io/packed_file.h): the model maps it, on purpose (no packing at
+// load); replacing or deleting it is safe, truncating it in place is not (docs/reliability.md).
+// The model must not outlive its builder.
 #pragma once
 
 #include <memory>
