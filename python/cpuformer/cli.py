@@ -904,7 +904,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
         raise UserError(f"{args.model_dir} is not a model directory: it has no config.json")
     try:
         path = write_packed_file(args.model_dir)
-    except ValueError as error:
+    except (ValueError, RuntimeError, OSError) as error:  # not converted, damaged, not writable
         raise UserError(str(error)) from None
     print(f"wrote {path}")
     return 0

@@ -155,6 +155,14 @@ def test_pack_command_errors(sources, tmp_path):
     assert done.returncode != 0
     assert "not a converted directory (config.json has no 'cpuformer' entry); `cpuformer convert` it first" in \
         done.stderr
+    target = _converted(sources, tmp_path)
+    (target / packed_file_name()).unlink()
+    (target / packed_file_name()).mkdir()  # what is there cannot be replaced by the file
+    done = run(str(target))
+    assert done.returncode != 0
+    assert done.stderr.startswith("cpuformer pack: error: [Errno 21] Is a directory")
+    assert "Traceback" not in done.stderr
+    assert [p.name for p in target.iterdir() if ".partial-" in p.name] == []  # the partial file removed
 
 
 def test_a_file_of_another_level_is_not_used(sources, tmp_path):
