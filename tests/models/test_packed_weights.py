@@ -1,7 +1,8 @@
 """Packed-weights files (cpuformer_packed.<level>.bin, csrc/io/packed_file.h; docs/precision.md,
 "Packed weights"): ``cpuformer convert`` writes the running level's, loading maps it instead of
 packing, and the outputs are bit-identical with and without it at every ISA level, for every
-stored dtype, a decoder and an encoder (each level in its own process: CPUFORMER_ISA). A damaged
+stored dtype, a decoder, an encoder and an encoder-decoder (each level in its own process:
+CPUFORMER_ISA). A damaged
 file is a ValueError naming it; a stale one a warning, and the weights are packed as without it.
 """
 
@@ -58,6 +59,10 @@ def sources(tmp_path_factory):
         vocab_size=73, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=100,
         max_position_embeddings=64)).eval()
     bert.save_pretrained(root / "bert")
+    t5 = transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=60, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4, decoder_start_token_id=0,
+        eos_token_id=1, pad_token_id=0)).eval()
+    t5.save_pretrained(root / "t5")
     return root
 
 
@@ -70,7 +75,7 @@ CHILD = textwrap.dedent(r"""
     sources, out = sys.argv[1], sys.argv[2]
     report = {"file": packed_file_name(), "models": {}}
     ids = [[5, 6, 7, 8, 9, 10, 11]]
-    for name in ("llama", "bert"):
+    for name in ("llama", "bert", "t5"):
         for dtype in sys.argv[3].split(","):
             target = os.path.join(out, f"{name}-{dtype}")
             cf.convert(os.path.join(sources, name), target, dtype, progress=False)
@@ -81,6 +86,8 @@ CHILD = textwrap.dedent(r"""
                 store = model._model.packed_weights
                 if name == "llama":
                     outputs = [model.logits(ids), np.array(model.generate([[5, 6, 7]], max_new_tokens=6))]
+                elif name == "t5":
+                    outputs = [model.logits(ids, [[0, 5, 6]]), np.array(model.generate(ids, max_new_tokens=6))]
                 else:
                     outputs = [model(ids)]
                 results.append((outputs, None if store is None else [store.matrices, store.used]))
@@ -105,8 +112,9 @@ def test_outputs_identical_with_and_without_the_file_at_every_level(sources, tmp
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["file"].startswith(f"cpuformer_packed.{platform.machine()}-{level}")
-    # 2 layers × (qkv, o, up, down) + the LM head; BERT: 2 layers × 4 + the pooler
-    expected = {"llama": 9, "bert": 9}
+    # 2 layers × (qkv, o, up, down) + the LM head; BERT: 2 layers × 4 + the pooler; T5: 2 encoder
+    # layers × 4, 2 decoder layers × (qkv, o, cross_q, cross_kv, cross_o, up, down), the LM head
+    expected = {"llama": 9, "bert": 9, "t5": 23}
     for name, row in report["models"].items():
         assert row["counts"] == [expected[name.split("-")[0]]] * 2, name  # every matrix mapped
         assert row["without"] is None, name
