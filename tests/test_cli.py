@@ -78,16 +78,16 @@ def test_unknown_command_exits_nonzero():
 def test_help_lists_commands():
     out = run_cli("--help")
     assert out.returncode == 0
-    for command in ("info", "embed", "generate", "translate", "convert", "bench", "classify", "rerank", "tag", "answer",
-                    "fill-mask"):
+    for command in ("info", "embed", "generate", "translate", "convert", "pack", "bench", "classify", "rerank", "tag",
+                    "answer", "fill-mask"):
         assert command in out.stdout
 
 
 def test_every_command_has_help():
     parser = cli.build_parser()
     expected = {"info": "--json", "embed": "--pooling", "generate": "--max-new-tokens", "translate": "--file",
-                "convert": "--dtype", "bench": "--compare", "classify": "--top-k", "rerank": "--query",
-                "tag": "--aggregation", "answer": "--doc-stride", "fill-mask": "--top-k"}
+                "convert": "--no-pack", "pack": "MODEL_DIR", "bench": "--compare", "classify": "--top-k",
+                "rerank": "--query", "tag": "--aggregation", "answer": "--doc-stride", "fill-mask": "--top-k"}
     for command, option in expected.items():
         with pytest.raises(SystemExit) as done:
             with _capture() as buffer:
@@ -380,6 +380,8 @@ def test_convert_calls_cpuformer_convert(tiny, tmp_path, monkeypatch, capsys):
     assert calls[-1] == ((tiny["encoder"], str(dst), "int4"),
                          {"progress": True, "quantization": {"group_size": 64, "zero_point": True, "lm_head": "int4",
                                                              "embeddings": "float32"}})
+    assert cli.main(["convert", tiny["encoder"], str(dst), "--dtype", "int8", "--no-pack"]) == 0
+    assert calls[-1] == ((tiny["encoder"], str(dst), "int8"), {"progress": True, "quantization": None, "pack": False})
     capsys.readouterr()
 
     def refuses(src, dst, dtype, progress, quantization):

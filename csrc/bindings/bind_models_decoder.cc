@@ -38,13 +38,18 @@ class PyDecoderModel : private ModelBuilder {
  public:
   // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
   // under canonical names, the head included (models/model_builder.h).
-  PyDecoderModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("decoder") {
+  // packed: a converted directory's packed weights (io/packed_file.h) or a writer recording them, or None.
+  PyDecoderModel(const py::dict& config, const py::dict& tensors, std::shared_ptr<PackedWeightsStore> packed)
+      : ModelBuilder("decoder") {
+    use_packed(std::move(packed));
     const TransformerConfig c = transformer_config(config);
     if (c.kind != ModelKind::kDecoder) throw py::value_error("DecoderModel needs a config of kind 'decoder'");
     const GlobalTensors g = global_tensors(PyDictSource(tensors), c);
     GilReleased release;  // packs the LM head
     model_ = std::make_unique<DecoderModel>(c, g);
   }
+
+  std::shared_ptr<PackedWeightsStore> packed() const { return packed_store(); }
 
   // One layer's tensors under canonical names; packed (or copied) before this returns.
   void add_layer(const std::string& stack, const py::dict& t) {
@@ -53,7 +58,9 @@ class PyDecoderModel : private ModelBuilder {
     if (model_->num_layers_added() >= c.num_layers) {
       throw py::value_error("the decoder already has its " + std::to_string(c.num_layers) + " layers");
     }
-    const BlockTensors b = block_tensors(PyDictSource(t), c, /*cross=*/false);
+    const BlockTensors b =
+        block_tensors(PyDictSource(t), c, /*cross=*/false,
+                      packed_store() ? stack + ".layers." + std::to_string(model_->num_layers_added()) : "");
     GilReleased release;
     model_->add_layer(b);
   }
@@ -370,7 +377,9 @@ void register_models_decoder(py::module_& m) {
   m.def("_kv_cache_reorder", &kv_cache_reorder, py::arg("k"), py::arg("v"), py::arg("source"), py::arg("num_threads"));
   m.def("_speculation_cost_guard", &speculation_cost_guard, py::arg("events"));
   py::class_<PyDecoderModel>(m, "DecoderModel")
-      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("tensors"))
+      .def(py::init<const py::dict&, const py::dict&, std::shared_ptr<PackedWeightsStore>>(), py::arg("config"),
+           py::arg("tensors"), py::arg("packed") = py::none())
+      .def_property_readonly("packed_weights", [](const PyDecoderModel& m) { return m.packed(); })
       .def("add_layer", &PyDecoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("logits", &PyDecoderModel::logits, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("num_threads") = 0)

@@ -28,12 +28,17 @@ class PyEncoderModel : private ModelBuilder {
  public:
   // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
   // under canonical names (models/model_builder.h).
-  PyEncoderModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("encoder") {
+  // packed: a converted directory's packed weights (io/packed_file.h) or a writer recording them, or None.
+  PyEncoderModel(const py::dict& config, const py::dict& tensors, std::shared_ptr<PackedWeightsStore> packed)
+      : ModelBuilder("encoder") {
+    use_packed(std::move(packed));
     const TransformerConfig c = transformer_config(config);
     if (c.kind != ModelKind::kEncoder) throw py::value_error("EncoderModel needs a config of kind 'encoder'");
     const GlobalTensors g = global_tensors(PyDictSource(tensors), c);
     model_ = std::make_unique<EncoderModel>(c, g);
   }
+
+  std::shared_ptr<PackedWeightsStore> packed() const { return packed_store(); }
 
   // One layer's tensors under canonical names; packed (or copied) before this returns.
   void add_layer(const std::string& stack, const py::dict& tensors) {
@@ -42,7 +47,9 @@ class PyEncoderModel : private ModelBuilder {
     if (model_->complete()) {
       throw py::value_error("the encoder already has its " + std::to_string(c.distinct_layers()) + " layers");
     }
-    const BlockTensors b = block_tensors(PyDictSource(tensors), c, /*cross=*/false);
+    const BlockTensors b =
+        block_tensors(PyDictSource(tensors), c, /*cross=*/false,
+                      packed_store() ? stack + ".layers." + std::to_string(model_->num_layers_added()) : "");
     GilReleased release;  // packing is the slow part of loading
     model_->add_layer(b);
   }
@@ -256,7 +263,9 @@ class PyEncoderModel : private ModelBuilder {
 
 void register_models_encoder(py::module_& m) {
   py::class_<PyEncoderModel>(m, "EncoderModel")
-      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("tensors"))
+      .def(py::init<const py::dict&, const py::dict&, std::shared_ptr<PackedWeightsStore>>(), py::arg("config"),
+           py::arg("tensors"), py::arg("packed") = py::none())
+      .def_property_readonly("packed_weights", [](const PyEncoderModel& m) { return m.packed(); })
       .def("add_layer", &PyEncoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("forward", &PyEncoderModel::forward, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("token_type_ids") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0)

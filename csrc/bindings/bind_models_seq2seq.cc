@@ -32,13 +32,18 @@ class PySeq2SeqModel : private ModelBuilder {
  public:
   // config: the TransformerConfig fields (bindings/config.h); tensors: the model-level tensors
   // under canonical names, both stacks' and the head included (models/model_builder.h).
-  PySeq2SeqModel(const py::dict& config, const py::dict& tensors) : ModelBuilder("seq2seq") {
+  // packed: a converted directory's packed weights (io/packed_file.h) or a writer recording them, or None.
+  PySeq2SeqModel(const py::dict& config, const py::dict& tensors, std::shared_ptr<PackedWeightsStore> packed)
+      : ModelBuilder("seq2seq") {
+    use_packed(std::move(packed));
     const TransformerConfig c = transformer_config(config);
     if (c.kind != ModelKind::kSeq2Seq) throw py::value_error("Seq2SeqModel needs a config of kind 'seq2seq'");
     const GlobalTensors g = global_tensors(PyDictSource(tensors), c);
     GilReleased release;  // packs the LM head
     model_ = std::make_unique<Seq2SeqModel>(c, g);
   }
+
+  std::shared_ptr<PackedWeightsStore> packed() const { return packed_store(); }
 
   // One layer of stack "encoder" or "decoder", under canonical names; packed before this returns.
   void add_layer(const std::string& stack, const py::dict& t) {
@@ -50,7 +55,8 @@ class PySeq2SeqModel : private ModelBuilder {
     const long count = decoder ? c.num_decoder_layers : c.num_layers;
     long& added = decoder ? decoder_added_ : encoder_added_;
     if (added >= count) throw py::value_error("the " + stack + " already has its " + std::to_string(count) + " layers");
-    const BlockTensors b = block_tensors(PyDictSource(t), c, /*cross=*/decoder);
+    const BlockTensors b = block_tensors(PyDictSource(t), c, /*cross=*/decoder,
+                                         packed_store() ? stack + ".layers." + std::to_string(added) : "");
     {
       GilReleased release;
       if (decoder) {
@@ -210,7 +216,9 @@ class PySeq2SeqModel : private ModelBuilder {
 
 void register_models_seq2seq(py::module_& m) {
   py::class_<PySeq2SeqModel>(m, "Seq2SeqModel")
-      .def(py::init<const py::dict&, const py::dict&>(), py::arg("config"), py::arg("tensors"))
+      .def(py::init<const py::dict&, const py::dict&, std::shared_ptr<PackedWeightsStore>>(), py::arg("config"),
+           py::arg("tensors"), py::arg("packed") = py::none())
+      .def_property_readonly("packed_weights", [](const PySeq2SeqModel& m) { return m.packed(); })
       .def("add_layer", &PySeq2SeqModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("encode", &PySeq2SeqModel::encode, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("num_threads") = 0)

@@ -44,7 +44,7 @@ void require_in_features(WeightType type, std::initializer_list<InFeatures> widt
   }
 }
 
-Linear::Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat& format) {
+Linear::Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat& format, const PackedSlot& slot) {
   const WeightType type = format.type;
   long n = 0;
   bool any_bias = false;
@@ -70,6 +70,15 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat&
           "the format has them");
     }
   }
+  if (any_bias) {
+    bias_.assign(n, 0.0f);
+    long row = 0;
+    for (const LinearPart& p : parts) {
+      if (p.bias) std::copy(p.bias, p.bias + p.rows, bias_.begin() + row);
+      row += p.rows;
+    }
+  }
+  if (slot.store != nullptr && slot.store->find(slot.key, n, k, format, packed_)) return;
   // The packers read one strided matrix; row blocks living in separate tensors are gathered once
   // here (load time only), in scratch that the next Linear of a model build reuses.
   LoadScratchScope scratch;
@@ -105,14 +114,7 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat&
       packed_ = pack_weights_16(join_rows<uint16_t>(parts, n, k), type, n, k, k);
     }
   }
-  if (any_bias) {
-    bias_.assign(n, 0.0f);
-    long row = 0;
-    for (const LinearPart& p : parts) {
-      if (p.bias) std::copy(p.bias, p.bias + p.rows, bias_.begin() + row);
-      row += p.rows;
-    }
-  }
+  if (slot.store != nullptr) slot.store->packed(slot.key, packed_);
 }
 
 Linear::Linear(PackedWeights packed, const float* bias) : packed_(std::move(packed)) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "kernels/activation/activation.h"
@@ -45,13 +46,36 @@ struct LinearPart {
   long rows = 0;
 };
 
+// Where a model build takes packed weights from instead of packing them (a converted directory's
+// packed-weights file, io/packed_file.h), or records what it packed (`cpuformer convert` writing
+// that file). Keys name a Linear after fusion: "decoder.layers.3.qkv", "lm_head", ...
+class PackedWeightsStore {
+ public:
+  virtual ~PackedWeightsStore() = default;
+  // The weights stored under `key` as a view for the running level, or nothing (pack as usual: no
+  // such key, or stored in another format). std::invalid_argument when the stored matrix's shape
+  // is not [n, k] (a damaged file).
+  virtual bool find(const std::string& key, long n, long k, const WeightFormat& format, PackedWeights& out) = 0;
+  // Every Linear packed under a key (not found above) is shown here once packed.
+  virtual void packed(const std::string& key, const PackedWeights& w) = 0;
+};
+
+// A Linear's key in a store; no store: pack as usual.
+struct PackedSlot {
+  PackedWeightsStore* store = nullptr;
+  std::string key;
+};
+
 class Linear {
  public:
   Linear() = default;
   // Packs W = concat(parts' weights) of shape [Σ rows, k]; bias = concat(parts' biases), zeros for
   // parts without one (no bias at all if no part has one). Parts are all float32, or all stored
   // in `format` already (std::invalid_argument otherwise).
-  Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat& format = WeightFormat());
+  // With a slot, the store's weights for slot.key are used instead of packing when it has them
+  // (the parts are still checked and give the bias), and what is packed is shown to it.
+  Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat& format = WeightFormat(),
+         const PackedSlot& slot = PackedSlot());
   // From weights already packed (e.g. pack_weights_s8 over int8 read from a converted directory);
   // bias [n] or null, copied.
   Linear(PackedWeights packed, const float* bias);

@@ -13,25 +13,28 @@ namespace cpuformer {
 TransformerBlock::TransformerBlock(const TransformerConfig& c, const BlockTensors& t, bool cross) {
   const long H = c.hidden_size, I = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
   const WeightFormat wt = c.matmul_format();
-  qkv_ = Linear({{t.q.weight, t.q.bias, qw}, {t.k.weight, t.k.bias, kvw}, {t.v.weight, t.v.bias, kvw}}, H, wt);
-  out_ = Linear({{t.o.weight, t.o.bias, H}}, qw, wt);
+  auto slot = [&t](const char* name) { return PackedSlot{t.packed, t.packed_prefix + name}; };
+  qkv_ = Linear({{t.q.weight, t.q.bias, qw}, {t.k.weight, t.k.bias, kvw}, {t.v.weight, t.v.bias, kvw}}, H, wt,
+                slot("qkv"));
+  out_ = Linear({{t.o.weight, t.o.bias, H}}, qw, wt, slot("o"));
   attn_norm_ = NormWeights(c, t.attn_norm.weight, t.attn_norm.bias, H);
   if (c.qk_norm) {
     q_norm_.assign(t.q_norm, t.q_norm + c.head_dim);
     k_norm_.assign(t.k_norm, t.k_norm + c.head_dim);
   }
   if (cross) {
-    cross_q_ = Linear({{t.cross_q.weight, t.cross_q.bias, qw}}, H, wt);
-    cross_kv_ = Linear({{t.cross_k.weight, t.cross_k.bias, kvw}, {t.cross_v.weight, t.cross_v.bias, kvw}}, H, wt);
-    cross_out_ = Linear({{t.cross_o.weight, t.cross_o.bias, H}}, qw, wt);
+    cross_q_ = Linear({{t.cross_q.weight, t.cross_q.bias, qw}}, H, wt, slot("cross_q"));
+    cross_kv_ = Linear({{t.cross_k.weight, t.cross_k.bias, kvw}, {t.cross_v.weight, t.cross_v.bias, kvw}}, H, wt,
+                       slot("cross_kv"));
+    cross_out_ = Linear({{t.cross_o.weight, t.cross_o.bias, H}}, qw, wt, slot("cross_o"));
     cross_norm_ = NormWeights(c, t.cross_norm.weight, t.cross_norm.bias, H);
   }
   if (c.gated_ffn) {
-    up_ = Linear({{t.gate.weight, nullptr, I}, {t.up.weight, nullptr, I}}, H, wt);
+    up_ = Linear({{t.gate.weight, nullptr, I}, {t.up.weight, nullptr, I}}, H, wt, slot("up"));
   } else {
-    up_ = Linear({{t.up.weight, t.up.bias, I}}, H, wt);
+    up_ = Linear({{t.up.weight, t.up.bias, I}}, H, wt, slot("up"));
   }
-  down_ = Linear({{t.down.weight, t.down.bias, H}}, I, wt);
+  down_ = Linear({{t.down.weight, t.down.bias, H}}, I, wt, slot("down"));
   ffn_norm_ = NormWeights(c, t.ffn_norm.weight, t.ffn_norm.bias, H);
 }
 

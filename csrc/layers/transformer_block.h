@@ -13,6 +13,7 @@
 // attention arguments the model fills in.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "kernels/attention/attention.h"
@@ -57,6 +58,10 @@ struct BlockTensors {
   const float* position_bias = nullptr;
   const float* segment_bias = nullptr;
   const float* segment_embed = nullptr;
+  // Where the layer's packed projections may come from (qkv, o, cross_q, cross_kv, cross_o, up,
+  // down under "<packed_prefix><name>"); no store: packed here.
+  PackedWeightsStore* packed = nullptr;
+  std::string packed_prefix;  // "decoder.layers.3."
 };
 
 // Runs self-attention in place of the plain fused kernel, for mathematics that needs the projected

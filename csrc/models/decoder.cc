@@ -41,7 +41,7 @@ DecoderModel::DecoderModel(const TransformerConfig& config, const GlobalTensors&
   }
   if (c.final_norm) final_norm_ = NormWeights(c, t.decoder.final_norm.weight, t.decoder.final_norm.bias, c.hidden_size);
   lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(t.tokens), t.lm_head.bias, c.vocab_size}},
-                    c.hidden_size, c.head_format());
+                    c.hidden_size, c.head_format(), PackedSlot{t.packed, "lm_head"});
   // After the tied head is packed from the float32 rows: an int8 table is quantized from them.
   word_embeddings_ = EmbeddingTable(t.tokens, c.vocab_size, c.hidden_size, c.embedding_dtype);
   layers_.reserve(c.num_layers);

@@ -47,7 +47,8 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
   if (config_.embedding_norm)
     embedding_norm_ = NormWeights(config_, t.encoder.embed_norm.weight, t.encoder.embed_norm.bias, E);
   if (t.embed_project.weight) {
-    embed_project_ = Linear({{t.embed_project.weight, t.embed_project.bias, H}}, E, config_.matmul_format());
+    embed_project_ = Linear({{t.embed_project.weight, t.embed_project.bias, H}}, E, config_.matmul_format(),
+                            PackedSlot{t.packed, "embed.project"});
     has_embed_project_ = true;
   } else if (E != H || t.embed_project.bias) {
     throw std::invalid_argument("embedding_size != hidden_size needs the embed.project weight");
@@ -58,7 +59,7 @@ EncoderModel::EncoderModel(const TransformerConfig& config, const GlobalTensors&
   }
   if (config_.final_norm) final_norm_ = NormWeights(config_, t.encoder.final_norm.weight, t.encoder.final_norm.bias, H);
   if (t.pooler.weight) {
-    pooler_ = Linear({{t.pooler.weight, t.pooler.bias, H}}, H, config_.matmul_format());
+    pooler_ = Linear({{t.pooler.weight, t.pooler.bias, H}}, H, config_.matmul_format(), PackedSlot{t.packed, "pooler"});
     has_pooler_ = true;
   }
   layers_.reserve(config_.distinct_layers());

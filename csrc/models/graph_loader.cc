@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/json.h"
+#include "io/packed_file.h"
 #include "io/safetensors.h"
 #include "models/config_reader.h"
 #include "runtime/load_scratch.h"
@@ -281,6 +282,9 @@ std::unique_ptr<GraphModel> load_graph(const std::string& directory) {
   const Json& tensors = manifest.at("tensors");
   const char* what = c.kind == ModelKind::kEncoder ? "encoder" : c.kind == ModelKind::kDecoder ? "decoder" : "seq2seq";
   model->builder = std::make_unique<ModelBuilder>(what);
+  // The packed weights `cpuformer convert` stored for this level, mapped: no packing at load. A
+  // stale file (other weights, another build's layouts) is not used; a damaged one is an error.
+  model->builder->use_packed(io::PackedFile::open_directory(directory).file);
   {
     ManifestSource source(tensors.at("model"), file, kGraphFile + std::string(" model"));
     const GlobalTensors g = model->builder->global_tensors(source, c);
@@ -306,7 +310,8 @@ std::unique_ptr<GraphModel> load_graph(const std::string& directory) {
     for (std::size_t l = 0; l < layers.array().size(); ++l) {
       ManifestSource source(layers.array()[l], file,
                             std::string(kGraphFile) + " " + stack.name + " layer " + std::to_string(l));
-      const BlockTensors b = model->builder->block_tensors(source, c, decoder_stack);
+      const BlockTensors b = model->builder->block_tensors(source, c, decoder_stack,
+                                                           std::string(stack.name) + ".layers." + std::to_string(l));
       if (model->encoder) model->encoder->add_layer(b);
       if (model->decoder) model->decoder->add_layer(b);
       if (model->seq2seq) {

@@ -43,8 +43,9 @@ class FileError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Loads the converted directory `directory` (every weight packed or copied: the files are closed
-// when this returns).
+// Loads the converted directory `directory` (every weight packed or copied, or mapped from the
+// directory's packed-weights file for this ISA level when it has a valid one: io/packed_file.h;
+// model.safetensors is closed when this returns).
 std::unique_ptr<GraphModel> load_graph(const std::string& directory);
 
 }  // namespace cpuformer

@@ -202,10 +202,12 @@ GlobalTensors ModelBuilder::global_tensors(const TensorSource& tensors, const Tr
     g.decoder = stack_tensors(tensors, c, "decoder", used);
   }
   reject_unused(tensors, used, "model");
+  g.packed = packed_.get();
   return g;
 }
 
-BlockTensors ModelBuilder::block_tensors(const TensorSource& tensors, const TransformerConfig& c, bool cross) {
+BlockTensors ModelBuilder::block_tensors(const TensorSource& tensors, const TransformerConfig& c, bool cross,
+                                         const std::string& layer) {
   const long H = c.hidden_size, I = c.intermediate_size, qw = c.q_width(), kvw = c.kv_width();
   std::set<std::string> used;
   BlockTensors b;
@@ -248,6 +250,10 @@ BlockTensors ModelBuilder::block_tensors(const TensorSource& tensors, const Tran
     b.segment_embed = vector(tensors, "attn.segment_embed", {2, qw}, true, used);
   }
   reject_unused(tensors, used, "layer");
+  if (packed_ && !layer.empty()) {
+    b.packed = packed_.get();
+    b.packed_prefix = layer + ".";
+  }
   return b;
 }
 

@@ -13,9 +13,13 @@
 // small vectors copied by the model, and the tables it reads by pointer (embeddings, position
 // tables) are copied here into memory this builder owns. A checkpoint file truncated, overwritten
 // or deleted while the model lives can therefore neither crash it (SIGBUS on a mapped page past
-// the new end of the file) nor change its results. The model must not outlive its builder.
+// the new end of the file) nor change its results. The one exception is a converted directory's
+// packed-weights file (use_packed, io/packed_file.h): the model maps it, on purpose (no packing at
+// load); replacing or deleting it is safe, truncating it in place is not (docs/reliability.md).
+// The model must not outlive its builder.
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,8 +42,14 @@ class ModelBuilder {
 
   // The model-level tensors; the tables the model reads by pointer are copied.
   GlobalTensors global_tensors(const TensorSource& tensors, const TransformerConfig& c);
-  // One layer's tensors (cross: a seq2seq decoder layer); valid while `tensors` lives.
-  BlockTensors block_tensors(const TensorSource& tensors, const TransformerConfig& c, bool cross);
+  // One layer's tensors (cross: a seq2seq decoder layer); valid while `tensors` lives. layer: its
+  // key in the packed-weights store ("decoder.layers.3"; "" with no store).
+  BlockTensors block_tensors(const TensorSource& tensors, const TransformerConfig& c, bool cross,
+                             const std::string& layer = "");
+  // Packed weights for the Linears built from what global_tensors / block_tensors return next (a
+  // converted directory's packed-weights file, or a writer recording them); null: none.
+  void use_packed(std::shared_ptr<PackedWeightsStore> store) { packed_ = std::move(store); }
+  const std::shared_ptr<PackedWeightsStore>& packed_store() const { return packed_; }
 
  private:
   StackTensors stack_tensors(const TensorSource& tensors, const TransformerConfig& c, const std::string& stack,
@@ -68,6 +78,7 @@ class ModelBuilder {
 
   std::string what_;
   std::vector<AlignedBuffer<float>> owned_;  // the tables copied by get(..., copy=true)
+  std::shared_ptr<PackedWeightsStore> packed_;
 };
 
 }  // namespace cpuformer

@@ -26,6 +26,8 @@ struct GlobalTensors {
   LinearTensors lm_head;               // lm_head [vocab_size, hidden] + lm_head.bias; null weight: tied
   LinearTensors pooler;                // pooler [hidden, hidden] + bias (BERT), or null
   StackTensors encoder, decoder;       // a decoder-only model has only `decoder`, an encoder only `encoder`
+  // Where the packed lm_head, pooler and embed.project may come from (layers/linear.h), or null.
+  PackedWeightsStore* packed = nullptr;
 };
 
 }  // namespace cpuformer

@@ -31,7 +31,7 @@ Seq2SeqModel::Seq2SeqModel(const TransformerConfig& config, const GlobalTensors&
   encoder_.layers.reserve(c.num_layers);
   decoder_.layers.reserve(c.num_decoder_layers);
   lm_head_ = Linear({{t.lm_head.weight ? t.lm_head.weight : WeightRef(t.tokens), t.lm_head.bias, c.vocab_size}}, d,
-                    c.head_format());
+                    c.head_format(), PackedSlot{t.packed, "lm_head"});
   // After the tied head is packed from the float32 rows: an int8 table is quantized from them.
   word_embeddings_ = EmbeddingTable(t.tokens, c.vocab_size, d, c.embedding_dtype);
 }

@@ -10,6 +10,7 @@ from ._model_dir import ModelDir
 from .arch import find
 from .models import CLASSES, CLIP, CLIPText, CLIPVision, Encoder, Generator, ImageEncoder, Seq2Seq
 from .models._graph_file import write_graph_file
+from .models._packed import write_packed_file
 
 
 def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads: Optional[int] = None,
@@ -46,13 +47,20 @@ def load(path: Union[str, os.PathLike], dtype: Optional[str] = None, num_threads
 
 
 def convert(src: Union[str, os.PathLike], dst: Union[str, os.PathLike], dtype: str, progress: bool = True,
-            quantization: Optional[Mapping[str, Any]] = None) -> None:
+            quantization: Optional[Mapping[str, Any]] = None, pack: bool = True) -> None:
     """Writes a copy of the model directory ``src`` to ``dst`` with its matmul weights stored in
     ``dtype`` ("int8", "int4", "float16", "bfloat16" or "float32"), ready to load zero-copy
     (``cpuformer.weights.convert``: the format, the quantization settings, the atomic write).
     A text model's copy also holds ``cpuformer_graph.json``, the manifest the C API opens it
-    with (docs/c-api.md)."""
-    weights.convert(src, dst, dtype, progress=progress, quantization=quantization, finish=write_graph_file)
+    with (docs/c-api.md), and with ``pack`` (the default) ``cpuformer_packed.<level>.bin``, its
+    weights packed for this machine's ISA level, which loading maps instead of packing
+    (docs/precision.md, "Packed weights"; ``cpuformer pack DIR`` adds another machine's)."""
+    def finish(directory: Any) -> None:
+        write_graph_file(directory)
+        if pack:
+            write_packed_file(directory, required=False)
+
+    weights.convert(src, dst, dtype, progress=progress, quantization=quantization, finish=finish)
 
 
 __all__ = ["convert", "load"]

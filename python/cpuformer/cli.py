@@ -889,8 +889,24 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     convert = getattr(cpuformer, "convert", None)
     if convert is None:
         raise UserError(f"this cpuformer build ({cpuformer.__version__}) has no converter (cpuformer.convert)")
-    convert(args.src, args.dst, args.dtype, progress=True, quantization=_quantization(args))
+    extra = {"pack": False} if args.no_pack else {}
+    convert(args.src, args.dst, args.dtype, progress=True, quantization=_quantization(args), **extra)
     print(f"wrote {args.dst} ({args.dtype})")
+    return 0
+
+
+def _cmd_pack(args: argparse.Namespace) -> int:
+    from .models._packed import write_packed_file
+
+    if not os.path.isdir(args.model_dir):
+        raise UserError(f"{args.model_dir} is not a directory (give a directory written by `cpuformer convert`)")
+    if not os.path.isfile(os.path.join(args.model_dir, "config.json")):
+        raise UserError(f"{args.model_dir} is not a model directory: it has no config.json")
+    try:
+        path = write_packed_file(args.model_dir)
+    except (ValueError, RuntimeError, OSError) as error:  # not converted, damaged, not writable
+        raise UserError(str(error)) from None
+    print(f"wrote {path}")
     return 0
 
 
@@ -1253,7 +1269,18 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--dtype", required=True, choices=("int8", "int4", "float16", "bfloat16", "float32"),
                       help="stored weight dtype (float32: full precision plus the graph manifest the C API opens)")
     _add_quantization_options(conv)
+    conv.add_argument("--no-pack", action="store_true",
+                      help="write no packed weights for this machine (cpuformer_packed.<level>.bin: loading maps "
+                           "them instead of packing; `cpuformer pack DST` adds them later)")
     conv.set_defaults(func=_cmd_convert)
+
+    pack = sub.add_parser("pack", help="store a converted directory's weights packed for this machine",
+                          description="Writes MODEL_DIR/cpuformer_packed.<level>.bin: the weights of the converted "
+                                      "text model MODEL_DIR packed for this machine's ISA level (CPUFORMER_ISA "
+                                      "applies), so loading it here maps them instead of packing. Replaces that "
+                                      "level's file; other levels' files are kept.")
+    pack.add_argument("model_dir", metavar="MODEL_DIR", help="a directory written by `cpuformer convert`")
+    pack.set_defaults(func=_cmd_pack)
 
     bench = sub.add_parser("bench", help="benchmark standard-shape models with random weights (no download)",
                            description="Builds standard-shape models with seeded random weights (BERT-base, "

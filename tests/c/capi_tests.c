@@ -182,7 +182,10 @@ static void test_open_errors(void) {
                               {"bad_rows", "rows [0, 9999) outside"},
                               {"stored_dtype", "is stored as F32, expected int8"},
                               {"missing_tensor", "has no tensor 'nonexistent.weight'"},
-                              {"layer_count", "stack 'decoder' has 1 layers"}};
+                              {"layer_count", "stack 'decoder' has 1 layers"},
+                              {"packed_truncated", "damaged packed-weights file: truncated or bad header"},
+                              {"packed_bad_magic", "damaged packed-weights file: bad header (no CFPACKED magic)"},
+                              {"packed_shape", "matrix 'decoder.layers.0.qkv' is [128, 32], the model's is [96, 32]"}};
   for (size_t i = 0; i < sizeof(damaged) / sizeof(damaged[0]); ++i) {
     snprintf(path, sizeof(path), "%s/damaged/%s", models_dir, damaged[i][0]);
     expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL, damaged[i][1], damaged[i][0]);

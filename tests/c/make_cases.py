@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import struct
 import sys
 from typing import List
 
@@ -27,8 +28,37 @@ import torch
 import transformers
 
 import cpuformer as cf
+from cpuformer.models._packed import packed_file_name
 
 POOLINGS = {"mean": 0, "cls": 1, "max": 2, "last": 3}
+
+
+def read_packed_index(path: pathlib.Path) -> dict:
+    """The JSON index of a packed-weights file (csrc/io/packed_file.h)."""
+    data = path.read_bytes()
+    offset, size = struct.unpack_from("<QQ", data, 8)
+    return json.loads(data[offset:offset + size])
+
+
+def rewrite_packed_index(path: pathlib.Path, edit) -> None:
+    """Applies edit(index) to a packed-weights file's index (written anew after the data)."""
+    data = bytearray(path.read_bytes())
+    offset, _ = struct.unpack_from("<QQ", data, 8)
+    index = read_packed_index(path)
+    edit(index)
+    text = json.dumps(index).encode()
+    data = data[:offset] + text
+    struct.pack_into("<QQ", data, 8, offset, len(text))
+    path.write_bytes(bytes(data))
+
+
+def swap_keys(a: str, b: str):
+    """An index edit swapping the keys of two matrices."""
+    def edit(index: dict) -> None:
+        for m in index["matrices"]:
+            if m["key"] in (a, b):
+                m["key"] = b if m["key"] == a else a
+    return edit
 
 
 def save(path: pathlib.Path, array: np.ndarray) -> str:
@@ -108,6 +138,14 @@ def main(argv: List[str]) -> int:
                 cases.append(f"generate {model_dir.name} {save(data / f'{tag}.{p}.prompt', prompt)} {max_new} "
                              f"{beams} {sample} {seed} {ref}")
             model.close()
+    # Every directory above has its packed-weights file (cpuformer convert writes it for this
+    # machine's level), so the C API maps them; these copies without one pack at load, and must
+    # give the same bits (the same reference files).
+    packed = packed_file_name()
+    for tag in ("gpt2-int8", "gpt2-int4", "llama-float16", "bert-int8", "t5-int8"):
+        assert (root / tag / packed).is_file(), tag
+        shutil.copytree(root / tag, root / f"{tag}-nopack", ignore=shutil.ignore_patterns(packed))
+        cases += [line.replace(f" {tag} ", f" {tag}-nopack ") for line in cases if f" {tag} " in line]
     # Damaged copies for the error paths (tests/c/capi_tests.c opens each and expects
     # CF_ERROR_INVALID_MODEL).
     damaged = root / "damaged"
@@ -122,11 +160,19 @@ def main(argv: List[str]) -> int:
         "layer_count": lambda t: t["decoder"].pop(),
     }
     for what in ("manifest_truncated", "weights_truncated", "bad_version", "no_manifest", "unknown_field",
-                 "unknown_option", *edits):
+                 "unknown_option", "packed_truncated", "packed_bad_magic", "packed_shape", *edits):
         copy = damaged / what
         shutil.copytree(good, copy)
         manifest = copy / "cpuformer_graph.json"
-        if what == "manifest_truncated":
+        if what == "packed_truncated":
+            (copy / packed).write_bytes((copy / packed).read_bytes()[:200])
+        elif what == "packed_bad_magic":
+            data = bytearray((copy / packed).read_bytes())
+            data[:8] = b"NOTPACKD"
+            (copy / packed).write_bytes(bytes(data))
+        elif what == "packed_shape":  # two matrices' keys swapped: each is self-consistent, not the model's
+            rewrite_packed_index(copy / packed, swap_keys("decoder.layers.0.qkv", "decoder.layers.0.up"))
+        elif what == "manifest_truncated":
             manifest.write_bytes(manifest.read_bytes()[:100])
         elif what == "weights_truncated":
             weights = copy / "model.safetensors"

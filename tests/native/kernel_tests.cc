@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -527,6 +528,9 @@ void set_residual(int mode, const std::vector<float>& residual, long ldc, std::v
   ep.ldr = ldc;
 }
 
+void expect_same_bits(const std::vector<float>& want, const std::vector<float>& got, long m, long n, long ldc,
+                      const std::string& what);
+
 void check_gemm(const WeightFormat& format, long m, long k, long n, Activation act, bool with_bias,
                 int residual_mode /* 0 none, 1 separate, 2 in place (residual = c) */) {
   const long lda = k + (m % 3), ldc = n + (n % 2);
@@ -539,6 +543,25 @@ void check_gemm(const WeightFormat& format, long m, long k, long n, Activation a
   ep.activation = act;
   set_residual(residual_mode, residual, ldc, c, ep);
   gemm(a.data(), m, lda, packed, c.data(), ldc, ep);
+  {
+    // The same bytes as a view of memory owned elsewhere (a mapped packed-weights file): the same bits.
+    auto owner = std::make_shared<AlignedBuffer<uint8_t>>(packed.byte_size());
+    std::memcpy(owner->data(), packed.bytes(), packed.byte_size());
+    PackedWeights view;
+    view.n = packed.n;
+    view.k = packed.k;
+    view.type = packed.type;
+    view.isa = packed.isa;
+    view.group_size = packed.group_size;
+    view.zero_point = packed.zero_point;
+    view.set_view(owner->data(), packed.byte_size(), owner);
+    expect(view.is_view() && view.bytes() == owner->data() && view.data.size() == 0, "PackedWeights view");
+    std::vector<float> c2(m * ldc, std::numeric_limits<float>::quiet_NaN());
+    GemmEpilogue ep2 = ep;
+    set_residual(residual_mode, residual, ldc, c2, ep2);
+    gemm(a.data(), m, lda, view, c2.data(), ldc, ep2);
+    expect_same_bits(c, c2, m, n, ldc, "gemm " + format_name(format) + " " + dims({m, k, n}) + " from a view");
+  }
 
   std::vector<double> z, magnitude;
   gemm_reference(a, m, lda, w, n, k, format, z, magnitude);

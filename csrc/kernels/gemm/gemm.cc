@@ -247,6 +247,17 @@ float half_to_float(uint16_t h) {
   return x;
 }
 
+std::size_t packed_weight_bytes(long n, long k, const WeightFormat& format) {
+  switch (format.type) {
+    case WeightType::kFloat32: return gemm_kernels().packed_bytes_f32(n, k);
+    case WeightType::kInt8: return int8_gemm_kernels().packed_bytes(n, k);
+    case WeightType::kInt4: return int4_gemm_kernels().packed_bytes(n, k, format.group_size, format.zero_point);
+    case WeightType::kFloat16:
+    case WeightType::kBFloat16: return half_gemm_kernels().packed_bytes(n, k, format.type);
+  }
+  throw std::invalid_argument("packed_weight_bytes: unknown weight type");
+}
+
 PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
   const GemmKernels& kernels = gemm_kernels();
   PackedWeights packed;

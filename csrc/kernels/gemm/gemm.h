@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "kernels/activation/activation.h"
 #include "runtime/aligned_buffer.h"
@@ -44,8 +46,11 @@ struct GemmEpilogue {
   long ldr = 0;
 };
 
-// W packed for the GEMM of one ISA level. The byte layout of `data` belongs to that level's
-// kernels (see gemm_<isa>.cc); nothing else reads it.
+// W packed for the GEMM of one ISA level. The byte layout of its bytes belongs to that level's
+// kernels (see gemm_<isa>.cc); nothing else interprets them. The bytes are either owned (`data`,
+// filled by the pack_weights_* functions) or a view of memory someone else owns (a converted
+// directory's mapped packed-weights file, io/packed_file.h), kept alive by `keep_alive`. Kernels
+// read them through bytes(). Changing any level's layout requires bumping kPackedLayoutVersion.
 struct PackedWeights {
   long n = 0;  // output features (rows of W)
   long k = 0;  // input features (columns of W)
@@ -53,8 +58,31 @@ struct PackedWeights {
   Isa isa = Isa::kScalar;
   long group_size = 0;      // int4 only
   bool zero_point = false;  // int4 only
-  AlignedBuffer<uint8_t> data;
+  AlignedBuffer<uint8_t> data;  // owned bytes (empty for a view)
+
+  const uint8_t* bytes() const { return view_ != nullptr ? view_ : data.data(); }
+  std::size_t byte_size() const { return view_ != nullptr ? view_bytes_ : data.size(); }
+  bool is_view() const { return view_ != nullptr; }
+  // Makes this a view of `bytes` (64-byte aligned, byte_size bytes, the running level's layout for
+  // n, k, type, ...), which stay valid while `keep_alive` lives; drops any owned bytes.
+  void set_view(const uint8_t* bytes, std::size_t byte_size, std::shared_ptr<const void> keep_alive) {
+    data = AlignedBuffer<uint8_t>();
+    view_ = bytes;
+    view_bytes_ = byte_size;
+    keep_alive_ = std::move(keep_alive);
+  }
+
+ private:
+  const uint8_t* view_ = nullptr;
+  std::size_t view_bytes_ = 0;
+  std::shared_ptr<const void> keep_alive_;
 };
+
+// The version of every level's packed layouts as a whole: stored in packed-weights files
+// (io/packed_file.h), which are not used when it differs. Bump it when any pack function changes.
+constexpr long kPackedLayoutVersion = 1;
+// The bytes the running level's packer writes for [n, k] weights in `format`.
+std::size_t packed_weight_bytes(long n, long k, const WeightFormat& format);
 
 struct GemmKernels {
   std::size_t (*packed_bytes_f32)(long n, long k);

@@ -365,7 +365,7 @@ void gemm_w(const float* a, long m, long lda, const PackedWeights& w, float* c, 
   g.a = a;
   g.m = m;
   g.lda = lda;
-  g.wp = reinterpret_cast<const WElem*>(w.data.data());
+  g.wp = reinterpret_cast<const WElem*>(w.bytes());
   g.type = w.type;
   g.n = w.n;
   g.k = w.k;

@@ -137,7 +137,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   }
   const long n = w.n, k = w.k;
   const long kp = ceil_div(k, 2) * 2;
-  const uint16_t* panels = reinterpret_cast<const uint16_t*>(w.data.data());
+  const uint16_t* panels = reinterpret_cast<const uint16_t*>(w.bytes());
   // bfloat16 A ([m][kp]), allocated here: no exception may leave the parallel region.
   uint16_t* ab = reinterpret_cast<uint16_t*>(gemm_thread_scratch((static_cast<std::size_t>(m) * kp + 1) / 2));
   rowwise_gemm(

@@ -19,7 +19,7 @@ void pack(const uint16_t* w, WeightType, long n, long k, long ldw, uint8_t* out)
 
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
-  const uint16_t* wh = reinterpret_cast<const uint16_t*>(w.data.data());
+  const uint16_t* wh = reinterpret_cast<const uint16_t*>(w.bytes());
   const bool half = w.type == WeightType::kFloat16;
   run_team(current_num_threads(), [&](const Team& team) {
     std::vector<float> wrow(k);

@@ -51,7 +51,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
       },
       [&](long i0, long rows, long j0, long ncols) {
         alignas(64) float acc[kMR * kNR];
-        tile(rows, qa + i0 * kp, kp, values + i0 * groups, groups, w.data.data() + (j0 / kInt4Panel) * stride, ncols,
+        tile(rows, qa + i0 * kp, kp, values + i0 * groups, groups, w.bytes() + (j0 / kInt4Panel) * stride, ncols,
              stride, header, acc);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;

@@ -37,9 +37,9 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const long n = w.n, k = w.k, group_size = w.group_size, groups = int4_groups(k, group_size);
   const long kp = groups * group_size;
   const std::size_t cells = static_cast<std::size_t>(n) * groups;
-  const uint16_t* scales = reinterpret_cast<const uint16_t*>(w.data.data());
-  const uint8_t* zeros = w.zero_point ? w.data.data() + cells * sizeof(uint16_t) : nullptr;
-  const uint8_t* u = w.data.data() + cells * (sizeof(uint16_t) + (w.zero_point ? 1 : 0));
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(w.bytes());
+  const uint8_t* zeros = w.zero_point ? w.bytes() + cells * sizeof(uint16_t) : nullptr;
+  const uint8_t* u = w.bytes() + cells * (sizeof(uint16_t) + (w.zero_point ? 1 : 0));
   run_team(current_num_threads(), [&](const Team& team) {
     std::vector<int8_t> qa(static_cast<std::size_t>(kp), 0);  // padded with zeros past k
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first

@@ -97,9 +97,9 @@ constexpr long kInt8MinMacsPerThread = 1L << 19;
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
   const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, kKGroup) * kKGroup;
-  const float* scales = reinterpret_cast<const float*>(w.data.data());
-  const int32_t* comp = reinterpret_cast<const int32_t*>(w.data.data() + np * sizeof(float));
-  const int8_t* panels = reinterpret_cast<const int8_t*>(w.data.data() + np * (sizeof(float) + sizeof(int32_t)));
+  const float* scales = reinterpret_cast<const float*>(w.bytes());
+  const int32_t* comp = reinterpret_cast<const int32_t*>(w.bytes() + np * sizeof(float));
+  const int8_t* panels = reinterpret_cast<const int8_t*>(w.bytes() + np * (sizeof(float) + sizeof(int32_t)));
 
   // Quantized A ([m][kp] bytes, 64-byte aligned rows start) and sa [m], allocated here: no
   // exception may leave the parallel region.

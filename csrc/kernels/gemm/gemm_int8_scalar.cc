@@ -49,8 +49,8 @@ void pack(const int8_t* q, const float* scales, long n, long k, long ldq, uint8_
 
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
-  const float* scales = reinterpret_cast<const float*>(w.data.data());
-  const int8_t* q = reinterpret_cast<const int8_t*>(w.data.data() + sizeof(float) * n);
+  const float* scales = reinterpret_cast<const float*>(w.bytes());
+  const int8_t* q = reinterpret_cast<const int8_t*>(w.bytes() + sizeof(float) * n);
   run_team(current_num_threads(), [&](const Team& team) {
     std::vector<int8_t> qa(k);
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first

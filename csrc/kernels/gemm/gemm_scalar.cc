@@ -20,7 +20,7 @@ void pack_f32(const float* w, long n, long k, long ldw, uint8_t* out) {
 void gemm_f32(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
               const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
-  const float* wf = reinterpret_cast<const float*>(w.data.data());
+  const float* wf = reinterpret_cast<const float*>(w.bytes());
   run_team(current_num_threads(), [&](const Team& team) {
     std::vector<float> row(n);  // the residual may alias c, so the row is finished here first
     long i0, i1;

@@ -121,7 +121,8 @@ class ModelBase:
             # Loaded (or failed): nothing the model computes with refers to the weights files any
             # more (the C++ model packed or copied every tensor), so the maps are dropped now and
             # a file truncated or rewritten later cannot affect the model. The headers stay
-            # readable (num_parameters).
+            # readable (num_parameters). (A converted directory's packed-weights file, which the
+            # C++ model maps instead of packing, is the exception: docs/reliability.md.)
             model_dir.close()
         self._model_dir = model_dir
         return model_dir

@@ -8,13 +8,59 @@ at a time with ``add_layer(stack, tensors)``.
 
 from __future__ import annotations
 
-from typing import Any, Dict
+import contextlib
+import contextvars
+import sys
+import warnings
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .. import _core
+from ..arch import find
 from ..weights import Checkpoint, load_layers
 
 #: The C++ graph of each model kind.
 GRAPHS = {"encoder": _core.EncoderModel, "decoder": _core.DecoderModel, "seq2seq": _core.Seq2SeqModel}
+
+# The packed-weights writer the builds of this context record into (models/_packed.py), or None.
+_RECORDING: "contextvars.ContextVar[Optional[Any]]" = contextvars.ContextVar("cpuformer_packed_recording",
+                                                                             default=None)
+
+
+@contextlib.contextmanager
+def recording(writer: Any) -> Iterator[None]:
+    """Builds inside the block hand every packed weight to ``writer`` (a _core.PackedWeightsWriter)
+    instead of mapping a packed-weights file."""
+    token = _RECORDING.set(writer)
+    try:
+        yield
+    finally:
+        _RECORDING.reset(token)
+
+
+def packed_store(checkpoint: Checkpoint) -> Tuple[Optional[Any], str]:
+    """What the C++ model takes packed weights from: the recording writer, or the converted
+    directory's packed-weights file for the running ISA level (``cpuformer convert`` / ``cpuformer
+    pack`` write it; docs/precision.md, "Packed weights"), mapped; None: pack at load. A damaged
+    file is a ValueError naming it; for a stale one (the weights changed, another build's layouts)
+    None and the warning to give once the model is built (a load that fails reports its own error
+    alone)."""
+    writer = _RECORDING.get()
+    if writer is not None:
+        return writer, ""
+    # (A CLIP directory's towers are encoders, but none of its files is a text model's.)
+    if checkpoint.stored is None or find(checkpoint.md.config)[0].kind not in GRAPHS:
+        return None, ""
+    store, warning = _core.open_packed(str(checkpoint.md.path))
+    return store, warning
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel for the first frame outside the cpuformer package (the line of
+    the user's code that loads the model)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "cpuformer":
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: Dict[str, Any]) -> Any:
@@ -37,14 +83,18 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
     # One set of scratch buffers for joining and converting the weights of every layer (the C++
     # load scratch: fresh pages each time would cost their zeroing), freed when the model is built.
     with _core._LoadScratchScope():
-        models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors) for form in (weight_format,) + more_formats]
+        packed, warning = packed_store(checkpoint) if not more_formats else (None, "")
+        models = [GRAPHS[hp.kind](dict(hp.as_dict(), **form), tensors, packed)
+                  for form in (weight_format,) + more_formats]
         del tensors
         checkpoint.release(names)  # copied or packed by the models
         load_layers(checkpoint, add_layer)
     # The buffers that quantized and packed the weights are free now, but the C library keeps
     # freed heap memory for reuse: hand it back, so the resident size is the model's.
     _core._release_free_memory()
+    if warning:
+        warnings.warn(warning, stacklevel=_caller_level())
     return models if more_formats else models[0]
 
 
-__all__ = ["GRAPHS", "build"]
+__all__ = ["GRAPHS", "build", "packed_store", "recording"]
