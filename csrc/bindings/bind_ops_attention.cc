@@ -183,7 +183,7 @@ View as_view(const py::object& obj, const char* name, bool contiguous_last = tru
 // call the kernel this way from C++; ops.attention copies instead.
 void attention_views(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj,
                      const py::object& out_obj, bool causal, long causal_offset, long window,
-                     const py::object& mask_obj, float scale) {
+                     const py::object& mask_obj, float scale, bool bf16_products) {
   const View q = as_view(q_obj, "q"), k = as_view(k_obj, "k"), v = as_view(v_obj, "v");
   View out = as_view(out_obj, "out");
   const long B = q.shape[0], H = q.shape[1], Tq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Tk = k.shape[2];
@@ -229,6 +229,7 @@ void attention_views(const py::object& q_obj, const py::object& k_obj, const py:
   a.causal = causal;
   a.causal_offset = causal_offset;
   a.window = window;
+  a.bf16_products = bf16_products;
   if (!mask_obj.is_none()) {
     a.mask = static_cast<const float*>(mask.array.data());
     a.mask_stride_b = mask.stride[0];
@@ -299,7 +300,8 @@ void register_ops_attention(py::module_& m) {
   m.def("attention", &attention_op, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("causal") = false,
         py::arg("mask") = py::none(), py::arg("scale") = py::none(), py::arg("num_threads") = 0);
   m.def("_attention_views", &attention_views, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
-        py::arg("causal"), py::arg("causal_offset"), py::arg("window"), py::arg("mask"), py::arg("scale"));
+        py::arg("causal"), py::arg("causal_offset"), py::arg("window"), py::arg("mask"), py::arg("scale"),
+        py::arg("bf16_products") = false);
 }
 
 }  // namespace bindings

@@ -196,6 +196,9 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
   in.args.q_len = in.args.kv_len = seq_len;
   in.args.scale = config_.scale();
   in.args.causal = config_.causal;  // (CLIP's text tower; with the key mask below)
+  // int8 / int4 weights quantize every GEMM's input rows to int8: the attention's products may then
+  // round their operands to bfloat16, far below that error (docs/precision.md).
+  in.args.bf16_products = config_.weight_type == WeightType::kInt8 || config_.weight_type == WeightType::kInt4;
   if (config_.relative_bias) {
     // [B or 1, heads, T, T]: the bias of every (query, key) pair per head (+ each row's key mask)
     set_bidirectional_relative_mask(relative_bias_.data(), config_.num_heads, config_.num_buckets, config_.max_distance,

@@ -853,7 +853,22 @@ struct AttentionCase {
   // NaN in the float32 keys and values of the keys the padding mask removes: they must not reach
   // any row
   bool poison_removed = false;
+  // AttentionArgs::bf16_products. Where the vdpbf16ps engine takes the call (avx512 level with
+  // AVX512-BF16, float32 k/v, D a multiple of 16, ≥ 16 query rows per (batch, kv head)) the
+  // reference multiplies bfloat16-rounded q·scale·log2(e), k and v, and the tolerance adds the
+  // probabilities' rounding, 2^-9·max|v|; elsewhere the flag changes nothing.
+  bool bf16_products = false;
 };
+
+bool bf16_engine_takes(const AttentionCase& t) {
+#if defined(__aarch64__)
+  return false;
+#else
+  return t.bf16_products && t.kv_type == KvType::kFloat32 && t.dim % 16 == 0 &&
+         t.q_len * (t.heads / t.kv_heads) >= 16 && &attention_kernels() == &avx512::kAttentionKernels &&
+         cpu_features().avx512bf16;
+#endif
+}
 
 void check_attention(const AttentionCase& t) {
   const long B = t.batch, H = t.heads, Hkv = t.kv_heads, Tq = t.q_len, Tk = t.kv_len, D = t.dim;
@@ -950,6 +965,7 @@ void check_attention(const AttentionCase& t) {
   args.causal = t.causal;
   args.causal_offset = t.causal ? Tk - Tq : 0;
   args.window = t.window;
+  args.bf16_products = t.bf16_products;
   if (t.padding_mask) {
     args.mask = mask.data();
     args.mask_stride_b = Tk;
@@ -964,6 +980,20 @@ void check_attention(const AttentionCase& t) {
   }
   attention(args);
 
+  // The operands the kernel multiplies (bf16 engine: rounded; q times scale · log2 e before it).
+  const bool rounded = bf16_engine_takes(t);
+  const float q_factor = args.scale * 1.44269504088896341f;
+  std::vector<double> qd(q.begin(), q.end());
+  double max_v = 0.0;
+  if (rounded) {
+    for (std::size_t i = 0; i < q.size(); ++i)
+      qd[i] = bfloat16_to_float(float_to_bfloat16(q[i] * q_factor)) / static_cast<double>(q_factor);
+    for (std::size_t i = 0; i < kd.size(); ++i) {
+      kd[i] = bfloat16_to_float(float_to_bfloat16(k[i]));
+      vd[i] = bfloat16_to_float(float_to_bfloat16(v[i]));
+      if (std::isfinite(v[i])) max_v = std::max(max_v, std::fabs(vd[i]));
+    }
+  }
   std::vector<double> ref(out.size(), 0.0);
   double max_ref = 0.0;
   for (long b = 0; b < B; ++b)
@@ -981,7 +1011,7 @@ void check_attention(const AttentionCase& t) {
           const double added = t.full_mask ? mask[((b * H + h) * Tq + i) * Tk + j] : 0.0;
           double dot = 0.0;
           for (long d = 0; d < D; ++d)
-            dot += static_cast<double>(q[((b * H + h) * Tq + i) * D + d]) * kd[((b * Hkv + hk) * Tk + j) * D + d];
+            dot += qd[((b * H + h) * Tq + i) * D + d] * kd[((b * Hkv + hk) * Tk + j) * D + d];
           s[j] = dot * args.scale + added;
           mx = std::max(mx, s[j]);
         }
@@ -997,8 +1027,9 @@ void check_attention(const AttentionCase& t) {
         }
       }
     }
-  std::vector<double> tol(out.size(), 1e-5 * max_ref + 1e-6);
+  std::vector<double> tol(out.size(), 1e-5 * max_ref + 1e-6 + (rounded ? std::ldexp(max_v, -9) : 0.0));
   expect_close(std::string("attention ") + dims({B, H, Hkv, Tq, Tk, D}) + (t.causal ? " causal" : "") +
+                   (t.bf16_products ? (rounded ? " bf16 products" : " bf16 products (not taken)") : "") +
                    (t.window ? " window=" + std::to_string(t.window) : "") + (t.padding_mask ? " mask" : "") +
                    (t.full_mask ? " full mask" : "") + (t.poison_removed ? " NaN in removed keys" : "") +
                    (t.kv_type == KvType::kFloat16    ? " kv=float16"
@@ -1037,6 +1068,15 @@ void test_attention() {
       {1, 2, 2, 1, 70, 13, true, 0, false, KvType::kFloat32, true},
       {2, 8, 2, 3, 90, 32, false, 0, true, KvType::kFloat32, false, true},
       {1, 2, 2, 1, 600, 16, false, 0, true, KvType::kFloat32, false, true},
+      // bf16_products: BERT's head, odd key counts, windows and masks that start rows at odd keys,
+      // NaN in removed keys sharing a key pair with visible ones; D 24 and 4 rows stay float32
+      {2, 4, 4, 40, 37, 64, false, 0, true, KvType::kFloat32, false, false, true},
+      {1, 4, 2, 20, 40, 32, true, 7, false, KvType::kFloat32, false, false, true},
+      {1, 2, 2, 48, 48, 64, false, 5, false, KvType::kFloat32, false, false, true},
+      {2, 4, 2, 9, 50, 16, false, 0, false, KvType::kFloat32, true, false, true},
+      {2, 8, 2, 8, 90, 32, false, 0, true, KvType::kFloat32, false, true, true},
+      {1, 2, 2, 33, 33, 24, false, 0, false, KvType::kFloat32, false, false, true},
+      {1, 2, 2, 4, 33, 64, true, 0, false, KvType::kFloat32, false, false, true},
   };
   for (const AttentionCase& c : cases) check_attention(c);
 }

@@ -5,6 +5,7 @@
 
 #include "kernels/gemm/gemm.h"
 #include "runtime/aligned_buffer.h"
+#include "runtime/cpu_features.h"
 #include "runtime/dispatch.h"
 
 namespace cpuformer {
@@ -53,6 +54,15 @@ void widen_kv_row(const AttentionArgs& a, bool values, long b, long h, long t, f
 
 void attention(const AttentionArgs& args) {
   if (args.batch <= 0 || args.heads <= 0 || args.q_len <= 0) return;
+#if CPUFORMER_X86_64
+  // bf16_products: the avx512 kernel compiled with AVX512-BF16 (the same kernel plus the vdpbf16ps
+  // engine), only inside the avx512 level (CPUFORMER_ISA=avx2 or scalar never sees it).
+  static const bool bf16 = &attention_kernels() == &avx512::kAttentionKernels && cpu_features().avx512bf16;
+  if (args.bf16_products && bf16) {
+    avx512bf16::kAttentionKernels.attention(args);
+    return;
+  }
+#endif
   attention_kernels().attention(args);
 }
 

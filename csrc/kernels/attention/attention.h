@@ -59,6 +59,13 @@ struct AttentionArgs {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   long scale_stride_b = 0, scale_stride_h = 0;
+  // The caller accepts both products (q·kᵀ and P·V) from operands rounded to bfloat16 (nearest
+  // even) and summed in float32: set by models whose dtype is lossy already (int8 / int4 weights,
+  // docs/precision.md). Where the CPU has AVX512-BF16, the avx512 level then runs the query-block
+  // engine on vdpbf16ps (attention_avx512bf16.cc) for float32 k/v, head_dim a multiple of 16 and
+  // at least kLanes query rows per (batch, kv head); everything else (the softmax, masks, the
+  // other levels, decode-sized calls) is unchanged float32.
+  bool bf16_products = false;
 };
 
 // Key (or value) row t of (b, kv head h) widened to float32: dst[0, head_dim). For any kv_type.
@@ -80,6 +87,7 @@ float* attention_scratch(std::size_t floats);
 namespace scalar { extern const AttentionKernels kAttentionKernels; }
 namespace avx2 { extern const AttentionKernels kAttentionKernels; }
 namespace avx512 { extern const AttentionKernels kAttentionKernels; }
+namespace avx512bf16 { extern const AttentionKernels kAttentionKernels; }
 namespace neon { extern const AttentionKernels kAttentionKernels; }
 
 }  // namespace cpuformer

@@ -86,6 +86,8 @@ struct Tile {
   const char* v_raw;
   const float* k_scales;
   const float* v_scales;
+  const uint16_t* k16;      // bf16 engine: this (batch, kv head)'s keys [Tk2][D] and value pairs
+  const uint16_t* v16;      // [Tk2 / 2][D][2] in bfloat16 (null: the float32 engines)
 };
 
 // Per-thread scratch, carved from one attention_scratch block.
@@ -146,6 +148,7 @@ void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t)
   t->k = t->v = nullptr;
   t->k_raw = t->v_raw = nullptr;
   t->k_scales = t->v_scales = nullptr;
+  t->k16 = t->v16 = nullptr;
   if (a.kv_type == KvType::kFloat32) {
     t->k = a.k + b * a.k_stride_b + kv_head * a.k_stride_h;
     t->v = a.v + b * a.v_stride_b + kv_head * a.v_stride_h;
@@ -344,6 +347,17 @@ template <bool kExact>
 bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
   const long dim = a.head_dim, d_pad = round_up(dim, kLanes);
   const int rows = t.rows;
+#ifdef CPUFORMER_ATTENTION_BF16
+  // The bfloat16 engine (attention_simd_avx512bf16.h): Qᵀ as d pairs [D/2][kLanes], the
+  // accumulator transposed, accᵀ [D][kLanes] in w.kbuf (float32 k/v are never widened), the
+  // block's probability pairs in w.vbuf. The exact rerun (kExact) is the float32 engine.
+  const bool bf16 = !kExact && t.k16 != nullptr;
+  uint32_t* const qt2 = reinterpret_cast<uint32_t*>(w.q);
+  float* const acct = w.kbuf;
+  uint32_t* const p2 = reinterpret_cast<uint32_t*>(w.vbuf);
+#else
+  constexpr bool bf16 = false;
+#endif
   // Qᵀ, kLanes × kLanes blocks at a time; lanes of missing rows stay 0.
   const Vec q_scale = vset1(a.scale * kLog2e);
   for (long d0 = 0; d0 < dim; d0 += kLanes) {
@@ -352,9 +366,23 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
     Vec block[kLanes];
     for (int r = 0; r < kLanes; ++r) block[r] = r < rows ? vload_tail(t.q[r] + d0, tail) : vzero();
     transpose(block);
+#ifdef CPUFORMER_ATTENTION_BF16
+    if (bf16) {  // count == kLanes: head_dim is a multiple of kLanes here
+      for (long d = 0; d < count; d += 2)
+        _mm512_storeu_si512(qt2 + (d0 + d) / 2 * kLanes,
+                            attention_bf16::pack_pairs(vmul(block[d], q_scale), vmul(block[d + 1], q_scale)));
+      continue;
+    }
+#endif
     for (long d = 0; d < count; ++d) vstore(w.q + (d0 + d) * kLanes, vmul(block[d], q_scale));
   }
-  for (long x = 0; x < rows * d_pad; ++x) w.acc[x] = 0.0f;
+  if (bf16) {
+#ifdef CPUFORMER_ATTENTION_BF16
+    for (long x = 0; x < kLanes * d_pad; ++x) acct[x] = 0.0f;
+#endif
+  } else {
+    for (long x = 0; x < rows * d_pad; ++x) w.acc[x] = 0.0f;
+  }
 
   const IVec first = iload(t.first), last = iload(t.last);
   long all_first = 0, all_last = a.kv_len - 1;  // keys every row sees
@@ -404,7 +432,14 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
       widen_block(a, t, true, j0, n, w.vbuf);
     }
     Vec block_max = vneg_inf();
-    for (long j = 0; j < n; j += kScoreKeys)
+#ifdef CPUFORMER_ATTENTION_BF16
+    if (bf16) {
+      const uint32_t* k2 = reinterpret_cast<const uint32_t*>(t.k16) + j0 * (dim / 2);
+      for (long j = 0; j < n; j += 8)
+        attention_bf16::wide_scores(qt2, dim / 2, k2 + j * (dim / 2), min_l(8, n - j), w.p + j * kLanes, &block_max);
+    }
+#endif
+    for (long j = 0; !bf16 && j < n; j += kScoreKeys)
       wide_scores(w.q, dim, kb + j * k_stride, k_stride, min_l(kScoreKeys, n - j), w.p + j * kLanes, &block_max);
 
     const bool partial = j0 < all_first || j0 + n - 1 > all_last;
@@ -461,9 +496,36 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
     }
     l = vfmadd(l, corr, sum);
     m = m_new;
+#ifdef CPUFORMER_ATTENTION_BF16
+    if (bf16) {
+      // Key pairs (2i, 2i + 1) in absolute positions, so that V's pairs are shared by every tile;
+      // a pair's key outside the block gets probability 0 here (it is another block's, or padding).
+      const long pair0 = j0 / 2, pairs = (j0 + n + 1) / 2 - pair0;
+      for (long i = 0; i < pairs; ++i) {
+        const long j = 2 * (pair0 + i) - j0;  // the pair's first key, relative to j0
+        const Vec lo = j >= 0 ? vload(w.p + j * kLanes) : vzero();
+        const Vec hi = j + 1 < n ? vload(w.p + (j + 1) * kLanes) : vzero();
+        _mm512_storeu_si512(p2 + i * kLanes, attention_bf16::pack_pairs(lo, hi));
+      }
+      // 0 · v of such a key is NaN when v is not finite: let run_tile check (and recompute exactly).
+      if (j0 % 2 != 0 || ((j0 + n) % 2 != 0 && j0 + n < a.kv_len)) removed_any = true;
+      attention_bf16::pv_accumulate(acct, corr, p2, pairs, reinterpret_cast<const uint32_t*>(t.v16) + pair0 * dim, dim);
+      continue;
+    }
+#endif
     vstore(w.corr, corr);
     pv_accumulate<kExact>(w.acc, d_pad, w.p, 1, kLanes, w.corr, rows, n, vb, v_stride, dim, removed);
   }
+#ifdef CPUFORMER_ATTENTION_BF16
+  if (bf16) {  // accᵀ [D][kLanes] back to the rows [rows][d_pad] that write_rows reads
+    for (long d0 = 0; d0 < dim; d0 += kLanes) {
+      Vec block[kLanes];
+      for (int i = 0; i < kLanes; ++i) block[i] = vload(acct + (d0 + i) * kLanes);
+      transpose(block);
+      for (int r = 0; r < rows; ++r) vstore(w.acc + r * d_pad + d0, block[r]);
+    }
+  }
+#endif
   vstore(w.m, m);
   vstore(w.l, l);
   return removed_any;
@@ -692,8 +754,25 @@ void attention_tiled(const AttentionArgs& a) {
   const long d_pad = round_up(a.head_dim, kLanes);
   const long per_thread = workspace_floats(d_pad);
   const long record_block = kLanes * record_floats(d_pad);  // one item's partial results
-  float* scratch = attention_scratch(nt * per_thread + (splits > 1 ? items * record_block : 0));
+  const long record_floats_all = splits > 1 ? items * record_block : 0;
+#ifdef CPUFORMER_ATTENTION_BF16
+  // bf16_products: every (batch, kv head)'s keys and value pairs rounded to bfloat16 once, before
+  // the tiles (each of which reads them all): K [Tk2][D] and V [Tk2 / 2][D][2] per unit, Tk2 =
+  // kv_len rounded up to even (the padding key is zero). Only where every head has a full tile of
+  // query rows (the rounding is then a small part of the work), and not for key splits (decode).
+  const bool bf16 = a.bf16_products && a.kv_type == KvType::kFloat32 && a.head_dim % kLanes == 0 &&
+                    a.q_len * group >= kLanes && splits == 1;
+  const long tk2 = round_up(a.kv_len, 2), bf16_unit = tk2 * a.head_dim;  // uint16 per (batch, kv head)
+  const long bf16_floats = bf16 ? a.batch * a.kv_heads * bf16_unit : 0;   // K and V: 2 × uint16 each
+#else
+  const long bf16_floats = 0;
+#endif
+  float* scratch = attention_scratch(nt * per_thread + record_floats_all + bf16_floats);
   float* records = scratch + nt * per_thread;
+#ifdef CPUFORMER_ATTENTION_BF16
+  uint16_t* const k16 = reinterpret_cast<uint16_t*>(records + record_floats_all);
+  uint16_t* const v16 = k16 + a.batch * a.kv_heads * bf16_unit;
+#endif
 
   // Items are dealt one at a time (balance: causal tiles differ in cost), except small ones
   // (beam-search and batched decode steps: one query row over a short cache), which go in chunks
@@ -705,11 +784,31 @@ void attention_tiled(const AttentionArgs& a) {
   run_team(static_cast<int>(nt), [&](const Team& team) {
     const Workspace w = workspace_at(scratch + team.index() * per_thread, d_pad);
     Tile tile;
+#ifdef CPUFORMER_ATTENTION_BF16
+    if (bf16) {
+      long u0, u1;
+      team.range(a.batch * a.kv_heads, &u0, &u1);
+      for (long u = u0; u < u1; ++u) {
+        const long b = u / a.kv_heads, h = u % a.kv_heads;
+        attention_bf16::convert_keys(a.k + b * a.k_stride_b + h * a.k_stride_h, a.k_stride_t, a.kv_len, tk2, a.head_dim,
+                                     k16 + u * bf16_unit);
+        attention_bf16::convert_value_pairs(a.v + b * a.v_stride_b + h * a.v_stride_h, a.v_stride_t, a.kv_len, tk2,
+                                            a.head_dim, v16 + u * bf16_unit);
+      }
+      team.barrier();  // every unit is rounded before any tile reads it
+    }
+#endif
     long first, last;
     while (team.next_chunk(items, chunk, &first, &last)) {
       for (long item = first; item < last; ++item) {
         const long unit = item / splits, split = item % splits;
         build_tile(a, unit, tiles_per_head, &tile);
+#ifdef CPUFORMER_ATTENTION_BF16
+        if (bf16) {
+          tile.k16 = k16 + unit / tiles_per_head * bf16_unit;  // (build_tile's batch · kv_heads + kv head)
+          tile.v16 = v16 + unit / tiles_per_head * bf16_unit;
+        }
+#endif
         long begin = tile.key_begin, end = tile.key_end;
         if (splits > 1) {
           const long n = end - begin, base = n / splits, extra = n % splits;
