@@ -172,16 +172,7 @@ class Linear {
   long k() const { return k_; }
   long group_size() const { return packed_.type == WeightType::kInt4 ? packed_.group_size : 0; }
   bool zero_point() const { return packed_.zero_point; }
-  std::string dtype() const {
-    switch (packed_.type) {
-      case WeightType::kFloat16: return "float16";
-      case WeightType::kBFloat16: return "bfloat16";
-      case WeightType::kInt8: return "int8";
-      case WeightType::kInt4: return "int4";
-      case WeightType::kFloat32: break;
-    }
-    return "float32";
-  }
+  std::string dtype() const { return weight_type_name(packed_.type); }
 
  private:
   long n_ = 0, k_ = 0;

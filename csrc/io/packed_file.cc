@@ -39,21 +39,10 @@ std::string hex(uint64_t v) {
   return out;
 }
 
-const char* type_name(WeightType t) {
-  switch (t) {
-    case WeightType::kFloat32: return "float32";
-    case WeightType::kFloat16: return "float16";
-    case WeightType::kBFloat16: return "bfloat16";
-    case WeightType::kInt8: return "int8";
-    case WeightType::kInt4: return "int4";
-  }
-  return "unknown";
-}
-
 bool parse_type(const std::string& name, WeightType& out) {
   for (WeightType t :
        {WeightType::kFloat32, WeightType::kFloat16, WeightType::kBFloat16, WeightType::kInt8, WeightType::kInt4}) {
-    if (name == type_name(t)) {
+    if (name == weight_type_name(t)) {
       out = t;
       return true;
     }
@@ -63,7 +52,7 @@ bool parse_type(const std::string& name, WeightType& out) {
 
 // "int8", "int4-g32", "int4-g64-z": what a layout depends on besides the shape.
 std::string format_name(const WeightFormat& f) {
-  std::string s = type_name(f.type);
+  std::string s = weight_type_name(f.type);
   if (f.type == WeightType::kInt4) s += "-g" + std::to_string(f.group_size) + (f.zero_point ? "-z" : "");
   return s;
 }
@@ -382,7 +371,7 @@ void PackedFileWriter::finish() {
   first = true;
   for (const auto& [key, e] : keys_) {
     index += std::string(first ? "" : ",") + "{\"key\":" + json_string(key) + ",\"n\":" + std::to_string(e.n) +
-             ",\"k\":" + std::to_string(e.k) + ",\"type\":\"" + type_name(e.format.type) +
+             ",\"k\":" + std::to_string(e.k) + ",\"type\":\"" + weight_type_name(e.format.type) +
              "\",\"group_size\":" + std::to_string(e.format.type == WeightType::kInt4 ? e.format.group_size : 0) +
              ",\"zero_point\":" + (e.format.zero_point ? "true" : "false") + ",\"offset\":" + std::to_string(e.offset) +
              ",\"bytes\":" + std::to_string(e.bytes) + "}";

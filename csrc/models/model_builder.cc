@@ -10,17 +10,6 @@ std::string shape_string(const std::vector<long>& shape) {
   return s + "]";
 }
 
-const char* weight_type_name(WeightType t) {
-  switch (t) {
-    case WeightType::kFloat32: return "float32";
-    case WeightType::kFloat16: return "float16";
-    case WeightType::kBFloat16: return "bfloat16";
-    case WeightType::kInt8: return "int8";
-    case WeightType::kInt4: return "int4";
-  }
-  return "?";
-}
-
 TensorView ModelBuilder::checked(const TensorSource& tensors, const std::string& key,
                                  const std::vector<long>& shape) const {
   TensorView a = tensors.get(key, name(key));

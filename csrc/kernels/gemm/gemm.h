@@ -22,6 +22,18 @@ namespace cpuformer {
 
 enum class WeightType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3, kInt4 = 4 };
 
+// The dtype name of a weight type, as the Python API spells it ("float32", ..., "int4").
+inline const char* weight_type_name(WeightType t) {
+  switch (t) {
+    case WeightType::kFloat16: return "float16";
+    case WeightType::kBFloat16: return "bfloat16";
+    case WeightType::kInt8: return "int8";
+    case WeightType::kInt4: return "int4";
+    case WeightType::kFloat32: break;
+  }
+  return "float32";
+}
+
 // int4 weights come in groups of this many input channels by default; 32, 64 and 128 are allowed.
 constexpr long kInt4DefaultGroupSize = 32;
 // True for the group sizes the int4 kernels serve.
