@@ -1,6 +1,7 @@
 #include "runtime/thread_pool.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <climits>
@@ -50,13 +51,26 @@ void wake_all(std::atomic<uint32_t>& word) {
 // About a microsecond of pause-spinning before the yielding phase: the wait of a balanced region
 // ends in it on an idle machine.
 constexpr int kPauseSpins = 128;
-// A sched_yield() that took longer than this ran another thread: this CPU is wanted. The waiting
+// A sched_yield() that took longer than this and switched to another thread of this machine (the
+// thread's involuntary context switches grew: a virtual machine's host can also stop a CPU for
+// that long, which no waiting policy helps) shows that this CPU is wanted. The waiting
 // thread then sleeps (a futex wake-up gets a woken thread back on the CPU at once, while a thread
 // that only yielded waits out the other thread's time slice) and skips the yielding phase for
 // its next kSleepFirstWaits waits before it tries again.
 constexpr auto kYieldRanOther = std::chrono::microseconds(20);
 constexpr int kSleepFirstWaits = 256;
 thread_local int t_sleep_first = 0;
+thread_local long t_involuntary = -1;
+
+// True when the calling thread was switched out involuntarily since its previous call (a yield
+// that ran another thread counts as one); false at the first call, which only takes the count.
+bool ran_another_thread() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_THREAD, &usage) != 0) return true;
+  const bool grew = t_involuntary >= 0 && usage.ru_nivcsw != t_involuntary;
+  t_involuntary = usage.ru_nivcsw;
+  return grew;
+}
 
 // Returns once word != old. The waker (bump) changes the word and then wakes the sleepers it
 // counts; sleepers is incremented before the last check, so a bump either sees the sleeper or the
@@ -83,7 +97,7 @@ void wait_while_equal(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, u
           if (word.load(std::memory_order_acquire) != old) return;
           cpu_relax();
         }
-        if (after - before > kYieldRanOther) {
+        if (after - before > kYieldRanOther && ran_another_thread()) {
           t_sleep_first = kSleepFirstWaits;
           break;
         }
