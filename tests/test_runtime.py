@@ -121,7 +121,8 @@ def test_spin_setting_is_checked_at_import():
             "print(os.environ.get('GOMP_SPINCOUNT')); "
             "print(cpuformer.ops.Linear(np.eye(64, dtype=np.float32))(np.ones((3, 64), np.float32)).sum())")
     for value, warned in (("", False), ("0", False), ("50", False), ("1000000", False), ("-1", True),
-                          ("1000001", True), ("fast", True), ("2.5", True)):
+                          ("1000001", True), ("fast", True), ("2.5", True), ("+5", True), (" 5", True),
+                          ("\u00b2", True)):
         env = dict(os.environ, CPUFORMER_SPIN_US=value)
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr

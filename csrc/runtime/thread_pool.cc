@@ -116,8 +116,6 @@ void bump(std::atomic<uint32_t>& word, std::atomic<int>& sleepers) {
   if (sleepers.load(std::memory_order_seq_cst) > 0) wake_all(word);
 }
 
-struct Pool;
-
 // One worker thread and its mailbox: the team function, context, shared state and index of its
 // next region, written by the pool's owner before it bumps `word`.
 struct alignas(64) Worker {
@@ -174,10 +172,12 @@ thread_local std::unique_ptr<Pool> t_pool;
 long read_spin_microseconds() {
   const char* text = std::getenv("CPUFORMER_SPIN_US");
   if (text == nullptr || *text == '\0') return 200;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  if (*end != '\0' || value < 0 || value > 1000000) return 200;
-  return value;
+  long value = 0;  // digits only, as the Python package checks (no sign, no spaces)
+  for (const char* c = text; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9' || value > 1000000) return 200;
+    value = value * 10 + (*c - '0');
+  }
+  return value > 1000000 ? 200 : value;
 }
 
 }  // namespace

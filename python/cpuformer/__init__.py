@@ -46,7 +46,7 @@ def _check_spin_setting() -> None:
     """CPUFORMER_SPIN_US (docs/runtime.md, "Waiting threads"): the core reads it once and falls back
     to its default for a value it cannot use; say so rather than ignore it silently."""
     value = _os.environ.get("CPUFORMER_SPIN_US")
-    if value is None or value == "" or (value.isdigit() and int(value) <= 1_000_000):
+    if value is None or value == "" or (value.isascii() and value.isdigit() and int(value) <= 1_000_000):
         return
     import warnings
 
