@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/gemm/quantize_weights.h"
 #include "runtime/dispatch.h"
 #include "runtime/load_scratch.h"
 #include "runtime/threading.h"
@@ -156,65 +157,11 @@ float* gemm_thread_scratch(std::size_t count) {
 // they save).
 static long quantize_rows_per_thread(long k) { return (1L << 16) / (k > 0 ? k : 1) + 1; }
 
-// |x| as bits: for finite values their order is that of |x|; NaN and ±inf are above 0x7F7FFFFF.
-// Loops over these bits (and the selects below, which agree with fmax / fmin / nearbyint for every
-// non-NaN value) vectorize at every level; std::fmax and std::nearbyint compiled for the baseline
-// x86-64 were library calls per weight, and quantizing a 1.1B model at load took seconds.
-static inline uint32_t abs_bits(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  return bits & 0x7FFFFFFFu;
-}
-
-static inline float float_of_bits(uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, 4);
-  return x;
-}
-
-constexpr uint32_t kLargestFiniteBits = 0x7F7FFFFFu;
-
-// nearbyint in the default rounding mode (to nearest, ties to even) for |v| < 2^22; larger
-// magnitudes (and ±inf) stay beyond ±2^21, which every caller clamps the same way.
-static inline float round_to_nearest_even(float v) {
-  const float magic = 12582912.0f;  // 1.5 · 2^23: v + magic has no fraction bits left
-  return (v + magic) - magic;
-}
-
-// Rows [j0, j1) of quantize_weights_s8.
-static void quantize_rows_s8(const float* w, long j0, long j1, long k, long ldw, int8_t* q, float* scales) {
-  for (long j = j0; j < j1; ++j) {
-    const float* row = w + j * ldw;
-    uint32_t top = 0;
-    for (long p = 0; p < k; ++p) {
-      const uint32_t a = abs_bits(row[p]);
-      top = a > top ? a : top;
-    }
-    const bool finite = top <= kLargestFiniteBits;  // false for NaN and ±inf
-    const float amax = float_of_bits(top);
-    int8_t* out = q + j * k;
-    if (!finite || !(amax > 0.0f)) {
-      // A zero row quantizes to zeros. A row with NaN or ±inf (int8 holds neither) gets zeros and a
-      // NaN scale, so every output of that channel is NaN, as float32 weights give for NaN and
-      // (through inf - inf or 0 · inf) mostly for inf; docs/reliability.md, "Non-finite values".
-      std::memset(out, 0, static_cast<std::size_t>(k));
-      scales[j] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-      continue;
-    }
-    const float inv = 127.0f / amax;
-    for (long p = 0; p < k; ++p) {
-      const float r = round_to_nearest_even(row[p] * inv);  // |row[p] · inv| ≤ 127 (+ rounding)
-      out[p] = static_cast<int8_t>(static_cast<int>(r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r)));
-    }
-    scales[j] = amax / 127.0f;
-  }
-}
-
 void quantize_weights_s8(const float* w, long n, long k, long ldw, int8_t* q, float* scales) {
   // Rows are independent: split across the threads (loading a 1.1B model in int8 quantizes ~1e9
   // weights), each row computed the same way whichever thread takes it.
   parallel_ranges(n, quantize_rows_per_thread(k),
-                  [&](long j0, long j1) { quantize_rows_s8(w, j0, j1, k, ldw, q, scales); });
+                  [&](long j0, long j1) { weight_quantizers().rows_s8(w, j0, j1, k, ldw, q, scales); });
 }
 
 uint16_t float_to_bfloat16(float x) {
@@ -322,74 +269,6 @@ PackedWeights pack_weights_16(const uint16_t* w, WeightType type, long n, long k
   return packed;
 }
 
-namespace {
-
-// The nearest integer to v (half to even) plus offset, clamped to [0, 15]; v is finite.
-inline int round_nibble(float v, int offset) {
-  const float r = round_to_nearest_even(v) + static_cast<float>(offset);
-  return r < 0.0f ? 0 : (r > 15.0f ? 15 : static_cast<int>(r));
-}
-
-}  // namespace
-
-// Rows [j0, j1) of quantize_weights_s4 (group_size valid).
-static void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long group_size, bool zero_point,
-                             uint8_t* u, uint16_t* scales, uint8_t* zeros) {
-  const long groups = int4_groups(k, group_size), kp = groups * group_size;
-  std::vector<uint8_t> row(static_cast<std::size_t>(kp));
-  for (long j = j0; j < j1; ++j) {
-    const float* x = w + j * ldw;
-    for (long g = 0; g < groups; ++g) {
-      const long begin = g * group_size, end = std::min(k, begin + group_size);
-      uint32_t top = 0;
-      float lo = 0.0f, hi = 0.0f;  // lo ≤ 0 ≤ hi: zero is always representable
-      for (long p = begin; p < end; ++p) {
-        const uint32_t a = abs_bits(x[p]);
-        top = a > top ? a : top;
-        lo = x[p] < lo ? x[p] : lo;
-        hi = x[p] > hi ? x[p] : hi;
-      }
-      const bool finite = top <= kLargestFiniteBits;  // false for NaN and ±inf
-      int z = 8;
-      uint16_t scale = 0;
-      if (!finite) {
-        scale = 0x7E00;  // NaN: every output of the channel is NaN
-      } else if (zero_point) {
-        scale = float_to_half((hi - lo) / 15.0f);
-      } else {
-        // The first weight of the largest magnitude (its sign sets the scale's); +0 when every
-        // weight is ±0 (the scale is then −0, whatever the zeros' signs).
-        float extreme = 0.0f;
-        for (long p = begin; p < end && top != 0; ++p)
-          if (abs_bits(x[p]) == top) {
-            extreme = x[p];
-            break;
-          }
-        scale = float_to_half(extreme / -8.0f);
-      }
-      const float s = half_to_float(scale);
-      if (std::isinf(s)) {
-        throw std::invalid_argument(
-            "a weight group spans more than int4's float16 scales can hold (magnitudes up to about " +
-            std::string(zero_point ? "9.8e5" : "5.2e5") + "); use int8 or a float dtype");
-      }
-      const bool usable = finite && s != 0.0f;
-      if (zero_point) z = usable ? round_nibble(-lo / s, 0) : 0;
-      uint8_t* codes = row.data() + begin;
-      if (usable) {
-        for (long p = begin; p < end; ++p) codes[p - begin] = static_cast<uint8_t>(round_nibble(x[p] / s, z));
-      } else {
-        std::memset(codes, z, static_cast<std::size_t>(end - begin));
-      }
-      std::memset(codes + (end - begin), z, static_cast<std::size_t>(begin + group_size - end));
-      scales[j * groups + g] = scale;
-      if (zero_point) zeros[j * groups + g] = static_cast<uint8_t>(z);
-    }
-    uint8_t* out = u + j * (kp / 2);
-    for (long b = 0; b < kp / 2; ++b) out[b] = static_cast<uint8_t>(row[2 * b] | (row[2 * b + 1] << 4));
-  }
-}
-
 void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_size, bool zero_point, uint8_t* u,
                          uint16_t* scales, uint8_t* zeros) {
   if (!valid_int4_group_size(group_size)) throw std::invalid_argument("int4 group size must be 32, 64 or 128");
@@ -400,7 +279,7 @@ void quantize_weights_s4(const float* w, long n, long k, long ldw, long group_si
   std::mutex error_mutex;
   parallel_ranges(n, quantize_rows_per_thread(k), [&](long j0, long j1) {
     try {
-      quantize_rows_s4(w, j0, j1, k, ldw, group_size, zero_point, u, scales, zeros);
+      weight_quantizers().rows_s4(w, j0, j1, k, ldw, group_size, zero_point, u, scales, zeros);
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();

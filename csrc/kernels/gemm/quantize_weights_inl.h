@@ -1,0 +1,123 @@
+// The load-time weight quantizers of gemm.h (quantize_weights_s8, quantize_weights_s4), one row
+// range at a time, written so that they vectorize: the largest magnitude from the weights' bits,
+// selects for the group's extremes (they agree with fmax / fmin for every non-NaN value, and a NaN
+// makes the row or group non-finite anyway), and no C library call per weight (std::fmax and
+// std::nearbyint compiled for the baseline x86-64 were calls, and quantizing a 1.1B model at load
+// took seconds). Each level's translation unit compiles this file at its vector width
+// (quantize_weights_scalar.cc, _avx2.cc, _avx512.cc), so every level gives the same codes and
+// scales bit for bit.
+//
+// Include INSIDE the level's namespace, after <cstring>, <limits>, <stdexcept>, <string>,
+// <vector>, "kernels/gemm/gemm.h"; the including file defines
+//   float round_half_even(float v)   nearbyint in the default rounding mode (to nearest, ties to
+//                                    even); for |v| ≥ 2^22 and ±inf any value beyond ±2^21 of
+//                                    the same sign (every caller clamps it to its end code).
+// No include guard on purpose.
+
+// |x| as bits: for finite values their order is that of |x|; NaN and ±inf are above 0x7F7FFFFF.
+inline uint32_t abs_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return bits & 0x7FFFFFFFu;
+}
+
+inline float float_of_bits(uint32_t bits) {
+  float x;
+  std::memcpy(&x, &bits, 4);
+  return x;
+}
+
+constexpr uint32_t kLargestFiniteBits = 0x7F7FFFFFu;
+
+// Rows [j0, j1) of quantize_weights_s8.
+void quantize_rows_s8(const float* w, long j0, long j1, long k, long ldw, int8_t* q, float* scales) {
+  for (long j = j0; j < j1; ++j) {
+    const float* row = w + j * ldw;
+    uint32_t top = 0;
+    for (long p = 0; p < k; ++p) {
+      const uint32_t a = abs_bits(row[p]);
+      top = a > top ? a : top;
+    }
+    const bool finite = top <= kLargestFiniteBits;  // false for NaN and ±inf
+    const float amax = float_of_bits(top);
+    int8_t* out = q + j * k;
+    if (!finite || !(amax > 0.0f)) {
+      // A zero row quantizes to zeros. A row with NaN or ±inf (int8 holds neither) gets zeros and a
+      // NaN scale, so every output of that channel is NaN, as float32 weights give for NaN and
+      // (through inf - inf or 0 · inf) mostly for inf; docs/reliability.md, "Non-finite values".
+      std::memset(out, 0, static_cast<std::size_t>(k));
+      scales[j] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
+    const float inv = 127.0f / amax;
+    for (long p = 0; p < k; ++p) {
+      const float r = round_half_even(row[p] * inv);  // |row[p] · inv| ≤ 127 (+ rounding)
+      out[p] = static_cast<int8_t>(static_cast<int>(r > 127.0f ? 127.0f : (r < -127.0f ? -127.0f : r)));
+    }
+    scales[j] = amax / 127.0f;
+  }
+}
+
+// The nearest integer to v (half to even) plus offset, clamped to [0, 15]; v is finite.
+inline int round_nibble(float v, int offset) {
+  const float r = round_half_even(v) + static_cast<float>(offset);
+  return r < 0.0f ? 0 : (r > 15.0f ? 15 : static_cast<int>(r));
+}
+
+// Rows [j0, j1) of quantize_weights_s4 (group_size valid).
+void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long group_size, bool zero_point, uint8_t* u,
+                      uint16_t* scales, uint8_t* zeros) {
+  const long groups = int4_groups(k, group_size), kp = groups * group_size;
+  std::vector<uint8_t> row(static_cast<std::size_t>(kp));
+  for (long j = j0; j < j1; ++j) {
+    const float* x = w + j * ldw;
+    for (long g = 0; g < groups; ++g) {
+      const long begin = g * group_size, end = std::min(k, begin + group_size);
+      uint32_t top = 0;
+      float lo = 0.0f, hi = 0.0f;  // lo ≤ 0 ≤ hi: zero is always representable
+      for (long p = begin; p < end; ++p) {
+        const uint32_t a = abs_bits(x[p]);
+        top = a > top ? a : top;
+        lo = x[p] < lo ? x[p] : lo;
+        hi = x[p] > hi ? x[p] : hi;
+      }
+      const bool finite = top <= kLargestFiniteBits;  // false for NaN and ±inf
+      int z = 8;
+      uint16_t scale = 0;
+      if (!finite) {
+        scale = 0x7E00;  // NaN: every output of the channel is NaN
+      } else if (zero_point) {
+        scale = float_to_half((hi - lo) / 15.0f);
+      } else {
+        // The first weight of the largest magnitude (its sign sets the scale's); +0 when every
+        // weight is ±0 (the scale is then −0, whatever the zeros' signs).
+        float extreme = 0.0f;
+        for (long p = begin; p < end && top != 0; ++p)
+          if (abs_bits(x[p]) == top) {
+            extreme = x[p];
+            break;
+          }
+        scale = float_to_half(extreme / -8.0f);
+      }
+      const float s = half_to_float(scale);
+      if (std::isinf(s)) {
+        throw std::invalid_argument(
+            "a weight group spans more than int4's float16 scales can hold (magnitudes up to about " +
+            std::string(zero_point ? "9.8e5" : "5.2e5") + "); use int8 or a float dtype");
+      }
+      const bool usable = finite && s != 0.0f;
+      if (zero_point) z = usable ? round_nibble(-lo / s, 0) : 0;
+      uint8_t* codes = row.data() + begin;
+      if (usable) {
+        for (long p = begin; p < end; ++p) codes[p - begin] = static_cast<uint8_t>(round_nibble(x[p] / s, z));
+      } else {
+        std::memset(codes, z, static_cast<std::size_t>(end - begin));
+      }
+      std::memset(codes + (end - begin), z, static_cast<std::size_t>(begin + group_size - end));
+      scales[j * groups + g] = scale;
+      if (zero_point) zeros[j * groups + g] = static_cast<uint8_t>(z);
+    }
+    uint8_t* out = u + j * (kp / 2);
+    for (long b = 0; b < kp / 2; ++b) out[b] = static_cast<uint8_t>(row[2 * b] | (row[2 * b + 1] << 4));
+  }
+}
