@@ -11,6 +11,7 @@
 #include <vector>
 
 #if defined(__linux__)
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -62,14 +63,50 @@ constexpr int kSleepFirstWaits = 256;
 thread_local int t_sleep_first = 0;
 thread_local long t_involuntary = -1;
 
-// True when the calling thread was switched out involuntarily since its previous call (a yield
-// that ran another thread counts as one); false at the first call, which only takes the count.
-bool ran_another_thread() {
+// The calling thread's involuntary context switches so far (a yield that ran another thread
+// counts as one), or -1 when the kernel does not say.
+long involuntary_switches() {
   struct rusage usage;
-  if (getrusage(RUSAGE_THREAD, &usage) != 0) return true;
-  const bool grew = t_involuntary >= 0 && usage.ru_nivcsw != t_involuntary;
-  t_involuntary = usage.ru_nivcsw;
-  return grew;
+  t_involuntary = getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : -1;
+  return t_involuntary;
+}
+
+// True when the calling thread was switched out involuntarily since the wait began yielding (its
+// last involuntary_switches() call). Compared with the count of the previous wait instead, a
+// time-slice preemption while the thread computed (a timer tick that ran a kernel thread) put it
+// to sleep for its next kSleepFirstWaits waits: GPT-2 decode then slept ~12 times a token.
+bool ran_another_thread() {
+  const long before = t_involuntary;
+  return before < 0 || involuntary_switches() != before;
+}
+
+// More threads of this machine are runnable than it has CPUs (the run-queue count of
+// /proc/loadavg, read at most once a millisecond per thread): a waiting thread then sleeps at once,
+// so that its CPU goes to the thread that wanted it, and the scheduler can move a competing
+// thread (a busy process next to the model) off the CPU its team partner computes on. Without
+// the count (not Linux, no /proc) the yields' own check above decides alone.
+bool machine_oversubscribed() {
+#if defined(__linux__)
+  thread_local std::chrono::steady_clock::time_point t_checked;
+  thread_local bool t_oversubscribed = false;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - t_checked < std::chrono::milliseconds(1)) return t_oversubscribed;
+  t_checked = now;
+  static const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  static const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  char text[128];
+  const ssize_t size = fd >= 0 ? pread(fd, text, sizeof(text) - 1, 0) : -1;
+  if (size <= 0) return t_oversubscribed = false;
+  text[size] = '\0';
+  // "0.52 0.58 0.59 3/1234 5678": the fourth field's numerator is the runnable count.
+  const char* field = text;
+  for (int spaces = 0; *field != '\0' && spaces < 3; ++field) spaces += *field == ' ';
+  long running = 0;
+  for (; *field >= '0' && *field <= '9'; ++field) running = running * 10 + (*field - '0');
+  return t_oversubscribed = cpus > 0 && running > cpus;
+#else
+  return false;
+#endif
 }
 
 // Returns once word != old. The waker (bump) changes the word and then wakes the sleepers it
@@ -87,7 +124,8 @@ void wait_while_equal(std::atomic<uint32_t>& word, std::atomic<int>& sleepers, u
     // there is none; a long one means the CPU is shared, and the thread goes to sleep.
     if (t_sleep_first > 0) {
       --t_sleep_first;
-    } else {
+    } else if (!machine_oversubscribed()) {
+      involuntary_switches();  // the count this wait's yields are compared against
       const auto start = std::chrono::steady_clock::now();
       const auto limit = std::chrono::microseconds(budget);
       for (auto before = start;;) {

@@ -300,3 +300,21 @@ def test_peak_gops_measures_every_dtype(dtype, threads):
 def test_peak_gops_errors(dtype, seconds, message):
     with pytest.raises(ValueError, match=message):
         ops.peak_gops(dtype, seconds)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 9])
+def test_row_converting_gemms_same_result_at_every_thread_count(rng, dtype, m):
+    # The GEMMs that convert the rows of A first (int8 and int4 quantize them, bfloat16 rounds them
+    # on AVX512-BF16) let every thread convert all rows into a copy of its own up to 4 rows, and
+    # split the rows between the threads above that: each output element's arithmetic is the same
+    # either way, so every thread count gives the 1-thread result bit for bit. 1024 x 1024 gives
+    # each of up to 8 threads enough multiply-adds to take part.
+    x, w, b, r = randn(rng, m, 1024), randn(rng, 1024, 1024), randn(rng, 1024), randn(rng, m, 1024)
+    lin = ops.Linear(w, b, "gelu", dtype=dtype)
+    ys = [lin(x, r, num_threads=threads) for threads in (1, 2, 3, 8)]
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0])
+    want, scale = reference(x, w, b, "gelu", r)
+    # A loose check that it is this product (4-bit weights of a normal distribution err by ~9 %).
+    assert np.abs(ys[0] - want).max() < (0.15 if dtype == "int4" else 0.05) * scale

@@ -263,3 +263,51 @@ def test_kernel_name():
     else:
         expected = "avx2 vpmaddubsw"
     assert cf.cpu_info()["matmul"]["int4"] == expected
+
+
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("zero_point", [False, True])
+def test_weight_quantization_is_the_contract_bit_for_bit(rng, group_size, zero_point):
+    # Per group of G weights: symmetric, s = float16(e / −8) with e the FIRST weight of the largest
+    # magnitude (+0 if all are ±0), codes rint(w / s) + 8; with zero points s = float16((hi − lo) / 15) over
+    # lo = min(0, w) ≤ 0 ≤ hi = max(0, w), z = rint(−lo / s), codes rint(w / s) + z; float32
+    # arithmetic, round half to even, codes clamped to [0, 15], a zero scale gives every code z.
+    # Rows hold ties (.5 steps after scaling), equal magnitudes of both signs, ±0 and a partial last group.
+    k = 3 * group_size - 8
+    w = randn(rng, 12, k) * np.float32(3)
+    w[1] = 0.0
+    w[2] = -0.0
+    w[3] = np.round(w[3] * 2) / 2
+    w[4, :] = np.float32(0.5)
+    w[4, ::3] = -0.5
+    w[5] = np.float32(-0.75)
+    w[5, 5] = 0.75
+    w[6, :group_size] = 0.0
+    w[7] = (np.arange(k) % 17 - 8) * np.float32(0.125)
+    w = w.astype(np.float32)
+    u, scales, zeros = ops.quantize_int4(w, group_size, zero_point)
+    codes = nibbles(u, 3 * group_size)
+    groups = 3
+    for j in range(w.shape[0]):
+        for g in range(groups):
+            part = w[j, g * group_size:(g + 1) * group_size]
+            if zero_point:
+                lo, hi = min(np.float32(part.min()), np.float32(0)), max(np.float32(part.max()), np.float32(0))
+                s16 = np.float16((hi - lo) / np.float32(15))
+            else:
+                extreme = part[np.argmax(np.abs(part))]  # argmax: the first of equal magnitudes
+                extreme = extreme if extreme != 0 else np.float32(0)  # (all ±0: e = +0, s = −0)
+                s16 = np.float16(extreme / np.float32(-8))
+            assert scales[j, g].tobytes() == s16.tobytes(), (j, g)
+            s = np.float32(s16)
+            if s == 0:
+                z = 0 if zero_point else 8
+                want = np.full(group_size, z)
+            else:
+                z = int(np.clip(np.rint(-lo / s), 0, 15)) if zero_point else 8
+                want = np.clip(np.rint(part / s) + np.float32(z), 0, 15)
+                want = np.concatenate([want, np.full(group_size - part.size, z)])
+            if zero_point:
+                assert zeros[j, g] == z, (j, g)
+            np.testing.assert_array_equal(codes[j, g * group_size:(g + 1) * group_size], want.astype(np.uint8),
+                                          err_msg=f"row {j} group {g}")

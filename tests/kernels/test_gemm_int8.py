@@ -157,3 +157,28 @@ def test_without_dot_product_extensions():
     info = rerun_with_features_hidden(__file__, "avx512_vnni,avx_vnni", "without_dot_product")
     features = info[info.index("'features'"):]
     assert "vnni" not in features and "avx2" in features or cf.cpu_info()["isa"] == "scalar"
+
+
+def test_weight_quantization_is_the_contract_bit_for_bit(rng):
+    # q = rint(w · (127 / amax)) in float32, round half to even, scale amax / 127, per row: the
+    # load-time quantizer matches this NumPy model exactly, including rows whose scaled values land
+    # on .5 ties, rows of ±0, a lone nonzero weight and tiny magnitudes.
+    w = randn(rng, 40, 300)
+    w[1] = 0.0
+    w[2] = -0.0
+    w[3] = np.round(w[3] * 8) / 8
+    w[4] = (np.arange(300) - 150) * np.float32(127 / 150 / 2)  # many exact .5 steps after scaling
+    w[5] = 0.0
+    w[5, 17] = -3.0
+    w[6] *= np.float32(1e-30)
+    w[7, :] = np.float32(0.25)
+    w[7, 9] = -0.25
+    w = w.astype(np.float32)
+    q, scales = ops.quantize_int8(w)
+    amax = np.abs(w).max(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = np.float32(127) / amax
+        want = np.clip(np.rint(w * inv[:, None]), -127, 127)
+    want[amax == 0] = 0
+    np.testing.assert_array_equal(q, want.astype(np.int8))
+    np.testing.assert_array_equal(scales, np.where(amax > 0, amax / np.float32(127), 0).astype(np.float32))

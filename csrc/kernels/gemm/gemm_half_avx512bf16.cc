@@ -137,11 +137,17 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const long n = w.n, k = w.k;
   const long kp = ceil_div(k, 2) * 2;
   const uint16_t* panels = reinterpret_cast<const uint16_t*>(w.bytes());
-  // bfloat16 A ([m][kp]), allocated here: no exception may leave the parallel region.
-  uint16_t* ab = reinterpret_cast<uint16_t*>(gemm_thread_scratch((static_cast<std::size_t>(m) * kp + 1) / 2));
+  // bfloat16 A ([m][kp]), rowwise_copies(m) copies 64-byte aligned, allocated here: no exception
+  // may leave the parallel region.
+  const std::size_t copy_floats = ((static_cast<std::size_t>(m) * kp + 1) / 2 + 15) / 16 * 16;
+  float* scratch = gemm_thread_scratch(copy_floats * static_cast<std::size_t>(rowwise_copies(m)));
   rowwise_gemm(
-      m, n, k, kMinMacsPerThread, [&](long i) { convert_row(a + i * lda, k, kp, ab + i * kp); },
-      [&](long i0, long rows, long j0, long ncols) {
+      m, n, k, kMinMacsPerThread,
+      [&](long i, long copy) {
+        convert_row(a + i * lda, k, kp, reinterpret_cast<uint16_t*>(scratch + copy * copy_floats) + i * kp);
+      },
+      [&](long i0, long rows, long j0, long ncols, long copy) {
+        const uint16_t* ab = reinterpret_cast<const uint16_t*>(scratch + copy * copy_floats);
         alignas(64) float acc[kMR * kNR];
         tile_kernel(rows, ab + i0 * kp, kp, panels + j0 * kp, kp, acc);
         for (long r = 0; r < rows; ++r) {

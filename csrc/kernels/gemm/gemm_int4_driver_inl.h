@@ -33,23 +33,37 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const TileFunction tile = select_tile(group_size, w.zero_point);
 
   // Quantized A ([m][kp] bytes, rows 64-byte aligned), sa [m] and the tiles' per-group values
-  // [m][groups], allocated here: no exception may leave the parallel region.
+  // [m][groups], rowwise_copies(m) copies 64-byte aligned, allocated here: no exception may leave
+  // the parallel region.
   const std::size_t qa_floats = (static_cast<std::size_t>(m) * kp + 63) / 64 * 16;
   const std::size_t value_floats = static_cast<std::size_t>(m) * groups;
-  float* scratch = gemm_thread_scratch(qa_floats + value_floats + static_cast<std::size_t>(m));
-  int8_t* qa = reinterpret_cast<int8_t*>(scratch);
-  int32_t* values = reinterpret_cast<int32_t*>(scratch + qa_floats);
-  float* sa = scratch + qa_floats + value_floats;
+  const std::size_t copy_floats = (qa_floats + value_floats + static_cast<std::size_t>(m) + 15) / 16 * 16;
+  float* scratch = gemm_thread_scratch(copy_floats * static_cast<std::size_t>(rowwise_copies(m)));
+  struct Copy {
+    int8_t* qa;
+    int32_t* values;
+    float* sa;
+  };
+  auto copy_at = [&](long copy) {
+    float* base = scratch + copy * copy_floats;
+    return Copy{reinterpret_cast<int8_t*>(base), reinterpret_cast<int32_t*>(base + qa_floats),
+                base + qa_floats + value_floats};
+  };
 
   rowwise_gemm(
       m, n, k, kInt4MinMacsPerThread,
-      [&](long i) {
-        int8_t* row = qa + i * kp;
-        sa[i] = int4_quantize_row(a + i * lda, k, kp, row);
+      [&](long i, long copy) {
+        const Copy x = copy_at(copy);
+        int8_t* row = x.qa + i * kp;
+        x.sa[i] = int4_quantize_row(a + i * lda, k, kp, row);
         for (long g = 0; g < groups; ++g)
-          values[i * groups + g] = int4_group_value(row + g * group_size, group_size, w.zero_point);
+          x.values[i * groups + g] = int4_group_value(row + g * group_size, group_size, w.zero_point);
       },
-      [&](long i0, long rows, long j0, long ncols) {
+      [&](long i0, long rows, long j0, long ncols, long copy) {
+        const Copy x = copy_at(copy);
+        const int8_t* qa = x.qa;
+        const int32_t* values = x.values;
+        const float* sa = x.sa;
         alignas(64) float acc[kMR * kNR];
         tile(rows, qa + i0 * kp, kp, values + i0 * groups, groups, w.bytes() + (j0 / kInt4Panel) * stride, ncols,
              stride, header, acc);

@@ -101,16 +101,22 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   const int32_t* comp = reinterpret_cast<const int32_t*>(w.bytes() + np * sizeof(float));
   const int8_t* panels = reinterpret_cast<const int8_t*>(w.bytes() + np * (sizeof(float) + sizeof(int32_t)));
 
-  // Quantized A ([m][kp] bytes, 64-byte aligned rows start) and sa [m], allocated here: no
-  // exception may leave the parallel region.
+  // Quantized A ([m][kp] bytes, 64-byte aligned rows start) and sa [m], rowwise_copies(m) copies
+  // 64-byte aligned, allocated here: no exception may leave the parallel region.
   const std::size_t qa_floats = (static_cast<std::size_t>(m) * kp + 63) / 64 * 16;
-  float* scratch = gemm_thread_scratch(qa_floats + static_cast<std::size_t>(m));
-  uint8_t* qa = reinterpret_cast<uint8_t*>(scratch);
-  float* sa = scratch + qa_floats;
+  const std::size_t copy_floats = (qa_floats + static_cast<std::size_t>(m) + 15) / 16 * 16;
+  float* scratch = gemm_thread_scratch(copy_floats * static_cast<std::size_t>(rowwise_copies(m)));
 
   rowwise_gemm(
-      m, n, k, kInt8MinMacsPerThread, [&](long i) { sa[i] = quantize_row(a + i * lda, k, kp, qa + i * kp); },
-      [&](long i0, long rows, long j0, long ncols) {
+      m, n, k, kInt8MinMacsPerThread,
+      [&](long i, long copy) {
+        float* base = scratch + copy * copy_floats;
+        base[qa_floats + i] = quantize_row(a + i * lda, k, kp, reinterpret_cast<uint8_t*>(base) + i * kp);
+      },
+      [&](long i0, long rows, long j0, long ncols, long copy) {
+        const float* base = scratch + copy * copy_floats;
+        const uint8_t* qa = reinterpret_cast<const uint8_t*>(base);
+        const float* sa = base + qa_floats;
         alignas(64) int32_t acc[kMR * kNR];
         tile_kernel(rows, qa + i0 * kp, kp, panels + j0 * kp, kp, acc);
         for (long r = 0; r < rows; ++r) {

@@ -11,9 +11,19 @@
 // while the panel streams through.
 constexpr long kRowBlock = 8 * kMR;
 
-// convert_row(i) converts row i of A; every row is converted before any tile runs.
-// tile(i0, rows, j0, ncols) computes and stores c[i0, i0 + rows) × [j0, j0 + ncols) with
-// rows ≤ kMR and ncols ≤ kNR (j0 a multiple of kNR).
+// Up to this many rows of A (decode steps), every thread converts all of them into a copy of its
+// own instead of its share into one copy: that costs each thread the conversion of a few rows
+// (~1 µs), and saves the barrier between conversion and tiles, where the threads of a decode step
+// otherwise wait for each other once per projection.
+constexpr long kPrivateRows = 4;
+
+// How many copies of the converted rows a caller of rowwise_gemm allocates for m rows.
+inline long rowwise_copies(long m) { return m <= kPrivateRows ? current_num_threads() : 1; }
+
+// convert_row(i, copy) converts row i of A into copy `copy` (< rowwise_copies(m)); every row a
+// thread's tiles read is converted before they run. tile(i0, rows, j0, ncols, copy) computes and
+// stores c[i0, i0 + rows) × [j0, j0 + ncols) with rows ≤ kMR and ncols ≤ kNR (j0 a multiple of
+// kNR), reading copy `copy`.
 // Threads: at most current_num_threads(), one per min_macs_per_thread multiply-adds. The work items
 // (panel × row block) are dealt in contiguous ranges, panel-major: each thread streams its own
 // panels, each once per row block (for m ≤ kRowBlock exactly once: the GEMV case). Nothing here
@@ -29,18 +39,26 @@ void rowwise_gemm(long m, long n, long k, long min_macs_per_thread, const Conver
   if (nt > items) nt = items;
   if (nt < 1) nt = 1;
 
+  const bool private_rows = m <= kPrivateRows;
   run_team(static_cast<int>(nt), [&](const Team& team) {
-    long i0, i1;
-    team.range(m, &i0, &i1);
-    for (long i = i0; i < i1; ++i) convert_row(i);
-    team.barrier();  // every row is converted before any tile reads it
+    long copy = 0;
+    if (private_rows) {
+      copy = team.index();
+      for (long i = 0; i < m; ++i) convert_row(i, copy);
+    } else {
+      long i0, i1;
+      team.range(m, &i0, &i1);
+      for (long i = i0; i < i1; ++i) convert_row(i, copy);
+      team.barrier();  // every row is converted before any tile reads it
+    }
     long begin, end;
     team.range(items, &begin, &end);
     for (long item = begin; item < end; ++item) {
       const long p = item / blocks, b = item % blocks;
       const long j0 = p * kNR, ncols = n - j0 < kNR ? n - j0 : kNR;
       const long i_end = m < (b + 1) * kRowBlock ? m : (b + 1) * kRowBlock;
-      for (long r0 = b * kRowBlock; r0 < i_end; r0 += kMR) tile(r0, i_end - r0 < kMR ? i_end - r0 : kMR, j0, ncols);
+      for (long r0 = b * kRowBlock; r0 < i_end; r0 += kMR)
+        tile(r0, i_end - r0 < kMR ? i_end - r0 : kMR, j0, ncols, copy);
     }
   });
 }
