@@ -13,9 +13,9 @@ token i is instead the single character chr(CHARS_BASE + i) (no space prefix, no
 such characters tokenizes to exactly those ids, for a client that can only send text (llama-cpp-python's
 server takes no token-id prompts; benchmarks/bench_serve.py). `id_text` makes that text.
 
-llama.cpp, torch and cpuformer each bring an OpenMP runtime, so everything that loads llama.cpp (or
-torch, for the reference logits) runs in its own process through this file's command line; every
-command prints one JSON object as its last stdout line. The importing side (bench_decoder.py,
+llama.cpp and torch each bring an OpenMP runtime (cpuformer its own thread pools), so everything
+that loads llama.cpp (or torch, for the reference logits) runs in its own process through this
+file's command line; every command prints one JSON object as its last stdout line. The importing side (bench_decoder.py,
 accuracy_int4.py) uses `run_child` and the helpers below, which import neither llama_cpp nor torch.
 
     python benchmarks/_llamacpp.py version

@@ -2,11 +2,10 @@
 
     python benchmarks/bench_coexist.py [--calls 300] [--rounds 3] [--threads 2] [--json PATH]
 
-A binary wheel of cpuformer carries its own OpenMP runtime (libgomp under a private name, in
-cpuformer.libs/), and so does torch; a source build links the system libgomp, which a process that
-imported torch first shares with torch. Each case runs in its own process: cpuformer alone, torch
-alone, torch imported first, cpuformer imported first, and the two orders again with an
-environment setting. In the mixed cases the two engines' calls alternate (one cpuformer call, one
+cpuformer runs on its own thread pools and links no OpenMP runtime (earlier builds linked libgomp,
+a wheel under a private name in cpuformer.libs/); torch brings its own. Each case runs in its own
+process: cpuformer alone, torch alone, torch imported first, cpuformer imported first, and the two
+orders again with an environment setting. In the mixed cases the two engines' calls alternate (one cpuformer call, one
 torch call, ...), the pattern of a pipeline that runs a cpuformer model next to a torch one.
 Decode-sized calls, where waking the other runtime's threads shows most: attention of 1 query over
 256 keys (12 heads of 64), and a 1 × 768 · 768 × 3072 linear layer, 2 threads each. The table

@@ -66,7 +66,7 @@ typedef struct cf_open_options {
   /* The dtype the directory must store ("float32", "float16", "bfloat16", "int8", "int4"), or NULL
    * for whatever it stores (a converted directory runs in its own dtype). */
   const char* dtype;
-  /* OpenMP threads of this model's calls: 0 for the process default, else 1..1024. */
+  /* Threads of this model's calls: 0 for the process default, else 1..1024. */
   int num_threads;
 } cf_open_options;
 
@@ -144,7 +144,7 @@ CF_API cf_status cf_generate(cf_model* model, const int64_t* prompt, size_t prom
                              int64_t* out_tokens, size_t capacity, size_t* out_count, cf_finish_reason* finish,
                              cf_error* error);
 
-/* The process-wide OpenMP thread count of calls whose model has num_threads 0 (1..1024). */
+/* The process-wide thread count of calls whose model has num_threads 0 (1..1024). */
 CF_API cf_status cf_set_num_threads(int num_threads, cf_error* error);
 
 #ifdef __cplusplus

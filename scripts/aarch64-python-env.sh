@@ -6,13 +6,11 @@
 #   aarch64_python_setup   installs the cross compiler, qemu-user and the arm64 dpkg architecture
 #                          if missing, then fills (once; cached between runs under build/aarch64-py/):
 #     sysroot/   python3.11 and libpython3.11 (headers included) with the shared libraries they
-#                load, libc6, libstdc++6 and libgcc-s1 -- but NOT libgomp1, so that a wheel must
-#                bring its own OpenMP runtime
+#                load, libc6, libstdc++6 and libgcc-s1 (cpuformer needs no OpenMP runtime)
 #     site/      numpy, tokenizers (and their dependencies) and pip, unpacked from aarch64 wheels
-#     gomp/      libgomp.so.1 of the cross toolchain, for running a development build (not a wheel)
 #   aarch64_cmake_args     AARCH64_CMAKE_ARGS: the CMake arguments of a cross build of _core
 #   aarch64_configure_extension DIR   configures that build (Release) in DIR
-# Variables set: AARCH64_PY (build/aarch64-py, absolute), AARCH64_SYSROOT, AARCH64_SITE, AARCH64_GOMP.
+# Variables set: AARCH64_PY (build/aarch64-py, absolute), AARCH64_SYSROOT, AARCH64_SITE.
 
 # The Debian packages of the sysroot. The closure of what `import numpy, tokenizers, cpuformer`,
 # pip and the standard library modules they use (ssl, ctypes, zlib, bz2,
@@ -39,7 +37,6 @@ aarch64_python_setup() {
   AARCH64_PY=$root/build/aarch64-py
   AARCH64_SYSROOT=$AARCH64_PY/sysroot
   AARCH64_SITE=$AARCH64_PY/site
-  AARCH64_GOMP=$AARCH64_PY/gomp
 
   local missing=()
   command -v aarch64-linux-gnu-g++ >/dev/null || missing+=(g++-aarch64-linux-gnu)
@@ -65,7 +62,7 @@ aarch64_python_setup() {
   if [ "$(cat "$AARCH64_PY/stamp" 2>/dev/null)" != "$stamp" ]; then
     echo "making the AArch64 Python sysroot in $AARCH64_PY"
     rm -rf "$AARCH64_PY"
-    mkdir -p "$AARCH64_PY/debs" "$AARCH64_SYSROOT" "$AARCH64_PY/wheels" "$AARCH64_SITE" "$AARCH64_GOMP"
+    mkdir -p "$AARCH64_PY/debs" "$AARCH64_SYSROOT" "$AARCH64_PY/wheels" "$AARCH64_SITE"
     local pkgs=() p
     for p in "${AARCH64_DEBS[@]}"; do pkgs+=("$p:arm64"); done
     # apt-get download writes into the current directory; as root it warns that _apt cannot read it.
@@ -77,7 +74,6 @@ aarch64_python_setup() {
       --python-version 3.11 --implementation cp "${AARCH64_WHEELS[@]}" 2>&1 | grep -v "^WARNING: Location" || true
     local whl
     for whl in "$AARCH64_PY"/wheels/*.whl; do python3 -m zipfile -e "$whl" "$AARCH64_SITE"; done
-    cp -L /usr/aarch64-linux-gnu/lib/libgomp.so.1 "$AARCH64_GOMP/"
     echo "$stamp" > "$AARCH64_PY/stamp"
   fi
   [ -x "$AARCH64_SYSROOT/usr/bin/python3.11" ] || { echo "no python3.11 in $AARCH64_SYSROOT" >&2; return 1; }

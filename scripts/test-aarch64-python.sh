@@ -75,7 +75,7 @@ failed=()
 # check CPU LEVEL: every check on QEMU's CPU model CPU, where cpuformer must pick LEVEL.
 check() {
   local cpu=$1 level=$2 out
-  local py=(env PYTHONPATH="$ROOT/$pkg:$AARCH64_SITE" LD_LIBRARY_PATH="$AARCH64_GOMP" CPUFORMER_CACHE="$work/cache"
+  local py=(env PYTHONPATH="$ROOT/$pkg:$AARCH64_SITE" CPUFORMER_CACHE="$work/cache"
             qemu-aarch64 -cpu "$cpu" -L "$AARCH64_SYSROOT" "$AARCH64_SYSROOT/usr/bin/python3.11")
   echo "== qemu-aarch64 -cpu $cpu (expected level $level)"
   out=$(cd "$work" && "${py[@]}" -m cpuformer --version 2>&1) || true

@@ -5,7 +5,7 @@
 # benchmarks/arm_instruction_model.py (a QEMU plugin built with the host's cc). Exits non-zero on any failure.
 #
 # Installs what is missing with apt-get (non-interactive; as root, or through sudo):
-#   g++-aarch64-linux-gnu  the cross compiler, with AArch64 libstdc++ and libgomp under /usr/aarch64-linux-gnu
+#   g++-aarch64-linux-gnu  the cross compiler, with AArch64 libstdc++ under /usr/aarch64-linux-gnu
 #   qemu-user              qemu-aarch64, the user-mode emulator
 #   cmake, ninja-build     only if cmake / ninja are not on PATH
 #

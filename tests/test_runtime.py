@@ -131,6 +131,43 @@ def test_spin_setting_is_checked_at_import():
         assert (message in out.stderr) == warned, (value, out.stderr)
 
 
+_DEFAULT_THREADS = r"""
+import os, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one CPU in the mask, whatever the machine has
+import cpuformer
+from cpuformer import _core
+print(cpuformer.get_num_threads(), cpuformer.cpu_info()["num_threads"], _core._compute_slots()["capacity"])
+"""
+
+
+def default_threads(value):
+    """get_num_threads(), cpu_info()'s num_threads and the compute slots' capacity of a fresh process
+    whose affinity mask holds one CPU, with OMP_NUM_THREADS=value (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if value is not None:
+        env["OMP_NUM_THREADS"] = value
+    run = subprocess.run([sys.executable, "-c", _DEFAULT_THREADS], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    return [int(word) for word in run.stdout.split()]
+
+
+# docs/runtime.md, "Threads": OMP_NUM_THREADS read as GNU libgomp reads it (a comma-separated list of
+# positive integers, white space around each allowed; the first is the count), at most 1024 threads.
+@pytest.mark.parametrize("value, expected", [("3", 3), ("2,1", 2), (" 4 ", 4), ("+5", 5), ("7, 2 ,1", 7),
+                                             ("5000", 1024), ("3000000000", 1024)])
+def test_omp_num_threads_sets_the_default(value, expected):
+    # The compute slots' capacity stays the CPUs of the affinity mask.
+    assert default_threads(value) == [expected, expected, 1]
+
+
+# A value libgomp would ignore: the CPUs of the affinity mask (1 here, while the machine may have more).
+@pytest.mark.parametrize("value", [None, "", "abc", "0", "-2", "2.5", "3 4", "2,x", "0,2", "2,", ",",
+                                   "99999999999999999999"])
+def test_unusable_omp_num_threads_gives_the_affinity_count(value):
+    assert default_threads(value) == [1, 1, 1]
+
+
 _OP_THREADS = r"""
 import sys
 import numpy as np
@@ -156,7 +193,7 @@ print(counts)
 @pytest.mark.parametrize("op", ["linear", "attention", "layer_norm"])
 def test_op_num_threads_is_honored(op):
     """ops.Linear, attention and layer_norm run on their num_threads argument, not the process's
-    count: in a fresh process with OMP_NUM_THREADS=1, num_threads=1 starts no OpenMP worker and
+    count: in a fresh process with OMP_NUM_THREADS=1, num_threads=1 starts no pool worker and
     num_threads=3 starts two (/proc/self/status counts the process's threads)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = subprocess.run([sys.executable, "-c", _OP_THREADS, op], capture_output=True, text=True, env=env,

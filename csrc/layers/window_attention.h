@@ -15,7 +15,7 @@
 //      x[token] += y[inverse[token]];
 //   6. LayerNorm, the up projection with the activation fused, the down projection accumulating
 //      into x (residual).
-// Every step runs on current_num_threads() (OpenMP over rows, windows and heads). Scratch comes
+// Every step runs on current_num_threads() (parallel over rows, windows and heads). Scratch comes
 // from a SwinScratch (reused across calls and blocks; a SwinScratchPool hands one to each
 // concurrent call).
 #pragma once

@@ -1,12 +1,11 @@
 #include "runtime/compute_slots.h"
 
-#include <omp.h>
-#include <sched.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+
+#include "runtime/threading.h"
 
 namespace cpuformer {
 
@@ -29,20 +28,10 @@ std::atomic<State*> g_state{new State};
 
 State& state() { return *g_state.load(std::memory_order_acquire); }
 
-int detect_capacity() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    const int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  const int n = omp_get_num_procs();
-  return n > 0 ? n : 1;
-}
-
 }  // namespace
 
 int compute_capacity() {
-  static const int capacity = detect_capacity();
+  static const int capacity = available_cpus();
   return capacity;
 }
 

@@ -1,7 +1,7 @@
 // Process-wide bound on compute threads when several Python threads call in at once.
 //
-// Every call into native compute (a model forward, an ops kernel) runs its own OpenMP team of
-// current_num_threads() threads. Without a bound, 8 Python threads × 2 OpenMP threads on 2 cores
+// Every call into native compute (a model forward, an ops kernel) runs its own thread pool team of
+// current_num_threads() threads. Without a bound, 8 Python threads × 2 pool threads on 2 cores
 // means 16 spinning threads: every barrier then waits for descheduled threads and throughput
 // collapses (measured ~10x on a loaded 2-core machine). A call therefore takes `threads` slots out
 // of capacity() for its duration and waits (GIL released) until they are free. A call larger than

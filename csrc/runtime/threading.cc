@@ -1,10 +1,14 @@
 #include "runtime/threading.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <mutex>
 
 #include "runtime/compute_slots.h"
@@ -14,22 +18,81 @@
 namespace cpuformer {
 namespace {
 
+// The most threads a count may ask for: set_num_threads(), num_threads and the C API accept
+// 1..1024, and an automatic default above that (OMP_NUM_THREADS=5000, a machine with more CPUs) is
+// used as 1024.
+constexpr int kMaxThreads = 1024;
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// One entry of an OMP_NUM_THREADS list as libgomp reads it (strtoul after optional white space, a
+// '+' allowed, no '-'; zero and values beyond LONG_MAX are not counts), from *p; leaves *p after the
+// entry and its trailing white space. 0: not a positive integer; values above INT_MAX give INT_MAX.
+long read_entry(const char** p) {
+  const char* s = *p;
+  while (is_space(*s)) ++s;
+  if (*s == '+') ++s;
+  if (*s < '0' || *s > '9') return 0;
+  unsigned long long value = 0;
+  for (; *s >= '0' && *s <= '9'; ++s) {
+    value = value * 10 + static_cast<unsigned>(*s - '0');
+    if (value > static_cast<unsigned long long>(LONG_MAX)) return 0;
+  }
+  while (is_space(*s)) ++s;
+  *p = s;
+  return static_cast<long>(std::min<unsigned long long>(value, INT_MAX));
+}
+
+}  // namespace
+
+int parse_num_threads_variable(const char* value) {
+  if (value == nullptr) return 0;
+  const char* p = value;
+  const long first = read_entry(&p);
+  if (first <= 0) return 0;
+  // The other entries (counts for nested levels, which cpuformer does not open) must be valid too,
+  // or libgomp ignores the whole variable.
+  while (*p == ',') {
+    ++p;
+    if (read_entry(&p) <= 0) return 0;
+  }
+  if (*p != '\0') return 0;
+  return static_cast<int>(first);
+}
+
+int available_cpus() {
+#if defined(__linux__)
+  // The affinity mask (taskset, cgroup cpusets), in a set as large as the kernel's: a fixed cpu_set_t
+  // holds 1024 CPUs, and sched_getaffinity fails with EINVAL when the kernel's mask is larger.
+  for (int cpus = 1024; cpus <= (1 << 22); cpus *= 2) {
+    cpu_set_t* set = CPU_ALLOC(cpus);
+    if (set == nullptr) break;
+    const size_t size = CPU_ALLOC_SIZE(cpus);
+    CPU_ZERO_S(size, set);
+    const int rc = sched_getaffinity(0, size, set);
+    const int count = rc == 0 ? CPU_COUNT_S(size, set) : 0;
+    const bool too_small = rc != 0 && errno == EINVAL;
+    CPU_FREE(set);
+    if (count > 0) return count;
+    if (!too_small) break;
+  }
+#endif
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(std::min<long>(online, INT_MAX)) : 1;
+}
+
+namespace {
+
 int automatic_num_threads() {
-  // omp_get_max_threads() honours OMP_NUM_THREADS and otherwise reports the CPUs in the affinity mask.
-  const int n = omp_get_max_threads();
-  return n > 0 ? n : 1;
+  int n = parse_num_threads_variable(std::getenv("OMP_NUM_THREADS"));
+  if (n <= 0) n = available_cpus();
+  return std::min(n, kMaxThreads);
 }
 
 std::atomic<int> g_default{0};
 thread_local int t_current = 0;
 
-// The forking thread is running Python (os.fork), so it is outside any parallel region: pausing
-// succeeds. A fork from inside a parallel region (not something cpuformer does) makes the pause
-// return nonzero and leaves the pool alone.
-void before_fork() {
-  shut_down_thread_pool();
-  omp_pause_resource_all(omp_pause_hard);
-}
+void before_fork() { shut_down_thread_pool(); }
 
 void in_child_after_fork() {
   reset_compute_slots_after_fork();

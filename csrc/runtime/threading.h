@@ -4,24 +4,33 @@
 // Python threads can each run a model with its own count.
 #pragma once
 
-#include <omp.h>
-
 #include "runtime/thread_pool.h"
 
 namespace cpuformer {
 
-int default_num_threads();   // OMP_NUM_THREADS if set, else the cores this process may use
+int default_num_threads();   // OMP_NUM_THREADS if set, else available_cpus(); at most 1024
 int current_num_threads();   // the count set on this thread, else the process-wide default
 void set_default_num_threads(int n);  // n <= 0 restores the automatic default
+
+// The CPUs this process may run on: its affinity mask (sched_getaffinity, masks of any size), else
+// the online CPUs (sysconf); at least 1. The one count behind the default thread count and the
+// compute slots' capacity (runtime/compute_slots.h).
+int available_cpus();
+
+// The thread count an OMP_NUM_THREADS value asks for, read as GNU libgomp reads it: a
+// comma-separated list of positive integers (white space around each allowed) whose first entry is
+// the count; 0 for nullptr or a value libgomp would ignore ("", "0", "abc", "2,x", "-1").
+// cpuformer links no OpenMP runtime; it reads the variable itself so that the setting users know
+// keeps working.
+int parse_num_threads_variable(const char* value);
 
 // fork() safety, installed once when the Python module loads (idempotent).
 //
 // cpuformer's pools (runtime/thread_pool.h), like GNU libgomp's, keep worker threads per thread that
 // opened a parallel region: a child forked after the forking thread had used one inherits a pool
 // whose workers do not exist, and its first parallel region would wait for them forever. Before
-// fork(), the forking thread's pools are therefore shut down (shut_down_thread_pool() and
-// omp_pause_resource_all(omp_pause_hard), for any library's OpenMP regions: their workers are
-// released and joined); the child then builds a fresh pool of its own threads on first use, and
+// fork(), the forking thread's pools are therefore shut down (shut_down_thread_pool(): their
+// workers are released and joined); the child then builds a fresh pool of its own threads on first use, and
 // the parent rebuilds its pool lazily (thread creation, microseconds). Pools of other threads need
 // nothing: those threads do not exist in the child, and a thread created there starts without a pool.
 // In the child, process-wide state that other parent threads may have held at fork time (the

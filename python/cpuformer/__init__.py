@@ -12,8 +12,8 @@ import os as _os
 def _load_core():
     """``from . import _core``, with an ImportError that says what is wrong instead of a bare
     dlopen message: the module missing (a source tree that was not built, an incomplete install),
-    a library it needs missing (a wheel's vendored OpenMP runtime in ``cpuformer.libs/``, or
-    libgomp for a source build), or a damaged file."""
+    a library it needs missing (the C++ runtime, libstdc++ / libgcc_s, which the system provides:
+    cpuformer links no OpenMP runtime), or a damaged file."""
     try:
         from . import _core
     except ImportError as error:
@@ -34,9 +34,10 @@ def _raise_core_error(error: ImportError):
     if "cannot open shared object file" in message:
         library = message.split(":", 1)[0].strip()
         raise ImportError(
-            f"cpuformer: its compiled core needs {library}, which is missing ({message}). A wheel carries its "
-            "OpenMP runtime in site-packages/cpuformer.libs/: reinstall it (pip install --force-reinstall "
-            "cpuformer); a build from source needs gcc's OpenMP runtime (libgomp) installed") from None
+            f"cpuformer: its compiled core needs {library}, which is missing ({message}). cpuformer uses the "
+            "system's C++ runtime (libstdc++.so.6 and libgcc_s.so.1 of GCC): install it (e.g. apt-get install "
+            "libstdc++6, dnf install libstdc++), or reinstall cpuformer (pip install --force-reinstall cpuformer) "
+            "if the library belongs to it") from None
     raise ImportError(
         f"cpuformer: its compiled core could not be loaded ({message}); the file may be damaged or built for "
         "another platform or Python: reinstall (pip install --force-reinstall cpuformer)") from None

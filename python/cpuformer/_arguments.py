@@ -14,7 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 INT64_MAX = 2 ** 63 - 1
-# num_threads is an int in C++ and the size of an OpenMP team. A fixed cap (far above any CPU's
+# num_threads is an int in C++ and the size of a thread pool team. A fixed cap (far above any CPU's
 # core count today) keeps a typo such as 2**40 from being accepted at load and failing on every call.
 MAX_NUM_THREADS = 1024
 

@@ -84,7 +84,7 @@ def progress(iterable: Iterable, desc: str, total: Optional[int] = None, enabled
 def median_seconds(fn: Callable[[], object], repeats: int, min_time: float = 0.05) -> float:
     """Median over ``repeats`` rounds of the seconds per call (each round calls fn until
     ``min_time`` has passed), after ``min_time`` of untimed calls: the first calls after an idle
-    pause run slow while the OpenMP workers and the virtual CPUs wake up."""
+    pause run slow while the pool's workers and the virtual CPUs wake up."""
     warm_until = time.perf_counter() + min_time
     fn()
     while time.perf_counter() < warm_until:

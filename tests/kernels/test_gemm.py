@@ -159,7 +159,7 @@ def test_thread_counts(rng, threads, m, k, n):
 
 
 def test_concurrent_calls_from_python_threads(rng):
-    # Each calling thread gets its own OpenMP team and its own packing scratch.
+    # Each calling thread gets its own thread pool and its own packing scratch.
     import concurrent.futures
 
     w, b = randn(rng, 100, 300), randn(rng, 100)

@@ -85,9 +85,9 @@ PARENT = textwrap.dedent(r"""
 
     report = {}
     if scenario == "loaded":
-        # The models are loaded, never run. What left an OpenMP pool behind is PyTorch (imported
-        # first, as a script that builds or exports the model with transformers would): its libgomp
-        # is then the one cpuformer's extension binds to, so its main-thread pool is ours too.
+        # The models are loaded, never run. What left a pool behind is PyTorch (imported first, as a
+        # script that builds or exports the model with transformers would): its libgomp pool of the
+        # main thread. cpuformer links no OpenMP runtime, so the child computes on its own pool.
         import torch
         torch.set_num_threads(2)
         torch.ones(1 << 22).exp().sum()
@@ -171,7 +171,7 @@ def build_gpt2(directory):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    # Wide enough that load and compute open OpenMP regions of 2 threads.
+    # Wide enough that load and compute open parallel regions of 2 threads.
     config = transformers.GPT2Config(vocab_size=1000, n_positions=1100, n_embd=256, n_layer=2, n_head=4,
                                     bos_token_id=1, eos_token_id=2)
     transformers.GPT2LMHeadModel(config).eval().save_pretrained(directory, safe_serialization=True)
@@ -227,7 +227,7 @@ def test_ops_in_forked_child(models):
 
 def test_child_uses_its_own_threads(models):
     _, child = run_parent(models, "threads")
-    # Only the forking thread exists in the child; num_threads=1 adds no thread, 2 one OpenMP worker.
+    # Only the forking thread exists in the child; num_threads=1 adds no thread, 2 one pool worker.
     assert child == [1, 1, 2]
 
 

@@ -54,7 +54,7 @@ CHILD = textwrap.dedent(r"""
 
     out = {}
     enc = cf.Encoder(small)
-    for i in range(200):  # warm-up: workspaces, OpenMP team, allocator pools reach their size
+    for i in range(200):  # warm-up: workspaces, thread pool, allocator pools reach their size
         step(enc, i)
     gc.collect()
     out["warm"] = rss()

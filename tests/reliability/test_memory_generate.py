@@ -43,7 +43,7 @@ CHILD = textwrap.dedent(r"""
             return list(model.stream(p[0], max_new_tokens=12))
         return model.logits(np.array([p[0]]), np.array([[0, 5, 6]]))
 
-    # One untimed load / generate / close of each kind first: one-time process costs (OpenMP thread
+    # One untimed load / generate / close of each kind first: one-time process costs (thread pool
     # stacks, allocator arenas, lazily built tables) belong to neither model's baseline.
     for path, cls in ((gpt2, cf.Generator), (t5, cf.Seq2Seq)):
         with cls(path) as model:

@@ -47,7 +47,7 @@ two_dtypes = st.lists(hostile_dtypes, min_size=2, max_size=2, unique=True)
 @pytest.fixture(autouse=True)
 def one_thread():
     """The argument contract does not depend on the thread count, and these inputs are tiny: one
-    thread keeps thousands of calls cheap on a loaded machine (an OpenMP team's barriers are slow
+    thread keeps thousands of calls cheap on a loaded machine (a thread pool team's barriers are slow
     when its cores are busy). tests/reliability/test_concurrency.py covers the threaded paths."""
     cf.set_num_threads(1)
     yield

@@ -1,7 +1,7 @@
 // Element-wise activations and row softmax, float32.
 //
 // Layout: contiguous float arrays. `y` may alias `x` (in-place; no partial overlap). No alignment
-// required. The public functions split the work over current_num_threads() OpenMP threads; the
+// required. The public functions split the work over current_num_threads() pool threads; the
 // per-ISA tables hold single-threaded functions over one contiguous range, fast for short ranges
 // too (the GEMM epilogue calls `apply` on each finished tile row) and never reading past x + n.
 //

@@ -5,7 +5,7 @@
 //   c [M, N] with row stride ldc ≥ N; bias [N]; residual [M, N] with row stride ldr.
 // Epilogue, per element: c = act(a·Wᵀ + bias) + residual. residual may alias c (then ldr == ldc:
 // accumulate in place); a must not alias c. No alignment is required of a, c or residual.
-// Threads: gemm() uses current_num_threads() OpenMP threads. PackedWeights is immutable after
+// Threads: gemm() uses current_num_threads() threads (runtime/thread_pool.h). PackedWeights is immutable after
 // packing and may be shared by any number of threads.
 #pragma once
 

@@ -2,7 +2,6 @@
 // broadcast), blocked and threaded by gemm_driver_inl.h; a row-streaming GEMV kernel for m ≤ 6.
 // Packed W layout: panels of 16 output features (see gemm_driver_inl.h).
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstdlib>

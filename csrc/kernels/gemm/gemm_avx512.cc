@@ -2,7 +2,6 @@
 // broadcast from memory), blocked and threaded by gemm_driver_inl.h; a row-streaming GEMV kernel
 // for m ≤ 8. Packed W layout: panels of 32 output features (see gemm_driver_inl.h).
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstdlib>

@@ -2,7 +2,7 @@
 // and the thread split live here; each ISA supplies only its register-tiled kernels and block sizes.
 //
 // Include this file INSIDE the ISA namespace (cpuformer::avx512 / cpuformer::avx2, in an anonymous
-// namespace) of a per-ISA translation unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstdlib>,
+// namespace) of a per-ISA translation unit, after <immintrin.h>, <cstdint>, <cstdlib>,
 // <cstring>, <new>, "kernels/gemm/gemm.h" and "runtime/threading.h". Everything here is then
 // compiled once per ISA, under that ISA's namespace and flags, so no instantiation can leak into
 // another level. It includes nothing and has no include guard on purpose.

@@ -7,7 +7,6 @@
 // widening a W panel slice [kc][16] into its own float32 buffer once per (row block, slice, panel)
 // and running the register tile over it.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstdlib>

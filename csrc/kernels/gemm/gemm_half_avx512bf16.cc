@@ -18,7 +18,6 @@
 // features over the whole K, and the epilogue (bias, activation, residual) is applied to each
 // finished tile row. With few rows (decode) every thread streams its own run of panels once.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstring>

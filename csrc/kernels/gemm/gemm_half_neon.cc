@@ -10,7 +10,6 @@
 // register tile over it. NEON is baseline: no extra compiler flags. The bfloat16 dot products
 // (BFDOT / BFMMLA, the bf16 feature) are not used.
 #include <arm_neon.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstdlib>

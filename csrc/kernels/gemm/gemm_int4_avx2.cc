@@ -7,7 +7,6 @@
 // gemm_int4_avx2_inl.h (shared with gemm_int4_avxvnni.cc). The avx512 level uses this kernel
 // too on a CPU without AVX512-VNNI (gemm.cc).
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>

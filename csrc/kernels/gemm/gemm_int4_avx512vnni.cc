@@ -12,7 +12,6 @@
 // a prefill tile reuses every unpacked block across its 8 rows, and a row block (64 rows) reuses
 // the panel pair from L1/L2.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>

@@ -4,7 +4,6 @@
 // nibbles by the s8 activations and adds groups of 4 products straight into int32 lanes (exact:
 // a group's sum is below 2^19), in place of vpmaddubsw + the int16 sums + vpmaddwd.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>

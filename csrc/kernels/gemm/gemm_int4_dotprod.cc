@@ -13,7 +13,6 @@
 // Register tile: up to 4 rows × one panel of 8 features (per row two int32x4 sums, four up to 2
 // rows so the SDOT chains are shorter, and two float32x4 accumulators).
 #include <arm_neon.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstring>

@@ -3,7 +3,6 @@
 // vpmaddwd with ones widens the pairs to int32. Register tile 4 rows × 16 features; driver and
 // packed layout in gemm_int8_inl.h. With AVX-VNNI the level uses gemm_int8_avxvnni.cc instead.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>

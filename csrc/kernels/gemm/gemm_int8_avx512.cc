@@ -4,7 +4,6 @@
 // to int32. Register tile 4 rows × 64 features; driver and packed layout in gemm_int8_inl.h.
 // With AVX512-VNNI the level uses gemm_int8_avx512vnni.cc instead.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstring>

@@ -2,7 +2,6 @@
 // compensation 128·Σq subtracted in the epilogue. Register tile 6 rows × 64 features (24 zmm
 // accumulators); driver and packed layout in gemm_int8_inl.h.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstring>

@@ -2,7 +2,6 @@
 // against s8 weights, the compensation 128·Σq subtracted in the epilogue. Register tile 6 rows ×
 // 16 features (12 ymm accumulators); driver and packed layout in gemm_int8_inl.h.
 #include <immintrin.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdint>

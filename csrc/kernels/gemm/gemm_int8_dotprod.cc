@@ -7,7 +7,6 @@
 // lane, 16 per instruction. The integer sums are exact (K ≤ kInt8GemmMaxK), so every level gives
 // the same sums; the float epilogue is the scalar reference's.
 #include <arm_neon.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstring>

@@ -18,7 +18,6 @@
 // The integer sums are exact (K ≤ kInt8GemmMaxK; SMMLA wraps like SDOT and never saturates), so
 // every level gives the same sums; the float epilogue is the scalar reference's.
 #include <arm_neon.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstring>

@@ -1,7 +1,7 @@
 // int8 GEMM driver shared by the SIMD levels (see Int8GemmKernels in gemm.h for the arithmetic).
 //
 // Include this file INSIDE the ISA namespace (in an anonymous namespace) of a per-ISA translation
-// unit, after <immintrin.h>, <omp.h>, <cstdint>, <cstring>, "kernels/gemm/gemm.h" and
+// unit, after <immintrin.h>, <cstdint>, <cstring>, "kernels/gemm/gemm.h" and
 // "runtime/threading.h". It is compiled once per ISA under that ISA's flags; it has no include
 // guard on purpose (like gemm_driver_inl.h) and includes only gemm_rowwise_inl.h, the work split
 // it shares with the vdpbf16ps GEMM.

@@ -7,7 +7,6 @@
 // gemm_neon_inl.h's, the block sizes gemm_neon_blocking_inl.h's (copied from avx2, not measured on
 // ARM hardware: docs/arm.md).
 #include <arm_neon.h>
-#include <omp.h>
 
 #include <cstdint>
 #include <cstdlib>

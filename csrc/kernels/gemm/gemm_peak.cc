@@ -7,7 +7,6 @@
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 #endif
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
