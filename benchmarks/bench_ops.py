@@ -6,9 +6,9 @@ Linear: GFLOP/s of ``ops.Linear`` (weights packed once, outside the timed loop, 
 them) against ``torch.matmul(x, w.t())`` and NumPy ``x @ w.T`` on transformer shapes: large M
 (prefill / encoder) and M = 1, 4 (decode), plus the fraction of the compute peak.
 Linear by weight dtype: GOP/s of ``ops.Linear(w, dtype=...)`` for float32, int8, float16 and
-bfloat16 weights on BERT-base shapes (M = 1024) and decode GEMV shapes (M = 1), with each dtype's
-speed relative to float32 (an int8 multiply-add counts as 2 operations, like a float one) and
-relative to that dtype's compute peak.
+bfloat16 weights on BERT-base shapes (M = 1024), the 1.1B Llama shape's prefill (M = 512) and decode
+GEMV shapes (M = 1), with each dtype's speed relative to float32 (an int8 multiply-add counts as 2
+operations, like a float one) and relative to that dtype's compute peak.
 Compute peak: ``ops.peak_gops(dtype)``, measured at the start of the run on the same threads: the
 rate of the instruction the matmul kernel multiplies with (FMA, vpdpbusd, vdpbf16ps, ...) with its
 operands in registers, which no GEMM can exceed. It replaces a peak computed from a clock and a
@@ -71,8 +71,11 @@ except ImportError:
 
 LINEAR_LARGE = [(1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768), (512, 2048, 5632)]
 LINEAR_DECODE_KN = [(768, 2304), (768, 3072), (2048, 5632)]
-LINEAR_DTYPE_SHAPES = [(1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768),
-                      (1, 768, 2304), (1, 768, 3072), (1, 2048, 5632)]
+# (M, K, N): BERT-base 8 x 128 (fused QKV, output, feed-forward up and down), the 1.1B Llama shape's
+# prefill of 512 tokens (fused QKV with 4 KV heads, fused gate/up, down), then decode GEMVs.
+LINEAR_DTYPE_SHAPES = [(1024, 768, 2304), (1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768),
+                       (512, 2048, 2560), (512, 2048, 11264), (512, 5632, 2048),
+                       (1, 768, 2304), (1, 768, 3072), (1, 2048, 5632)]
 WEIGHT_DTYPES = ["float32", "int8", "float16", "bfloat16"]
 SHORT = {"float32": "f32", "int8": "i8", "float16": "f16", "bfloat16": "bf16"}
 
