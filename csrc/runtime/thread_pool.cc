@@ -74,7 +74,7 @@ long involuntary_switches() {
 // True when the calling thread was switched out involuntarily since the wait began yielding (its
 // last involuntary_switches() call). Compared with the count of the previous wait instead, a
 // time-slice preemption while the thread computed (a timer tick that ran a kernel thread) put it
-// to sleep for its next kSleepFirstWaits waits: GPT-2 decode then slept ~12 times a token.
+// to sleep for its next kSleepFirstWaits waits: GPT-2 decode then slept ~15 times a token.
 bool ran_another_thread() {
   const long before = t_involuntary;
   return before < 0 || involuntary_switches() != before;

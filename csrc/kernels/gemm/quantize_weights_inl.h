@@ -58,7 +58,8 @@ void quantize_rows_s8(const float* w, long j0, long j1, long k, long ldw, int8_t
   }
 }
 
-// The nearest integer to v (half to even) plus offset, clamped to [0, 15]; v is finite.
+// The nearest integer to v (half to even) plus offset, clamped to [0, 15]; v may be ±inf (a weight
+// over a tiny scale), which clamps to an end code.
 inline int round_nibble(float v, int offset) {
   const float r = round_half_even(v) + static_cast<float>(offset);
   return r < 0.0f ? 0 : (r > 15.0f ? 15 : static_cast<int>(r));
