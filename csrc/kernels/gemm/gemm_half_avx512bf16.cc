@@ -149,6 +149,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
       [&](long i0, long rows, long j0, long ncols, long copy) {
         const uint16_t* ab = reinterpret_cast<const uint16_t*>(scratch + copy * copy_floats);
         alignas(64) float acc[kMR * kNR];
+        prefetch_tile_output(c + i0 * ldc + j0, ldc, rows, ncols);
         tile_kernel(rows, ab + i0 * kp, kp, panels + j0 * kp, kp, acc);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;

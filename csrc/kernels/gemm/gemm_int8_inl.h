@@ -118,6 +118,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         const uint8_t* qa = reinterpret_cast<const uint8_t*>(base);
         const float* sa = base + qa_floats;
         alignas(64) int32_t acc[kMR * kNR];
+        prefetch_tile_output(c + i0 * ldc + j0, ldc, rows, ncols);
         tile_kernel(rows, qa + i0 * kp, kp, panels + j0 * kp, kp, acc);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;

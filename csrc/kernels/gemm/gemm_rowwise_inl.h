@@ -20,6 +20,25 @@ constexpr long kPrivateRows = 4;
 // How many copies of the converted rows a caller of rowwise_gemm allocates for m rows.
 inline long rowwise_copies(long m) { return m <= kPrivateRows ? current_num_threads() : 1; }
 
+// Asks for the output lines of a tile (rows × ncols floats of c) in the state for writing, before
+// the tile's K loop runs: the first store to each row of C otherwise waits on a miss after the
+// loop (~5-10 % of the samples of an int8 GEMM at BERT-base shapes, K = 768, where a tile's loop
+// is short).
+inline void prefetch_tile_output(const float* c, long ldc, long rows, long ncols) {
+  for (long r = 0; r < rows; ++r) {
+    const char* row = reinterpret_cast<const char*>(c + r * ldc);
+    const long bytes = ncols * static_cast<long>(sizeof(float));
+    for (long b = 0; b < bytes; b += 64) {
+#if defined(__x86_64__)
+      __asm__ volatile("prefetchw %0" : : "m"(row[b]));  // a NOP on x86-64 CPUs without PREFETCHW
+#else
+      __builtin_prefetch(row + b, 1, 3);
+#endif
+    }
+    if (reinterpret_cast<std::uintptr_t>(row) % 64 != 0) __builtin_prefetch(row + bytes - 1, 1, 3);
+  }
+}
+
 // convert_row(i, copy) converts row i of A into copy `copy` (< rowwise_copies(m)); every row a
 // thread's tiles read is converted before they run. tile(i0, rows, j0, ncols, copy) computes and
 // stores c[i0, i0 + rows) × [j0, j0 + ncols) with rows ≤ kMR and ncols ≤ kNR (j0 a multiple of
