@@ -168,6 +168,85 @@ def test_unusable_omp_num_threads_gives_the_affinity_count(value):
     assert default_threads(value) == [1, 1, 1]
 
 
+# docs/runtime.md, "Threads": the default count is capped by the control group's CPU limit (a
+# container's --cpus), read from cgroup v2's cpu.max or v1's cpu.cfs_quota_us / cpu.cfs_period_us of
+# the process's cgroup and every ancestor up to the hierarchy's mount. The trees below stand in for
+# /proc/self and /sys/fs/cgroup (every path is read under the root given).
+def cgroup_tree(tmp_path, cgroup, mountinfo, files):
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    (tmp_path / "proc/self/mountinfo").write_text(mountinfo)
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    return cf._core._cgroup_cpu_limit(str(tmp_path))
+
+
+V2_MOUNT = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+V1_MOUNTS = ("31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+             "32 31 0:29 {root} /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct\n"
+             "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n")
+
+
+@pytest.mark.parametrize("cgroup, files, expected", [
+    # a container with its own cgroup namespace: its cgroup is the mount's root
+    ("0::/\n", {"sys/fs/cgroup/cpu.max": "200000 100000\n"}, 2.0),
+    ("0::/\n", {"sys/fs/cgroup/cpu.max": "150000 100000\n"}, 1.5),
+    ("0::/\n", {"sys/fs/cgroup/cpu.max": "max 100000\n"}, 0.0),
+    ("0::/\n", {}, 0.0),  # the root cgroup has no cpu.max
+    # a service's cgroup below a slice: the tighter of the two levels counts
+    ("0::/app.slice/model.service\n", {"sys/fs/cgroup/app.slice/cpu.max": "300000 100000",
+                                       "sys/fs/cgroup/app.slice/model.service/cpu.max": "max 100000"}, 3.0),
+    ("0::/app.slice/model.service\n", {"sys/fs/cgroup/app.slice/cpu.max": "400000 100000",
+                                       "sys/fs/cgroup/app.slice/model.service/cpu.max": "50000 100000"}, 0.5),
+    # unreadable or nonsensical values are no limit
+    ("0::/\n", {"sys/fs/cgroup/cpu.max": "lots 100000"}, 0.0),
+    ("0::/\n", {"sys/fs/cgroup/cpu.max": "100000 0"}, 0.0),
+    ("0::/\n", {"sys/fs/cgroup/cpu.max": ""}, 0.0),
+    ("", {"sys/fs/cgroup/cpu.max": "100000 100000"}, 0.0),  # no cgroup line
+])
+def test_cgroup_v2_cpu_limit(tmp_path, cgroup, files, expected):
+    assert cgroup_tree(tmp_path, cgroup, V2_MOUNT, files) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("mount_root, path, files, expected", [
+    ("/", "/", {"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "400000\n",
+                "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 4.0),
+    ("/", "/", {"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+                "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n"}, 0.0),
+    # Docker without a cgroup namespace: /proc/self/cgroup names /docker/<id>, mounted at the hierarchy's top
+    ("/docker/abc", "/docker/abc", {"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "50000",
+                                    "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000"}, 0.5),
+    # the whole hierarchy mounted: the process's directory and its parents
+    ("/", "/kubepods/pod1/c1", {"sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "250000",
+                                "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000",
+                                "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_quota_us": "-1",
+                                "sys/fs/cgroup/cpu,cpuacct/kubepods/pod1/c1/cpu.cfs_period_us": "100000"}, 2.5),
+    # a mount of another part of the hierarchy does not describe this process
+    ("/other", "/docker/abc", {"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "50000",
+                               "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000"}, 0.0),
+])
+def test_cgroup_v1_cpu_limit(tmp_path, mount_root, path, files, expected):
+    cgroup = f"12:memory:{path}\n4:cpu,cpuacct:{path}\n1:name=systemd:{path}\n0::/\n"
+    assert cgroup_tree(tmp_path, cgroup, V1_MOUNTS.format(root=mount_root), files) == pytest.approx(expected)
+
+
+def test_cgroup_mount_point_escapes(tmp_path):
+    # mountinfo writes a space in a path as \040
+    mount = "30 23 0:26 / /sys/fs/my\\040cgroup rw - cgroup2 cgroup2 rw\n"
+    assert cgroup_tree(tmp_path, "0::/\n", mount, {"sys/fs/my cgroup/cpu.max": "300000 100000"}) == 3.0
+
+
+def test_missing_cgroup_files_are_no_limit(tmp_path):
+    assert cf._core._cgroup_cpu_limit(str(tmp_path)) == 0.0
+
+
+@pytest.mark.parametrize("cpus, limit, expected", [(64, 2.0, 2), (64, 1.5, 2), (64, 0.5, 1), (64, 0.01, 1),
+                                                   (2, 8.0, 2), (8, 0.0, 8), (1, 3.0, 1)])
+def test_default_threads_within_the_cpu_limit(cpus, limit, expected):
+    assert cf._core._cpus_within_limit(cpus, limit) == expected
+
+
 _OP_THREADS = r"""
 import sys
 import numpy as np

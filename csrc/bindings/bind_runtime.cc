@@ -10,6 +10,7 @@
 #include "kernels/gemm/gemm.h"
 #include "runtime/compute_slots.h"
 #include "runtime/cpu_features.h"
+#include "runtime/cpu_quota.h"
 #include "runtime/load_scratch.h"
 #include "runtime/threading.h"
 
@@ -61,6 +62,11 @@ void register_runtime(py::module_& m) {
       },
       "Test hook: the process-wide compute-thread bound (capacity), slots in use now and the peak since the last "
       "reset.");
+  m.def("_cgroup_cpu_limit", &cgroup_cpu_limit, py::arg("root"),
+        "Test hook: the CPU limit (CPUs, 0: none) of the control group that root/proc/self/{cgroup,mountinfo} "
+        "describe, every path read under root.");
+  m.def("_cpus_within_limit", &cpus_within_limit, py::arg("cpus"), py::arg("limit"),
+        "Test hook: the CPU count the default thread count uses for `cpus` affinity CPUs under a CPU limit.");
   m.def("_reset_compute_slots_peak", &reset_compute_slots_peak,
         "Test hook: restart the peak from the slots in use now.");
   // A model build's scratch scope (runtime/load_scratch.h) as a context manager: models/_graph.py

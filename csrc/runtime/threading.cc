@@ -8,10 +8,12 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 
 #include "runtime/compute_slots.h"
+#include "runtime/cpu_quota.h"
 #include "runtime/interrupt.h"
 #include "runtime/thread_pool.h"
 
@@ -60,7 +62,9 @@ int parse_num_threads_variable(const char* value) {
   return static_cast<int>(first);
 }
 
-int available_cpus() {
+namespace {
+
+int affinity_cpus() {
 #if defined(__linux__)
   // The affinity mask (taskset, cgroup cpusets), in a set as large as the kernel's: a fixed cpu_set_t
   // holds 1024 CPUs, and sched_getaffinity fails with EINVAL when the kernel's mask is larger.
@@ -80,6 +84,16 @@ int available_cpus() {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   return online > 0 ? static_cast<int>(std::min<long>(online, INT_MAX)) : 1;
 }
+
+}  // namespace
+
+int cpus_within_limit(int cpus, double limit) {
+  if (!(limit > 0)) return cpus;
+  const double rounded_up = std::ceil(limit);
+  return rounded_up < cpus ? std::max(1, static_cast<int>(rounded_up)) : cpus;
+}
+
+int available_cpus() { return cpus_within_limit(affinity_cpus(), cgroup_cpu_limit("")); }
 
 namespace {
 

@@ -13,9 +13,12 @@ int current_num_threads();   // the count set on this thread, else the process-w
 void set_default_num_threads(int n);  // n <= 0 restores the automatic default
 
 // The CPUs this process may run on: its affinity mask (sched_getaffinity, masks of any size), else
-// the online CPUs (sysconf); at least 1. The one count behind the default thread count and the
-// compute slots' capacity (runtime/compute_slots.h).
+// the online CPUs (sysconf), capped by its control group's CPU limit rounded up
+// (runtime/cpu_quota.h: a container's `--cpus`); at least 1. The one count behind the default
+// thread count and the compute slots' capacity (runtime/compute_slots.h).
 int available_cpus();
+// `cpus` capped by a CPU limit (0: none): ceil(limit), at least 1.
+int cpus_within_limit(int cpus, double limit);
 
 // The thread count an OMP_NUM_THREADS value asks for, read as GNU libgomp reads it: a
 // comma-separated list of positive integers (white space around each allowed) whose first entry is
