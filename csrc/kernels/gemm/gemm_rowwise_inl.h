@@ -17,6 +17,11 @@ constexpr long kRowBlock = 8 * kMR;
 // otherwise wait for each other once per projection.
 constexpr long kPrivateRows = 4;
 
+// The fewest weights of W a thread of a GEMV streams (see rowwise_gemm): 64 KB of int8, 32 KB of
+// int4. With the multiply-add count of larger GEMMs instead (int8: 2^19), the 768 × 768 projection
+// of a 124M-parameter model's decode step ran on one thread (40 µs a call, 12 calls a token).
+constexpr long kGemvMinWeightsPerThread = 1L << 16;
+
 // How many copies of the converted rows a caller of rowwise_gemm allocates for m rows.
 inline long rowwise_copies(long m) { return m <= kPrivateRows ? current_num_threads() : 1; }
 
@@ -53,8 +58,12 @@ void rowwise_gemm(long m, long n, long k, long min_macs_per_thread, const Conver
   const long blocks = (m + kRowBlock - 1) / kRowBlock;
   const long items = panel_count * blocks;
   long nt = current_num_threads();
-  const long macs = m * n * k;
-  if (nt > macs / min_macs_per_thread) nt = macs / min_macs_per_thread;
+  // A GEMV (m <= kPrivateRows) streams W from memory, and its time is W's bytes over the read
+  // bandwidth, not its multiply-adds over the compute peak: a second thread pays once a thread
+  // would stream kGemvMinWeightsPerThread weights (~4 µs of reading).
+  const long work = m <= kPrivateRows ? n * k : m * n * k;
+  const long per_thread = m <= kPrivateRows ? kGemvMinWeightsPerThread : min_macs_per_thread;
+  if (nt > work / per_thread) nt = work / per_thread;
   if (nt > items) nt = items;
   if (nt < 1) nt = 1;
 
