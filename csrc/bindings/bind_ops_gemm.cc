@@ -31,6 +31,25 @@ void check_group_size(long group_size) {
   }
 }
 
+// ValueError naming the first non-finite weight. The check is a max over |x|'s bits (NaN and ±inf
+// lie above the largest finite value), which vectorizes; a loop of isfinite with an early exit did
+// not, and took ~30 % of quantize_int4's time.
+void require_finite_weights(const float* w, py::ssize_t size, const char* dtype) {
+  uint32_t top = 0;
+  for (py::ssize_t i = 0; i < size; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, w + i, 4);
+    bits &= 0x7FFFFFFFu;
+    top = bits > top ? bits : top;
+  }
+  if (top <= 0x7F7FFFFFu) return;
+  for (py::ssize_t i = 0; i < size; ++i) {
+    if (!std::isfinite(w[i]))
+      throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) + "; " + dtype +
+                            " needs finite weights");
+  }
+}
+
 // w float32 [N, K] -> (q int8 [N, K], scales float32 [N]): the load-time int8 quantization.
 py::tuple quantize_int8(const py::object& weight) {
   FloatArray w = as_float32(weight, "w");
@@ -39,11 +58,7 @@ py::tuple quantize_int8(const py::object& weight) {
   py::array_t<int8_t> q({n, k});
   py::array_t<float> scales(n);
   const float* wp = w.data();
-  for (py::ssize_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(wp[i]))
-      throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) +
-                            "; int8 needs finite weights");
-  }
+  require_finite_weights(wp, w.size(), "int8");
   int8_t* qp = q.mutable_data();
   float* sp = scales.mutable_data();
   {
@@ -61,11 +76,7 @@ py::tuple quantize_int4(const py::object& weight, long group_size, bool zero_poi
   require_ndim(w, 2, "w", "[N, K]");
   const long n = w.shape(0), k = w.shape(1), groups = int4_groups(k, group_size);
   const float* wp = w.data();
-  for (py::ssize_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(wp[i]))
-      throw py::value_error("w has a non-finite value at flat index " + std::to_string(i) +
-                            "; int4 needs finite weights");
-  }
+  require_finite_weights(wp, w.size(), "int4");
   py::array_t<uint8_t> u({n, groups * group_size / 2});
   py::array scales(py::dtype("float16"), {n, groups});
   py::array_t<uint8_t> zeros(zero_point ? std::vector<py::ssize_t>{n, groups} : std::vector<py::ssize_t>{0, 0});

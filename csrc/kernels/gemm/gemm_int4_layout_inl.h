@@ -37,10 +37,6 @@ void pack(const uint8_t* u, const uint16_t* scales, const uint8_t* zeros, long n
   const long stride = int4_panel_bytes(groups, group_size, zero_point);
   const long header = int4_header_bytes(groups, zero_point);
   std::memset(out, 0, packed_bytes(n, k, group_size, zero_point));
-  auto nibble = [&](long j, long p) -> uint8_t {
-    const uint8_t byte = u[j * (kp / 2) + p / 2];
-    return p % 2 == 0 ? byte & 0x0F : byte >> 4;
-  };
   for (long p0 = 0; p0 < n; p0 += kInt4Panel) {
     uint8_t* panel = out + (p0 / kInt4Panel) * stride;
     uint16_t* panel_scales = reinterpret_cast<uint16_t*>(panel);
@@ -51,12 +47,17 @@ void pack(const uint8_t* u, const uint16_t* scales, const uint8_t* zeros, long n
       for (long g = 0; g < groups; ++g) {
         panel_scales[g * kInt4Panel + jj] = scales[j * groups + g];
         if (zero_point) panel_zeros[g * kInt4Panel + jj] = zeros[j * groups + g];
-        for (long b = 0; b < group_size / 8; ++b) {
-          const long k0 = g * group_size + 8 * b;
-          uint8_t* block = blocks + (g * (group_size / 8) + b) * 32;
-          for (long t = 0; t < 4; ++t)
-            block[4 * jj + t] = static_cast<uint8_t>(nibble(j, k0 + t) | (nibble(j, k0 + 4 + t) << 4));
-        }
+      }
+      // Each block takes 4 bytes of the row: k0..k0+7 as nibbles n0..n7 (n_i at bits 4i of the
+      // little-endian word), stored as n0 n4 n1 n5 n2 n6 n3 n7 (byte t = n_t | n_(t+4) << 4): the
+      // perfect shuffle of the word's nibbles, two swaps.
+      const uint8_t* row = u + j * (kp / 2);
+      for (long q = 0; q < kp / 8; ++q) {
+        uint32_t x;
+        std::memcpy(&x, row + 4 * q, 4);
+        x = (x & 0xFF0000FFu) | ((x & 0x00FF0000u) >> 8) | ((x & 0x0000FF00u) << 8);  // n0 n1 n4 n5 n2 n3 n6 n7
+        x = (x & 0xF00FF00Fu) | ((x & 0x0F000F00u) >> 4) | ((x & 0x00F000F0u) << 4);  // n0 n4 n1 n5 n2 n6 n3 n7
+        std::memcpy(blocks + q * 32 + 4 * jj, &x, 4);
       }
     }
   }

@@ -29,6 +29,20 @@ inline float float_of_bits(uint32_t bits) {
 
 constexpr uint32_t kLargestFiniteBits = 0x7F7FFFFFu;
 
+// A signed integer that orders like x for every non-NaN x (−0 just below +0): the bits for x ≥ +0,
+// the bits with the magnitude bits flipped for x < 0. Its own inverse.
+inline int32_t order_key(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const int32_t b = static_cast<int32_t>(bits);
+  return b ^ ((b >> 31) & 0x7FFFFFFF);
+}
+
+inline float float_of_key(int32_t key) {
+  const uint32_t bits = static_cast<uint32_t>(key ^ ((key >> 31) & 0x7FFFFFFF));
+  return float_of_bits(bits);
+}
+
 // Rows [j0, j1) of quantize_weights_s8.
 void quantize_rows_s8(const float* w, long j0, long j1, long k, long ldw, int8_t* q, float* scales) {
   for (long j = j0; j < j1; ++j) {
@@ -74,14 +88,21 @@ void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long g
     const float* x = w + j * ldw;
     for (long g = 0; g < groups; ++g) {
       const long begin = g * group_size, end = std::min(k, begin + group_size);
+      // The extremes as integer reductions (they vectorize; float ones with their NaN and signed-
+      // zero rules did not, and kept lo in memory: ~75 % of an int4 load): top over |x|'s bits, lo
+      // and hi over order keys, with lo ≤ 0 ≤ hi (zero is always representable). The keys order
+      // −0 below +0 where the float comparisons kept whichever came first; every result below is
+      // the same for either zero (they only enter as hi − lo and −lo / s, rounded).
       uint32_t top = 0;
-      float lo = 0.0f, hi = 0.0f;  // lo ≤ 0 ≤ hi: zero is always representable
+      int32_t lo_key = 0, hi_key = 0;
       for (long p = begin; p < end; ++p) {
         const uint32_t a = abs_bits(x[p]);
         top = a > top ? a : top;
-        lo = x[p] < lo ? x[p] : lo;
-        hi = x[p] > hi ? x[p] : hi;
+        const int32_t key = order_key(x[p]);
+        lo_key = key < lo_key ? key : lo_key;
+        hi_key = key > hi_key ? key : hi_key;
       }
+      const float lo = float_of_key(lo_key), hi = float_of_key(hi_key);
       const bool finite = top <= kLargestFiniteBits;  // false for NaN and ±inf
       int z = 8;
       uint16_t scale = 0;
@@ -92,12 +113,15 @@ void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long g
       } else {
         // The first weight of the largest magnitude (its sign sets the scale's); +0 when every
         // weight is ±0 (the scale is then −0, whatever the zeros' signs).
-        float extreme = 0.0f;
-        for (long p = begin; p < end && top != 0; ++p)
-          if (abs_bits(x[p]) == top) {
-            extreme = x[p];
-            break;
-          }
+        // (the first index as a min reduction: no early exit, so it vectorizes).
+        const float* gx = x + begin;
+        const int32_t len = static_cast<int32_t>(end - begin);
+        int32_t first = len;
+        for (int32_t i = 0; i < len; ++i) {
+          const int32_t candidate = abs_bits(gx[i]) == top ? i : len;
+          first = candidate < first ? candidate : first;
+        }
+        const float extreme = top != 0 && first < len ? gx[first] : 0.0f;
         scale = float_to_half(extreme / -8.0f);
       }
       const float s = half_to_float(scale);
@@ -114,7 +138,8 @@ void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long g
       } else {
         std::memset(codes, z, static_cast<std::size_t>(end - begin));
       }
-      std::memset(codes + (end - begin), z, static_cast<std::size_t>(begin + group_size - end));
+      if (end - begin < group_size)
+        std::memset(codes + (end - begin), z, static_cast<std::size_t>(begin + group_size - end));
       scales[j * groups + g] = scale;
       if (zero_point) zeros[j * groups + g] = static_cast<uint8_t>(z);
     }
