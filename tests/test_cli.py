@@ -67,6 +67,19 @@ def test_info_json():
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     assert info["isa"] == cf.cpu_info()["isa"] and info["num_threads"] >= 1 and "version" in info
+    assert info["cpu_limit"] == cf.cpu_info()["cpu_limit"]
+
+
+@pytest.mark.parametrize("limit, shown", [(None, "num_threads: 2\n"),
+                                          (1.5, "num_threads: 2 (container CPU limit 1.5)\n")])
+def test_info_names_the_container_cpu_limit(monkeypatch, capsys, limit, shown):
+    # In-process, with cpu_info as a container with that CPU limit would give it.
+    from cpuformer import cli
+
+    info = dict(cf.cpu_info(), num_threads=2, cpu_limit=limit)
+    monkeypatch.setattr(cf, "cpu_info", lambda: info)
+    assert cli.main(["info"]) == 0
+    assert shown in capsys.readouterr().out
 
 
 def test_unknown_command_exits_nonzero():

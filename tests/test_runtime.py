@@ -25,6 +25,11 @@ def test_cpu_info_fields():
     assert LEVELS.index(info["isa"]) <= LEVELS.index(info["best_isa"])
     assert isinstance(info["features"], list)
     assert info["num_threads"] >= 1
+    # The control group's CPU limit: None without one, else a positive count that caps the default
+    # (num_threads is at most its ceiling unless OMP_NUM_THREADS says otherwise).
+    assert info["cpu_limit"] is None or info["cpu_limit"] > 0
+    if info["cpu_limit"] is not None and "OMP_NUM_THREADS" not in os.environ:
+        assert info["num_threads"] <= math.ceil(info["cpu_limit"])
     if info["best_isa"] == "avx512":
         assert {"avx2", "fma", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(info["features"])
     assert list(info["matmul"]) == ["float32", "float16", "bfloat16", "int8", "int4"]

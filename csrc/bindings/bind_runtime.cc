@@ -32,6 +32,9 @@ void register_runtime(py::module_& m) {
         info["best_isa"] = isa_name(best_isa());
         info["features"] = cpu_features().names();
         info["num_threads"] = default_num_threads();
+        // The control group's CPU limit (a container's --cpus) that caps the default, if any.
+        const double limit = cgroup_cpu_limit("");
+        info["cpu_limit"] = limit > 0 ? py::object(py::float_(limit)) : py::object(py::none());
         py::dict matmul;
         matmul["float32"] = gemm_kernel_name(WeightType::kFloat32);
         matmul["float16"] = gemm_kernel_name(WeightType::kFloat16);
@@ -41,7 +44,8 @@ void register_runtime(py::module_& m) {
         info["matmul"] = matmul;
         return info;
       },
-      "ISA level in use, CPU features, the default thread count and the matmul kernel per weight dtype.");
+      "ISA level in use, CPU features, the default thread count, the container CPU limit (None: none) and the matmul "
+      "kernel per weight dtype.");
   m.def(
       "set_num_threads",
       [](int n) {

@@ -77,7 +77,9 @@ __version__: str = _core.__version__
 
 def cpu_info() -> dict:
     """The ISA level in use (``isa``), the best one the CPU supports (``best_isa``), the CPU's
-    SIMD ``features`` and the default ``num_threads``."""
+    SIMD ``features``, the default ``num_threads``, the CPU limit of the process's control group
+    (``cpu_limit``: a container's ``--cpus``, which caps the default; None without one) and the
+    ``matmul`` kernel of each weight dtype."""
     return _core.cpu_info()
 
 

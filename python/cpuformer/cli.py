@@ -188,7 +188,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"cpuformer {cpuformer.__version__}")
     print(f"isa:         {info['isa']} (best this CPU supports: {info['best_isa']})")
     print(f"features:    {' '.join(info['features']) or '(none beyond SSE2)'}")
-    print(f"num_threads: {info['num_threads']}")
+    limit = info["cpu_limit"]
+    print(f"num_threads: {info['num_threads']}"
+          + (f" (container CPU limit {limit:g})" if limit is not None else ""))
     print("matmul:      " + ", ".join(f"{dtype} {kernel}" for dtype, kernel in info["matmul"].items()))
     return 0
 
