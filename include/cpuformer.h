@@ -1,8 +1,9 @@
 /* cpuformer C API: run transformer models from C, C++, Rust, Go or Swift, without Python.
  *
  * It opens model directories written by `cpuformer convert` (any dtype: float32, float16,
- * bfloat16, int8, int4), whose cpuformer_graph.json tells the C++ core how to build the model,
- * and runs them on token ids: encoders give hidden states and pooled embeddings, decoders and
+ * bfloat16, int8, int4), whose cpuformer_graph.json tells the C++ core how to build the model, and
+ * plain Hugging Face directories of the families the C++ architecture registry declares, and runs
+ * them on token ids: encoders give hidden states and pooled embeddings, decoders and
  * encoder-decoders generate tokens with a per-token callback. Tokenization stays outside (ids in,
  * ids out): use the tokenizer.json next to the model with any tokenizers binding. Guide and
  * examples: docs/c-api.md, examples/c/.
@@ -41,7 +42,7 @@ typedef enum cf_status {
   CF_OK = 0,
   CF_ERROR_INVALID_ARGUMENT = 1, /* a NULL pointer, an invalid option value, a token id out of range, ... */
   CF_ERROR_IO = 2,               /* the path does not exist, is not a directory, or cannot be read */
-  CF_ERROR_INVALID_MODEL = 3,    /* not a converted directory, or its files are damaged or unsupported */
+  CF_ERROR_INVALID_MODEL = 3,    /* not a model directory this build opens, or its files are damaged or unsupported */
   CF_ERROR_WRONG_KIND = 4,       /* e.g. cf_encode on a decoder */
   CF_ERROR_BUFFER_TOO_SMALL = 5, /* the output buffer cannot hold the result (the size needed is reported) */
   CF_ERROR_OUT_OF_MEMORY = 6,
@@ -63,8 +64,9 @@ typedef enum cf_model_kind { CF_ENCODER = 0, CF_DECODER = 1, CF_SEQ2SEQ = 2 } cf
 typedef struct cf_model cf_model;
 
 typedef struct cf_open_options {
-  /* The dtype the directory must store ("float32", "float16", "bfloat16", "int8", "int4"), or NULL
-   * for whatever it stores (a converted directory runs in its own dtype). */
+  /* "float32", "float16", "bfloat16", "int8" or "int4". A plain Hugging Face directory is packed
+   * into it at open (NULL: float32); a converted directory runs in the dtype it stores, which this
+   * must then name (or be NULL). */
   const char* dtype;
   /* Threads of this model's calls: 0 for the process default, else 1..1024. */
   int num_threads;
@@ -73,7 +75,9 @@ typedef struct cf_open_options {
 /* Defaults: dtype NULL, num_threads 0. */
 CF_API void cf_open_options_init(cf_open_options* options);
 
-/* Opens the converted model directory `path` (options may be NULL). */
+/* Opens the model directory `path` (options may be NULL): one written by `cpuformer convert`, or a
+ * plain Hugging Face directory (config.json + model.safetensors) of a family the C++ architecture
+ * registry declares (GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3; docs/c-api.md). */
 CF_API cf_status cf_model_open(const char* path, const cf_open_options* options, cf_model** model, cf_error* error);
 /* Releases the weights; later calls return CF_ERROR_CLOSED. Closing twice is fine. */
 CF_API cf_status cf_model_close(cf_model* model, cf_error* error);

@@ -19,6 +19,7 @@ void register_models_decoder(py::module_& m);
 void register_models_seq2seq(py::module_& m);
 void register_models_swin(py::module_& m);
 void register_packed(py::module_& m);
+void register_arch(py::module_& m);
 }  // namespace bindings
 }  // namespace cpuformer
 
@@ -46,6 +47,7 @@ PYBIND11_MODULE(_core, m) {
   cpuformer::bindings::register_ops_norm(m);
   cpuformer::bindings::register_config(m);
   cpuformer::bindings::register_packed(m);
+  cpuformer::bindings::register_arch(m);
   cpuformer::bindings::register_models_encoder(m);
   cpuformer::bindings::register_models_decoder(m);
   cpuformer::bindings::register_models_seq2seq(m);

@@ -181,7 +181,7 @@ cf_status cf_model_open(const char* path, const cf_open_options* options, cf_mod
       }
     }
     auto handle = std::make_unique<cf_model>();
-    handle->graph = cpuformer::load_graph(path);
+    handle->graph = cpuformer::load_graph(path, o.dtype ? o.dtype : "");
     if (o.dtype && handle->graph->dtype != o.dtype) {
       fail(CF_ERROR_INVALID_ARGUMENT, std::string(path) + " was converted to dtype '" + handle->graph->dtype +
                                           "'; open it with dtype NULL or '" + handle->graph->dtype +

@@ -303,6 +303,56 @@ double Json::number() const {
   return number_;
 }
 
+Json Json::make_bool(bool value) {
+  Json j;
+  j.type_ = Type::kBool;
+  j.bool_ = value;
+  return j;
+}
+
+Json Json::make_number(double value, std::string text) {
+  Json j;
+  j.type_ = Type::kNumber;
+  j.number_ = value;
+  j.text_ = std::move(text);
+  return j;
+}
+
+Json Json::make_string(std::string value) {
+  Json j;
+  j.type_ = Type::kString;
+  j.text_ = std::move(value);
+  return j;
+}
+
+Json Json::make_array(Array items) {
+  Json j;
+  j.type_ = Type::kArray;
+  j.array_ = std::move(items);
+  return j;
+}
+
+Json Json::make_object(Object members) {
+  Json j;
+  j.type_ = Type::kObject;
+  for (auto& member : members) {
+    bool replaced = false;
+    for (auto& existing : j.object_) {
+      if (existing.first == member.first) {
+        existing.second = std::move(member.second);
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) j.object_.push_back(std::move(member));
+  }
+  return j;
+}
+
+bool Json::is_integer_number() const {
+  return type_ == Type::kNumber && text_.find_first_not_of("-0123456789") == std::string::npos;
+}
+
 long Json::integer() const {
   if (type_ != Type::kNumber) type_error(Type::kNumber, type_);
   if (text_.find_first_of(".eE") != std::string::npos) {

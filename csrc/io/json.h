@@ -23,6 +23,20 @@ class Json {
 
   Json() = default;  // null
 
+  // Values built by a front end rather than parsed (the Python binding hands config dicts to the
+  // architecture registry this way). `text` is the number's spelling: its digits for an integer,
+  // anything with '.', 'e' or a letter for a float (Python's repr: "1e-05", "768.0", "nan").
+  static Json make_bool(bool value);
+  static Json make_number(double value, std::string text);
+  static Json make_string(std::string value);
+  static Json make_array(Array items);
+  static Json make_object(Object members);  // a repeated key: the last one wins, as in parse()
+
+  // Whether a number was written as an integer (no fraction, exponent, nan or inf).
+  bool is_integer_number() const;
+  // A number's spelling (its source text) or a string's value.
+  const std::string& string_or_number_text() const { return text_; }
+
   // Parses a whole document; throws std::invalid_argument("JSON: <what> at offset N").
   static Json parse(const std::string& text);
 

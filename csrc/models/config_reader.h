@@ -9,21 +9,73 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "models/transformer_config.h"
 
 namespace cpuformer {
 
+// The names of each enum field's values, as the Python layer and the graph manifest spell them.
 template <class Enum>
-Enum parse_config_choice(const std::string& s, const char* name,
-                         std::initializer_list<std::pair<const char*, Enum>> choices) {
+using ConfigChoices = std::vector<std::pair<const char*, Enum>>;
+
+inline const ConfigChoices<ModelKind>& config_choices(ModelKind*) {
+  static const ConfigChoices<ModelKind> choices = {
+      {"encoder", ModelKind::kEncoder}, {"decoder", ModelKind::kDecoder}, {"seq2seq", ModelKind::kSeq2Seq}};
+  return choices;
+}
+inline const ConfigChoices<NormKind>& config_choices(NormKind*) {
+  static const ConfigChoices<NormKind> choices = {{"layer", NormKind::kLayer}, {"rms", NormKind::kRms}};
+  return choices;
+}
+inline const ConfigChoices<Positions>& config_choices(Positions*) {
+  static const ConfigChoices<Positions> choices = {{"learned", Positions::kLearned},
+                                                   {"sinusoidal", Positions::kSinusoidal},
+                                                   {"rope", Positions::kRope},
+                                                   {"relative", Positions::kRelative},
+                                                   {"none", Positions::kNone}};
+  return choices;
+}
+inline const ConfigChoices<PositionIds>& config_choices(PositionIds*) {
+  static const ConfigChoices<PositionIds> choices = {{"arange", PositionIds::kArange},
+                                                     {"padding_cumsum", PositionIds::kPaddingCumsum}};
+  return choices;
+}
+inline const ConfigChoices<Activation>& config_choices(Activation*) {
+  static const ConfigChoices<Activation> choices = {{"gelu", Activation::kGeluErf},
+                                                    {"gelu_tanh", Activation::kGeluTanh},
+                                                    {"relu", Activation::kRelu},
+                                                    {"silu", Activation::kSilu},
+                                                    {"quick_gelu", Activation::kQuickGelu}};
+  return choices;
+}
+inline const ConfigChoices<WeightType>& config_choices(WeightType*) {
+  static const ConfigChoices<WeightType> choices = {{"float32", WeightType::kFloat32},
+                                                    {"float16", WeightType::kFloat16},
+                                                    {"bfloat16", WeightType::kBFloat16},
+                                                    {"int8", WeightType::kInt8},
+                                                    {"int4", WeightType::kInt4}};
+  return choices;
+}
+
+template <class Enum>
+Enum parse_config_choice(const std::string& s, const char* name) {
   std::string names;
-  for (const auto& choice : choices) {
+  for (const auto& choice : config_choices(static_cast<Enum*>(nullptr))) {
     if (s == choice.first) return choice.second;
     names += (names.empty() ? "'" : ", '") + std::string(choice.first) + "'";
   }
   throw std::invalid_argument(std::string("model config: ") + name + " must be one of " + names + ", got '" + s + "'");
+}
+
+// The name of an enum field's value ("rms").
+template <class Enum>
+const char* config_choice_name(Enum value) {
+  for (const auto& choice : config_choices(static_cast<Enum*>(nullptr)))
+    if (choice.second == value) return choice.first;
+  return "?";
 }
 
 template <class Source>
@@ -47,48 +99,10 @@ struct ConfigReader {
     need(name);
     field = source.boolean(name);
   }
-  void operator()(const char* name, ModelKind& field) {
+  template <class Enum, class = std::enable_if_t<std::is_enum<Enum>::value>>
+  void operator()(const char* name, Enum& field) {
     need(name);
-    field = parse_config_choice<ModelKind>(
-        source.string(name), name,
-        {{"encoder", ModelKind::kEncoder}, {"decoder", ModelKind::kDecoder}, {"seq2seq", ModelKind::kSeq2Seq}});
-  }
-  void operator()(const char* name, NormKind& field) {
-    need(name);
-    field = parse_config_choice<NormKind>(source.string(name), name,
-                                          {{"layer", NormKind::kLayer}, {"rms", NormKind::kRms}});
-  }
-  void operator()(const char* name, Positions& field) {
-    need(name);
-    field = parse_config_choice<Positions>(source.string(name), name,
-                                           {{"learned", Positions::kLearned},
-                                            {"sinusoidal", Positions::kSinusoidal},
-                                            {"rope", Positions::kRope},
-                                            {"relative", Positions::kRelative},
-                                            {"none", Positions::kNone}});
-  }
-  void operator()(const char* name, PositionIds& field) {
-    need(name);
-    field = parse_config_choice<PositionIds>(
-        source.string(name), name, {{"arange", PositionIds::kArange}, {"padding_cumsum", PositionIds::kPaddingCumsum}});
-  }
-  void operator()(const char* name, Activation& field) {
-    need(name);
-    field = parse_config_choice<Activation>(source.string(name), name,
-                                            {{"gelu", Activation::kGeluErf},
-                                             {"gelu_tanh", Activation::kGeluTanh},
-                                             {"relu", Activation::kRelu},
-                                             {"silu", Activation::kSilu},
-                                             {"quick_gelu", Activation::kQuickGelu}});
-  }
-  void operator()(const char* name, WeightType& field) {
-    need(name);
-    field = parse_config_choice<WeightType>(source.string(name), name,
-                                            {{"float32", WeightType::kFloat32},
-                                             {"float16", WeightType::kFloat16},
-                                             {"bfloat16", WeightType::kBFloat16},
-                                             {"int8", WeightType::kInt8},
-                                             {"int4", WeightType::kInt4}});
+    field = parse_config_choice<Enum>(source.string(name), name);
   }
 };
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -15,6 +16,8 @@
 #include "io/json.h"
 #include "io/packed_file.h"
 #include "io/safetensors.h"
+#include "kernels/gemm/gemm.h"
+#include "models/arch/checkpoint.h"
 #include "models/config_reader.h"
 #include "runtime/load_scratch.h"
 
@@ -83,7 +86,7 @@ struct TypeRule {
 
 const std::vector<TypeRule>& type_rules() {
   static const std::vector<TypeRule> rules = {
-      {"float32", ElementType::kFloat32, 4, {"F32"}},
+      {"float32", ElementType::kFloat32, 4, {"F32", "F16", "BF16"}},  // 16-bit: a plain checkpoint's, widened
       {"float16", ElementType::kFloat16, 2, {"F16"}},
       {"uint16", ElementType::kUInt16, 2, {"F16", "BF16", "U16"}},
       {"int8", ElementType::kInt8, 1, {"I8"}},
@@ -163,6 +166,19 @@ class ManifestSource : public TensorSource {
     const char* data = static_cast<const char*>(s->data);
     long total = 1;
     for (long d : s->shape) total *= d;
+    if (rule->type == ElementType::kFloat32 && s->dtype != "F32") {  // F16 / BF16 of a plain checkpoint
+      std::vector<float>& wide = own(total);
+      const uint16_t* in = static_cast<const uint16_t*>(s->data);
+      if (s->dtype == "BF16") {
+        for (long i = 0; i < total; ++i) {
+          const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+          std::memcpy(&wide[i], &bits, 4);
+        }
+      } else {
+        for (long i = 0; i < total; ++i) wide[i] = half_to_float(in[i]);
+      }
+      data = reinterpret_cast<const char*>(wide.data());
+    }
     long rows = s->shape.empty() ? 1 : s->shape[0];
     const bool transpose = entry.find("transpose") && entry.at("transpose").boolean();
     if (transpose) {
@@ -222,26 +238,60 @@ std::string read_text(const std::string& path) {
 
 }  // namespace
 
-std::unique_ptr<GraphModel> load_graph(const std::string& directory) {
-  LoadScratchScope scratch;  // the layers join their fused weights in one set of buffers
+// A plain directory's manifest is the one the architecture registry computes (models/arch/checkpoint.h).
+Json directory_manifest(const std::string& directory, const std::string& dtype, std::string& where) {
   struct stat st;
   if (::stat(directory.c_str(), &st) != 0) throw FileError(directory + ": no such directory");
   if (!S_ISDIR(st.st_mode)) {
-    throw FileError(directory + ": is not a directory (give a model directory written by `cpuformer convert`)");
+    throw FileError(directory +
+                    ": is not a directory (give a Hugging Face model directory or one written by "
+                    "`cpuformer convert`)");
   }
   const std::string manifest_path = directory + "/" + kGraphFile;
-  if (::stat(manifest_path.c_str(), &st) != 0) {
-    throw std::invalid_argument(directory + ": has no " + kGraphFile +
-                                "; the C API opens model directories written by `cpuformer convert` "
-                                "(docs/c-api.md)");
-  }
-  const Json manifest = [&] {
+  if (::stat(manifest_path.c_str(), &st) == 0) {
+    where = manifest_path;
     try {
       return Json::parse(read_text(manifest_path));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(manifest_path + ": " + e.what());
     }
+  }
+  const std::string config_path = directory + "/config.json";
+  if (::stat(config_path.c_str(), &st) != 0) {
+    throw std::invalid_argument(directory +
+                                ": has no config.json (give a Hugging Face model directory or one "
+                                "written by `cpuformer convert`)");
+  }
+  const Json config = [&] {
+    try {
+      return Json::parse(read_text(config_path));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(config_path + ": " + e.what());
+    }
   }();
+  if (config.type() != Json::Type::kObject) throw std::invalid_argument(config_path + ": must contain a JSON object");
+  if (config.find("cpuformer")) {  // converted by a build that wrote no manifest for it (image models)
+    throw std::invalid_argument(directory + ": has no " + kGraphFile +
+                                "; the C API runs the text models that `cpuformer convert` writes one for "
+                                "(docs/c-api.md)");
+  }
+  Json generation;
+  const std::string generation_path = directory + "/generation_config.json";
+  if (::stat(generation_path.c_str(), &st) == 0) {
+    try {
+      generation = Json::parse(read_text(generation_path));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(generation_path + ": " + e.what());
+    }
+  }
+  where = directory;
+  return arch::plain_manifest(directory, config, generation, dtype);
+}
+
+std::unique_ptr<GraphModel> load_graph(const std::string& directory, const std::string& dtype) {
+  LoadScratchScope scratch;  // the layers join their fused weights in one set of buffers
+  std::string manifest_path;
+  const Json manifest = directory_manifest(directory, dtype, manifest_path);
   auto model = std::make_unique<GraphModel>();
   try {
     const long version = manifest.at("format_version").integer();
@@ -286,7 +336,7 @@ std::unique_ptr<GraphModel> load_graph(const std::string& directory) {
   // stale file (other weights, another build's layouts) is not used; a damaged one is an error.
   model->builder->use_packed(io::PackedFile::open_directory(directory).file);
   {
-    ManifestSource source(tensors.at("model"), file, kGraphFile + std::string(" model"));
+    ManifestSource source(tensors.at("model"), file, manifest_path + ": model");
     const GlobalTensors g = model->builder->global_tensors(source, c);
     if (c.kind == ModelKind::kEncoder) model->encoder = std::make_unique<EncoderModel>(c, g);
     if (c.kind == ModelKind::kDecoder) model->decoder = std::make_unique<DecoderModel>(c, g);
@@ -308,8 +358,7 @@ std::unique_ptr<GraphModel> load_graph(const std::string& directory) {
     }
     const bool decoder_stack = c.kind == ModelKind::kSeq2Seq && std::string(stack.name) == "decoder";
     for (std::size_t l = 0; l < layers.array().size(); ++l) {
-      ManifestSource source(layers.array()[l], file,
-                            std::string(kGraphFile) + " " + stack.name + " layer " + std::to_string(l));
+      ManifestSource source(layers.array()[l], file, manifest_path + ": " + stack.name + " layer " + std::to_string(l));
       const BlockTensors b = model->builder->block_tensors(source, c, decoder_stack,
                                                            std::string(stack.name) + ".layers." + std::to_string(l));
       if (model->encoder) model->encoder->add_layer(b);

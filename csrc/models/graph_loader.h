@@ -1,14 +1,17 @@
-// Opens a converted model directory without Python: its graph manifest (cpuformer_graph.json,
+// Opens a model directory without Python. A converted directory: its graph manifest (cpuformer_graph.json,
 // written by `cpuformer convert`: python/cpuformer/models/_graph_file.py) gives the model config,
 // where each canonical tensor lives in model.safetensors (with the row block, transpose and 1 + w
 // edits the architecture registry declared) and the default generation options; the tensors go
-// through the same ModelBuilder as the Python extension's, so both load a model identically.
-// The C API (include/cpuformer.h) is built on it. Format: docs/c-api.md.
+// through the same ModelBuilder as the Python extension's, so both load a model identically. A
+// plain Hugging Face directory of a family the C++ architecture registry declares: the manifest is
+// computed from its config.json (models/arch/checkpoint.h). The C API (include/cpuformer.h) is built on it. Format:
+// docs/c-api.md.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "io/json.h"
 #include "models/decoder.h"
 #include "models/encoder.h"
 #include "models/generation.h"
@@ -43,9 +46,15 @@ class FileError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Loads the converted directory `directory` (every weight packed or copied, or mapped from the
-// directory's packed-weights file for this ISA level when it has a valid one: io/packed_file.h;
-// model.safetensors is closed when this returns).
-std::unique_ptr<GraphModel> load_graph(const std::string& directory);
+// Loads the model directory `directory`: a converted one by its manifest, or a plain Hugging Face
+// directory of a family the C++ registry declares (models/arch/checkpoint.h) in `dtype` ("" :
+// float32; a converted directory is loaded in its stored dtype, which the caller checks). Every
+// weight is packed or copied, or mapped from the directory's packed-weights file for this ISA level
+// when it has a valid one (io/packed_file.h); model.safetensors is closed when this returns.
+std::unique_ptr<GraphModel> load_graph(const std::string& directory, const std::string& dtype = "");
+
+// The manifest load_graph follows for `directory`: its cpuformer_graph.json, or the one computed for
+// a plain directory in `dtype`; `where` receives what messages name (the file, or the directory).
+io::Json directory_manifest(const std::string& directory, const std::string& dtype, std::string& where);
 
 }  // namespace cpuformer

@@ -113,21 +113,23 @@ def check_quantization(quantization: Optional[Mapping[str, Any]], dtype: str) ->
     if unknown:
         raise ValueError(f"quantization: unknown key {unknown[0]!r}; the keys are "
                          f"{', '.join(repr(k) for k in QUANTIZATION_KEYS)}")
-    lm_head = quantization.get("lm_head", "int8" if dtype == "int4" else dtype)
+    # The defaults are the C++ core's (the C API opens plain directories with them).
+    defaults = _core.default_quantization(dtype)
+    lm_head = quantization.get("lm_head", defaults["lm_head"])
     if lm_head not in DTYPES:
         raise ValueError(f"quantization: lm_head must be one of {', '.join(repr(d) for d in DTYPES)}, got {lm_head!r}")
-    embeddings = quantization.get("embeddings", "int8" if dtype == "int4" else "float32")
+    embeddings = quantization.get("embeddings", defaults["embeddings"])
     if embeddings not in EMBEDDING_DTYPES:
         raise ValueError(f"quantization: embeddings must be 'float32' or 'int8', got {embeddings!r}")
     int4 = "int4" in (dtype, lm_head)
     for key in ("group_size", "zero_point"):
         if key in quantization and not int4:
             raise ValueError(f"quantization: {key!r} applies to int4 weights only (dtype is {dtype!r})")
-    group_size = quantization.get("group_size", 32)
+    group_size = quantization.get("group_size", defaults["group_size"])
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in GROUP_SIZES:
         raise ValueError(f"quantization: group_size must be one of {', '.join(map(str, GROUP_SIZES))}, "
                          f"got {group_size!r}")
-    zero_point = quantization.get("zero_point", False)
+    zero_point = quantization.get("zero_point", defaults["zero_point"])
     if not isinstance(zero_point, bool):
         raise TypeError(f"quantization: zero_point must be True or False, got {zero_point!r}")
     return {"group_size": group_size, "zero_point": zero_point, "lm_head": lm_head, "embeddings": embeddings}

@@ -62,13 +62,21 @@ static void* read_file(const char* name, size_t* size) {
   return data;
 }
 
+/* name: a directory below the models, or DIRECTORY@DTYPE (a plain Hugging Face directory opened in
+ * that dtype). */
 static cf_model* open_model(const char* name) {
-  char path[4096];
+  char path[4096], dtype[32] = "";
   snprintf(path, sizeof(path), "%s/%s", models_dir, name);
+  char* at = strrchr(path, '@');
+  if (at) {
+    snprintf(dtype, sizeof(dtype), "%s", at + 1);
+    *at = '\0';
+  }
   cf_model* model = NULL;
   cf_error error;
   cf_open_options options;
   cf_open_options_init(&options);
+  if (dtype[0]) options.dtype = dtype;
   options.num_threads = 2; /* as make_cases.py's models: outputs depend on how work is split */
   cf_status s = cf_model_open(path, &options, &model, &error);
   expect(s, &error, CF_OK, NULL, path);
@@ -168,9 +176,10 @@ static void test_open_errors(void) {
          "missing path");
   snprintf(path, sizeof(path), "%s/cases.txt", models_dir);
   expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_IO, "is not a directory", "a file");
-  snprintf(path, sizeof(path), "%s/hf/gpt2", models_dir);
-  expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL, "cpuformer convert",
-         "an unconverted directory");
+  snprintf(path, sizeof(path), "%s/hf/bert", models_dir);
+  expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL,
+         "convert the model with `cpuformer convert`",
+         "a plain directory of a family the C++ registry does not declare yet");
   const char* damaged[][2] = {{"manifest_truncated", "JSON"},
                               {"weights_truncated", "model.safetensors"},
                               {"bad_version", "format_version 99"},
@@ -185,7 +194,11 @@ static void test_open_errors(void) {
                               {"layer_count", "stack 'decoder' has 1 layers"},
                               {"packed_truncated", "damaged packed-weights file: truncated or bad header"},
                               {"packed_bad_magic", "damaged packed-weights file: bad header (no CFPACKED magic)"},
-                              {"packed_shape", "matrix 'decoder.layers.0.qkv' is [128, 32], the model's is [96, 32]"}};
+                              {"packed_shape", "matrix 'decoder.layers.0.qkv' is [128, 32], the model's is [96, 32]"},
+                              {"plain_stray", "tensors that GPT-2 models do not use: extra.weight"},
+                              {"plain_sharded", "a sharded checkpoint"},
+                              {"plain_no_head", "has no lm_head.weight and tie_word_embeddings is false"},
+                              {"plain_bad_config", "hidden_act 'relu' is not supported; the Llama family uses 'silu'"}};
   for (size_t i = 0; i < sizeof(damaged) / sizeof(damaged[0]); ++i) {
     snprintf(path, sizeof(path), "%s/damaged/%s", models_dir, damaged[i][0]);
     expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL, damaged[i][1], damaged[i][0]);
@@ -420,6 +433,20 @@ static void test_two_threads(void) {
   cf_model_free(s.model);
 }
 
+/* A plain Hugging Face directory reports the dtype it was opened in. */
+static void test_plain_info(void) {
+  cf_error e;
+  cf_model* llama = open_model("hf/llama@int4");
+  if (!llama) return;
+  cf_model_info info;
+  expect(cf_model_get_info(llama, &info, &e), &e, CF_OK, NULL, "plain info");
+  CHECK(info.kind == CF_DECODER && info.vocab_size == 101 && strcmp(info.dtype, "int4") == 0 &&
+            strcmp(info.architecture, "LlamaForCausalLM") == 0,
+        "plain info: kind %d vocab %lld dtype %s arch %s", info.kind, (long long)info.vocab_size, info.dtype,
+        info.architecture);
+  cf_model_free(llama);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || access(argv[1], F_OK) != 0) {
     fprintf(stderr, "usage: %s MODELS [--tolerant] (MODELS: written by tests/c/make_cases.py)\n", argv[0]);
@@ -431,6 +458,7 @@ int main(int argc, char** argv) {
   CHECK(cases > 0, "no cases in %s/cases.txt", models_dir);
   test_open_errors();
   test_call_errors();
+  test_plain_info();
   test_two_threads();
   printf("capi_tests: %d output cases, %s\n", cases, failures ? "FAILED" : "passed");
   if (failures) fprintf(stderr, "%d failures\n", failures);

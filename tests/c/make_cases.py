@@ -26,6 +26,8 @@ from typing import List
 import numpy as np
 import torch
 import transformers
+from safetensors.numpy import load_file, save_file
+from safetensors.torch import save_file as save_torch_file
 
 import cpuformer as cf
 from cpuformer.models._packed import packed_file_name
@@ -138,6 +140,28 @@ def main(argv: List[str]) -> int:
                 cases.append(f"generate {model_dir.name} {save(data / f'{tag}.{p}.prompt', prompt)} {max_new} "
                              f"{beams} {sample} {seed} {ref}")
             model.close()
+    # Plain Hugging Face directories of the families the C++ registry declares: the C API opens them
+    # in any dtype ("hf/gpt2@int8": MODEL@DTYPE) and must give the Python API's outputs bit for bit.
+    # hf/llama-bf16 stores its weights in bfloat16 (widened to float32 at load on both sides).
+    bf16 = root / "hf" / "llama-bf16"
+    shutil.copytree(sources["llama"], bf16)
+    weights = load_file(bf16 / "model.safetensors")
+    save_torch_file({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in weights.items()},
+                    bf16 / "model.safetensors")
+    for tag, src, dtype in (("gpt2", sources["gpt2"], "float32"), ("gpt2", sources["gpt2"], "int8"),
+                            ("llama", sources["llama"], "float32"), ("llama", sources["llama"], "int4"),
+                            ("llama-bf16", bf16, "float32"), ("llama-bf16", bf16, "int8")):
+        model = cf.load(src, dtype=dtype, num_threads=2)
+        V = model.vocab_size
+        for p, (length, max_new, beams, sample, seed) in enumerate([(5, 12, 1, 0, 0), (9, 8, 3, 0, 0)]):
+            prompt = rng.integers(3, V, size=length, dtype=np.int64)
+            tokens = model.generate([list(map(int, prompt))], max_new_tokens=max_new, num_beams=beams,
+                                    do_sample=bool(sample), seed=seed)[0]
+            name = f"plain-{tag}-{dtype}.{p}"
+            ref = save(data / f"{name}.tokens", np.array(tokens, dtype=np.int64))
+            cases.append(f"generate hf/{tag}@{dtype} {save(data / f'{name}.prompt', prompt)} {max_new} {beams} "
+                         f"{sample} {seed} {ref}")
+        model.close()
     # Every directory above has its packed-weights file (cpuformer convert writes it for this
     # machine's level), so the C API maps them; these copies without one pack at load, and must
     # give the same bits (the same reference files).
@@ -192,6 +216,28 @@ def main(argv: List[str]) -> int:
             else:
                 edits[what](doc["tensors"])
             manifest.write_text(json.dumps(doc))
+    # Plain directories the C API refuses (CF_ERROR_INVALID_MODEL, tests/c/capi_tests.c).
+    plain = sources["gpt2"]
+    stray = damaged / "plain_stray"
+    shutil.copytree(plain, stray)
+    weights = load_file(stray / "model.safetensors")
+    weights["extra.weight"] = np.ones(3, dtype=np.float32)
+    save_file(weights, stray / "model.safetensors")
+    sharded = damaged / "plain_sharded"
+    shutil.copytree(plain, sharded)
+    (sharded / "model.safetensors").rename(sharded / "model-00001-of-00001.safetensors")
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {k: "model-00001-of-00001.safetensors" for k in load_file(plain / "model.safetensors")}}))
+    no_head = damaged / "plain_no_head"  # llama's head is untied
+    shutil.copytree(sources["llama"], no_head)
+    weights = load_file(no_head / "model.safetensors")
+    del weights["lm_head.weight"]
+    save_file(weights, no_head / "model.safetensors")
+    bad_config = damaged / "plain_bad_config"
+    shutil.copytree(sources["llama"], bad_config)
+    config = json.loads((bad_config / "config.json").read_text())
+    config["hidden_act"] = "relu"
+    (bad_config / "config.json").write_text(json.dumps(config))
     (root / "cases.txt").write_text("\n".join(cases) + "\n")
     print(f"wrote {len(cases)} cases into {root}")
     return 0

@@ -403,7 +403,7 @@ def test_load_returns_a_generator(models):
 
 
 def test_rope_inv_freq_matches_transformers():
-    from cpuformer.arch.llama import rope_inv_freq
+    from cpuformer.arch.native import rope_inv_freq
 
     for name in ("llama", "llama_tied_linear_rope", "llama3_rope"):
         cfg = transformers.LlamaConfig(**SMALL[name][2])

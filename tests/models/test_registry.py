@@ -226,3 +226,42 @@ def test_parity_with_transformers(family, tmp_path):
             ours = model.generate(ids[0].tolist(), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   num_beams=beams)[0]
             assert ours == ref, f"num_beams={beams}"
+
+
+def _python_plain_manifest(directory, dtype):
+    """The graph manifest the Python loader's reading of a plain directory amounts to (what
+    cpuformer.load hands the C++ graph): the model config with the dtype's default weight format,
+    the generation defaults and the tensor entries of the one loader."""
+    from cpuformer._model_dir import ModelDir
+    from cpuformer.arch import find
+    from cpuformer.models import CLASSES
+    from cpuformer.models._graph_file import _generation_defaults
+    from cpuformer.weights import Checkpoint, check_quantization, graph_format, graph_tensors
+
+    md = ModelDir(directory)
+    try:
+        arch, _ = find(md.config)
+        model = CLASSES[arch.kind]._unbuilt(md, arch.kind)
+        settings = check_quantization(None, dtype)
+        manifest = {"format_version": 1, "kind": arch.kind, "architecture": model.architecture,
+                    "config": dict(model.config, **graph_format(dtype, settings)),
+                    "generation": _generation_defaults(model)}
+        manifest["tensors"] = graph_tensors(Checkpoint(md, arch, model.hparams, None, None, settings))
+        return manifest
+    finally:
+        md.close()
+
+
+#: The families the C++ registry declares: the C API opens their plain directories
+#: (csrc/models/arch/checkpoint.h) and must read them exactly as the Python loader does.
+NATIVE_FAMILIES = sorted(arch.family for arch in ARCHS if type(arch).__name__ == "NativeArch")
+
+
+@pytest.mark.parametrize("family", NATIVE_FAMILIES)
+def test_cpp_reads_a_plain_directory_as_python_does(family, tmp_path):
+    from cpuformer import _core
+
+    _build(family, tmp_path)
+    for dtype in ("float32", "int4"):
+        assert _core.graph_manifest(str(tmp_path), dtype) == _python_plain_manifest(tmp_path, dtype), (family, dtype)
+    assert _core.graph_manifest(str(tmp_path)) == _python_plain_manifest(tmp_path, "float32")

@@ -17,14 +17,11 @@ from . import (
     clip,
     deberta,
     electra,
-    gemma,
-    gpt2,
-    llama,
     m2m100,
     marian,
     modernbert,
     mpnet,
-    phi3,
+    native,
     swin,
     t5,
     vit,
@@ -34,7 +31,7 @@ from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, So
 
 #: Every registered architecture family, encoders first.
 ARCHS: Tuple[Arch, ...] = (bert.ARCHS + mpnet.ARCHS + electra.ARCHS + albert.ARCHS + deberta.ARCHS + modernbert.ARCHS
-                           + xlnet.ARCHS + gpt2.ARCHS + llama.ARCHS + gemma.ARCHS + phi3.ARCHS + marian.ARCHS
+                           + xlnet.ARCHS + native.DECODERS + marian.ARCHS
                            + bart.ARCHS + m2m100.ARCHS + t5.ARCHS + vit.ARCHS + swin.ARCHS + clip.ARCHS)
 
 

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from .._model_dir import config_float, config_int
 from .heads import Head, HeadBuilder, labels
-from .llama import rope_inv_freq
+from .native import rope_inv_freq
 from .spec import Arch, Hparams, Source, Tensor, mapped, not_supported, weight_and_bias
 
 # transformers' ACT2FN names for hidden_activation.

@@ -1,0 +1,242 @@
+// The architecture registry (models/arch/arch.h) for the Python package: python/cpuformer/arch/
+// native.py wraps each family as an arch.Arch. Config dicts are handed over as io::Json values, so
+// the registry reads the same values, and names them in its messages, as it does in the C API.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "bindings/config.h"
+#include "models/arch/arch.h"
+#include "models/arch/checkpoint.h"
+#include "models/config_reader.h"
+#include "models/graph_loader.h"
+
+namespace cpuformer {
+namespace bindings {
+namespace py = pybind11;
+
+namespace {
+
+using io::Json;
+
+Json to_json(py::handle value, int depth = 0) {
+  if (depth > 1000) throw py::value_error("config: nested too deeply");
+  if (value.is_none()) return Json();
+  if (py::isinstance<py::bool_>(value)) return Json::make_bool(value.cast<bool>());
+  if (py::isinstance<py::int_>(value)) {
+    const std::string text = py::str(value).cast<std::string>();
+    double d = PyLong_AsDouble(value.ptr());
+    if (d == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      d = text[0] == '-' ? -HUGE_VAL : HUGE_VAL;
+    }
+    return Json::make_number(d, text);
+  }
+  if (py::isinstance<py::float_>(value)) {
+    return Json::make_number(value.cast<double>(), py::repr(value).cast<std::string>());
+  }
+  if (py::isinstance<py::str>(value)) return Json::make_string(value.cast<std::string>());
+  if (py::isinstance<py::list>(value) || py::isinstance<py::tuple>(value)) {
+    Json::Array items;
+    for (py::handle item : value) items.push_back(to_json(item, depth + 1));
+    return Json::make_array(std::move(items));
+  }
+  if (py::isinstance<py::dict>(value)) {
+    Json::Object members;
+    for (auto item : value.cast<py::dict>()) {
+      members.emplace_back(py::str(item.first).cast<std::string>(), to_json(item.second, depth + 1));
+    }
+    return Json::make_object(std::move(members));
+  }
+  throw py::type_error("config: a " + py::type::of(value).attr("__name__").cast<std::string>() +
+                       " is not a JSON value");
+}
+
+Json config_json(const py::object& config) {
+  if (!py::isinstance<py::dict>(config)) {
+    throw py::value_error("config.json: must be a JSON object, got " +
+                          py::type::of(config).attr("__name__").cast<std::string>());
+  }
+  return to_json(config);
+}
+
+// Every TransformerConfig field by name (enums by their names).
+struct DictWriter {
+  py::dict& out;
+  void operator()(const char* name, long v) { out[name] = v; }
+  void operator()(const char* name, float v) { out[name] = static_cast<double>(v); }
+  void operator()(const char* name, bool v) { out[name] = v; }
+  template <class Enum, class = std::enable_if_t<std::is_enum<Enum>::value>>
+  void operator()(const char* name, Enum v) {
+    out[name] = config_choice_name(v);
+  }
+};
+
+// The fields of a Python hparams dict that it has (the weight format keeps its defaults).
+struct PresentValues {
+  const py::dict& dict;
+  bool has(const char* name) const { return dict.contains(name); }
+  py::handle value(const char* name) const { return dict[py::str(name)]; }
+  std::string string(const char* name) const { return value(name).cast<std::string>(); }
+  long integer(const char* name) const { return value(name).cast<long>(); }
+  double number(const char* name) const { return value(name).cast<double>(); }
+  bool boolean(const char* name) const { return value(name).cast<bool>(); }
+};
+
+TransformerConfig hparams_from(const py::dict& hp) {
+  TransformerConfig c;
+  PresentValues values{hp};
+  std::set<std::string> seen;
+  ConfigReader<PresentValues> reader{values, seen};
+  c.fields([&](const char* name, auto& field) {
+    if (values.has(name)) reader(name, field);
+  });
+  return c;
+}
+
+py::object source_object(const arch::Source& s) {
+  if (s.computed) {
+    py::array_t<float> a(s.shape);
+    std::copy(s.values.begin(), s.values.end(), a.mutable_data());
+    return std::move(a);
+  }
+  const arch::TensorDecl& t = s.tensor;
+  py::dict d;
+  d["name"] = t.name;
+  d["transpose"] = t.transpose;
+  d["rows"] = t.rows_start >= 0 ? py::object(py::make_tuple(t.rows_start, t.rows_stop)) : py::object(py::none());
+  d["plus_one"] = t.plus_one;
+  d["optional"] = t.optional;
+  d["root"] = t.root;
+  d["as_row"] = t.as_row;
+  d["fallbacks"] = py::tuple(py::cast(t.fallbacks));
+  d["rows_key"] = t.rows_key;
+  d["stored_shape"] = t.stored_shape.empty() ? py::object(py::none()) : py::object(py::tuple(py::cast(t.stored_shape)));
+  return std::move(d);
+}
+
+py::dict sources_dict(const arch::Sources& sources) {
+  py::dict out;
+  for (const auto& item : sources.items()) out[py::str(item.first)] = source_object(item.second);
+  return out;
+}
+
+py::object to_python(const Json& v) {
+  switch (v.type()) {
+    case Json::Type::kNull: return py::none();
+    case Json::Type::kBool: return py::bool_(v.boolean());
+    case Json::Type::kNumber:
+      if (v.is_integer_number()) return py::int_(v.integer());
+      return py::float_(v.number());
+    case Json::Type::kString: return py::str(v.string());
+    case Json::Type::kArray: {
+      py::list out;
+      for (const Json& item : v.array()) out.append(to_python(item));
+      return std::move(out);
+    }
+    case Json::Type::kObject: {
+      py::dict out;
+      for (const auto& item : v.object()) out[py::str(item.first)] = to_python(item.second);
+      return std::move(out);
+    }
+  }
+  return py::none();
+}
+
+}  // namespace
+
+void register_arch(py::module_& m) {
+  m.def(
+      "default_quantization",
+      [](const std::string& dtype) {
+        TransformerConfig c;
+        arch::set_default_format(c, dtype);
+        py::dict out;
+        out["group_size"] = c.group_size;
+        out["zero_point"] = c.zero_point;
+        out["lm_head"] = config_choice_name(c.head_dtype);
+        out["embeddings"] = config_choice_name(c.embedding_dtype);
+        return out;
+      },
+      py::arg("dtype"),
+      "The default quantization settings of a model in `dtype` (models/arch/checkpoint.h: set_default_format): "
+      "group_size, zero_point, lm_head (the head's dtype) and embeddings (the token table's).");
+  m.def(
+      "graph_manifest",
+      [](const std::string& directory, const std::string& dtype) {
+        std::string where;
+        return to_python(directory_manifest(directory, dtype, where));
+      },
+      py::arg("directory"), py::arg("dtype") = "",
+      "The graph manifest the C API follows for `directory` (models/graph_loader.h): its cpuformer_graph.json, or "
+      "for a plain Hugging Face directory of a family the C++ registry declares, the one computed in `dtype` "
+      "('' : float32).");
+  m.def(
+      "arch_families",
+      [] {
+        py::list out;
+        for (const auto& a : arch::registry()) {
+          py::dict d;
+          d["kind"] = a->kind;
+          d["family"] = a->family;
+          d["title"] = a->title;
+          d["architectures"] = py::tuple(py::cast(a->architectures));
+          d["model_types"] = py::tuple(py::cast(a->model_types));
+          d["prefixes"] = py::tuple(py::cast(a->prefixes));
+          d["ignored"] = py::tuple(py::cast(a->ignored));
+          d["example"] = a->example;
+          out.append(d);
+        }
+        return out;
+      },
+      "The architecture families the C++ registry declares (models/arch/arch.h): kind, family, title, "
+      "architectures, model_types, prefixes, ignored (regular expressions), example (JSON text).");
+  m.def(
+      "arch_hparams",
+      [](const std::string& family, const py::object& config) {
+        const Json json = config_json(config);
+        const TransformerConfig c = arch::family(family).hparams(arch::Config{json});
+        py::dict out;
+        TransformerConfig copy = c;
+        copy.fields(DictWriter{out});
+        return out;
+      },
+      py::arg("family"), py::arg("config"),
+      "config.json (a dict) -> the TransformerConfig fields of family `family`, by name; ValueError for a bad value, "
+      "NotImplementedError for a setting cpuformer does not run.");
+  m.def(
+      "arch_tensors",
+      [](const std::string& family, const std::string& part, const py::object& config, const py::dict& hp,
+         const std::string& stack, long layer) {
+        const arch::Arch& a = arch::family(family);
+        const TransformerConfig c = hparams_from(hp);
+        if (part == "layer") return sources_dict(a.layer_tensors(c, stack, layer));
+        const Json json = config_json(config);
+        if (part == "model") return sources_dict(a.model_tensors(arch::Config{json}, c));
+        if (part == "stack") return sources_dict(a.stack_tensors(arch::Config{json}, c, stack));
+        throw py::value_error("arch_tensors: part must be 'model', 'stack' or 'layer', got '" + part + "'");
+      },
+      py::arg("family"), py::arg("part"), py::arg("config"), py::arg("hparams"), py::arg("stack") = "",
+      py::arg("layer") = 0,
+      "Where each canonical weight of `part` ('model', 'stack' or 'layer') comes from: canonical name -> a dict of "
+      "arch.spec.Tensor's fields, or a float32 array computed from the config.");
+  m.def(
+      "rope_inv_freq",
+      [](const py::object& config, long head_dim) {
+        if (head_dim < 1) throw py::value_error("rope_inv_freq: head_dim must be >= 1");
+        const Json json = config_json(config);
+        const std::vector<float> v = arch::rope_inv_freq(arch::Config{json}, head_dim);
+        py::array_t<float> out(static_cast<py::ssize_t>(v.size()));
+        std::copy(v.begin(), v.end(), out.mutable_data());
+        return out;
+      },
+      py::arg("config"), py::arg("head_dim"),
+      "RoPE inverse frequencies [ceil(head_dim / 2)] float32 as transformers computes them, from config.json's "
+      "rope_theta and rope_scaling / rope_parameters (types default, linear, llama3).");
+}
+
+}  // namespace bindings
+}  // namespace cpuformer

@@ -1,0 +1,122 @@
+// The architecture registry: every family cpuformer runs from a Hugging Face directory, declared
+// once, in C++, for both front ends. The Python package reads these declarations through the
+// binding (python/cpuformer/arch/native.py: _core.arch_families, arch_hparams, arch_tensors) and the
+// C API through this header, so both turn a config.json into the same TransformerConfig and the same
+// canonical weights. A family declares:
+//   - which configs it claims (config.json "architectures" class names, then "model_type");
+//   - hparams(): config.json -> TransformerConfig (the weight-format fields keep their defaults),
+//     refusing bad values (std::invalid_argument) and settings cpuformer does not run (NotSupported);
+//   - where every canonical weight comes from: a checkpoint tensor with the fixed edits the loader
+//     applies once (TensorDecl), or an array computed from the config (RoPE frequencies).
+// Canonical weight names and their shapes: python/cpuformer/arch/spec.py.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/arch/config_values.h"
+#include "models/transformer_config.h"
+
+namespace cpuformer {
+namespace arch {
+
+// One checkpoint tensor and the edits applied to it (the fields of python's arch.spec.Tensor).
+struct TensorDecl {
+  std::string name;        // below the model's prefix unless `root`
+  bool transpose = false;  // stored [in, out] (GPT-2's Conv1D)
+  long rows_start = -1;    // >= 0: the row block [rows_start, rows_stop) of a fused tensor
+  long rows_stop = -1;
+  bool plus_one = false;  // a norm stored as w - 1
+  bool optional = false;  // absent from some checkpoints
+  bool root = false;      // named from the checkpoint's root
+  bool as_row = false;    // a vector stored as one row [1, n]
+  std::vector<std::string> fallbacks;
+  std::string rows_key;            // the config key that sets the row count (named in shape errors)
+  std::vector<long> stored_shape;  // the shape as stored when it differs (split head axes)
+
+  TensorDecl() = default;
+  explicit TensorDecl(std::string n) : name(std::move(n)) {}
+  TensorDecl& rows(long start, long stop) {
+    rows_start = start;
+    rows_stop = stop;
+    return *this;
+  }
+  TensorDecl& transposed() {
+    transpose = true;
+    return *this;
+  }
+  TensorDecl& one_plus() {
+    plus_one = true;
+    return *this;
+  }
+  TensorDecl& may_be_absent() {
+    optional = true;
+    return *this;
+  }
+  TensorDecl& from_root() {
+    root = true;
+    return *this;
+  }
+};
+
+// A canonical weight's source: a checkpoint tensor, or float32 values computed from the config.
+struct Source {
+  bool computed = false;
+  TensorDecl tensor;
+  std::vector<long> shape;    // computed
+  std::vector<float> values;  // computed
+};
+
+// Canonical name -> source, in declaration order.
+class Sources {
+ public:
+  void add(const std::string& canonical, TensorDecl tensor);
+  void add(const std::string& canonical, std::vector<long> shape, std::vector<float> values);
+  // `name`.weight and, with bias != kNone, `name`.bias (the bias keeps the weight's rows and root).
+  enum Bias { kNone, kRequired, kOptional };
+  void weight_and_bias(const std::string& canonical, const std::string& checkpoint, Bias bias = kRequired,
+                       TensorDecl edits = TensorDecl());
+  Source* find(const std::string& canonical);
+  const std::vector<std::pair<std::string, Source>>& items() const { return items_; }
+
+ private:
+  std::vector<std::pair<std::string, Source>> items_;
+};
+
+class Arch {
+ public:
+  virtual ~Arch() = default;
+
+  std::string kind;    // "encoder", "decoder", "seq2seq"
+  std::string family;  // "llama"
+  std::string title;   // the family in prose ("Llama")
+  std::vector<std::string> architectures;
+  std::vector<std::string> model_types;
+  std::vector<std::string> prefixes{""};  // body name prefixes tried in order ("transformer.")
+  std::vector<std::string> ignored;       // regular expressions of checkpoint tensors knowingly unused
+  std::string example;                    // config.json entries of a typical checkpoint (a JSON object)
+
+  virtual TransformerConfig hparams(const Config& config) const = 0;
+  // embed.tokens, embed.token_types, embed.project, lm_head, lm_head.bias, pooler.
+  virtual Sources model_tensors(const Config& config, const TransformerConfig& hp) const = 0;
+  // A stack's embed.positions, embed.norm, final_norm, relative_bias, rope.inv_freq.
+  virtual Sources stack_tensors(const Config& config, const TransformerConfig& hp, const std::string& stack) const = 0;
+  virtual Sources layer_tensors(const TransformerConfig& hp, const std::string& stack, long layer) const = 0;
+};
+
+// Every registered family, in the Python registry's order within its kinds.
+const std::vector<std::unique_ptr<Arch>>& registry();
+// The family named `family`; std::invalid_argument for an unknown one.
+const Arch& family(const std::string& family);
+
+// RoPE inverse frequencies [head_dim / 2] as transformers computes them, from config.json's
+// rope_theta and rope_scaling / rope_parameters (types default, linear and llama3).
+std::vector<float> rope_inv_freq(const Config& config, long head_dim);
+
+// The families of each source file, appended to the registry in this order.
+void register_decoders(std::vector<std::unique_ptr<Arch>>& out);
+
+}  // namespace arch
+}  // namespace cpuformer

@@ -1,0 +1,476 @@
+#include "models/arch/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+#include "io/safetensors.h"
+#include "models/arch/arch.h"
+#include "models/config_reader.h"
+#include "models/request_checks.h"
+
+namespace cpuformer {
+namespace arch {
+namespace {
+
+using io::SafetensorsFile;
+
+Json number(long v) { return Json::make_number(static_cast<double>(v), std::to_string(v)); }
+Json number(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  return Json::make_number(v, std::string(buf, r.ptr));
+}
+Json shape_json(const std::vector<long>& shape) {
+  Json::Array a;
+  for (long d : shape) a.push_back(number(d));
+  return Json::make_array(std::move(a));
+}
+Json ids_json(const std::vector<long>& ids) { return shape_json(ids); }
+
+std::string shape_text(const std::vector<long>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The family config.json names, as python/cpuformer/arch/__init__.py's find(): the first
+// "architectures" entry a family claims, else its "model_type"; (family, the name chosen from).
+std::pair<const Arch*, std::string> find_family(const Json& config) {
+  const Config c{config};
+  std::vector<std::string> names;
+  if (c.truthy("architectures")) {
+    const Json& a = *c.get("architectures");
+    bool ok = a.type() == Json::Type::kArray;
+    if (ok) {
+      for (const Json& n : a.array()) {
+        ok = ok && n.type() == Json::Type::kString;
+        if (ok) names.push_back(n.string());
+      }
+    }
+    if (!ok) {
+      throw std::invalid_argument("config.json: 'architectures' must be a list of class names, got " + describe(a));
+    }
+  }
+  for (const std::string& name : names)
+    for (const auto& arch : registry())
+      if (std::find(arch->architectures.begin(), arch->architectures.end(), name) != arch->architectures.end())
+        return {arch.get(), name};
+  const Json* model_type = c.get("model_type");
+  if (model_type && model_type->type() == Json::Type::kString) {
+    for (const auto& arch : registry())
+      if (std::find(arch->model_types.begin(), arch->model_types.end(), model_type->string()) !=
+          arch->model_types.end())
+        return {arch.get(), names.empty() ? model_type->string() : names[0]};
+  }
+  std::string titles;
+  for (const auto& arch : registry())
+    if (titles.find(arch->title) == std::string::npos) titles += (titles.empty() ? "" : ", ") + arch->title;
+  const std::string described =
+      names.empty() ? (model_type ? "model_type " + describe(*model_type) : "no architecture") : names[0];
+  throw std::invalid_argument("config.json: " + described +
+                              " is not an architecture the C API opens from a plain Hugging Face directory "
+                              "(those are " +
+                              titles + "); convert the model with `cpuformer convert` first (docs/c-api.md)");
+}
+
+// config_token_ids: a token id or a list of them, each a JSON integer within int64.
+std::vector<long> token_ids(const Config& settings, const std::string& key) {
+  const Json* value = settings.get(key);
+  std::vector<long> out;
+  if (!value) return out;
+  std::vector<const Json*> values;
+  if (value->type() == Json::Type::kArray) {
+    for (const Json& v : value->array()) values.push_back(&v);
+  } else {
+    values.push_back(value);
+  }
+  for (const Json* v : values) {
+    bool ok = v->is_integer_number();
+    if (ok) {
+      try {
+        out.push_back(v->integer());
+      } catch (const std::invalid_argument&) {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      throw std::invalid_argument(settings.source + ": " + python_string(key) +
+                                  " must be a token id or a list of token ids (integers within int64), got " +
+                                  describe(*value));
+    }
+  }
+  return out;
+}
+
+// Which file supplies generation default `key`: generation_config.json when it sets it (non-null).
+Config generation_setting(const Json& config, const Json& generation, const std::string& key) {
+  if (generation.type() == Json::Type::kObject && Config{generation}.get(key))
+    return Config{generation, "generation_config.json"};
+  return Config{config, "config.json"};
+}
+
+// The options a plain generate() passes (python/cpuformer/models/_graph_file.py: _generation_defaults).
+Json generation_defaults(const Json& config, const Json& generation, long vocab_size) {
+  const std::vector<long> eos = token_ids(generation_setting(config, generation, "eos_token_id"), "eos_token_id");
+  const std::vector<long> pads = token_ids(generation_setting(config, generation, "pad_token_id"), "pad_token_id");
+  const long pad = !pads.empty() ? pads[0] : !eos.empty() ? eos[0] : 0;
+  const Config bad_source = generation_setting(config, generation, "bad_words_ids");
+  Json::Array bad_words;
+  if (const Json* bad = bad_source.get("bad_words_ids")) {
+    bool ok = bad->type() == Json::Type::kArray;
+    for (std::size_t i = 0; ok && i < bad->array().size(); ++i) {
+      const Json& word = bad->array()[i];
+      ok = word.type() == Json::Type::kArray && !word.array().empty();
+      Json::Array ids;
+      for (std::size_t j = 0; ok && j < word.array().size(); ++j) {
+        const Json& t = word.array()[j];
+        ok = t.is_integer_number();
+        long id = -1;
+        if (ok) {
+          try {
+            id = t.integer();
+          } catch (const std::invalid_argument&) {
+            ok = false;
+          }
+        }
+        ok = ok && id >= 0 && id < vocab_size;
+        if (ok) ids.push_back(number(id));
+      }
+      if (ok) bad_words.push_back(Json::make_array(std::move(ids)));
+    }
+    if (!ok) {
+      throw std::invalid_argument(bad_source.source +
+                                  ": 'bad_words_ids' must be a list of non-empty lists of token ids (integers in [0, " +
+                                  std::to_string(vocab_size) + ")), got " + describe(*bad));
+    }
+  }
+  Json::Object o;
+  o.emplace_back("max_new_tokens", number(20L));
+  o.emplace_back("min_new_tokens", number(0L));
+  o.emplace_back("do_sample", Json::make_bool(false));
+  o.emplace_back("temperature", number(1.0));
+  o.emplace_back("top_k", number(0L));
+  o.emplace_back("top_p", number(1.0));
+  o.emplace_back("repetition_penalty", number(1.0));
+  o.emplace_back("num_beams", number(1L));
+  o.emplace_back("length_penalty", number(1.0));
+  o.emplace_back("early_stopping", number(0L));
+  o.emplace_back("eos_token_ids", ids_json(eos));
+  o.emplace_back("pad_token_id", number(pad));
+  o.emplace_back("seed", number(0L));
+  o.emplace_back("return_log_probs", Json::make_bool(false));
+  o.emplace_back("num_return_sequences", number(1L));
+  o.emplace_back("no_repeat_ngram_size", number(0L));
+  o.emplace_back("kv_cache_dtype", number(0L));
+  o.emplace_back("bad_words_ids", Json::make_array(std::move(bad_words)));
+  return Json::make_object(std::move(o));
+}
+
+// TransformerConfig as the manifest's "config" object.
+struct JsonWriter {
+  Json::Object& out;
+  void operator()(const char* name, long v) { out.emplace_back(name, number(v)); }
+  void operator()(const char* name, float v) { out.emplace_back(name, number(static_cast<double>(v))); }
+  void operator()(const char* name, bool v) { out.emplace_back(name, Json::make_bool(v)); }
+  template <class Enum, class = std::enable_if_t<std::is_enum<Enum>::value>>
+  void operator()(const char* name, Enum v) {
+    out.emplace_back(name, Json::make_string(config_choice_name(v)));
+  }
+};
+
+// The canonical weights of one checkpoint, as Python's weights.Checkpoint reads a plain one.
+class Reader {
+ public:
+  Reader(const std::string& directory, const Arch& arch, const TransformerConfig& hp, const SafetensorsFile& file)
+      : directory_(directory), arch_(arch), hp_(hp), file_(file) {}
+
+  void set_prefix(const TensorDecl& embed) {
+    const auto& prefixes = arch_.prefixes;
+    prefix_ = std::find(prefixes.begin(), prefixes.end(), "") != prefixes.end() ? "" : prefixes[0];
+    for (const std::string& p : prefixes) {
+      bool found = file_.find(p + embed.name) != nullptr;
+      for (const std::string& f : embed.fallbacks) found = found || file_.find(p + f) != nullptr;
+      if (found) {
+        prefix_ = p;
+        return;
+      }
+    }
+  }
+
+  std::string full(const TensorDecl& t, const std::string& name) const { return t.root ? name : prefix_ + name; }
+
+  // The tensor's name in this checkpoint (its first present fallback), or "" when absent.
+  std::string checkpoint_name(const TensorDecl& t) const {
+    if (file_.find(full(t, t.name))) return full(t, t.name);
+    for (const std::string& f : t.fallbacks)
+      if (file_.find(full(t, f))) return full(t, f);
+    return "";
+  }
+
+  // Manifest entries of `sources` (canonical name, prefixed by `prefix`, -> entry).
+  void entries(const Sources& sources, const std::string& prefix, Json::Object& out) {
+    for (const auto& item : sources.items()) {
+      if (!item.second.computed) continue;
+      Json::Array values;
+      values.reserve(item.second.values.size());
+      for (float v : item.second.values) values.push_back(number(static_cast<double>(v)));
+      Json::Object e;
+      e.emplace_back("shape", shape_json(item.second.shape));
+      e.emplace_back("dtype", Json::make_string("float32"));
+      e.emplace_back("values", Json::make_array(std::move(values)));
+      out.emplace_back(prefix + item.first, Json::make_object(std::move(e)));
+    }
+    // Weights before biases; a bias whose weight is absent is left out with it.
+    std::vector<const std::pair<std::string, Source>*> order;
+    for (const auto& item : sources.items())
+      if (!item.second.computed && !ends_with(item.first, ".bias")) order.push_back(&item);
+    for (const auto& item : sources.items())
+      if (!item.second.computed && ends_with(item.first, ".bias")) order.push_back(&item);
+    std::set<std::string> absent;
+    std::vector<std::pair<std::string, std::vector<const std::pair<std::string, Source>*>>> plan;
+    for (const auto* item : order) {
+      const std::string& canonical = item->first;
+      const TensorDecl& t = item->second.tensor;
+      if (ends_with(canonical, ".bias") && absent.count(canonical.substr(0, canonical.size() - 5))) continue;
+      std::string name = checkpoint_name(t);
+      if (name.empty()) {
+        if (t.optional) {
+          absent.insert(canonical);
+          continue;
+        }
+        name = full(t, t.fallbacks.empty() ? t.name : t.fallbacks.back());
+      }
+      auto group = std::find_if(plan.begin(), plan.end(), [&](const auto& g) { return g.first == name; });
+      if (group == plan.end()) {
+        plan.push_back({name, {}});
+        group = plan.end() - 1;
+      }
+      group->second.push_back(item);
+    }
+    for (const auto& group : plan) add_group(group.first, group.second, prefix, out);
+  }
+
+  // The checkpoint tensors no declaration reads and `ignored` does not match: an error naming them.
+  void check_accounted(const std::string& head_ignored) const {
+    std::vector<std::regex> ignored;
+    for (const std::string& pattern : arch_.ignored) ignored.emplace_back(pattern, std::regex::ECMAScript);
+    std::vector<std::string> stray;
+    for (const SafetensorsFile::Entry& e : file_.entries()) {
+      if (used_.count(e.name) || e.name == head_ignored) continue;
+      bool known = false;
+      for (const std::regex& r : ignored) known = known || std::regex_match(e.name, r);
+      if (!known) stray.push_back(e.name);
+    }
+    if (stray.empty()) return;
+    std::string shown;
+    for (std::size_t i = 0; i < stray.size() && i < 5; ++i) shown += (i ? ", " : "") + stray[i];
+    if (stray.size() > 5) shown += " and " + std::to_string(stray.size() - 5) + " more";
+    throw std::invalid_argument(directory_ + ": the checkpoint has tensors that " + arch_.title +
+                                " models do not use: " + shown + "; config.json names the " + arch_.title +
+                                " architecture, so either it does not match the weights, or this is a variant (a "
+                                "task head, a checkpoint format) that cpuformer does not support yet");
+  }
+
+ private:
+  static bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+
+  void add_group(const std::string& name, const std::vector<const std::pair<std::string, Source>*>& members,
+                 const std::string& prefix, Json::Object& out) {
+    used_.insert(name);
+    const TensorDecl& first = members[0]->second.tensor;
+    std::vector<long> shape = canonical_shape(members[0]->first, hp_);
+    if (first.rows_start >= 0) {  // a fused tensor: its rows are the blocks declared from it
+      long rows = 0;
+      for (const auto* m : members)
+        if (m->second.tensor.rows_start >= 0) rows = std::max(rows, m->second.tensor.rows_stop);
+      shape[0] = rows;
+    }
+    if (first.as_row || !first.stored_shape.empty()) {
+      throw NotSupported(directory_ + ": tensor '" + name +
+                         "' needs a reshape the C loader does not apply yet (as_row / stored_shape)");
+    }
+    const SafetensorsFile::Entry* e = file_.find(name);
+    if (!e) throw std::invalid_argument(file_.path() + ": has no tensor '" + name + "'");
+    std::vector<long> stored = shape;
+    if (first.transpose) std::reverse(stored.begin(), stored.end());
+    if (e->shape != stored) {
+      if (!first.rows_key.empty()) {
+        throw std::invalid_argument("config.json: '" + first.rows_key + "' gives " + std::to_string(shape[0]) +
+                                    " rows, but the checkpoint's " + name + " has shape " + shape_text(e->shape));
+      }
+      throw std::invalid_argument(file_.path() + ": tensor '" + name + "' has shape " + shape_text(e->shape) +
+                                  ", expected " + shape_text(stored));
+    }
+    if (e->dtype != "F32" && e->dtype != "F16" && e->dtype != "BF16") {
+      throw std::invalid_argument(file_.path() + ": tensor '" + name + "' is stored as " + e->dtype +
+                                  "; a plain checkpoint's weights are F32, F16 or BF16");
+    }
+    for (const auto* m : members) {
+      const TensorDecl& t = m->second.tensor;
+      std::vector<long> part = shape;
+      if (t.rows_start >= 0) part[0] = t.rows_stop - t.rows_start;
+      Json::Object entry;
+      entry.emplace_back("shape", shape_json(part));
+      entry.emplace_back("dtype", Json::make_string("float32"));
+      entry.emplace_back("name", Json::make_string(name));
+      if (t.rows_start >= 0) entry.emplace_back("rows", shape_json({t.rows_start, t.rows_stop}));
+      if (t.transpose) entry.emplace_back("transpose", Json::make_bool(true));
+      if (t.plus_one) entry.emplace_back("plus_one", Json::make_bool(true));
+      out.emplace_back(prefix + m->first, Json::make_object(std::move(entry)));
+    }
+  }
+
+  const std::string& directory_;
+  const Arch& arch_;
+  const TransformerConfig& hp_;
+  const SafetensorsFile& file_;
+  std::string prefix_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+void set_default_format(TransformerConfig& c, const std::string& dtype) {
+  c.weight_type = parse_config_choice<WeightType>(dtype, "dtype");
+  c.head_dtype = c.weight_type == WeightType::kInt4 ? WeightType::kInt8 : c.weight_type;
+  c.embedding_dtype = c.weight_type == WeightType::kInt4 ? WeightType::kInt8 : WeightType::kFloat32;
+  c.group_size = 32;
+  c.zero_point = false;
+}
+
+std::vector<long> canonical_shape(const std::string& name, const TransformerConfig& hp) {
+  const long H = hp.hidden_size, D = hp.head_dim, F = hp.intermediate_size, E = hp.embedding_width();
+  const long heads = hp.num_heads, kv = hp.num_kv_heads > 0 ? hp.num_kv_heads : hp.num_heads;
+  auto ends = [&](const char* s) {
+    const std::string suffix(s);
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (ends(".bias") && name != "lm_head.bias") return {canonical_shape(name.substr(0, name.size() - 5), hp)[0]};
+  if (name == "embed.norm") return {E};
+  if (name == "attn.q_norm" || name == "attn.k_norm") return {D};
+  static const std::set<std::string> norms = {"attn_norm", "cross_norm", "ffn_norm", "final_norm", "relative_norm"};
+  if (norms.count(name)) return {H};
+  const std::map<std::string, std::vector<long>> shapes = {
+      {"attn.q", {heads * D, H}},
+      {"attn.k", {kv * D, H}},
+      {"attn.v", {kv * D, H}},
+      {"attn.o", {H, heads * D}},
+      {"cross.q", {heads * D, H}},
+      {"cross.k", {heads * D, H}},
+      {"cross.v", {heads * D, H}},
+      {"cross.o", {H, heads * D}},
+      {"ffn.gate", {F, H}},
+      {"ffn.up", {F, H}},
+      {"ffn.down", {H, F}},
+      {"embed.tokens", {hp.vocab_size, E}},
+      {"embed.token_types", {hp.type_vocab_size, E}},
+      {"embed.positions", {hp.max_positions + hp.position_offset, E}},
+      {"embed.project", {H, E}},
+      {"lm_head", {hp.vocab_size, H}},
+      {"lm_head.bias", {hp.vocab_size}},
+      {"pooler", {H, H}},
+      {"relative_bias", {hp.num_buckets, heads}},
+      {"relative_embeddings", {2 * hp.relative_span(), H}},
+      {"attn.position_q", {heads * D, H}},
+      {"attn.position_k", {heads * D, H}},
+      {"attn.content_bias", {heads * D}},
+      {"attn.position_bias", {heads * D}},
+      {"attn.segment_bias", {heads * D}},
+      {"attn.segment_embed", {2, heads * D}},
+  };
+  const auto found = shapes.find(name);
+  if (found == shapes.end()) throw std::invalid_argument("unknown canonical weight '" + name + "'");
+  return found->second;
+}
+
+Json plain_manifest(const std::string& directory, const Json& config, const Json& generation,
+                    const std::string& dtype) {
+  const auto [arch, name] = find_family(config);
+  if (arch->kind != "decoder") {
+    throw NotSupported(directory + ": the C API opens plain " + arch->title +
+                       " directories only once converted (`cpuformer convert`)");
+  }
+  TransformerConfig hp = arch->hparams(Config{config});
+  set_default_format(hp, dtype.empty() ? "float32" : dtype);
+  // The widths Python's Hparams spells out (0 means "the same as"), as in its manifests.
+  if (hp.num_kv_heads == 0) hp.num_kv_heads = hp.num_heads;
+  if (hp.embedding_size == 0) hp.embedding_size = hp.hidden_size;
+
+  const std::string weights = directory + "/model.safetensors";
+  if (!exists(weights)) {
+    if (exists(directory + "/model.safetensors.index.json")) {
+      throw NotSupported(directory +
+                         ": a sharded checkpoint (model.safetensors.index.json); the C API reads one "
+                         "model.safetensors: convert the model with `cpuformer convert` first");
+    }
+    throw std::invalid_argument(directory + ": has no model.safetensors (the C API reads safetensors checkpoints)");
+  }
+  const SafetensorsFile file = SafetensorsFile::open(weights);
+  Reader reader(directory, *arch, hp, file);
+
+  const Config c{config};
+  Sources top = arch->model_tensors(c, hp);
+  reader.set_prefix(top.find("embed.tokens")->tensor);
+  std::string head_ignored;
+  if (Source* head = top.find("lm_head")) {
+    const std::string head_name = reader.checkpoint_name(head->tensor);
+    if (hp.tie_word_embeddings) {
+      head_ignored = head_name;
+      Sources without;
+      for (const auto& item : top.items()) {
+        if (item.first == "lm_head") continue;
+        if (item.second.computed) {
+          without.add(item.first, item.second.shape, item.second.values);
+        } else {
+          without.add(item.first, item.second.tensor);
+        }
+      }
+      top = without;
+    } else if (head_name.empty()) {
+      throw std::invalid_argument(directory +
+                                  ": the checkpoint has no lm_head.weight and tie_word_embeddings is false");
+    }
+  }
+
+  Json::Object model;
+  reader.entries(top, "", model);
+  Json::Object tensors;
+  const std::string stack = arch->kind;  // a decoder's one stack
+  reader.entries(arch->stack_tensors(c, hp, stack), stack + ".", model);
+  Json::Array layers;
+  for (long l = 0; l < hp.distinct_layers(); ++l) {
+    Json::Object layer;
+    reader.entries(arch->layer_tensors(hp, stack, l), "", layer);
+    layers.push_back(Json::make_object(std::move(layer)));
+  }
+  reader.check_accounted(head_ignored);
+  tensors.emplace_back("model", Json::make_object(std::move(model)));
+  tensors.emplace_back(stack, Json::make_array(std::move(layers)));
+
+  Json::Object fields;
+  hp.fields(JsonWriter{fields});
+  Json::Object manifest;
+  manifest.emplace_back("format_version", number(1L));
+  manifest.emplace_back("kind", Json::make_string(arch->kind));
+  manifest.emplace_back("architecture", Json::make_string(name));
+  manifest.emplace_back("config", Json::make_object(std::move(fields)));
+  manifest.emplace_back("generation", generation_defaults(config, generation, hp.vocab_size));
+  manifest.emplace_back("tensors", Json::make_object(std::move(tensors)));
+  return Json::make_object(std::move(manifest));
+}
+
+}  // namespace arch
+}  // namespace cpuformer

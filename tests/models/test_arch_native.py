@@ -1,0 +1,198 @@
+"""The C++ architecture registry (csrc/models/arch/) as the Python package sees it: the families
+declared there, their config.json rules with the Python config readers' messages, and the RoPE
+frequencies."""
+
+import math
+
+import numpy as np
+import pytest
+
+import cpuformer.arch as arch
+from cpuformer import _core
+from cpuformer._model_dir import config_float, config_int
+from cpuformer.arch.native import DECODERS, NativeArch, rope_inv_freq
+
+NATIVE = ("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
+
+
+def test_the_decoder_families_come_from_the_cpp_registry():
+    families = {info["family"]: info for info in _core.arch_families()}
+    assert set(NATIVE) <= set(families)
+    by_family = arch.by_family()
+    for name in NATIVE:
+        assert isinstance(by_family[name], NativeArch)
+        assert by_family[name].kind == "decoder"
+    assert [a.family for a in DECODERS] == list(NATIVE)
+    gpt2 = by_family["gpt2"]
+    assert gpt2.architectures == ("GPT2LMHeadModel", "GPT2Model")
+    assert gpt2.prefixes == ("transformer.", "")
+    assert gpt2.example == {"activation_function": "gelu_new", "layer_norm_epsilon": 1e-5}
+    assert arch.find({"architectures": ["Qwen3ForCausalLM"]})[0].family == "qwen3"
+    assert arch.find({"model_type": "phi3"})[0].family == "phi3"
+
+
+def test_hparams_and_tensors():
+    llama = arch.by_family()["llama"]
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+              "intermediate_size": 96, "vocab_size": 100, "rms_norm_eps": 1e-5}
+    hp = llama.hparams(config)
+    assert (hp.hidden_size, hp.num_heads, hp.num_kv_heads, hp.head_dim, hp.norm, hp.activation) == \
+        (64, 4, 2, 16, "rms", "silu")
+    assert hp.max_positions == 2048 and not hp.tie_word_embeddings and hp.gated_ffn and hp.positions == "rope"
+    layer = llama.layer_tensors(hp, "decoder", 1)
+    assert layer["attn.q"] == arch.Tensor("model.layers.1.self_attn.q_proj.weight")
+    assert layer["attn.q.bias"] == arch.Tensor("model.layers.1.self_attn.q_proj.bias", optional=True)
+    stack = llama.stack_tensors(config, hp, "decoder")
+    assert stack["rope.inv_freq"].dtype == np.float32 and stack["rope.inv_freq"].shape == (8,)
+    gpt2 = arch.by_family()["gpt2"]
+    ghp = gpt2.hparams({"n_embd": 48, "n_head": 4, "n_layer": 1})
+    q = gpt2.layer_tensors(ghp, "decoder", 0)["attn.k"]
+    assert q == arch.Tensor("h.0.attn.c_attn.weight", transpose=True, rows=(48, 96))
+    gemma = arch.by_family()["gemma"]
+    ghp = gemma.hparams(dict(config, head_dim=16))
+    assert ghp.embed_scale == float(np.float32(math.sqrt(64))) and ghp.activation == "gelu_tanh"
+    assert gemma.layer_tensors(ghp, "decoder", 0)["attn_norm"].plus_one
+
+
+def test_unknown_family_and_part():
+    with pytest.raises(ValueError, match="unknown architecture family 'nope'"):
+        _core.arch_hparams("nope", {})
+    hp = arch.by_family()["gpt2"].hparams({}).as_dict()
+    with pytest.raises(ValueError, match="part must be 'model', 'stack' or 'layer'"):
+        _core.arch_tensors("gpt2", "head", {}, hp)
+    with pytest.raises(ValueError, match="must be a JSON object, got list"):
+        arch.by_family()["gpt2"].hparams([])
+    with pytest.raises(TypeError, match="is not a JSON value"):
+        _core.arch_hparams("gpt2", {"n_head": object()})
+
+
+# Values a config.json can hold, for the message comparisons (the C++ messages must read as the
+# Python readers' do: same key, range and repr of the value).
+ODD_VALUES = [-3, 0, 2.5, -3.0, "abc", "it's", 'say "x"', "tab\there", "\x01", True, False, [1, 2], {"a": 1},
+              [list(range(20))], {"k%d" % i: i for i in range(6)}, [[[[1]]]], 1e300, 10 ** 30, -10 ** 30,
+              float("nan"), float("inf"), 1e-7, 123456789.0, "x" * 300, 2 ** 31 + 1, 1e16, 1e15]
+
+
+def _message(fn, *args, **kwargs):
+    with pytest.raises((ValueError, NotImplementedError)) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_integer_messages_match_the_python_readers(value):
+    config = {"n_head": value}
+    try:
+        expected = config_int(config, "n_head", default=12, aliases=("num_attention_heads",))
+    except ValueError as error:
+        assert _message(_core.arch_hparams, "gpt2", config) == str(error)
+    else:
+        if expected and 768 % expected == 0:
+            assert _core.arch_hparams("gpt2", config)["num_heads"] == expected
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=repr)
+def test_float_messages_match_the_python_readers(value):
+    config = {"layer_norm_epsilon": value}
+    try:
+        expected = config_float(config, "layer_norm_epsilon", default=1e-5, minimum=0.0)
+    except ValueError as error:
+        assert _message(_core.arch_hparams, "gpt2", config) == str(error)
+    else:
+        if expected < 1e30:
+            assert _core.arch_hparams("gpt2", config)["norm_eps"] == float(np.float32(expected))
+
+
+def test_alias_and_required_messages():
+    assert _message(_core.arch_hparams, "gpt2", {"n_embd": 64, "hidden_size": 32}) == (
+        "config.json: 'n_embd' (64) and 'hidden_size' (32) name the same setting but differ; keep one of them")
+    assert _core.arch_hparams("gpt2", {"n_embd": 64, "hidden_size": 64.0, "n_head": 4})["hidden_size"] == 64
+    assert _message(_core.arch_hparams, "gpt2", {"n_embd": 1, "hidden_size": True}).endswith(
+        "name the same setting but differ; keep one of them")
+    assert _message(_core.arch_hparams, "llama", {}) == "config.json: 'hidden_size' is missing"
+    assert _message(_core.arch_hparams, "gpt2", {"n_embd": 10, "n_head": 4}) == (
+        "config.json: n_embd 10 is not a multiple of n_head 4")
+
+
+def test_choices_and_refusals():
+    message = _message(_core.arch_hparams, "gpt2", {"activation_function": "swish"})
+    assert message == ("config.json: activation_function 'swish' is not supported; use one of "
+                       "['gelu', 'gelu_fast', 'gelu_new', 'gelu_pytorch_tanh', 'relu']")
+    with pytest.raises(NotImplementedError, match="config.json: scale_attn_weights=false is not supported"):
+        _core.arch_hparams("gpt2", {"scale_attn_weights": False})
+    with pytest.raises(NotImplementedError, match="reorder_and_upcast_attn=true is not supported"):
+        _core.arch_hparams("gpt2", {"reorder_and_upcast_attn": 1})
+    base = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1, "intermediate_size": 96,
+            "vocab_size": 100}
+    with pytest.raises(ValueError, match=r"hidden_act None is not supported; the Llama family uses 'silu'"):
+        _core.arch_hparams("llama", dict(base, hidden_act=None))
+    with pytest.raises(NotImplementedError, match=r"MLP biases \(mlp_bias=true\)"):
+        _core.arch_hparams("llama", dict(base, mlp_bias=True))
+    with pytest.raises(NotImplementedError, match="use_sliding_window=true"):
+        _core.arch_hparams("qwen2", dict(base, use_sliding_window=True, sliding_window=16))
+    assert _core.arch_hparams("qwen2", dict(base, use_sliding_window=True, sliding_window=0))["sliding_window"] == 0
+    assert _core.arch_hparams("mistral", dict(base, sliding_window=16))["sliding_window"] == 16
+    with pytest.raises(ValueError, match="num_attention_heads 4 is not a multiple of num_key_value_heads 3"):
+        _core.arch_hparams("llama", dict(base, num_key_value_heads=3))
+    with pytest.raises(ValueError, match="RoPE needs an even head_dim, got 15"):
+        _core.arch_hparams("llama", dict(base, head_dim=15))
+    with pytest.raises(ValueError, match=r"hidden_act 'relu' is not supported by Gemma; use one of \['gelu', "):
+        _core.arch_hparams("gemma", dict(base, hidden_act="relu"))
+    with pytest.raises(NotImplementedError, match=r"rope_scaling type 'su' \(Phi-3's long-context RoPE"):
+        _core.arch_hparams("phi3", dict(base, rope_scaling={"type": "su"}))
+    with pytest.raises(ValueError, match="config.json: rope_parameters type 'linear' is not a Phi-3 RoPE type"):
+        _core.arch_hparams("phi3", dict(base, rope_parameters={"rope_type": "linear", "factor": 2.0}))
+    with pytest.raises(NotImplementedError, match=r"partial_rotary_factor 0.5 \(RoPE on part of each head\)"):
+        _core.arch_hparams("phi3", dict(base, partial_rotary_factor=0.5))
+    with pytest.raises(ValueError, match="config.json rope_scaling: 'partial_rotary_factor' must be a finite number"):
+        _core.arch_hparams("phi3", dict(base, rope_scaling={"partial_rotary_factor": "x"}))
+
+
+def _numpy_inv_freq(theta, head_dim, rope_type="default", factor=1.0, low=1.0, high=4.0, old=8192):
+    """transformers' computation in NumPy float32 (the reference the registry follows)."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv = (1.0 / (np.float64(theta) ** exponent.astype(np.float64))).astype(np.float32)
+    if rope_type == "linear":
+        return (inv / np.float32(factor)).astype(np.float32)
+    if rope_type == "llama3":
+        low_wavelen, high_wavelen = old / low, old / high
+        wavelen = np.float32(2 * math.pi) / inv
+        scaled = np.where(wavelen > low_wavelen, inv / np.float32(factor), inv).astype(np.float32)
+        smooth = ((np.float32(old) / wavelen - np.float32(low)) / np.float32(high - low)).astype(np.float32)
+        smoothed = ((1 - smooth) * scaled / np.float32(factor) + smooth * scaled).astype(np.float32)
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv
+
+
+@pytest.mark.parametrize("head_dim", [8, 64, 128])
+def test_rope_frequencies_match_numpy_bit_for_bit(head_dim):
+    np.testing.assert_array_equal(rope_inv_freq({"rope_theta": 500000.0}, head_dim),
+                                  _numpy_inv_freq(500000.0, head_dim))
+    np.testing.assert_array_equal(rope_inv_freq({}, head_dim), _numpy_inv_freq(10000.0, head_dim))
+    linear = {"rope_scaling": {"type": "linear", "factor": 3.0}}
+    np.testing.assert_array_equal(rope_inv_freq(linear, head_dim), _numpy_inv_freq(10000.0, head_dim, "linear", 3.0))
+    llama3 = {"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                       "high_freq_factor": 4.0,
+                                                       "original_max_position_embeddings": 8192}}
+    np.testing.assert_array_equal(rope_inv_freq(llama3, head_dim),
+                                  _numpy_inv_freq(500000.0, head_dim, "llama3", 8.0, 1.0, 4.0, 8192))
+
+
+def test_rope_messages():
+    assert _message(rope_inv_freq, {"rope_scaling": [1]}, 8) == "config.json: rope_scaling must be an object, got [1]"
+    assert _message(rope_inv_freq, {"rope_theta": None, "rope_scaling": {"rope_theta": None}}, 8) == (
+        "config.json: 'rope_theta' is missing")
+    assert _message(rope_inv_freq, {"rope_theta": 0}, 8) == (
+        "config.json: 'rope_theta' must be a finite number >= 1e-09, got 0")
+    assert _message(rope_inv_freq, {"rope_scaling": {"type": "linear"}}, 8) == (
+        "config.json rope_scaling: 'factor' is missing")
+    llama3 = {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1,
+              "original_max_position_embeddings": 0}
+    assert _message(rope_inv_freq, {"rope_scaling": llama3}, 8) == (
+        "config.json rope_scaling: 'original_max_position_embeddings' must be a finite number >= 1, got 0")
+    llama3["original_max_position_embeddings"] = 8192
+    assert _message(rope_inv_freq, {"rope_scaling": llama3}, 8) == (
+        "config.json rope_scaling: high_freq_factor (1.0) must exceed low_freq_factor (4.0)")
+    assert _message(rope_inv_freq, {"rope_scaling": {"rope_type": None}}, 8) == (
+        "config.json: unknown rope_scaling type None; supported: default, linear, llama3")
