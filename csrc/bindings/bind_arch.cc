@@ -188,6 +188,10 @@ void register_arch(py::module_& m) {
           d["prefixes"] = py::tuple(py::cast(a->prefixes));
           d["ignored"] = py::tuple(py::cast(a->ignored));
           d["example"] = a->example;
+          py::list copies;
+          for (const auto& c : a->tied_copies) copies.append(py::make_tuple(c.first, c.second));
+          d["tied_copies"] = py::tuple(copies);
+          d["start_from_pad"] = a->start_from_pad;
           out.append(d);
         }
         return out;

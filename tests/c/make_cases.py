@@ -140,8 +140,9 @@ def main(argv: List[str]) -> int:
                 cases.append(f"generate {model_dir.name} {save(data / f'{tag}.{p}.prompt', prompt)} {max_new} "
                              f"{beams} {sample} {seed} {ref}")
             model.close()
-    # Plain Hugging Face directories of the families the C++ registry declares: the C API opens them
-    # in any dtype ("hf/gpt2@int8": MODEL@DTYPE) and must give the Python API's outputs bit for bit.
+    # Plain Hugging Face directories of the families the C++ registry declares (decoders and
+    # encoder-decoders): the C API opens them in any dtype ("hf/gpt2@int8": MODEL@DTYPE) and must
+    # give the Python API's outputs bit for bit.
     # hf/llama-bf16 stores its weights in bfloat16 (widened to float32 at load on both sides).
     bf16 = root / "hf" / "llama-bf16"
     shutil.copytree(sources["llama"], bf16)
@@ -150,9 +151,11 @@ def main(argv: List[str]) -> int:
                     bf16 / "model.safetensors")
     for tag, src, dtype in (("gpt2", sources["gpt2"], "float32"), ("gpt2", sources["gpt2"], "int8"),
                             ("llama", sources["llama"], "float32"), ("llama", sources["llama"], "int4"),
-                            ("llama-bf16", bf16, "float32"), ("llama-bf16", bf16, "int8")):
+                            ("llama-bf16", bf16, "float32"), ("llama-bf16", bf16, "int8"),
+                            ("t5", sources["t5"], "float32"), ("t5", sources["t5"], "int8"),
+                            ("bart", sources["bart"], "float32")):
         model = cf.load(src, dtype=dtype, num_threads=2)
-        V = model.vocab_size
+        V = model.config["vocab_size"]
         for p, (length, max_new, beams, sample, seed) in enumerate([(5, 12, 1, 0, 0), (9, 8, 3, 0, 0)]):
             prompt = rng.integers(3, V, size=length, dtype=np.int64)
             tokens = model.generate([list(map(int, prompt))], max_new_tokens=max_new, num_beams=beams,

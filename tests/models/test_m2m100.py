@@ -18,7 +18,6 @@ import pytest  # noqa: E402
 
 import cpuformer as cf  # noqa: E402
 from cpuformer.arch import by_family  # noqa: E402
-from cpuformer.arch.m2m100 import fairseq_positions  # noqa: E402
 
 from ._hf import cosine_rows, save_random_model  # noqa: E402
 
@@ -101,7 +100,12 @@ def test_position_table_is_transformers(dim):
     from transformers.models.m2m_100.modeling_m2m_100 import M2M100SinusoidalPositionalEmbedding
 
     ref = M2M100SinusoidalPositionalEmbedding.get_embedding(70, dim, 3).numpy()
-    ours = fairseq_positions(70, dim, 3)
+    # The table the registry computes for pad 3: max_position_embeddings + pad + 1 = 70 rows.
+    m2m100 = by_family()["m2m100"]
+    config = dict(SHAPES["nllb"], d_model=dim, encoder_attention_heads=5 if dim % 5 == 0 else 4,
+                  decoder_attention_heads=5 if dim % 5 == 0 else 4, pad_token_id=3, max_position_embeddings=66)
+    ours = m2m100.stack_tensors(config, m2m100.hparams(config), "encoder")["embed.positions"]
+    assert ours.shape == (70, dim)
     np.testing.assert_allclose(ours, ref, rtol=0, atol=2e-6)
     assert not ours[3].any() and (dim % 2 == 0 or not ours[:, -1].any())
 

@@ -51,6 +51,7 @@ const std::vector<std::unique_ptr<Arch>>& registry() {
   static const std::vector<std::unique_ptr<Arch>> archs = [] {
     std::vector<std::unique_ptr<Arch>> out;
     register_decoders(out);
+    register_seq2seq(out);
     return out;
   }();
   return archs;

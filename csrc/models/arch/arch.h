@@ -97,6 +97,11 @@ class Arch {
   std::vector<std::string> prefixes{""};  // body name prefixes tried in order ("transformer.")
   std::vector<std::string> ignored;       // regular expressions of checkpoint tensors knowingly unused
   std::string example;                    // config.json entries of a typical checkpoint (a JSON object)
+  // (copy, table): checkpoint tensors (names without the prefix) read as the table `table`. With
+  // tie_word_embeddings false, transformers 5 unties such copies; the loader then checks that a
+  // stored copy holds the table's values and refuses the checkpoint if not.
+  std::vector<std::pair<std::string, std::string>> tied_copies;
+  bool start_from_pad = false;  // seq2seq generation starts from the pad token without a start token (T5)
 
   virtual TransformerConfig hparams(const Config& config) const = 0;
   // embed.tokens, embed.token_types, embed.project, lm_head, lm_head.bias, pooler.
@@ -117,6 +122,7 @@ std::vector<float> rope_inv_freq(const Config& config, long head_dim);
 
 // The families of each source file, appended to the registry in this order.
 void register_decoders(std::vector<std::unique_ptr<Arch>>& out);
+void register_seq2seq(std::vector<std::unique_ptr<Arch>>& out);
 
 }  // namespace arch
 }  // namespace cpuformer

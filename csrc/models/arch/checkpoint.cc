@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <regex>
 #include <set>
 #include <stdexcept>
 
 #include "io/safetensors.h"
+#include "kernels/gemm/gemm.h"
 #include "models/arch/arch.h"
 #include "models/config_reader.h"
 #include "models/request_checks.h"
@@ -84,13 +87,17 @@ std::pair<const Arch*, std::string> find_family(const Json& config) {
                               titles + "); convert the model with `cpuformer convert` first (docs/c-api.md)");
 }
 
-// config_token_ids: a token id or a list of them, each a JSON integer within int64.
-std::vector<long> token_ids(const Config& settings, const std::string& key) {
+// config_token_ids (python/cpuformer/_model_dir.py): a token id or a list of them (one only when
+// `single`), each a JSON integer in [0, vocab_size) (vocab_size > 0) or within int64; `present`
+// says whether the key was set (an empty list is a setting too).
+std::vector<long> token_ids(const Config& settings, const std::string& key, long vocab_size = 0, bool single = false,
+                            bool* present = nullptr) {
   const Json* value = settings.get(key);
   std::vector<long> out;
+  if (present) *present = value != nullptr;
   if (!value) return out;
   std::vector<const Json*> values;
-  if (value->type() == Json::Type::kArray) {
+  if (value->type() == Json::Type::kArray && !single) {
     for (const Json& v : value->array()) values.push_back(&v);
   } else {
     values.push_back(value);
@@ -99,18 +106,28 @@ std::vector<long> token_ids(const Config& settings, const std::string& key) {
     bool ok = v->is_integer_number();
     if (ok) {
       try {
-        out.push_back(v->integer());
+        const long id = v->integer();
+        ok = vocab_size <= 0 || (id >= 0 && id < vocab_size);
+        out.push_back(id);
       } catch (const std::invalid_argument&) {
         ok = false;
       }
     }
     if (!ok) {
-      throw std::invalid_argument(settings.source + ": " + python_string(key) +
-                                  " must be a token id or a list of token ids (integers within int64), got " +
-                                  describe(*value));
+      const std::string where = vocab_size > 0 ? "in [0, " + std::to_string(vocab_size) + ")" : "within int64";
+      throw std::invalid_argument(
+          settings.source + ": " + python_string(key) + " must be " +
+          (single ? "a token id (an integer " : "a token id or a list of token ids (integers ") + where + "), got " +
+          describe(*value));
     }
   }
   return out;
+}
+
+std::string list_text(const std::vector<long>& ids) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  return out + "]";
 }
 
 // Which file supplies generation default `key`: generation_config.json when it sets it (non-null).
@@ -121,7 +138,8 @@ Config generation_setting(const Json& config, const Json& generation, const std:
 }
 
 // The options a plain generate() passes (python/cpuformer/models/_graph_file.py: _generation_defaults).
-Json generation_defaults(const Json& config, const Json& generation, long vocab_size) {
+Json generation_defaults(const Json& config, const Json& generation, long vocab_size, const Arch& arch,
+                         const std::string& directory) {
   const std::vector<long> eos = token_ids(generation_setting(config, generation, "eos_token_id"), "eos_token_id");
   const std::vector<long> pads = token_ids(generation_setting(config, generation, "pad_token_id"), "pad_token_id");
   const long pad = !pads.empty() ? pads[0] : !eos.empty() ? eos[0] : 0;
@@ -174,6 +192,47 @@ Json generation_defaults(const Json& config, const Json& generation, long vocab_
   o.emplace_back("no_repeat_ngram_size", number(0L));
   o.emplace_back("kv_cache_dtype", number(0L));
   o.emplace_back("bad_words_ids", Json::make_array(std::move(bad_words)));
+  if (arch.kind == "seq2seq") {  // python/cpuformer/models/seq2seq.py: Seq2Seq._defaults
+    // transformers: decoder_start_token_id, else bos_token_id; T5 checkpoints start from pad.
+    std::string key = "decoder_start_token_id";
+    std::string start_source = generation_setting(config, generation, key).source;
+    std::vector<long> start = token_ids(generation_setting(config, generation, key), key, vocab_size);
+    if (start.empty()) {
+      key = "bos_token_id";
+      start_source = generation_setting(config, generation, key).source;
+      start = token_ids(generation_setting(config, generation, key), key, vocab_size);
+    }
+    if (start.empty() && arch.start_from_pad) start = {pad};
+    if (start.empty()) {
+      throw std::invalid_argument(directory +
+                                  ": the config has neither decoder_start_token_id nor bos_token_id; "
+                                  "encoder-decoder generation needs one");
+    }
+    for (long id : start) {
+      if (id != start[0]) {  // transformers' per-row start tokens
+        throw NotSupported(start_source + ": " + python_string(key) + " lists different start tokens " +
+                           list_text(start) + "; one start token for every row is supported");
+      }
+    }
+    const std::vector<long> bos = token_ids(generation_setting(config, generation, "forced_bos_token_id"),
+                                            "forced_bos_token_id", vocab_size, true);
+    bool forced_eos_set = false;
+    const Config eos_source = generation_setting(config, generation, "forced_eos_token_id");
+    const std::vector<long> forced_eos =
+        token_ids(eos_source, "forced_eos_token_id", vocab_size, false, &forced_eos_set);
+    if (forced_eos_set && forced_eos.size() != 1) {
+      // An empty list would force no token at all (transformers then masks every logit).
+      const std::string message = eos_source.source +
+                                  ": 'forced_eos_token_id' must be one token id (or a list "
+                                  "of one), got " +
+                                  list_text(forced_eos);
+      if (forced_eos.empty()) throw std::invalid_argument(message);
+      throw NotSupported(message);
+    }
+    o.emplace_back("decoder_start_token_id", number(start[0]));
+    o.emplace_back("forced_bos_token_id", number(bos.empty() ? -1L : bos[0]));
+    o.emplace_back("forced_eos_token_id", number(forced_eos.empty() ? -1L : forced_eos[0]));
+  }
   return Json::make_object(std::move(o));
 }
 
@@ -262,7 +321,7 @@ class Reader {
   }
 
   // The checkpoint tensors no declaration reads and `ignored` does not match: an error naming them.
-  void check_accounted(const std::string& head_ignored) const {
+  void check_accounted(const std::string& head_ignored, bool tied) const {
     std::vector<std::regex> ignored;
     for (const std::string& pattern : arch_.ignored) ignored.emplace_back(pattern, std::regex::ECMAScript);
     std::vector<std::string> stray;
@@ -272,6 +331,7 @@ class Reader {
       for (const std::regex& r : ignored) known = known || std::regex_match(e.name, r);
       if (!known) stray.push_back(e.name);
     }
+    if (!tied) check_tied_copies();
     if (stray.empty()) return;
     std::string shown;
     for (std::size_t i = 0; i < stray.size() && i < 5; ++i) shown += (i ? ", " : "") + stray[i];
@@ -283,6 +343,52 @@ class Reader {
   }
 
  private:
+  // With tie_word_embeddings false, a stored copy of a table (Arch::tied_copies) must hold the
+  // table's values: transformers 5 then uses the copy itself, which cpuformer's one table cannot
+  // represent (NotSupported).
+  void check_tied_copies() const {
+    for (const auto& [copy, table] : arch_.tied_copies) {
+      const SafetensorsFile::Entry* a = file_.find(prefix_ + copy);
+      const SafetensorsFile::Entry* b = file_.find(prefix_ + table);
+      if (!a || !b) continue;
+      bool same = a->shape == b->shape;
+      if (same) {
+        const std::vector<float> x = widened(*a), y = widened(*b);
+        for (std::size_t i = 0; same && i < x.size(); ++i) same = x[i] == y[i] || (x[i] != x[i] && y[i] != y[i]);
+      }
+      if (!same) {
+        throw NotSupported(directory_ + ": " + prefix_ + copy + " differs from " + prefix_ + table +
+                           " and config.json has tie_word_embeddings=false, so transformers uses separate tables "
+                           "there; cpuformer reads one table (" +
+                           prefix_ + table + ") and does not support separate ones");
+      }
+    }
+  }
+
+  // A floating-point tensor's values as float32.
+  static std::vector<float> widened(const SafetensorsFile::Entry& e) {
+    std::size_t n = 1;
+    for (long d : e.shape) n *= static_cast<std::size_t>(d);
+    std::vector<float> out(n);
+    if (e.dtype == "F32") {
+      std::memcpy(out.data(), e.data, n * 4);
+    } else if (e.dtype == "BF16" || e.dtype == "F16") {
+      const uint16_t* in = static_cast<const uint16_t*>(e.data);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (e.dtype == "F16") {
+          out[i] = half_to_float(in[i]);
+        } else {
+          const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+          std::memcpy(&out[i], &bits, 4);
+        }
+      }
+    } else {
+      throw std::invalid_argument(e.name + " is stored as " + e.dtype +
+                                  "; a plain checkpoint's tables are F32, F16 or BF16");
+    }
+    return out;
+  }
+
   static bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
   }
@@ -298,14 +404,15 @@ class Reader {
         if (m->second.tensor.rows_start >= 0) rows = std::max(rows, m->second.tensor.rows_stop);
       shape[0] = rows;
     }
-    if (first.as_row || !first.stored_shape.empty()) {
+    if (!first.stored_shape.empty()) {
       throw NotSupported(directory_ + ": tensor '" + name +
-                         "' needs a reshape the C loader does not apply yet (as_row / stored_shape)");
+                         "' needs a reshape the C loader does not apply yet (stored_shape)");
     }
     const SafetensorsFile::Entry* e = file_.find(name);
     if (!e) throw std::invalid_argument(file_.path() + ": has no tensor '" + name + "'");
     std::vector<long> stored = shape;
     if (first.transpose) std::reverse(stored.begin(), stored.end());
+    if (first.as_row) stored.insert(stored.begin(), 1);  // a vector stored as one row [1, n]
     if (e->shape != stored) {
       if (!first.rows_key.empty()) {
         throw std::invalid_argument("config.json: '" + first.rows_key + "' gives " + std::to_string(shape[0]) +
@@ -399,7 +506,7 @@ std::vector<long> canonical_shape(const std::string& name, const TransformerConf
 Json plain_manifest(const std::string& directory, const Json& config, const Json& generation,
                     const std::string& dtype) {
   const auto [arch, name] = find_family(config);
-  if (arch->kind != "decoder") {
+  if (arch->kind != "decoder" && arch->kind != "seq2seq") {  // (every family declared in C++ is one)
     throw NotSupported(directory + ": the C API opens plain " + arch->title +
                        " directories only once converted (`cpuformer convert`)");
   }
@@ -447,18 +554,25 @@ Json plain_manifest(const std::string& directory, const Json& config, const Json
 
   Json::Object model;
   reader.entries(top, "", model);
-  Json::Object tensors;
-  const std::string stack = arch->kind;  // a decoder's one stack
-  reader.entries(arch->stack_tensors(c, hp, stack), stack + ".", model);
-  Json::Array layers;
-  for (long l = 0; l < hp.distinct_layers(); ++l) {
-    Json::Object layer;
-    reader.entries(arch->layer_tensors(hp, stack, l), "", layer);
-    layers.push_back(Json::make_object(std::move(layer)));
+  const std::vector<std::pair<std::string, long>> stacks =
+      arch->kind == "seq2seq"
+          ? std::vector<std::pair<std::string, long>>{{"encoder", hp.num_layers}, {"decoder", hp.num_decoder_layers}}
+          : std::vector<std::pair<std::string, long>>{{arch->kind, hp.distinct_layers()}};
+  std::vector<std::pair<std::string, Json>> stack_layers;
+  for (const auto& [stack, count] : stacks) {
+    reader.entries(arch->stack_tensors(c, hp, stack), stack + ".", model);
+    Json::Array layers;
+    for (long l = 0; l < count; ++l) {
+      Json::Object layer;
+      reader.entries(arch->layer_tensors(hp, stack, l), "", layer);
+      layers.push_back(Json::make_object(std::move(layer)));
+    }
+    stack_layers.emplace_back(stack, Json::make_array(std::move(layers)));
   }
-  reader.check_accounted(head_ignored);
+  reader.check_accounted(head_ignored, hp.tie_word_embeddings);
+  Json::Object tensors;
   tensors.emplace_back("model", Json::make_object(std::move(model)));
-  tensors.emplace_back(stack, Json::make_array(std::move(layers)));
+  for (auto& item : stack_layers) tensors.push_back(std::move(item));
 
   Json::Object fields;
   hp.fields(JsonWriter{fields});
@@ -467,7 +581,7 @@ Json plain_manifest(const std::string& directory, const Json& config, const Json
   manifest.emplace_back("kind", Json::make_string(arch->kind));
   manifest.emplace_back("architecture", Json::make_string(name));
   manifest.emplace_back("config", Json::make_object(std::move(fields)));
-  manifest.emplace_back("generation", generation_defaults(config, generation, hp.vocab_size));
+  manifest.emplace_back("generation", generation_defaults(config, generation, hp.vocab_size, *arch, directory));
   manifest.emplace_back("tensors", Json::make_object(std::move(tensors)));
   return Json::make_object(std::move(manifest));
 }

@@ -12,18 +12,14 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 from . import (
     albert,
-    bart,
     bert,
     clip,
     deberta,
     electra,
-    m2m100,
-    marian,
     modernbert,
     mpnet,
     native,
     swin,
-    t5,
     vit,
     xlnet,
 )
@@ -31,8 +27,8 @@ from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, So
 
 #: Every registered architecture family, encoders first.
 ARCHS: Tuple[Arch, ...] = (bert.ARCHS + mpnet.ARCHS + electra.ARCHS + albert.ARCHS + deberta.ARCHS + modernbert.ARCHS
-                           + xlnet.ARCHS + native.DECODERS + marian.ARCHS
-                           + bart.ARCHS + m2m100.ARCHS + t5.ARCHS + vit.ARCHS + swin.ARCHS + clip.ARCHS)
+                           + xlnet.ARCHS + native.DECODERS + native.SEQ2SEQ
+                           + vit.ARCHS + swin.ARCHS + clip.ARCHS)
 
 
 def supported(kind: str) -> List[str]:

@@ -41,6 +41,8 @@ class NativeArch(Arch):
         self.prefixes = tuple(info["prefixes"])
         self.ignored = tuple(info["ignored"])
         self.example = json.loads(info["example"])
+        self.tied_copies = tuple(tuple(pair) for pair in info["tied_copies"])
+        self.start_from_pad = bool(info["start_from_pad"])
 
     def hparams(self, config: Mapping[str, Any]) -> Hparams:
         fields = _core.arch_hparams(self.family, _config(config))
@@ -75,5 +77,8 @@ def rope_inv_freq(config: Mapping[str, Any], head_dim: int) -> np.ndarray:
 
 #: The decoder families (csrc/models/arch/decoders.cc): GPT-2 and the Llama family.
 DECODERS = archs("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
+#: The encoder-decoder families (csrc/models/arch/seq2seq.cc): Marian, BART, mBART, M2M100 / NLLB,
+#: T5 and mT5.
+SEQ2SEQ = archs("marian", "bart", "mbart", "m2m100", "t5", "mt5")
 
-__all__ = ["DECODERS", "NativeArch", "archs", "rope_inv_freq"]
+__all__ = ["DECODERS", "NativeArch", "SEQ2SEQ", "archs", "rope_inv_freq"]
