@@ -49,6 +49,7 @@ echo "== C tests"
 "$BUILD/cpuformer_capi_tests" "$models"
 echo "== examples"
 "$work/examples/embed" "$models/bert-int8" 5,6,7,8,9 5,6,7,10
+"$work/examples/embed" "$models/hf/bert" 5,6,7,8,9 5,6,7,10
 "$work/examples/generate" "$models/gpt2-float32" 5,6,7 --max 8
 "$work/examples/generate" "$models/hf/gpt2" 5,6,7 --max 8
 "$work/examples/generate" "$models/t5-int8" 5,6,7,8 --max 6 --sample 3

@@ -124,6 +124,30 @@ py::dict sources_dict(const arch::Sources& sources) {
   return out;
 }
 
+py::object head_object(const arch::Head& h) {
+  py::list steps;
+  for (const arch::HeadStep& step : h.steps) {
+    if (step.kind == "dense") {
+      steps.append(py::make_tuple(step.kind, step.name));
+    } else if (step.kind == "act") {
+      steps.append(py::make_tuple(step.kind, step.name));
+    } else if (step.kind == "norm") {
+      steps.append(py::make_tuple(step.kind, step.name, step.eps));
+    } else {
+      steps.append(py::make_tuple(step.kind));
+    }
+  }
+  py::dict shapes;
+  for (const auto& item : h.shapes) shapes[py::str(item.first)] = py::tuple(py::cast(item.second));
+  py::dict out;
+  out["task"] = h.task;
+  out["steps"] = py::tuple(steps);
+  out["tensors"] = sources_dict(h.tensors);
+  out["shapes"] = shapes;
+  out["labels"] = py::tuple(py::cast(h.labels));
+  return std::move(out);
+}
+
 py::object to_python(const Json& v) {
   switch (v.type()) {
     case Json::Type::kNull: return py::none();
@@ -227,6 +251,35 @@ void register_arch(py::module_& m) {
       py::arg("layer") = 0,
       "Where each canonical weight of `part` ('model', 'stack' or 'layer') comes from: canonical name -> a dict of "
       "arch.spec.Tensor's fields, or a float32 array computed from the config.");
+  m.def(
+      "arch_head",
+      [](const std::string& family, const py::object& config, const py::dict& hp, const std::string& task) {
+        const Json json = config_json(config);
+        arch::Head head;
+        if (!arch::family(family).head(arch::Config{json}, hparams_from(hp), task, head)) return py::object(py::none());
+        return head_object(head);
+      },
+      py::arg("family"), py::arg("config"), py::arg("hparams"), py::arg("task"),
+      "The task head of `task` for family `family` (task, steps, tensors, shapes, labels: arch.heads.Head's fields), "
+      "or None when the family has none.");
+  m.def(
+      "arch_labels",
+      [](const py::object& config) {
+        const Json json = config_json(config);
+        return py::tuple(py::cast(arch::labels(arch::Config{json})));
+      },
+      py::arg("config"), "A classification checkpoint's labels in id order (id2label, else LABEL_i for num_labels).");
+  m.def(
+      "arch_linear_head",
+      [](const py::object& config, const std::string& task, long hidden) {
+        if (task != "token_classification" && task != "question_answering") {
+          throw py::value_error("arch_linear_head: task must be 'token_classification' or 'question_answering'");
+        }
+        const Json json = config_json(config);
+        return head_object(arch::linear_head(arch::Config{json}, task, hidden));
+      },
+      py::arg("config"), py::arg("task"), py::arg("hidden"),
+      "The one-linear-layer head of token classification (classifier) or question answering (qa_outputs).");
   m.def(
       "rope_inv_freq",
       [](const py::object& config, long head_dim) {

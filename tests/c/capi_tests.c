@@ -176,7 +176,7 @@ static void test_open_errors(void) {
          "missing path");
   snprintf(path, sizeof(path), "%s/cases.txt", models_dir);
   expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_IO, "is not a directory", "a file");
-  snprintf(path, sizeof(path), "%s/hf/bert", models_dir);
+  snprintf(path, sizeof(path), "%s/damaged/plain_undeclared", models_dir);
   expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL,
          "convert the model with `cpuformer convert`",
          "a plain directory of a family the C++ registry does not declare yet");

@@ -244,8 +244,9 @@ def _python_plain_manifest(directory, dtype):
         model = CLASSES[arch.kind]._unbuilt(md, arch.kind)
         settings = check_quantization(None, dtype)
         manifest = {"format_version": 1, "kind": arch.kind, "architecture": model.architecture,
-                    "config": dict(model.config, **graph_format(dtype, settings)),
-                    "generation": _generation_defaults(model)}
+                    "config": dict(model.config, **graph_format(dtype, settings))}
+        if arch.kind != "encoder":
+            manifest["generation"] = _generation_defaults(model)
         manifest["tensors"] = graph_tensors(Checkpoint(md, arch, model.hparams, None, None, settings))
         return manifest
     finally:

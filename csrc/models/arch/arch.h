@@ -85,6 +85,54 @@ class Sources {
   std::vector<std::pair<std::string, Source>> items_;
 };
 
+// A task head of an encoder checkpoint (python/cpuformer/arch/heads.py has the step semantics):
+// steps over the last hidden state, and where each of its weights ("head.<name>", ".bias") comes from.
+struct HeadStep {
+  std::string kind;  // "first", "last", "mean", "pooler", "dense", "act", "norm"
+  std::string name;  // dense / norm: the canonical weight; act: the activation
+  double eps = 0.0;  // norm
+};
+
+struct Head {
+  std::string task;
+  std::vector<HeadStep> steps;
+  Sources tensors;
+  std::vector<std::pair<std::string, std::vector<long>>> shapes;
+  std::vector<std::string> labels;  // classification: id2label in id order
+};
+
+// Declares a head step by step: HeadBuilder(task).first().dense(...).act("tanh").dense(...).build().
+class HeadBuilder {
+ public:
+  explicit HeadBuilder(std::string task, std::vector<std::string> labels = {});
+  HeadBuilder& first() { return step("first"); }
+  HeadBuilder& last() { return step("last"); }
+  HeadBuilder& mean() { return step("mean"); }
+  HeadBuilder& pooler() { return step("pooler"); }
+  // head.<name> from checkpoint tensor `weight` [out, in]; `bias`: its tensor ("" for the weight's
+  // .bias sibling), or no bias when `has_bias` is false. root: named from the checkpoint's root
+  // (bias_root: the bias's, when it differs: -1 the same as root).
+  HeadBuilder& dense(const std::string& name, const std::string& weight, std::vector<long> shape,
+                     const std::string& bias = "", bool has_bias = true, bool root = true,
+                     const std::string& rows_key = "", int bias_root = -1);
+  HeadBuilder& act(const std::string& activation);
+  // A LayerNorm head.<name> from <checkpoint>.weight (and .bias).
+  HeadBuilder& norm(const std::string& name, const std::string& checkpoint, long size, double eps, bool bias = true,
+                    bool root = true);
+  Head build() const { return head_; }
+
+ private:
+  HeadBuilder& step(const char* kind);
+  Head head_;
+};
+
+// The class labels of a classification checkpoint in id order: config.json's id2label (keys 0..n-1),
+// else LABEL_0... for num_labels (default 2, as transformers).
+std::vector<std::string> labels(const Config& config);
+// The heads that are one linear layer on every token: token classification (classifier) and
+// question answering (qa_outputs: start and end logits).
+Head linear_head(const Config& config, const std::string& task, long hidden);
+
 class Arch {
  public:
   virtual ~Arch() = default;
@@ -109,6 +157,11 @@ class Arch {
   // A stack's embed.positions, embed.norm, final_norm, relative_bias, rope.inv_freq.
   virtual Sources stack_tensors(const Config& config, const TransformerConfig& hp, const std::string& stack) const = 0;
   virtual Sources layer_tensors(const TransformerConfig& hp, const std::string& stack, long layer) const = 0;
+  // The task head of `task` (heads.py TASKS) for this config into `out`; false when the family has
+  // none (the checkpoint is then refused, naming the task).
+  virtual bool head(const Config& config, const TransformerConfig& hp, const std::string& task, Head& out) const {
+    return false;
+  }
 };
 
 // Every registered family, in the Python registry's order within its kinds.
@@ -123,6 +176,7 @@ std::vector<float> rope_inv_freq(const Config& config, long head_dim);
 // The families of each source file, appended to the registry in this order.
 void register_decoders(std::vector<std::unique_ptr<Arch>>& out);
 void register_seq2seq(std::vector<std::unique_ptr<Arch>>& out);
+void register_encoders(std::vector<std::unique_ptr<Arch>>& out);
 
 }  // namespace arch
 }  // namespace cpuformer

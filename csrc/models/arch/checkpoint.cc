@@ -506,10 +506,6 @@ std::vector<long> canonical_shape(const std::string& name, const TransformerConf
 Json plain_manifest(const std::string& directory, const Json& config, const Json& generation,
                     const std::string& dtype) {
   const auto [arch, name] = find_family(config);
-  if (arch->kind != "decoder" && arch->kind != "seq2seq") {  // (every family declared in C++ is one)
-    throw NotSupported(directory + ": the C API opens plain " + arch->title +
-                       " directories only once converted (`cpuformer convert`)");
-  }
   TransformerConfig hp = arch->hparams(Config{config});
   set_default_format(hp, dtype.empty() ? "float32" : dtype);
   // The widths Python's Hparams spells out (0 means "the same as"), as in its manifests.
@@ -581,7 +577,8 @@ Json plain_manifest(const std::string& directory, const Json& config, const Json
   manifest.emplace_back("kind", Json::make_string(arch->kind));
   manifest.emplace_back("architecture", Json::make_string(name));
   manifest.emplace_back("config", Json::make_object(std::move(fields)));
-  manifest.emplace_back("generation", generation_defaults(config, generation, hp.vocab_size, *arch, directory));
+  if (arch->kind != "encoder")
+    manifest.emplace_back("generation", generation_defaults(config, generation, hp.vocab_size, *arch, directory));
   manifest.emplace_back("tensors", Json::make_object(std::move(tensors)));
   return Json::make_object(std::move(manifest));
 }

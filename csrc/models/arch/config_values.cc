@@ -221,6 +221,32 @@ std::string python_string(const std::string& s) {
 
 std::string describe(const Json& value) { return repr1(value, kMaxLevel); }
 
+std::string python_repr(const Json& v) {
+  switch (v.type()) {
+    case Json::Type::kNull: return "None";
+    case Json::Type::kBool: return v.boolean() ? "True" : "False";
+    case Json::Type::kNumber:
+      if (v.is_integer_number()) return v.string_or_number_text() == "-0" ? "0" : v.string_or_number_text();
+      return python_float(v.number());
+    case Json::Type::kString: return python_string(v.string());
+    case Json::Type::kArray: {
+      std::string out = "[";
+      for (std::size_t i = 0; i < v.array().size(); ++i) out += (i ? ", " : "") + python_repr(v.array()[i]);
+      return out + "]";
+    }
+    case Json::Type::kObject: {
+      std::string out = "{";
+      bool first = true;
+      for (const auto& m : v.object()) {
+        out += (first ? "" : ", ") + python_string(m.first) + ": " + python_repr(m.second);
+        first = false;
+      }
+      return out + "}";
+    }
+  }
+  return "?";
+}
+
 const Json* Config::raw(const std::string& key) const { return json.find(key); }
 
 const Json* Config::get(const std::string& key) const {

@@ -21,6 +21,8 @@ using io::Json;
 // Python's repr of a value, shortened like the Python package's messages (reprlib: strings and
 // other values to 200 characters, integers to 60 digits, 8 list items, 4 object members, 3 levels).
 std::string describe(const Json& value);
+// Python's repr of a value, in full (str() of a non-string value; dicts in insertion order).
+std::string python_repr(const Json& value);
 // repr(float(v)) as Python prints it ("1e-05", "768.0", "inf").
 std::string python_float(double v);
 // repr(str) as Python prints it ('abc', "it's").

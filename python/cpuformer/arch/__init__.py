@@ -11,13 +11,9 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Tuple
 
 from . import (
-    albert,
-    bert,
     clip,
     deberta,
-    electra,
     modernbert,
-    mpnet,
     native,
     swin,
     vit,
@@ -26,7 +22,7 @@ from . import (
 from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, Source, Tensor, canonical_shape
 
 #: Every registered architecture family, encoders first.
-ARCHS: Tuple[Arch, ...] = (bert.ARCHS + mpnet.ARCHS + electra.ARCHS + albert.ARCHS + deberta.ARCHS + modernbert.ARCHS
+ARCHS: Tuple[Arch, ...] = (native.BERTS + deberta.ARCHS + modernbert.ARCHS
                            + xlnet.ARCHS + native.DECODERS + native.SEQ2SEQ
                            + vit.ARCHS + swin.ARCHS + clip.ARCHS)
 

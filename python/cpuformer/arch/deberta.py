@@ -20,9 +20,13 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 
 from .._model_dir import config_float, config_int
-from .bert import _ACTIVATIONS, _HEADS
 from .heads import Head, HeadBuilder, labels, linear_head
 from .spec import Arch, Hparams, Source, Tensor, mapped, not_supported, weight_and_bias
+
+#: DeBERTa's activations (hidden_act) and the task classes of its checkpoints.
+_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+_HEADS = ("Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering",
+          "ForMultipleChoice")
 
 _POSITION_TERMS = ("c2p", "p2c")
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from .. import _core
 from .spec import Tensor
 
 #: Class-name suffix -> task. ForPreTraining checkpoints are run as masked LMs (their next-sentence
@@ -132,43 +133,28 @@ class HeadBuilder:
         return Head(self.task, tuple(self.steps), dict(self.tensors), dict(self.shapes), self.labels)
 
 
+def head_of(declared: Mapping[str, Any]) -> Head:
+    """A Head from the C++ registry's declaration (``_core.arch_head``: task, steps, tensors as
+    Tensor fields, shapes, labels)."""
+    tensors = {name: Tensor(**fields) for name, fields in declared["tensors"].items()}
+    shapes = {name: tuple(shape) for name, shape in declared["shapes"].items()}
+    return Head(declared["task"], tuple(tuple(step) for step in declared["steps"]), tensors, shapes,
+                tuple(declared["labels"]))
+
+
 def linear_head(config: Mapping[str, Any], task: str, hidden: int) -> Head:
     """The heads that are one linear layer on every token's hidden state, as most families have
     them: token classification (``classifier``, a row per label) and question answering
-    (``qa_outputs``: start and end logits)."""
-    if task == "token_classification":
-        names = labels(config)
-        return HeadBuilder(task, names).dense("classifier", "classifier.weight", (len(names), hidden),
-                                              rows_key="id2label").build()
-    assert task == "question_answering", task
-    return HeadBuilder(task).dense("qa_outputs", "qa_outputs.weight", (2, hidden)).build()
+    (``qa_outputs``: start and end logits). Declared by the C++ registry (csrc/models/arch/arch.cc)."""
+    return head_of(_core.arch_linear_head(dict(config), task, hidden))
 
 
 def labels(config: Mapping[str, Any]) -> Tuple[str, ...]:
     """The class labels of a classification checkpoint in id order: config.json's ``id2label``
-    (keys 0..n-1), else ``LABEL_0``... for ``num_labels`` (default 2, as transformers)."""
-    id2label = config.get("id2label")
-    num_labels = config.get("num_labels")
-    if num_labels is not None and (isinstance(num_labels, bool) or not isinstance(num_labels, int)
-                                   or num_labels < 1):
-        raise ValueError(f"config.json: num_labels must be an integer >= 1, got {num_labels!r}")
-    if id2label is None:
-        return tuple(f"LABEL_{i}" for i in range(2 if num_labels is None else num_labels))
-    if not isinstance(id2label, dict) or not id2label:
-        raise ValueError(f"config.json: id2label must be a non-empty object of id -> label, got {id2label!r}")
-    by_id: Dict[int, str] = {}
-    for key, value in id2label.items():
-        try:
-            index = int(key)
-        except (TypeError, ValueError):
-            raise ValueError(f"config.json: id2label keys must be integers, got {key!r}") from None
-        by_id[index] = str(value)
-    if sorted(by_id) != list(range(len(by_id))):
-        raise ValueError(f"config.json: id2label keys must be 0..{len(by_id) - 1}, got {sorted(by_id)}")
-    if num_labels is not None and num_labels != len(by_id):
-        raise ValueError(f"config.json: num_labels is {num_labels} but id2label has {len(by_id)} labels")
-    return tuple(by_id[i] for i in range(len(by_id)))
+    (keys 0..n-1), else ``LABEL_0``... for ``num_labels`` (default 2, as transformers). Read by the
+    C++ registry (csrc/models/arch/arch.cc), whose messages name the key."""
+    return tuple(_core.arch_labels(dict(config)))
 
 
-__all__ = ["HEAD_ACTIVATIONS", "TASKS", "TASK_SUFFIXES", "TASK_TEXT", "Head", "HeadBuilder", "labels", "linear_head",
-           "task_of"]
+__all__ = ["HEAD_ACTIVATIONS", "TASKS", "TASK_SUFFIXES", "TASK_TEXT", "Head", "HeadBuilder", "head_of", "labels",
+           "linear_head", "task_of"]

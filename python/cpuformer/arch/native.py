@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
 from .. import _core
+from .heads import Head, head_of
 from .spec import Arch, Hparams, Source, Tensor
 
 _HPARAM_FIELDS = tuple(field.name for field in dataclasses.fields(Hparams))
@@ -54,6 +55,10 @@ class NativeArch(Arch):
     def stack_tensors(self, config: Mapping[str, Any], hp: Hparams, stack: str) -> Dict[str, Source]:
         return _sources(_core.arch_tensors(self.family, "stack", _config(config), hp.as_dict(), stack))
 
+    def head(self, config: Mapping[str, Any], hp: Hparams, task: str) -> Optional[Head]:
+        declared = _core.arch_head(self.family, _config(config), hp.as_dict(), task)
+        return None if declared is None else head_of(declared)
+
     def layer_tensors(self, hp: Hparams, stack: str, layer: int) -> Dict[str, Tensor]:
         entries = _sources(_core.arch_tensors(self.family, "layer", None, hp.as_dict(), stack, layer))
         assert all(isinstance(entry, Tensor) for entry in entries.values())
@@ -75,10 +80,13 @@ def rope_inv_freq(config: Mapping[str, Any], head_dim: int) -> np.ndarray:
     return _core.rope_inv_freq(_config(config), head_dim)
 
 
+#: The encoder families (csrc/models/arch/encoders.cc): BERT, RoBERTa, XLM-RoBERTa, DistilBERT, and
+#: those built on them: MPNet, ELECTRA and ALBERT.
+BERTS = archs("bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "albert")
 #: The decoder families (csrc/models/arch/decoders.cc): GPT-2 and the Llama family.
 DECODERS = archs("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 #: The encoder-decoder families (csrc/models/arch/seq2seq.cc): Marian, BART, mBART, M2M100 / NLLB,
 #: T5 and mT5.
 SEQ2SEQ = archs("marian", "bart", "mbart", "m2m100", "t5", "mt5")
 
-__all__ = ["DECODERS", "NativeArch", "SEQ2SEQ", "archs", "rope_inv_freq"]
+__all__ = ["BERTS", "DECODERS", "NativeArch", "SEQ2SEQ", "archs", "rope_inv_freq"]
