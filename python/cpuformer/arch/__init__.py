@@ -12,8 +12,6 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 from . import (
     clip,
-    deberta,
-    modernbert,
     native,
     swin,
     vit,
@@ -22,7 +20,7 @@ from . import (
 from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, Source, Tensor, canonical_shape
 
 #: Every registered architecture family, encoders first.
-ARCHS: Tuple[Arch, ...] = (native.BERTS + deberta.ARCHS + modernbert.ARCHS
+ARCHS: Tuple[Arch, ...] = (native.BERTS + native.DEBERTA_MODERNBERT
                            + xlnet.ARCHS + native.DECODERS + native.SEQ2SEQ
                            + vit.ARCHS + swin.ARCHS + clip.ARCHS)
 

@@ -83,10 +83,12 @@ def rope_inv_freq(config: Mapping[str, Any], head_dim: int) -> np.ndarray:
 #: The encoder families (csrc/models/arch/encoders.cc): BERT, RoBERTa, XLM-RoBERTa, DistilBERT, and
 #: those built on them: MPNet, ELECTRA and ALBERT.
 BERTS = archs("bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "albert")
+#: DeBERTa-v2/v3 and ModernBERT (csrc/models/arch/encoders.cc).
+DEBERTA_MODERNBERT = archs("deberta-v2", "modernbert")
 #: The decoder families (csrc/models/arch/decoders.cc): GPT-2 and the Llama family.
 DECODERS = archs("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 #: The encoder-decoder families (csrc/models/arch/seq2seq.cc): Marian, BART, mBART, M2M100 / NLLB,
 #: T5 and mT5.
 SEQ2SEQ = archs("marian", "bart", "mbart", "m2m100", "t5", "mt5")
 
-__all__ = ["BERTS", "DECODERS", "NativeArch", "SEQ2SEQ", "archs", "rope_inv_freq"]
+__all__ = ["BERTS", "DEBERTA_MODERNBERT", "DECODERS", "NativeArch", "SEQ2SEQ", "archs", "rope_inv_freq"]
