@@ -263,6 +263,16 @@ void register_arch(py::module_& m) {
       "The task head of `task` for family `family` (task, steps, tensors, shapes, labels: arch.heads.Head's fields), "
       "or None when the family has none.");
   m.def(
+      "arch_memory",
+      [](const std::string& family, const py::object& config) {
+        const Json json = config_json(config);
+        long mem_len = 0, reuse_len = 0;
+        if (!arch::family(family).memory(arch::Config{json}, mem_len, reuse_len)) return py::object(py::none());
+        return py::object(py::make_tuple(mem_len, reuse_len));
+      },
+      py::arg("family"), py::arg("config"),
+      "(mem_len, reuse_len) of a family with a Transformer-XL memory (XLNet), None for the others.");
+  m.def(
       "arch_labels",
       [](const py::object& config) {
         const Json json = config_json(config);

@@ -182,8 +182,11 @@ class ManifestSource : public TensorSource {
     long rows = s->shape.empty() ? 1 : s->shape[0];
     const bool transpose = entry.find("transpose") && entry.at("transpose").boolean();
     if (transpose) {
-      if (s->shape.size() != 2 || rule->type != ElementType::kFloat32) fail(key, "only 2-D float32 is transposed");
-      const long a = s->shape[0], b = s->shape[1];
+      // [a, b] -> [b, a]; a stored tensor of more axes (XLNet's [d_model, n_head, d_head]) is read as
+      // [first axis, the rest].
+      if (s->shape.size() < 2 || rule->type != ElementType::kFloat32)
+        fail(key, "only float32 of 2+ axes is transposed");
+      const long a = s->shape[0], b = s->shape[0] > 0 ? total / s->shape[0] : 0;
       std::vector<float>& out = own(total);
       const float* in = reinterpret_cast<const float*>(data);
       for (long i = 0; i < a; ++i)

@@ -177,9 +177,8 @@ static void test_open_errors(void) {
   snprintf(path, sizeof(path), "%s/cases.txt", models_dir);
   expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_IO, "is not a directory", "a file");
   snprintf(path, sizeof(path), "%s/damaged/plain_undeclared", models_dir);
-  expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL,
-         "convert the model with `cpuformer convert`",
-         "a plain directory of a family the C++ registry does not declare yet");
+  expect(cf_model_open(path, NULL, &model, &e), &e, CF_ERROR_INVALID_MODEL, "is not an architecture the C API opens",
+         "a plain directory of an image model");
   const char* damaged[][2] = {{"manifest_truncated", "JSON"},
                               {"weights_truncated", "model.safetensors"},
                               {"bad_version", "format_version 99"},

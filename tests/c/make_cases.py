@@ -81,6 +81,8 @@ def checkpoints(root: pathlib.Path) -> dict:
         "modernbert": transformers.ModernBertModel(transformers.ModernBertConfig(
             vocab_size=93, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48,
             max_position_embeddings=64, local_attention=4, global_attn_every_n_layers=2, pad_token_id=0)),
+        "xlnet": transformers.XLNetModel(transformers.XLNetConfig(
+            vocab_size=91, d_model=32, n_layer=2, n_head=4, d_inner=64)),
         "gpt2": transformers.GPT2LMHeadModel(transformers.GPT2Config(
             vocab_size=97, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=1, eos_token_id=2)),
         "llama": transformers.LlamaForCausalLM(transformers.LlamaConfig(
@@ -114,11 +116,11 @@ def main(argv: List[str]) -> int:
     sources = checkpoints(root)
     dtypes = {"bert": ["float32", "int8", "int4"], "gpt2": ["float32", "int8", "bfloat16", "int4"],
               "llama": ["float32", "int8", "float16"], "t5": ["float32", "int8"], "bart": ["float32"],
-              "deberta": [], "modernbert": []}
+              "deberta": [], "modernbert": [], "xlnet": []}
     # Converted directories, and plain ones opened in a dtype ("hf/bert@int8": MODEL@DTYPE; the C++
     # registry declares every family here, so the C API opens them without conversion too).
     runs = [(name, dtype, root / f"{name}-{dtype}", f"{name}-{dtype}") for name in sources for dtype in dtypes[name]]
-    runs += [(name, dtype, sources[name], f"hf-{name}-{dtype}") for name in ("bert", "deberta", "modernbert")
+    runs += [(name, dtype, sources[name], f"hf-{name}-{dtype}") for name in ("bert", "deberta", "modernbert", "xlnet")
              for dtype in ("float32", "int8")]
     for name, dtype, model_dir, tag in runs:
         src = sources[name]
@@ -128,7 +130,7 @@ def main(argv: List[str]) -> int:
         model = cf.load(model_dir, dtype=dtype if plain else None, num_threads=2)
         opened = f"hf/{name}@{dtype}" if plain else model_dir.name
         V = model.vocab_size if hasattr(model, "vocab_size") else model.config["vocab_size"]
-        if name in ("bert", "deberta", "modernbert"):  # encoders
+        if name in ("bert", "deberta", "modernbert", "xlnet"):  # encoders
             B, T = 3, 7
             ids = rng.integers(3, V, size=(B, T), dtype=np.int64)
             mask = np.ones((B, T), dtype=np.int64)
@@ -250,10 +252,10 @@ def main(argv: List[str]) -> int:
     weights = load_file(no_head / "model.safetensors")
     del weights["lm_head.weight"]
     save_file(weights, no_head / "model.safetensors")
-    undeclared = damaged / "plain_undeclared"  # a family the C++ registry does not declare yet
+    undeclared = damaged / "plain_undeclared"  # an image model: the C API runs text models only
     shutil.copytree(sources["bert"], undeclared)
     config = json.loads((undeclared / "config.json").read_text())
-    config.update(architectures=["XLNetModel"], model_type="xlnet")
+    config.update(architectures=["ViTModel"], model_type="vit")
     (undeclared / "config.json").write_text(json.dumps(config))
     bad_config = damaged / "plain_bad_config"
     shutil.copytree(sources["llama"], bad_config)

@@ -162,6 +162,9 @@ class Arch {
   virtual bool head(const Config& config, const TransformerConfig& hp, const std::string& task, Head& out) const {
     return false;
   }
+  // How a family with a Transformer-XL memory keeps it between calls (XLNet): config.json's mem_len
+  // and reuse_len (0: keep everything / append every token); false for a family without one.
+  virtual bool memory(const Config& config, long& mem_len, long& reuse_len) const { return false; }
 };
 
 // Every registered family, in the Python registry's order within its kinds.

@@ -82,9 +82,8 @@ std::pair<const Arch*, std::string> find_family(const Json& config) {
   const std::string described =
       names.empty() ? (model_type ? "model_type " + describe(*model_type) : "no architecture") : names[0];
   throw std::invalid_argument("config.json: " + described +
-                              " is not an architecture the C API opens from a plain Hugging Face directory "
-                              "(those are " +
-                              titles + "); convert the model with `cpuformer convert` first (docs/c-api.md)");
+                              " is not an architecture the C API opens (it opens the text families " + titles +
+                              "; image and CLIP models run in the Python package only: docs/c-api.md)");
 }
 
 // config_token_ids (python/cpuformer/_model_dir.py): a token id or a list of them (one only when
@@ -404,15 +403,14 @@ class Reader {
         if (m->second.tensor.rows_start >= 0) rows = std::max(rows, m->second.tensor.rows_stop);
       shape[0] = rows;
     }
-    if (!first.stored_shape.empty()) {
-      throw NotSupported(directory_ + ": tensor '" + name +
-                         "' needs a reshape the C loader does not apply yet (stored_shape)");
-    }
     const SafetensorsFile::Entry* e = file_.find(name);
     if (!e) throw std::invalid_argument(file_.path() + ": has no tensor '" + name + "'");
     std::vector<long> stored = shape;
     if (first.transpose) std::reverse(stored.begin(), stored.end());
     if (first.as_row) stored.insert(stored.begin(), 1);  // a vector stored as one row [1, n]
+    // Head axes split ([d_model, n_head, d_head]): read as stored, reshaped row-major (the loader
+    // transposes over the first axis against the rest).
+    if (!first.stored_shape.empty()) stored = first.stored_shape;
     if (e->shape != stored) {
       if (!first.rows_key.empty()) {
         throw std::invalid_argument("config.json: '" + first.rows_key + "' gives " + std::to_string(shape[0]) +

@@ -1,5 +1,5 @@
 // The encoder families declared in C++: BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ELECTRA and
-// ALBERT (post-norm encoders with learned positions), DeBERTa-v2/v3 and ModernBERT. Task-head checkpoints
+// ALBERT (post-norm encoders with learned positions), DeBERTa-v2/v3, ModernBERT and XLNet. Task-head checkpoints
 // (...ForSequenceClassification and the others) hold the encoder under a prefix ("bert.", "roberta.", "distilbert.")
 // and the head at the root; head() declares the heads of sequence and token classification, question answering and
 // masked LM (python/cpuformer/arch/heads.py has the step semantics).
@@ -1020,6 +1020,213 @@ class ModernBert : public Arch {
   }
 };
 
+// ---- XLNet ----------------------------------------------------------------------------------------
+// A post-norm encoder with Transformer-XL relative attention (csrc/layers/relative_attention_xl.h):
+// no position table, relative sinusoids projected by attn.position_k, content / position / segment
+// biases and segment embeddings; its q/k/v/o/r projections are stored [d_model, n_head, d_head]
+// (the stored_shape edit). A memory of earlier segments carries over between calls
+// (Encoder.encode_with_memory, memory()). Heads: the sequence summary + logits_proj, token
+// classification, XLNetForQuestionAnsweringSimple.
+
+// The longest segment cpuformer runs in one call. XLNet has no position table, so transformers sets
+// no limit; the attention costs grow with segment x (memory + segment), and longer texts are meant
+// to be read in segments that carry their memory.
+constexpr long kMaxSegment = 4096;
+
+const std::vector<std::pair<std::string, std::string>>& xlnet_activations() {
+  static const std::vector<std::pair<std::string, std::string>> table = {
+      {"gelu", "gelu"}, {"gelu_new", "gelu_tanh"}, {"gelu_pytorch_tanh", "gelu_tanh"},
+      {"relu", "relu"}, {"silu", "silu"},          {"swish", "silu"}};
+  return table;
+}
+
+class XLNet : public Arch {
+ public:
+  XLNet() {
+    kind = "encoder";
+    family = "xlnet";
+    title = "XLNet";
+    architectures = {"XLNetModel",
+                     "XLNetLMHeadModel",
+                     "XLNetForSequenceClassification",
+                     "XLNetForTokenClassification",
+                     "XLNetForQuestionAnsweringSimple",
+                     "XLNetForQuestionAnswering",
+                     "XLNetForMultipleChoice"};
+    model_types = {"xlnet"};
+    prefixes = {"", "transformer."};
+    ignored = {// The query stream's embedding of two-stream (pretraining) attention.
+               R"((transformer\.)?mask_emb)",
+               // Task heads (read when the model runs its head; the others are refused when the head is
+               // asked for): sequence summary, classifiers, question answering (the simple head and the
+               // beam-search one), the permutation-LM head of XLNetLMHeadModel.
+               R"(sequence_summary\..*)", R"(logits_proj\..*)", R"(classifier\..*)", R"(qa_outputs\..*)",
+               R"(start_logits\..*)", R"(end_logits\..*)", R"(answer_class\..*)", R"(lm_loss\..*)"};
+    // xlnet-base-cased's entries besides its sizes.
+    example = R"({"ff_activation": "gelu", "attn_type": "bi", "bi_data": false, "clamp_len": -1, )"
+              R"("layer_norm_eps": 1e-12, "mem_len": null, "reuse_len": null, "untie_r": true, "pad_token_id": 5})";
+  }
+
+  bool memory(const Config& config, long& mem_len, long& reuse_len) const override {
+    IntRule rule = IntRule().otherwise(0).at_least(0);
+    rule.has_maximum = false;
+    mem_len = config_int(config, "mem_len", rule);
+    reuse_len = config_int(config, "reuse_len", rule);
+    return true;
+  }
+
+  TransformerConfig hparams(const Config& config) const override {
+    const long hidden = config_int(config, "d_model", IntRule().otherwise(1024));
+    const long heads = config_int(config, "n_head", IntRule().otherwise(16));
+    if (hidden % heads) {
+      throw std::invalid_argument("config.json: d_model " + std::to_string(hidden) + " is not a multiple of n_head " +
+                                  std::to_string(heads));
+    }
+    const long head_dim = hidden / heads;
+    if (config.get("d_head") && config_int(config, "d_head") != head_dim) {
+      throw std::invalid_argument("config.json: d_head " + python_repr(*config.get("d_head")) +
+                                  " must be d_model / n_head = " + std::to_string(head_dim));
+    }
+    if (hidden % 2) {
+      throw std::invalid_argument("config.json: d_model " + std::to_string(hidden) +
+                                  " must be even (the relative position encoding is sin and cos halves)");
+    }
+    const Json* attention = config.raw("attn_type");
+    if (attention && !(attention->type() == Json::Type::kString && attention->string() == "bi")) {
+      throw NotSupported("config.json: attn_type " + python_repr(*attention) +
+                         " is not supported; only 'bi' (bidirectional) is");
+    }
+    const Json* bi_data = config.raw("bi_data");
+    not_supported(bi_data && !(bi_data->type() == Json::Type::kBool && !bi_data->boolean()),
+                  "bi_data (forward and backward position encodings in one batch, a pretraining setting) is not "
+                  "supported");
+    const long clamp = config_int(config, "clamp_len", IntRule().otherwise(-1).unbounded_below());
+    long mem_len = 0, reuse_len = 0;
+    memory(config, mem_len, reuse_len);  // its errors at load, not at the first call
+    TransformerConfig c;
+    c.kind = ModelKind::kEncoder;
+    c.vocab_size = config_int(config, "vocab_size", IntRule().otherwise(32000));
+    c.hidden_size = hidden;
+    c.num_layers = config_int(config, "n_layer", IntRule().otherwise(24));
+    c.num_heads = c.num_kv_heads = heads;
+    c.head_dim = head_dim;
+    c.intermediate_size = config_int(config, "d_inner", IntRule().otherwise(4096));
+    c.norm = NormKind::kLayer;
+    c.norm_eps = static_cast<float>(config_float(config, "layer_norm_eps", FloatRule().otherwise(1e-12).at_least(0.0)));
+    c.pre_norm = false;
+    c.activation = parse_config_choice<Activation>(
+        mapped(config, "ff_activation", "gelu", xlnet_activations(), "", true), "activation");
+    c.gated_ffn = false;
+    c.positions = Positions::kNone;
+    c.max_positions = kMaxSegment;
+    c.position_ids = PositionIds::kArange;
+    IntRule pad_rule = IntRule().otherwise(5).at_least(0);
+    pad_rule.has_maximum = false;
+    c.pad_token_id = config_int(config, "pad_token_id", pad_rule);
+    c.type_vocab_size = 0;
+    c.transformer_xl_attention = true;
+    c.relative_clamp = std::max(clamp, 0L);
+    return c;
+  }
+
+  Sources model_tensors(const Config&, const TransformerConfig&) const override {
+    Sources s;
+    s.add("embed.tokens", TensorDecl("word_embedding.weight"));
+    return s;
+  }
+
+  Sources stack_tensors(const Config&, const TransformerConfig&, const std::string&) const override {
+    return Sources();
+  }
+
+  Sources layer_tensors(const TransformerConfig& hp, const std::string&, long layer) const override {
+    const std::string p = "layer." + std::to_string(layer) + ".";
+    const std::vector<long> split = {hp.hidden_size, hp.num_heads, hp.head_dim};  // [d_model, n_head, d_head]
+    const std::vector<long> per_head = {hp.num_heads, hp.head_dim};
+    Sources s;
+    for (const auto& [name, stored] : std::vector<std::pair<const char*, const char*>>{
+             {"attn.q", "q"}, {"attn.k", "k"}, {"attn.v", "v"}, {"attn.position_k", "r"}}) {
+      TensorDecl t(p + "rel_attn." + stored);
+      t.transpose = true;
+      t.stored_shape = split;
+      s.add(name, t);
+    }
+    auto shaped = [](std::string name, std::vector<long> shape) {
+      TensorDecl t(std::move(name));
+      t.stored_shape = std::move(shape);
+      return t;
+    };
+    s.add("attn.o", shaped(p + "rel_attn.o", split));  // o[h, n, d]: [out, in] already
+    s.add("attn.content_bias", shaped(p + "rel_attn.r_w_bias", per_head));
+    s.add("attn.position_bias", shaped(p + "rel_attn.r_r_bias", per_head));
+    s.add("attn.segment_bias", shaped(p + "rel_attn.r_s_bias", per_head));
+    s.add("attn.segment_embed", shaped(p + "rel_attn.seg_embed", {2, hp.num_heads, hp.head_dim}));
+    s.weight_and_bias("attn_norm", p + "rel_attn.layer_norm");
+    s.weight_and_bias("ffn.up", p + "ff.layer_1");
+    s.weight_and_bias("ffn.down", p + "ff.layer_2");
+    s.weight_and_bias("ffn_norm", p + "ff.layer_norm");
+    return s;
+  }
+
+  // ---- task heads (transformers' XLNetFor* classes) ---------------------------------------------
+  bool head(const Config& config, const TransformerConfig& hp, const std::string& task, Head& out) const override {
+    const long H = hp.hidden_size;
+    if (task == "sequence_classification") {
+      // XLNetSequenceSummary (summary_type, summary_use_proj, summary_activation with XLNetConfig's
+      // defaults), then logits_proj.
+      const std::vector<std::string> names = labels(config);
+      HeadBuilder builder(task, names);
+      const Json* summary = config.raw("summary_type");
+      const std::string kind_of = !summary ? "last" : summary->type() == Json::Type::kString ? summary->string() : "";
+      if (kind_of == "last" || kind_of == "cls_index") {  // (cls_index without an index: the last token)
+        builder.last();
+      } else if (kind_of == "first") {
+        builder.first();
+      } else {
+        throw NotSupported("config.json: summary_type " + python_repr(*summary) +
+                           " is not supported; use 'last', 'first' or 'cls_index'");
+      }
+      not_supported(config.truthy("summary_proj_to_labels"),
+                    "summary_proj_to_labels true (a summary projected to the labels before logits_proj) is not "
+                    "supported");
+      const Json* use_proj = config.raw("summary_use_proj");
+      if (use_proj ? truthy(use_proj) : true) builder.dense("summary", "sequence_summary.summary.weight", {H, H});
+      const Json* activation = config.raw("summary_activation");
+      const bool none =
+          activation && (activation->is_null() || (activation->type() == Json::Type::kString &&
+                                                   (activation->string().empty() || activation->string() == "linear")));
+      if (!none) {
+        std::vector<std::pair<std::string, std::string>> table = xlnet_activations();
+        table.push_back({"tanh", "tanh"});
+        builder.act(mapped(config, "summary_activation", "tanh", table, "", true));
+      }
+      builder.dense("logits_proj", "logits_proj.weight", {static_cast<long>(names.size()), H}, "", true, true,
+                    "id2label");
+      out = builder.build();
+      return true;
+    }
+    if (task == "token_classification") {
+      out = linear_head(config, task, H);
+      return true;
+    }
+    if (task == "question_answering") {
+      // XLNetForQuestionAnsweringSimple (qa_outputs); XLNetForQuestionAnswering's beam-search head
+      // (start_n_top / end_n_top) is refused.
+      bool simple = false;
+      if (const Json* names = config.get("architectures")) {
+        if (names->type() == Json::Type::kArray) {
+          for (const Json& n : names->array())
+            simple = simple || (n.type() == Json::Type::kString && n.string() == "XLNetForQuestionAnsweringSimple");
+        }
+      }
+      if (!simple) return false;
+      out = linear_head(config, task, H);
+      return true;
+    }
+    return false;
+  }
+};
+
 }  // namespace
 
 void register_encoders(std::vector<std::unique_ptr<Arch>>& out) {
@@ -1032,6 +1239,7 @@ void register_encoders(std::vector<std::unique_ptr<Arch>>& out) {
   out.push_back(std::make_unique<Albert>());
   out.push_back(std::make_unique<DebertaV2>());
   out.push_back(std::make_unique<ModernBert>());
+  out.push_back(std::make_unique<XLNet>());
 }
 
 }  // namespace arch

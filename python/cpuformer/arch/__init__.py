@@ -15,13 +15,12 @@ from . import (
     native,
     swin,
     vit,
-    xlnet,
 )
 from .spec import KIND_CLASS, KIND_TEXT, KINDS, MATMUL, NORMS, Arch, Hparams, Source, Tensor, canonical_shape
 
 #: Every registered architecture family, encoders first.
-ARCHS: Tuple[Arch, ...] = (native.BERTS + native.DEBERTA_MODERNBERT
-                           + xlnet.ARCHS + native.DECODERS + native.SEQ2SEQ
+ARCHS: Tuple[Arch, ...] = (native.BERTS + native.DEBERTA_MODERNBERT_XLNET
+                           + native.DECODERS + native.SEQ2SEQ
                            + vit.ARCHS + swin.ARCHS + clip.ARCHS)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _core
 from .heads import Head, head_of
-from .spec import Arch, Hparams, Source, Tensor
+from .spec import Arch, Hparams, Memory, Source, Tensor
 
 _HPARAM_FIELDS = tuple(field.name for field in dataclasses.fields(Hparams))
 
@@ -59,6 +59,10 @@ class NativeArch(Arch):
         declared = _core.arch_head(self.family, _config(config), hp.as_dict(), task)
         return None if declared is None else head_of(declared)
 
+    def memory(self, config: Mapping[str, Any]) -> Optional[Memory]:
+        declared = _core.arch_memory(self.family, _config(config))
+        return None if declared is None else Memory(*declared)
+
     def layer_tensors(self, hp: Hparams, stack: str, layer: int) -> Dict[str, Tensor]:
         entries = _sources(_core.arch_tensors(self.family, "layer", None, hp.as_dict(), stack, layer))
         assert all(isinstance(entry, Tensor) for entry in entries.values())
@@ -83,12 +87,12 @@ def rope_inv_freq(config: Mapping[str, Any], head_dim: int) -> np.ndarray:
 #: The encoder families (csrc/models/arch/encoders.cc): BERT, RoBERTa, XLM-RoBERTa, DistilBERT, and
 #: those built on them: MPNet, ELECTRA and ALBERT.
 BERTS = archs("bert", "roberta", "xlm-roberta", "distilbert", "mpnet", "electra", "albert")
-#: DeBERTa-v2/v3 and ModernBERT (csrc/models/arch/encoders.cc).
-DEBERTA_MODERNBERT = archs("deberta-v2", "modernbert")
+#: DeBERTa-v2/v3, ModernBERT and XLNet (csrc/models/arch/encoders.cc).
+DEBERTA_MODERNBERT_XLNET = archs("deberta-v2", "modernbert", "xlnet")
 #: The decoder families (csrc/models/arch/decoders.cc): GPT-2 and the Llama family.
 DECODERS = archs("gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "phi3")
 #: The encoder-decoder families (csrc/models/arch/seq2seq.cc): Marian, BART, mBART, M2M100 / NLLB,
 #: T5 and mT5.
 SEQ2SEQ = archs("marian", "bart", "mbart", "m2m100", "t5", "mt5")
 
-__all__ = ["BERTS", "DEBERTA_MODERNBERT", "DECODERS", "NativeArch", "SEQ2SEQ", "archs", "rope_inv_freq"]
+__all__ = ["BERTS", "DEBERTA_MODERNBERT_XLNET", "DECODERS", "NativeArch", "SEQ2SEQ", "archs", "rope_inv_freq"]

@@ -158,6 +158,16 @@ class Tensor:
     stored_shape: Optional[Tuple[int, ...]] = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """How transformers' ``cache_mem`` keeps each layer's Transformer-XL memory between calls
+    (XLNet): the first ``reuse_len`` tokens of a call (0: all of them) are appended to the memory,
+    which then keeps its last ``mem_len`` tokens (0: all)."""
+
+    mem_len: int
+    reuse_len: int
+
+
 #: A canonical weight's source: a checkpoint tensor, or an array computed from the config.
 Source = Union[Tensor, np.ndarray]
 
@@ -212,7 +222,7 @@ class Arch:
         return None
 
     def memory(self, config: Mapping[str, Any]) -> Optional[Any]:
-        """How a family with a Transformer-XL memory keeps it between calls (XLNet: ``Memory``,
+        """How a family with a Transformer-XL memory keeps it between calls (XLNet: a ``Memory``,
         mem_len and reuse_len), or None for a family without one."""
         return None
 

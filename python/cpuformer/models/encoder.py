@@ -57,7 +57,7 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
             raise TypeError(f"head must be True or False, got {head!r}")
         self._tokenizer = None
         self._open(path, dtype, num_threads, "encoder", head=head, quantization=quantization)
-        #: Transformer-XL memory settings (XLNet: arch.xlnet.Memory), None for other families.
+        #: Transformer-XL memory settings (XLNet: arch.spec.Memory), None for other families.
         self._memory = self._arch.memory(self._model_dir.config)
 
     @property
