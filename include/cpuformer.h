@@ -76,8 +76,8 @@ typedef struct cf_open_options {
 CF_API void cf_open_options_init(cf_open_options* options);
 
 /* Opens the model directory `path` (options may be NULL): one written by `cpuformer convert`, or a
- * plain Hugging Face directory (config.json + model.safetensors) of a family the C++ architecture
- * registry declares: every text family (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ELECTRA,
+ * plain Hugging Face directory (config.json + model.safetensors or its shards) of a family the C++
+ * architecture registry declares: every text family (BERT, RoBERTa, XLM-RoBERTa, DistilBERT, MPNet, ELECTRA,
  * ALBERT, DeBERTa, ModernBERT, XLNet, GPT-2, Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3, Marian,
  * BART, mBART, M2M100 / NLLB, T5, mT5; a task-head checkpoint opens as its encoder; docs/c-api.md). */
 CF_API cf_status cf_model_open(const char* path, const cf_open_options* options, cf_model** model, cf_error* error);

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
@@ -247,6 +249,85 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
 
 SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(map_, map_size_);
+}
+
+SafetensorsSet SafetensorsSet::open_directory(const std::string& directory) {
+  SafetensorsSet set;
+  const std::string single = directory + "/model.safetensors";
+  const std::string index = directory + "/model.safetensors.index.json";
+  struct stat st;
+  auto add = [&set](SafetensorsFile file) {
+    for (const SafetensorsFile::Entry& e : file.entries()) {
+      const auto other = set.owner_.find(e.name);
+      if (other != set.owner_.end()) {
+        throw std::invalid_argument("tensor '" + e.name + "' is in both " + set.files_[other->second].path() + " and " +
+                                    file.path());
+      }
+      set.owner_[e.name] = set.files_.size();
+    }
+    set.files_.push_back(std::move(file));
+  };
+  if (::stat(single.c_str(), &st) == 0 || ::stat(index.c_str(), &st) != 0) {
+    set.source_ = single;
+    add(SafetensorsFile::open(single));  // (its own "no such file" error when neither exists)
+    return set;
+  }
+  set.source_ = index;
+  std::ifstream in(index, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) throw std::invalid_argument(index + ": cannot be read");
+  Json content;
+  try {
+    content = Json::parse(text.str());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(index + ": " + e.what());
+  }
+  const Json* weight_map = content.find("weight_map");
+  if (!weight_map || weight_map->type() != Json::Type::kObject) {
+    throw std::invalid_argument(index + ": 'weight_map' must be an object of tensor name -> shard file");
+  }
+  if (weight_map->object().empty()) throw std::invalid_argument(index + ": 'weight_map' names no tensors");
+  std::vector<std::string> shards;
+  for (const auto& item : weight_map->object()) {
+    if (item.second.type() != Json::Type::kString) {
+      throw std::invalid_argument(index + ": shard for tensor '" + item.first + "' must be a file name");
+    }
+    const std::string& shard = item.second.string();
+    if (shard.empty() || shard == "." || shard == ".." ||
+        shard.find_first_of(std::string("/\\\0", 3)) != std::string::npos) {
+      throw std::invalid_argument(index + ": shard '" + shard + "' for tensor '" + item.first +
+                                  "' must be a plain file name in the model directory");
+    }
+    if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);  // first appearance
+  }
+  for (const std::string& shard : shards) add(SafetensorsFile::open(directory + "/" + shard));
+  for (const auto& item : weight_map->object()) {
+    const auto owner = set.owner_.find(item.first);
+    if (owner == set.owner_.end() || set.files_[owner->second].path() != directory + "/" + item.second.string()) {
+      throw std::invalid_argument(index + ": maps tensor '" + item.first + "' to " + item.second.string() +
+                                  ", which has no such tensor");
+    }
+  }
+  return set;
+}
+
+const SafetensorsFile::Entry* SafetensorsSet::find(const std::string& name) const {
+  const auto owner = owner_.find(name);
+  return owner == owner_.end() ? nullptr : files_[owner->second].find(name);
+}
+
+std::vector<const SafetensorsFile::Entry*> SafetensorsSet::entries() const {
+  std::vector<const SafetensorsFile::Entry*> out;
+  for (const SafetensorsFile& file : files_)
+    for (const SafetensorsFile::Entry& e : file.entries()) out.push_back(&e);
+  return out;
+}
+
+void SafetensorsSet::release(const SafetensorsFile::Entry& entry) const {
+  const auto owner = owner_.find(entry.name);
+  if (owner == owner_.end()) throw std::invalid_argument(source_ + ": release() of an unknown entry");
+  files_[owner->second].release(entry);
 }
 
 const SafetensorsFile::Entry* SafetensorsFile::find(const std::string& name) const {

@@ -63,4 +63,27 @@ class SafetensorsFile {
   std::unordered_map<std::string, std::size_t> index_;  // name -> position in entries_
 };
 
+// The weights of a model directory: model.safetensors, or else the shards that
+// model.safetensors.index.json names ({"weight_map": {tensor: shard file}}), as the Python loader
+// reads them (python/cpuformer/_model_dir.py): every tensor of every shard, a name in two shards
+// refused, each weight_map entry checked against its shard. Errors are std::invalid_argument naming
+// the file.
+class SafetensorsSet {
+ public:
+  static SafetensorsSet open_directory(const std::string& directory);
+
+  const SafetensorsFile::Entry* find(const std::string& name) const;  // nullptr if absent
+  // Every tensor, file by file, each file in header order.
+  std::vector<const SafetensorsFile::Entry*> entries() const;
+  // SafetensorsFile::release on the file that holds `entry`.
+  void release(const SafetensorsFile::Entry& entry) const;
+  // What messages name: model.safetensors, or the index.
+  const std::string& source() const { return source_; }
+
+ private:
+  std::vector<SafetensorsFile> files_;
+  std::unordered_map<std::string, std::size_t> owner_;  // tensor name -> index in files_
+  std::string source_;
+};
+
 }  // namespace cpuformer::io

@@ -26,6 +26,7 @@ namespace {
 
 using io::Json;
 using io::SafetensorsFile;
+using io::SafetensorsSet;
 
 // A JSON object as a ConfigReader source.
 struct JsonValues {
@@ -99,7 +100,7 @@ const std::vector<TypeRule>& type_rules() {
 // resolved on first use; edited tensors (transposed, 1 + w) and computed ones are owned here.
 class ManifestSource : public TensorSource {
  public:
-  ManifestSource(const Json& entries, const SafetensorsFile& file, std::string where)
+  ManifestSource(const Json& entries, const SafetensorsSet& file, std::string where)
       : entries_(entries), file_(file), where_(std::move(where)) {}
 
   bool contains(const std::string& key) const override { return entries_.find(key) != nullptr; }
@@ -225,7 +226,7 @@ class ManifestSource : public TensorSource {
   }
 
   const Json& entries_;
-  const SafetensorsFile& file_;
+  const SafetensorsSet& file_;
   std::string where_;
   mutable std::map<std::string, TensorView> views_;
   mutable std::vector<std::vector<float>> owned_;
@@ -331,7 +332,7 @@ std::unique_ptr<GraphModel> load_graph(const std::string& directory, const std::
   }
 
   const TransformerConfig& c = model->config;
-  const SafetensorsFile file = SafetensorsFile::open(directory + "/model.safetensors");
+  const SafetensorsSet file = SafetensorsSet::open_directory(directory);
   const Json& tensors = manifest.at("tensors");
   const char* what = c.kind == ModelKind::kEncoder ? "encoder" : c.kind == ModelKind::kDecoder ? "decoder" : "seq2seq";
   model->builder = std::make_unique<ModelBuilder>(what);

@@ -195,7 +195,7 @@ static void test_open_errors(void) {
                               {"packed_bad_magic", "damaged packed-weights file: bad header (no CFPACKED magic)"},
                               {"packed_shape", "matrix 'decoder.layers.0.qkv' is [128, 32], the model's is [96, 32]"},
                               {"plain_stray", "tensors that GPT-2 models do not use: extra.weight"},
-                              {"plain_sharded", "a sharded checkpoint"},
+                              {"plain_missing_shard", "model-00002-of-00002.safetensors: no such file"},
                               {"plain_no_head", "has no lm_head.weight and tie_word_embeddings is false"},
                               {"plain_bad_config", "hidden_act 'relu' is not supported; the Llama family uses 'silu'"}};
   for (size_t i = 0; i < sizeof(damaged) / sizeof(damaged[0]); ++i) {

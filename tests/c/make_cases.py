@@ -165,7 +165,17 @@ def main(argv: List[str]) -> int:
     weights = load_file(bf16 / "model.safetensors")
     save_torch_file({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in weights.items()},
                     bf16 / "model.safetensors")
+    # hf/gpt2-sharded holds GPT-2's tensors in two shards named by model.safetensors.index.json.
+    sharded = root / "hf" / "gpt2-sharded"
+    shutil.copytree(sources["gpt2"], sharded, ignore=shutil.ignore_patterns("model.safetensors"))
+    weights = load_file(sources["gpt2"] / "model.safetensors")
+    names = list(weights)
+    shard_of = {name: f"model-0000{1 + i % 2}-of-00002.safetensors" for i, name in enumerate(names)}
+    for shard in sorted(set(shard_of.values())):
+        save_file({n: weights[n] for n in names if shard_of[n] == shard}, sharded / shard)
+    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shard_of}))
     for tag, src, dtype in (("gpt2", sources["gpt2"], "float32"), ("gpt2", sources["gpt2"], "int8"),
+                            ("gpt2-sharded", sharded, "int8"),
                             ("llama", sources["llama"], "float32"), ("llama", sources["llama"], "int4"),
                             ("llama-bf16", bf16, "float32"), ("llama-bf16", bf16, "int8"),
                             ("t5", sources["t5"], "float32"), ("t5", sources["t5"], "int8"),
@@ -242,11 +252,9 @@ def main(argv: List[str]) -> int:
     weights = load_file(stray / "model.safetensors")
     weights["extra.weight"] = np.ones(3, dtype=np.float32)
     save_file(weights, stray / "model.safetensors")
-    sharded = damaged / "plain_sharded"
-    shutil.copytree(plain, sharded)
-    (sharded / "model.safetensors").rename(sharded / "model-00001-of-00001.safetensors")
-    (sharded / "model.safetensors.index.json").write_text(json.dumps(
-        {"weight_map": {k: "model-00001-of-00001.safetensors" for k in load_file(plain / "model.safetensors")}}))
+    missing_shard = damaged / "plain_missing_shard"
+    shutil.copytree(root / "hf" / "gpt2-sharded", missing_shard)
+    (missing_shard / "model-00002-of-00002.safetensors").unlink()
     no_head = damaged / "plain_no_head"  # llama's head is untied
     shutil.copytree(sources["llama"], no_head)
     weights = load_file(no_head / "model.safetensors")

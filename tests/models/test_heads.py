@@ -492,12 +492,15 @@ def test_classify_bad_input(tmp_path, minilm_dir):
 
 
 def test_mean_step_averages_only_unpadded_tokens():
-    from cpuformer.arch.heads import HeadBuilder
+    from cpuformer.arch.heads import Head
+    from cpuformer.arch.spec import Tensor
     from cpuformer.models._heads import TaskHead
 
     rng = np.random.default_rng(6)
     weight = rng.standard_normal((3, 8)).astype(np.float32)
-    head = HeadBuilder("sequence_classification", ("a", "b", "c")).mean().dense("out", "out.weight", (3, 8)).build()
+    head = Head("sequence_classification", (("mean",), ("dense", "head.out")),
+                {"head.out": Tensor("out.weight"), "head.out.bias": Tensor("out.bias")},
+                {"head.out": (3, 8), "head.out.bias": (3,)}, ("a", "b", "c"))
     run = TaskHead(head, {"head.out": weight, "head.out.bias": np.zeros(3, np.float32)}, "float32")
     hidden = rng.standard_normal((2, 5, 8)).astype(np.float32)
     hidden[1, 3:] = np.nan  # padding may hold anything

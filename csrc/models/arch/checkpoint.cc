@@ -250,7 +250,7 @@ struct JsonWriter {
 // The canonical weights of one checkpoint, as Python's weights.Checkpoint reads a plain one.
 class Reader {
  public:
-  Reader(const std::string& directory, const Arch& arch, const TransformerConfig& hp, const SafetensorsFile& file)
+  Reader(const std::string& directory, const Arch& arch, const TransformerConfig& hp, const io::SafetensorsSet& file)
       : directory_(directory), arch_(arch), hp_(hp), file_(file) {}
 
   void set_prefix(const TensorDecl& embed) {
@@ -324,11 +324,11 @@ class Reader {
     std::vector<std::regex> ignored;
     for (const std::string& pattern : arch_.ignored) ignored.emplace_back(pattern, std::regex::ECMAScript);
     std::vector<std::string> stray;
-    for (const SafetensorsFile::Entry& e : file_.entries()) {
-      if (used_.count(e.name) || e.name == head_ignored) continue;
+    for (const SafetensorsFile::Entry* e : file_.entries()) {
+      if (used_.count(e->name) || e->name == head_ignored) continue;
       bool known = false;
-      for (const std::regex& r : ignored) known = known || std::regex_match(e.name, r);
-      if (!known) stray.push_back(e.name);
+      for (const std::regex& r : ignored) known = known || std::regex_match(e->name, r);
+      if (!known) stray.push_back(e->name);
     }
     if (!tied) check_tied_copies();
     if (stray.empty()) return;
@@ -404,7 +404,7 @@ class Reader {
       shape[0] = rows;
     }
     const SafetensorsFile::Entry* e = file_.find(name);
-    if (!e) throw std::invalid_argument(file_.path() + ": has no tensor '" + name + "'");
+    if (!e) throw std::invalid_argument(file_.source() + ": has no tensor '" + name + "'");
     std::vector<long> stored = shape;
     if (first.transpose) std::reverse(stored.begin(), stored.end());
     if (first.as_row) stored.insert(stored.begin(), 1);  // a vector stored as one row [1, n]
@@ -416,11 +416,11 @@ class Reader {
         throw std::invalid_argument("config.json: '" + first.rows_key + "' gives " + std::to_string(shape[0]) +
                                     " rows, but the checkpoint's " + name + " has shape " + shape_text(e->shape));
       }
-      throw std::invalid_argument(file_.path() + ": tensor '" + name + "' has shape " + shape_text(e->shape) +
+      throw std::invalid_argument(file_.source() + ": tensor '" + name + "' has shape " + shape_text(e->shape) +
                                   ", expected " + shape_text(stored));
     }
     if (e->dtype != "F32" && e->dtype != "F16" && e->dtype != "BF16") {
-      throw std::invalid_argument(file_.path() + ": tensor '" + name + "' is stored as " + e->dtype +
+      throw std::invalid_argument(file_.source() + ": tensor '" + name + "' is stored as " + e->dtype +
                                   "; a plain checkpoint's weights are F32, F16 or BF16");
     }
     for (const auto* m : members) {
@@ -441,7 +441,7 @@ class Reader {
   const std::string& directory_;
   const Arch& arch_;
   const TransformerConfig& hp_;
-  const SafetensorsFile& file_;
+  const io::SafetensorsSet& file_;
   std::string prefix_;
   std::set<std::string> used_;
 };
@@ -510,16 +510,12 @@ Json plain_manifest(const std::string& directory, const Json& config, const Json
   if (hp.num_kv_heads == 0) hp.num_kv_heads = hp.num_heads;
   if (hp.embedding_size == 0) hp.embedding_size = hp.hidden_size;
 
-  const std::string weights = directory + "/model.safetensors";
-  if (!exists(weights)) {
-    if (exists(directory + "/model.safetensors.index.json")) {
-      throw NotSupported(directory +
-                         ": a sharded checkpoint (model.safetensors.index.json); the C API reads one "
-                         "model.safetensors: convert the model with `cpuformer convert` first");
-    }
-    throw std::invalid_argument(directory + ": has no model.safetensors (the C API reads safetensors checkpoints)");
+  if (!exists(directory + "/model.safetensors") && !exists(directory + "/model.safetensors.index.json")) {
+    throw std::invalid_argument(directory +
+                                ": has no model.safetensors or model.safetensors.index.json (the C API reads "
+                                "safetensors checkpoints)");
   }
-  const SafetensorsFile file = SafetensorsFile::open(weights);
+  const io::SafetensorsSet file = io::SafetensorsSet::open_directory(directory);
   Reader reader(directory, *arch, hp, file);
 
   const Config c{config};

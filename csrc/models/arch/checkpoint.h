@@ -1,4 +1,4 @@
-// A plain Hugging Face directory (config.json + model.safetensors) as a graph manifest, computed by
+// A plain Hugging Face directory (config.json + model.safetensors or its shards) as a graph manifest, computed by
 // the architecture registry (models/arch/arch.h): the same manifest `cpuformer convert` writes for a
 // converted directory (docs/c-api.md), with every entry naming a float32 (or float16 / bfloat16)
 // checkpoint tensor that the C++ model packs into the requested dtype at load. The C API

@@ -18,14 +18,16 @@ sequence classification, [B, T, labels] for token classification, [B, T, 2] for 
 answering (start and end logits), [B, T, vocab] for masked LM.
 
 The task comes from the checkpoint's class name (``task_of``); which tasks a family has, and their
-tensors, from ``Arch.head``. A checkpoint whose task the family does not declare is refused
-(``cpuformer.Encoder(path, head=False)`` still opens its encoder).
+tensors, from ``Arch.head``: the C++ registry declares them (``arch::HeadBuilder``,
+csrc/models/arch/arch.h) and ``head_of`` turns a declaration into a ``Head``. A checkpoint whose
+task the family does not declare is refused (``cpuformer.Encoder(path, head=False)`` still opens
+its encoder).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .. import _core
 from .spec import Tensor
@@ -70,69 +72,6 @@ class Head:
         return ("pooler",) in self.steps
 
 
-class HeadBuilder:
-    """Declares a head step by step: ``HeadBuilder(task).first().dense(...).act("tanh").dense(...).build()``."""
-
-    def __init__(self, task: str, labels: Tuple[str, ...] = ()):
-        assert task in TASKS, task
-        self.task, self.labels = task, labels
-        self.steps: List[Tuple[Any, ...]] = []
-        self.tensors: Dict[str, Tensor] = {}
-        self.shapes: Dict[str, Tuple[int, ...]] = {}
-
-    def first(self) -> "HeadBuilder":
-        self.steps.append(("first",))
-        return self
-
-    def last(self) -> "HeadBuilder":
-        self.steps.append(("last",))
-        return self
-
-    def mean(self) -> "HeadBuilder":
-        self.steps.append(("mean",))
-        return self
-
-    def pooler(self) -> "HeadBuilder":
-        self.steps.append(("pooler",))
-        return self
-
-    def dense(self, name: str, weight: str, shape: Tuple[int, int], bias: Optional[str] = "",
-              root: bool = True, rows_key: str = "", bias_root: Optional[bool] = None) -> "HeadBuilder":
-        """``head.<name>`` from checkpoint tensor ``weight`` [out, in]; bias: its tensor ("" for the
-        weight's ``.bias`` sibling, None for no bias). root: the names are from the checkpoint's
-        root, not below the body's prefix (bias_root: the bias's, when it differs)."""
-        canonical = f"head.{name}"
-        self.tensors[canonical] = Tensor(weight, root=root, rows_key=rows_key)
-        self.shapes[canonical] = shape
-        if bias is not None:
-            bias_name = bias or weight[:-len("weight")] + "bias"
-            self.tensors[canonical + ".bias"] = Tensor(bias_name, root=root if bias_root is None else bias_root,
-                                                       rows_key=rows_key)
-            self.shapes[canonical + ".bias"] = shape[:1]
-        self.steps.append(("dense", canonical))
-        return self
-
-    def act(self, activation: str) -> "HeadBuilder":
-        assert activation in HEAD_ACTIVATIONS, activation
-        self.steps.append(("act", activation))
-        return self
-
-    def norm(self, name: str, checkpoint: str, size: int, eps: float, bias: bool = True,
-             root: bool = True) -> "HeadBuilder":
-        """A LayerNorm ``head.<name>`` from ``<checkpoint>.weight`` (and ``.bias``)."""
-        canonical = f"head.{name}"
-        self.tensors[canonical] = Tensor(checkpoint + ".weight", root=root)
-        self.shapes[canonical] = (size,)
-        if bias:
-            self.tensors[canonical + ".bias"] = Tensor(checkpoint + ".bias", root=root)
-            self.shapes[canonical + ".bias"] = (size,)
-        self.steps.append(("norm", canonical, float(eps)))
-        return self
-
-    def build(self) -> Head:
-        return Head(self.task, tuple(self.steps), dict(self.tensors), dict(self.shapes), self.labels)
-
-
 def head_of(declared: Mapping[str, Any]) -> Head:
     """A Head from the C++ registry's declaration (``_core.arch_head``: task, steps, tensors as
     Tensor fields, shapes, labels)."""
@@ -142,13 +81,6 @@ def head_of(declared: Mapping[str, Any]) -> Head:
                 tuple(declared["labels"]))
 
 
-def linear_head(config: Mapping[str, Any], task: str, hidden: int) -> Head:
-    """The heads that are one linear layer on every token's hidden state, as most families have
-    them: token classification (``classifier``, a row per label) and question answering
-    (``qa_outputs``: start and end logits). Declared by the C++ registry (csrc/models/arch/arch.cc)."""
-    return head_of(_core.arch_linear_head(dict(config), task, hidden))
-
-
 def labels(config: Mapping[str, Any]) -> Tuple[str, ...]:
     """The class labels of a classification checkpoint in id order: config.json's ``id2label``
     (keys 0..n-1), else ``LABEL_0``... for ``num_labels`` (default 2, as transformers). Read by the
@@ -156,5 +88,4 @@ def labels(config: Mapping[str, Any]) -> Tuple[str, ...]:
     return tuple(_core.arch_labels(dict(config)))
 
 
-__all__ = ["HEAD_ACTIVATIONS", "TASKS", "TASK_SUFFIXES", "TASK_TEXT", "Head", "HeadBuilder", "head_of", "labels",
-           "linear_head", "task_of"]
+__all__ = ["HEAD_ACTIVATIONS", "TASKS", "TASK_SUFFIXES", "TASK_TEXT", "Head", "head_of", "labels", "task_of"]

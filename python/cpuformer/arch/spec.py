@@ -216,7 +216,7 @@ class Arch:
         raise NotImplementedError
 
     def head(self, config: Mapping[str, Any], hp: Hparams, task: str) -> Optional[Any]:
-        """The task head (an ``arch.heads.Head``, declared with ``HeadBuilder``) of ``task``
+        """The task head (an ``arch.heads.Head``; C++ families declare it with ``arch::HeadBuilder``) of ``task``
         (``arch.heads.TASKS``) for this config, or None when the family has no such head (the
         checkpoint is then refused, naming the task)."""
         return None
