@@ -75,28 +75,6 @@ struct DictWriter {
   }
 };
 
-// The fields of a Python hparams dict that it has (the weight format keeps its defaults).
-struct PresentValues {
-  const py::dict& dict;
-  bool has(const char* name) const { return dict.contains(name); }
-  py::handle value(const char* name) const { return dict[py::str(name)]; }
-  std::string string(const char* name) const { return value(name).cast<std::string>(); }
-  long integer(const char* name) const { return value(name).cast<long>(); }
-  double number(const char* name) const { return value(name).cast<double>(); }
-  bool boolean(const char* name) const { return value(name).cast<bool>(); }
-};
-
-TransformerConfig hparams_from(const py::dict& hp) {
-  TransformerConfig c;
-  PresentValues values{hp};
-  std::set<std::string> seen;
-  ConfigReader<PresentValues> reader{values, seen};
-  c.fields([&](const char* name, auto& field) {
-    if (values.has(name)) reader(name, field);
-  });
-  return c;
-}
-
 py::object source_object(const arch::Source& s) {
   if (s.computed) {
     py::array_t<float> a(s.shape);
@@ -240,7 +218,7 @@ void register_arch(py::module_& m) {
       [](const std::string& family, const std::string& part, const py::object& config, const py::dict& hp,
          const std::string& stack, long layer) {
         const arch::Arch& a = arch::family(family);
-        const TransformerConfig c = hparams_from(hp);
+        const TransformerConfig c = partial_transformer_config(hp);
         if (part == "layer") return sources_dict(a.layer_tensors(c, stack, layer));
         const Json json = config_json(config);
         if (part == "model") return sources_dict(a.model_tensors(arch::Config{json}, c));
@@ -256,7 +234,8 @@ void register_arch(py::module_& m) {
       [](const std::string& family, const py::object& config, const py::dict& hp, const std::string& task) {
         const Json json = config_json(config);
         arch::Head head;
-        if (!arch::family(family).head(arch::Config{json}, hparams_from(hp), task, head)) return py::object(py::none());
+        if (!arch::family(family).head(arch::Config{json}, partial_transformer_config(hp), task, head))
+          return py::object(py::none());
         return head_object(head);
       },
       py::arg("family"), py::arg("config"), py::arg("hparams"), py::arg("task"),

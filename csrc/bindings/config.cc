@@ -71,6 +71,17 @@ TransformerConfig transformer_config(const py::dict& config) {
   return c;
 }
 
+TransformerConfig partial_transformer_config(const py::dict& fields) {
+  TransformerConfig c;
+  std::set<std::string> seen;
+  DictValues values{fields};
+  ConfigReader<DictValues> reader{values, seen};
+  c.fields([&](const char* name, auto& field) {
+    if (values.has(name)) reader(name, field);
+  });
+  return c;
+}
+
 void register_config(py::module_& m) {
   m.def("transformer_config_fields", &transformer_config_fields,
         "The fields of the model config every model binding takes, in declaration order (TransformerConfig).");

@@ -22,6 +22,10 @@ std::vector<std::string> transformer_config_fields();
 // (TransformerConfig::validate()).
 TransformerConfig transformer_config(const pybind11::dict& config);
 
+// The fields `fields` has (cpuformer.arch.Hparams as a dict), the others at their defaults; not
+// validated (the architecture registry's tensor declarations read the widths).
+TransformerConfig partial_transformer_config(const pybind11::dict& fields);
+
 // The generation options of every generating binding, from the dict the Python layer checked
 // (GenerationOptions::fields()): a missing option keeps its default; a key that is neither an
 // option nor in `extra` (a model kind's own, e.g. decoder_start_token_id) is a ValueError.

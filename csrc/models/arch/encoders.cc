@@ -4,6 +4,7 @@
 // and the head at the root; head() declares the heads of sequence and token classification, question answering and
 // masked LM (python/cpuformer/arch/heads.py has the step semantics).
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <stdexcept>
@@ -25,6 +26,14 @@ const char* const kHeads[] = {"Model",
                               "ForTokenClassification",
                               "ForQuestionAnswering",
                               "ForMultipleChoice"};
+
+// The weights (and biases) of a post-norm BERT-style layer: q, k, v, o, the attention norm, up,
+// down and the feed-forward norm, from their checkpoint names below `p`, in that order.
+void post_norm_layer(Sources& s, const std::string& p, const std::array<const char*, 8>& names) {
+  static const char* const canonical[] = {"attn.q",    "attn.k", "attn.v",   "attn.o",
+                                          "attn_norm", "ffn.up", "ffn.down", "ffn_norm"};
+  for (std::size_t i = 0; i < names.size(); ++i) s.weight_and_bias(canonical[i], p + names[i]);
+}
 
 void check(const TransformerConfig& hp) {
   if (hp.hidden_size % hp.num_heads) {
@@ -99,12 +108,7 @@ class Bert : public Arch {
 
   Sources model_tensors(const Config&, const TransformerConfig& hp) const override {
     Sources s;
-    s.add("embed.tokens", TensorDecl("embeddings.word_embeddings.weight"));
-    // A table the config does not describe would be read with the wrong row count.
-    TensorDecl types("embeddings.token_type_embeddings.weight");
-    types.optional = hp.type_vocab_size == 0;
-    types.rows_key = "type_vocab_size";
-    s.add("embed.token_types", types);
+    embedding_tables(s, hp);
     s.weight_and_bias("pooler", "pooler.dense", Sources::kRequired, TensorDecl().may_be_absent());
     return s;
   }
@@ -119,14 +123,9 @@ class Bert : public Arch {
   Sources layer_tensors(const TransformerConfig&, const std::string&, long layer) const override {
     const std::string p = "encoder.layer." + std::to_string(layer) + ".";
     Sources s;
-    s.weight_and_bias("attn.q", p + "attention.self.query");
-    s.weight_and_bias("attn.k", p + "attention.self.key");
-    s.weight_and_bias("attn.v", p + "attention.self.value");
-    s.weight_and_bias("attn.o", p + "attention.output.dense");
-    s.weight_and_bias("attn_norm", p + "attention.output.LayerNorm");
-    s.weight_and_bias("ffn.up", p + "intermediate.dense");
-    s.weight_and_bias("ffn.down", p + "output.dense");
-    s.weight_and_bias("ffn_norm", p + "output.LayerNorm");
+    post_norm_layer(s, p,
+                    {"attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+                     "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm"});
     return s;
   }
 
@@ -162,6 +161,16 @@ class Bert : public Arch {
       return true;
     }
     return false;
+  }
+
+  // The word and token-type tables (a token-type table the config does not describe would be read
+  // with the wrong row count).
+  void embedding_tables(Sources& s, const TransformerConfig& hp) const {
+    s.add("embed.tokens", TensorDecl("embeddings.word_embeddings.weight"));
+    TensorDecl types("embeddings.token_type_embeddings.weight");
+    types.optional = hp.type_vocab_size == 0;
+    types.rows_key = "type_vocab_size";
+    s.add("embed.token_types", types);
   }
 
   // BERT: classifier(pooler output).
@@ -266,14 +275,9 @@ class DistilBert : public Bert {
   Sources layer_tensors(const TransformerConfig&, const std::string&, long layer) const override {
     const std::string p = "transformer.layer." + std::to_string(layer) + ".";
     Sources s;
-    s.weight_and_bias("attn.q", p + "attention.q_lin");
-    s.weight_and_bias("attn.k", p + "attention.k_lin");
-    s.weight_and_bias("attn.v", p + "attention.v_lin");
-    s.weight_and_bias("attn.o", p + "attention.out_lin");
-    s.weight_and_bias("attn_norm", p + "sa_layer_norm");
-    s.weight_and_bias("ffn.up", p + "ffn.lin1");
-    s.weight_and_bias("ffn.down", p + "ffn.lin2");
-    s.weight_and_bias("ffn_norm", p + "output_layer_norm");
+    post_norm_layer(s, p,
+                    {"attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "sa_layer_norm",
+                     "ffn.lin1", "ffn.lin2", "output_layer_norm"});
     return s;
   }
 };
@@ -353,11 +357,7 @@ class Electra : public Bert {
 
   Sources model_tensors(const Config&, const TransformerConfig& hp) const override {
     Sources s;
-    s.add("embed.tokens", TensorDecl("embeddings.word_embeddings.weight"));
-    TensorDecl types("embeddings.token_type_embeddings.weight");
-    types.optional = hp.type_vocab_size == 0;
-    types.rows_key = "type_vocab_size";
-    s.add("embed.token_types", types);
+    embedding_tables(s, hp);
     if (hp.embedding_width() != hp.hidden_size) s.weight_and_bias("embed.project", "embeddings_project");
     return s;
   }
@@ -415,11 +415,7 @@ class Albert : public Bert {
 
   Sources model_tensors(const Config&, const TransformerConfig& hp) const override {
     Sources s;
-    s.add("embed.tokens", TensorDecl("embeddings.word_embeddings.weight"));
-    TensorDecl types("embeddings.token_type_embeddings.weight");
-    types.optional = hp.type_vocab_size == 0;
-    types.rows_key = "type_vocab_size";
-    s.add("embed.token_types", types);
+    embedding_tables(s, hp);
     s.weight_and_bias("embed.project", "encoder.embedding_hidden_mapping_in");
     s.weight_and_bias("pooler", "pooler", Sources::kRequired, TensorDecl().may_be_absent());
     return s;
@@ -429,14 +425,9 @@ class Albert : public Bert {
     // layer: the group (its weights run num_hidden_layers / num_hidden_groups times)
     const std::string p = "encoder.albert_layer_groups." + std::to_string(layer) + ".albert_layers.0.";
     Sources s;
-    s.weight_and_bias("attn.q", p + "attention.query");
-    s.weight_and_bias("attn.k", p + "attention.key");
-    s.weight_and_bias("attn.v", p + "attention.value");
-    s.weight_and_bias("attn.o", p + "attention.dense");
-    s.weight_and_bias("attn_norm", p + "attention.LayerNorm");
-    s.weight_and_bias("ffn.up", p + "ffn");
-    s.weight_and_bias("ffn.down", p + "ffn_output");
-    s.weight_and_bias("ffn_norm", p + "full_layer_layer_norm");
+    post_norm_layer(s, p,
+                    {"attention.query", "attention.key", "attention.value", "attention.dense", "attention.LayerNorm",
+                     "ffn", "ffn_output", "full_layer_layer_norm"});
     return s;
   }
 };
@@ -504,14 +495,9 @@ class MPNet : public Roberta {
   Sources layer_tensors(const TransformerConfig&, const std::string&, long layer) const override {
     const std::string p = "encoder.layer." + std::to_string(layer) + ".";
     Sources s;
-    s.weight_and_bias("attn.q", p + "attention.attn.q");
-    s.weight_and_bias("attn.k", p + "attention.attn.k");
-    s.weight_and_bias("attn.v", p + "attention.attn.v");
-    s.weight_and_bias("attn.o", p + "attention.attn.o");
-    s.weight_and_bias("attn_norm", p + "attention.LayerNorm");
-    s.weight_and_bias("ffn.up", p + "intermediate.dense");
-    s.weight_and_bias("ffn.down", p + "output.dense");
-    s.weight_and_bias("ffn_norm", p + "output.LayerNorm");
+    post_norm_layer(s, p,
+                    {"attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o",
+                     "attention.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm"});
     return s;
   }
 };
@@ -716,14 +702,10 @@ class DebertaV2 : public Arch {
   Sources layer_tensors(const TransformerConfig& hp, const std::string&, long layer) const override {
     const std::string p = "encoder.layer." + std::to_string(layer) + ".";
     Sources s;
-    s.weight_and_bias("attn.q", p + "attention.self.query_proj");
-    s.weight_and_bias("attn.k", p + "attention.self.key_proj");
-    s.weight_and_bias("attn.v", p + "attention.self.value_proj");
-    s.weight_and_bias("attn.o", p + "attention.output.dense");
-    s.weight_and_bias("attn_norm", p + "attention.output.LayerNorm");
-    s.weight_and_bias("ffn.up", p + "intermediate.dense");
-    s.weight_and_bias("ffn.down", p + "output.dense");
-    s.weight_and_bias("ffn_norm", p + "output.LayerNorm");
+    post_norm_layer(
+        s, p,
+        {"attention.self.query_proj", "attention.self.key_proj", "attention.self.value_proj", "attention.output.dense",
+         "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm"});
     if (!hp.share_attention_key) {
       if (hp.position_to_content) s.weight_and_bias("attn.position_q", p + "attention.self.pos_query_proj");
       if (hp.content_to_position) s.weight_and_bias("attn.position_k", p + "attention.self.pos_key_proj");
