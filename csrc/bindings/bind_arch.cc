@@ -252,6 +252,13 @@ void register_arch(py::module_& m) {
       py::arg("family"), py::arg("config"),
       "(mem_len, reuse_len) of a family with a Transformer-XL memory (XLNet), None for the others.");
   m.def(
+      "canonical_shape",
+      [](const std::string& name, const py::dict& hp) {
+        return py::tuple(py::cast(arch::canonical_shape(name, partial_transformer_config(hp))));
+      },
+      py::arg("name"), py::arg("hparams"),
+      "The shape of canonical weight `name` for a model of hyperparameters `hparams` (csrc/models/arch/checkpoint.h).");
+  m.def(
       "arch_labels",
       [](const py::object& config) {
         const Json json = config_json(config);

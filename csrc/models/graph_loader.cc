@@ -169,15 +169,7 @@ class ManifestSource : public TensorSource {
     for (long d : s->shape) total *= d;
     if (rule->type == ElementType::kFloat32 && s->dtype != "F32") {  // F16 / BF16 of a plain checkpoint
       std::vector<float>& wide = own(total);
-      const uint16_t* in = static_cast<const uint16_t*>(s->data);
-      if (s->dtype == "BF16") {
-        for (long i = 0; i < total; ++i) {
-          const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
-          std::memcpy(&wide[i], &bits, 4);
-        }
-      } else {
-        for (long i = 0; i < total; ++i) wide[i] = half_to_float(in[i]);
-      }
+      arch::widen_to_float32(*s, wide.data());
       data = reinterpret_cast<const char*>(wide.data());
     }
     long rows = s->shape.empty() ? 1 : s->shape[0];

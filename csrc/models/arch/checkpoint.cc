@@ -369,22 +369,7 @@ class Reader {
     std::size_t n = 1;
     for (long d : e.shape) n *= static_cast<std::size_t>(d);
     std::vector<float> out(n);
-    if (e.dtype == "F32") {
-      std::memcpy(out.data(), e.data, n * 4);
-    } else if (e.dtype == "BF16" || e.dtype == "F16") {
-      const uint16_t* in = static_cast<const uint16_t*>(e.data);
-      for (std::size_t i = 0; i < n; ++i) {
-        if (e.dtype == "F16") {
-          out[i] = half_to_float(in[i]);
-        } else {
-          const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
-          std::memcpy(&out[i], &bits, 4);
-        }
-      }
-    } else {
-      throw std::invalid_argument(e.name + " is stored as " + e.dtype +
-                                  "; a plain checkpoint's tables are F32, F16 or BF16");
-    }
+    widen_to_float32(e, out.data());
     return out;
   }
 
@@ -447,6 +432,26 @@ class Reader {
 };
 
 }  // namespace
+
+void widen_to_float32(const SafetensorsFile::Entry& e, float* out) {
+  std::size_t n = 1;
+  for (long d : e.shape) n *= static_cast<std::size_t>(d);
+  if (e.dtype == "F32") {
+    std::memcpy(out, e.data, n * 4);
+  } else if (e.dtype == "F16") {
+    const uint16_t* in = static_cast<const uint16_t*>(e.data);
+    for (std::size_t i = 0; i < n; ++i) out[i] = half_to_float(in[i]);
+  } else if (e.dtype == "BF16") {
+    const uint16_t* in = static_cast<const uint16_t*>(e.data);
+    for (std::size_t i = 0; i < n; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
+      std::memcpy(&out[i], &bits, 4);
+    }
+  } else {
+    throw std::invalid_argument("'" + e.name + "' is stored as " + e.dtype +
+                                "; a plain checkpoint's floating-point tensors are F32, F16 or BF16");
+  }
+}
 
 void set_default_format(TransformerConfig& c, const std::string& dtype) {
   c.weight_type = parse_config_choice<WeightType>(dtype, "dtype");

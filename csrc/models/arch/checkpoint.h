@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "models/transformer_config.h"
 
 namespace cpuformer {
@@ -27,7 +28,12 @@ namespace arch {
 // unknown dtype.
 void set_default_format(TransformerConfig& config, const std::string& dtype);
 
-// The C++ shape of canonical weight `name` (python/cpuformer/arch/spec.py: canonical_shape).
+// A floating-point checkpoint tensor (F32, F16 or BF16) as float32 into `out` (its element count);
+// std::invalid_argument naming the tensor for another dtype.
+void widen_to_float32(const io::SafetensorsFile::Entry& entry, float* out);
+
+// The shape of canonical weight `name` (python/cpuformer/arch/spec.py's canonical_shape reads it);
+// std::invalid_argument for a name that is not one.
 std::vector<long> canonical_shape(const std::string& name, const TransformerConfig& hp);
 
 // The graph manifest of the plain checkpoint in `directory`, for `dtype` ("" : float32). `config`

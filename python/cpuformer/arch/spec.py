@@ -36,6 +36,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from .. import _core
+
 #: "vision": image models (arch/vit.py); their Hparams are an encoder's (kind "encoder"), the
 #: family's kind picks the model class (ImageClassifier / ImageEncoder). "clip": CLIP, two encoder
 #: stacks (arch/clip.py; its Hparams are the text tower's).
@@ -247,28 +249,9 @@ def bias_of(name: str) -> str:
 
 
 def canonical_shape(name: str, hp: Hparams) -> Tuple[int, ...]:
-    """The shape cpuformer uses for canonical weight ``name`` of a model with hyperparameters ``hp``."""
-    H, D, F, E = hp.hidden_size, hp.head_dim, hp.intermediate_size, hp.embedding_size
-    if name.endswith(".bias") and name != "lm_head.bias":
-        return canonical_shape(bias_of(name), hp)[:1]
-    if name == "embed.norm":
-        return (E,)
-    if name in NORMS:
-        return (D,) if name in ("attn.q_norm", "attn.k_norm") else (H,)
-    shapes: Dict[str, Tuple[int, ...]] = {
-        "attn.q": (hp.num_heads * D, H), "attn.k": (hp.num_kv_heads * D, H), "attn.v": (hp.num_kv_heads * D, H),
-        "attn.o": (H, hp.num_heads * D), "cross.q": (hp.num_heads * D, H), "cross.k": (hp.num_heads * D, H),
-        "cross.v": (hp.num_heads * D, H), "cross.o": (H, hp.num_heads * D), "ffn.gate": (F, H), "ffn.up": (F, H),
-        "ffn.down": (H, F), "embed.tokens": (hp.vocab_size, E), "embed.token_types": (hp.type_vocab_size, E),
-        "embed.positions": (hp.max_positions + hp.position_offset, E), "embed.project": (H, E),
-        "lm_head": (hp.vocab_size, H),
-        "lm_head.bias": (hp.vocab_size,), "pooler": (H, H), "relative_bias": (hp.num_buckets, hp.num_heads),
-        "relative_embeddings": (2 * hp.relative_span, H), "attn.position_q": (hp.num_heads * D, H),
-        "attn.position_k": (hp.num_heads * D, H), "attn.content_bias": (hp.num_heads * D,),
-        "attn.position_bias": (hp.num_heads * D,), "attn.segment_bias": (hp.num_heads * D,),
-        "attn.segment_embed": (2, hp.num_heads * D),
-    }
-    return shapes[name]
+    """The shape cpuformer uses for canonical weight ``name`` of a model with hyperparameters ``hp``
+    (declared once, in C++: csrc/models/arch/checkpoint.h); ValueError for another name."""
+    return tuple(_core.canonical_shape(name, hp.as_dict()))
 
 
 def weight_and_bias(canonical: str, checkpoint: str, bias: Union[bool, str] = True,
