@@ -3,6 +3,7 @@ declared there, their config.json rules with the Python config readers' messages
 frequencies."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -196,3 +197,71 @@ def test_rope_messages():
         "config.json rope_scaling: high_freq_factor (1.0) must exceed low_freq_factor (4.0)")
     assert _message(rope_inv_freq, {"rope_scaling": {"rope_type": None}}, 8) == (
         "config.json: unknown rope_scaling type None; supported: default, linear, llama3")
+
+
+def _plain_gpt2(tmp_path):
+    """A tiny plain GPT-2 directory written without transformers (config.json + model.safetensors)."""
+    import json
+
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 8, "n_head": 2, "n_layer": 1,
+              "vocab_size": 11, "n_positions": 4}
+    rng = np.random.default_rng(0)
+    tensors = {"wte.weight": (11, 8), "wpe.weight": (4, 8), "ln_f.weight": (8,), "ln_f.bias": (8,),
+               "h.0.attn.c_attn.weight": (8, 24), "h.0.attn.c_attn.bias": (24,), "h.0.attn.c_proj.weight": (8, 8),
+               "h.0.attn.c_proj.bias": (8,), "h.0.mlp.c_fc.weight": (8, 32), "h.0.mlp.c_fc.bias": (32,),
+               "h.0.mlp.c_proj.weight": (32, 8), "h.0.mlp.c_proj.bias": (8,), "h.0.ln_1.weight": (8,),
+               "h.0.ln_1.bias": (8,), "h.0.ln_2.weight": (8,), "h.0.ln_2.bias": (8,)}
+    arrays = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in tensors.items()}
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return arrays
+
+
+def test_plain_directory_refusals_name_the_file(tmp_path):
+    import json
+
+    from cpuformer._model_dir import save_safetensors
+
+    arrays = _plain_gpt2(tmp_path)
+    with pytest.raises(ValueError, match="has no model.safetensors or model.safetensors.index.json"):
+        _core.graph_manifest(str(tmp_path))
+    # Sharded: the index's rules, as the Python loader's.
+    names = sorted(arrays)
+    save_safetensors(tmp_path / "a.safetensors", {n: arrays[n] for n in names[:8]})
+    save_safetensors(tmp_path / "b.safetensors", {n: arrays[n] for n in names[8:]})
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = {n: "a.safetensors" if i < 8 else "b.safetensors" for i, n in enumerate(names)}
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    manifest = _core.graph_manifest(str(tmp_path))
+    assert manifest["tensors"]["decoder"][0]["attn.q"]["name"] == "h.0.attn.c_attn.weight"
+    cases = [({"weight_map": []}, "'weight_map' must be an object of tensor name -> shard file"),
+             ({"weight_map": {}}, "'weight_map' names no tensors"),
+             ({"weight_map": {names[0]: 3}}, f"shard for tensor '{names[0]}' must be a file name"),
+             ({"weight_map": {names[0]: "../a.safetensors"}}, "must be a plain file name in the model directory"),
+             ({"weight_map": dict(weight_map, **{names[0]: "b.safetensors"})},
+              f"maps tensor '{names[0]}' to b.safetensors, which has no such tensor")]
+    for content, message in cases:
+        index.write_text(json.dumps(content))
+        with pytest.raises(ValueError, match=re.escape(message)):
+            _core.graph_manifest(str(tmp_path))
+    save_safetensors(tmp_path / "b.safetensors", {n: arrays[n] for n in names[7:]})  # names[7] in both
+    index.write_text(json.dumps({"weight_map": weight_map}))
+    with pytest.raises(ValueError, match=re.escape(f"tensor '{names[7]}' is in both")):
+        _core.graph_manifest(str(tmp_path))
+    # One file: an integer tensor where a weight is declared.
+    for shard in ("a.safetensors", "b.safetensors", "model.safetensors.index.json"):
+        (tmp_path / shard).unlink()
+    save_safetensors(tmp_path / "model.safetensors", dict(arrays, **{"ln_f.weight": np.ones(8, np.int32)}))
+    with pytest.raises(ValueError, match="'ln_f.weight' is stored as I32; a plain checkpoint's weights are F32"):
+        _core.graph_manifest(str(tmp_path))
+
+
+def test_binding_argument_checks():
+    hp = arch.by_family()["gpt2"].hparams({}).as_dict()
+    with pytest.raises(ValueError, match="task must be 'token_classification' or 'question_answering'"):
+        _core.arch_linear_head({}, "masked_lm", 8)
+    with pytest.raises(ValueError, match="head_dim must be >= 1"):
+        _core.rope_inv_freq({}, 0)
+    with pytest.raises(ValueError, match="unknown canonical weight 'attn.x'"):
+        _core.canonical_shape("attn.x", hp)
+    assert arch.canonical_shape("attn.q.bias", arch.by_family()["gpt2"].hparams({})) == (768,)
