@@ -66,7 +66,8 @@ typedef struct cf_model cf_model;
 typedef struct cf_open_options {
   /* "float32", "float16", "bfloat16", "int8" or "int4". A plain Hugging Face directory is packed
    * into it at open (NULL: float32); a converted directory runs in the dtype it stores, which this
-   * must then name (or be NULL). */
+   * must then name (or be NULL: another dtype is CF_ERROR_INVALID_ARGUMENT, before any weight is
+   * read). */
   const char* dtype;
   /* Threads of this model's calls: 0 for the process default, else 1..1024. */
   int num_threads;

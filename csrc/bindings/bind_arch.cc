@@ -148,6 +148,84 @@ py::object to_python(const Json& v) {
   return py::none();
 }
 
+// A weight format (weights.graph_format's dict: dtype, head_dtype, group_size, zero_point,
+// embedding_dtype) into `c`.
+void read_format(const py::object& format, TransformerConfig& c) {
+  const py::dict d = format.cast<py::dict>();
+  c.weight_type = parse_config_choice<WeightType>(d["dtype"].cast<std::string>(), "dtype");
+  c.head_dtype = parse_config_choice<WeightType>(d["head_dtype"].cast<std::string>(), "head_dtype");
+  c.group_size = d["group_size"].cast<long>();
+  c.zero_point = d["zero_point"].cast<bool>();
+  c.embedding_dtype = parse_config_choice<WeightType>(d["embedding_dtype"].cast<std::string>(), "embedding_dtype");
+}
+
+// Manifest tensor entries for Python: as to_python, but each computed entry's "values" as a
+// float32 array of the entry's shape (a table of positions can hold a million values).
+py::object entries_python(const Json& v) {
+  if (v.type() == Json::Type::kArray) {
+    py::list out;
+    for (const Json& item : v.array()) out.append(entries_python(item));
+    return std::move(out);
+  }
+  py::dict out;
+  for (const auto& item : v.object()) {
+    const Json& entry = item.second;
+    const Json* values = entry.type() == Json::Type::kObject ? entry.find("values") : nullptr;
+    if (entry.type() != Json::Type::kObject || entry.find("shape") == nullptr) {
+      out[py::str(item.first)] = entries_python(entry);  // a stack's layers
+      continue;
+    }
+    py::dict e(to_python(entry));
+    if (values) {
+      std::vector<long> shape;
+      for (const Json& d : entry.at("shape").array()) shape.push_back(d.integer());
+      py::array_t<float> a(shape);
+      float* data = a.mutable_data();
+      for (std::size_t i = 0; i < values->array().size(); ++i)
+        data[i] = static_cast<float>(values->array()[i].number());
+      e["values"] = std::move(a);
+    }
+    out[py::str(item.first)] = std::move(e);
+  }
+  return std::move(out);
+}
+
+// A Python declaration (python/cpuformer/arch/spec.py: Tensor) as the C++ one.
+arch::TensorDecl tensor_decl(py::handle t) {
+  arch::TensorDecl d(t.attr("name").cast<std::string>());
+  d.transpose = t.attr("transpose").cast<bool>();
+  const py::object rows = t.attr("rows");
+  if (!rows.is_none()) {
+    const auto r = rows.cast<std::pair<long, long>>();
+    d.rows(r.first, r.second);
+  }
+  d.plus_one = t.attr("plus_one").cast<bool>();
+  d.optional = t.attr("optional").cast<bool>();
+  d.root = t.attr("root").cast<bool>();
+  d.as_row = t.attr("as_row").cast<bool>();
+  d.fallbacks = t.attr("fallbacks").cast<std::vector<std::string>>();
+  d.rows_key = t.attr("rows_key").cast<std::string>();
+  const py::object stored_shape = t.attr("stored_shape");
+  if (!stored_shape.is_none()) d.stored_shape = stored_shape.cast<std::vector<long>>();
+  return d;
+}
+
+// {canonical: Tensor or computed array} as Sources.
+arch::Sources python_sources(const py::dict& sources) {
+  arch::Sources out;
+  for (auto item : sources) {
+    const std::string canonical = py::str(item.first).cast<std::string>();
+    if (py::isinstance<py::array>(item.second)) {
+      const auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(item.second);
+      std::vector<long> shape(a.shape(), a.shape() + a.ndim());
+      out.add(canonical, shape, std::vector<float>(a.data(), a.data() + a.size()));
+    } else {
+      out.add(canonical, tensor_decl(item.second));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_arch(py::module_& m) {
@@ -176,6 +254,79 @@ void register_arch(py::module_& m) {
       "The graph manifest the C API follows for `directory` (models/graph_loader.h): its cpuformer_graph.json, or "
       "for a plain Hugging Face directory of a family the C++ registry declares, the one computed in `dtype` "
       "('' : float32).");
+  m.def(
+      "checkpoint_tensors",
+      [](const std::string& directory, const py::object& config, const py::object& format) {
+        TransformerConfig converted;
+        if (!format.is_none()) read_format(format, converted);
+        const arch::CheckpointTensors plain =
+            arch::checkpoint_tensors(directory, config_json(config), format.is_none() ? nullptr : &converted);
+        py::dict out;
+        out["prefix"] = plain.prefix;
+        out["head_ignored"] = plain.head_ignored;
+        out["tensors"] = entries_python(plain.tensors);
+        return out;
+      },
+      py::arg("directory"), py::arg("config"), py::arg("format") = py::none(),
+      "How the C++ registry reads the checkpoint in `directory` with config.json `config` (models/arch/"
+      "checkpoint.h: checkpoint_tensors): {'prefix', 'head_ignored', 'tensors'}, the tensors as a graph manifest's "
+      "entries, computed ones ('values') as float32 arrays of their shape. `format`: a converted directory's "
+      "weight format (weights.graph_format: dtype, head_dtype, group_size, zero_point, embedding_dtype), None for a "
+      "plain checkpoint.");
+  m.def(
+      "declared_tensors",
+      [](const std::string& directory, const py::dict& spec, const py::object& format) {
+        arch::Declared d;
+        d.family.title = spec["title"].cast<std::string>();
+        d.family.prefixes = spec["prefixes"].cast<std::vector<std::string>>();
+        d.family.ignored = spec["ignored"].cast<std::vector<std::string>>();
+        d.family.tied_copies = spec["tied_copies"].cast<std::vector<std::pair<std::string, std::string>>>();
+        d.hp = partial_transformer_config(spec["hparams"].cast<py::dict>());
+        for (auto item : spec["shapes"].cast<py::dict>())
+          d.shapes[py::str(item.first).cast<std::string>()] = item.second.cast<std::vector<long>>();
+        for (py::handle group : spec["groups"]) d.groups.push_back(python_sources(group.cast<py::dict>()));
+        d.account = spec["account"].cast<bool>();
+        TransformerConfig converted;
+        if (!format.is_none()) read_format(format, converted);
+        const arch::DeclaredTensors read =
+            arch::declared_tensors(directory, std::move(d), format.is_none() ? nullptr : &converted);
+        py::list groups;
+        for (const Json& g : read.groups) groups.append(entries_python(g));
+        py::dict out;
+        out["groups"] = groups;
+        out["prefix"] = read.prefix;
+        out["head_ignored"] = read.head_ignored;
+        return out;
+      },
+      py::arg("directory"), py::arg("spec"), py::arg("format") = py::none(),
+      "checkpoint_tensors' procedure over declarations given here (models/arch/checkpoint.h: declared_tensors): "
+      "spec = {'title', 'prefixes', 'ignored', 'tied_copies', 'hparams', 'shapes', 'groups': [{canonical: Tensor or "
+      "array}], 'account'}; returns {'groups': [entries], 'prefix', 'head_ignored'}.");
+  m.def(
+      "generation_defaults",
+      [](const std::string& directory, const py::object& config, const py::object& generation_config) {
+        const arch::GenerationDefaults d =
+            arch::generation_defaults(directory, config_json(config), config_json(generation_config));
+        py::dict out = to_python(d.options);
+        out["eos_source"] = d.eos_source;
+        return out;
+      },
+      py::arg("directory"), py::arg("config"), py::arg("generation_config"),
+      "The options a plain generate() passes (models/arch/checkpoint.h: generation_defaults) for the model in "
+      "`directory` with these config.json and generation_config.json ({} when absent) contents, plus "
+      "'eos_source': the file the EOS ids come from.");
+  m.def(
+      "checkpoint_manifest",
+      [](const std::string& directory, const py::object& config, const py::object& generation_config,
+         const py::object& format, bool converted) {
+        TransformerConfig c;
+        read_format(format, c);
+        const Json generation = generation_config.is_none() ? Json() : config_json(generation_config);
+        return to_python(arch::checkpoint_manifest(directory, config_json(config), generation, c, converted));
+      },
+      py::arg("directory"), py::arg("config"), py::arg("generation_config"), py::arg("format"), py::arg("converted"),
+      "The graph manifest of the checkpoint in `directory` (models/arch/checkpoint.h: checkpoint_manifest) in weight "
+      "format `format` (as checkpoint_tensors'); `converted`: its matrix weights are stored in that format.");
   m.def(
       "arch_families",
       [] {

@@ -181,11 +181,10 @@ cf_status cf_model_open(const char* path, const cf_open_options* options, cf_mod
       }
     }
     auto handle = std::make_unique<cf_model>();
-    handle->graph = cpuformer::load_graph(path, o.dtype ? o.dtype : "");
-    if (o.dtype && handle->graph->dtype != o.dtype) {
-      fail(CF_ERROR_INVALID_ARGUMENT, std::string(path) + " was converted to dtype '" + handle->graph->dtype +
-                                          "'; open it with dtype NULL or '" + handle->graph->dtype +
-                                          "', or convert the original checkpoint to '" + o.dtype + "'");
+    try {  // (a converted directory in another dtype is refused before its weights are read)
+      handle->graph = cpuformer::load_graph(path, o.dtype ? o.dtype : "");
+    } catch (const cpuformer::ConvertedDtype& e) {
+      fail(CF_ERROR_INVALID_ARGUMENT, e.what());
     }
     handle->num_threads = o.num_threads;
     *model = handle.release();

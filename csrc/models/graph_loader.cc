@@ -87,7 +87,7 @@ struct TypeRule {
 
 const std::vector<TypeRule>& type_rules() {
   static const std::vector<TypeRule> rules = {
-      {"float32", ElementType::kFloat32, 4, {"F32", "F16", "BF16"}},  // 16-bit: a plain checkpoint's, widened
+      {"float32", ElementType::kFloat32, 4, {"F32", "F16", "BF16", "F64"}},  // a plain checkpoint's, widened
       {"float16", ElementType::kFloat16, 2, {"F16"}},
       {"uint16", ElementType::kUInt16, 2, {"F16", "BF16", "U16"}},
       {"int8", ElementType::kInt8, 1, {"I8"}},
@@ -167,7 +167,7 @@ class ManifestSource : public TensorSource {
     const char* data = static_cast<const char*>(s->data);
     long total = 1;
     for (long d : s->shape) total *= d;
-    if (rule->type == ElementType::kFloat32 && s->dtype != "F32") {  // F16 / BF16 of a plain checkpoint
+    if (rule->type == ElementType::kFloat32 && s->dtype != "F32") {  // F16 / BF16 / F64 of a plain checkpoint
       std::vector<float>& wide = own(total);
       arch::widen_to_float32(*s, wide.data());
       data = reinterpret_cast<const char*>(wide.data());
@@ -321,6 +321,10 @@ std::unique_ptr<GraphModel> load_graph(const std::string& directory, const std::
     }
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(manifest_path + ": " + e.what());
+  }
+  if (!dtype.empty() && model->dtype != dtype) {
+    throw ConvertedDtype(directory + " was converted to dtype '" + model->dtype + "'; open it with dtype NULL or '" +
+                         model->dtype + "', or convert the original checkpoint to '" + dtype + "'");
   }
 
   const TransformerConfig& c = model->config;

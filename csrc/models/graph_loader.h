@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "io/json.h"
@@ -46,9 +47,17 @@ class FileError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown, before any weight is read, for a converted directory asked for in another dtype than the
+// one it stores (the C API's CF_ERROR_INVALID_ARGUMENT).
+class ConvertedDtype : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
 // Loads the model directory `directory`: a converted one by its manifest, or a plain Hugging Face
 // directory of a family the C++ registry declares (models/arch/checkpoint.h) in `dtype` ("" :
-// float32; a converted directory is loaded in its stored dtype, which the caller checks). Every
+// float32; a converted directory loads in its stored dtype, and a `dtype` that differs from it is
+// ConvertedDtype). Every
 // weight is packed or copied, or mapped from the directory's packed-weights file for this ISA level
 // when it has a valid one (io/packed_file.h); model.safetensors is closed when this returns.
 std::unique_ptr<GraphModel> load_graph(const std::string& directory, const std::string& dtype = "");

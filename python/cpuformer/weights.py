@@ -3,9 +3,11 @@ converted-directory format (read here, written by ``convert``).
 
 Loading reads what an architecture declares (``arch``): every canonical weight from its checkpoint
 tensor, with the declared edits applied once (transpose, row block of a fused tensor, ``1 + w``).
-A checkpoint tensor that is neither declared nor knowingly ignored is an error naming it, raised
-before any weight is read. ``load_layers`` hands the model one layer at a time and releases that
-layer's pages right after, so loading peaks near one copy of the weights.
+Which tensor and which edits is decided by the C++ core (csrc/models/arch/checkpoint.h), as for
+the C API: see ``Checkpoint``. A checkpoint tensor that is neither declared nor knowingly ignored
+is an error naming it, raised before any weight is read. ``load_layers`` hands the model one
+layer at a time and releases that layer's pages right after, so loading peaks near one copy of
+the weights.
 
 A converted directory (``cpuformer convert``) holds exactly what quantize-at-load computes, so
 loading it gives the same outputs bit for bit while reading a quarter (int8), about a seventh (int4) or half (16-bit) of
@@ -39,20 +41,19 @@ import shutil
 import signal
 import threading
 import uuid
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _core
 from ._model_dir import _STORAGE_DTYPES, CONFIG_FILE, WEIGHTS_FILE, ModelDir, save_safetensors
 from ._sentence import module_directories
-from .arch import MATMUL, Arch, Hparams, Source, Tensor, canonical_shape, find
+from .arch import MATMUL, Arch, Hparams, Source, Tensor, find
 from .arch.heads import Head
-from .arch.spec import bias_of
+from .arch.native import NativeArch
 
 DTYPES = ("float32", "float16", "bfloat16", "int8", "int4")
 FORMAT_VERSION = 1
-_SAFETENSORS_NAME = {"int8": "I8", "int4": "U8", "float16": "F16", "bfloat16": "BF16"}
 _FLOATS = ("F32", "F16", "BF16", "F64")
 #: The suffix of an int8 weight's per-row scales (an int4 weight's per-group scales), in converted
 #: directories and in loaded dicts.
@@ -178,7 +179,18 @@ class Checkpoint:
     ``stored``: the dtype of a converted directory (its matrix weights are read as stored), or
     None for a plain checkpoint (float32 arrays; the C++ model packs them into its dtype).
     ``settings``: the quantization of a converted directory (check_quantization: its LM head's
-    dtype, int4 group size and zero points).
+    dtype, int4 group size and zero points). ``head``: a task head (or an image model's tensors)
+    to read and account for besides the body.
+
+    The procedure that applies the declarations to the checkpoint is the C++ core's, the one the
+    C API loads with (csrc/models/arch/checkpoint.h): it picks the body's tensor prefix, decides
+    the LM head (tied, untied, or a converted directory's stored copy), names the checkpoint tensor
+    and edits behind each canonical weight, and checks every tensor (missing, stray, shape, dtype,
+    a converted weight's scales, tied copies) before anything is read. For the families of the
+    C++ registry (``arch.native.NativeArch``: every text family) it also holds the declarations
+    (``_core.checkpoint_tensors``); the image and CLIP families, declared in Python, hand theirs
+    over (``_core.declared_tensors``). Its answer, graph-manifest tensor entries (docs/c-api.md),
+    is ``entries``; the arrays are read from it.
     """
 
     def __init__(self, md: ModelDir, arch: Arch, hp: Hparams, stored: Optional[str], head: Optional[Head] = None,
@@ -187,43 +199,50 @@ class Checkpoint:
         self.settings = dict(settings) if settings is not None else check_quantization(None, stored or "float32")
         self.config = md.config
         self.top = dict(arch.model_tensors(self.config, hp))
-        embed = self.top["embed.tokens"]
-        assert isinstance(embed, Tensor)
-        self.prefix = "" if "" in arch.prefixes else arch.prefixes[0]  # (for the missing-tensor error)
-        for prefix in arch.prefixes:
-            if any(prefix + name in md for name in (embed.name,) + embed.fallbacks):
-                self.prefix = prefix
-                break
-        self._ignored = re.compile("|".join(f"(?:{pattern})" for pattern in arch.ignored)) if arch.ignored else None
-        self.head_ignored: Optional[str] = None
-        self._decide_head()
+        self._format = None if stored is None else graph_format(stored, self.settings)
+        self._head_entries: Optional[Dict[str, Any]] = None
+        if isinstance(arch, NativeArch):
+            plan = _core.checkpoint_tensors(os.fspath(md.path), self.config, self._format)
+            #: {"model": {canonical: entry} (each stack's under "<stack>."), "<stack>": [{canonical:
+            #: entry} per layer]}: where each canonical weight comes from.
+            self.entries: Dict[str, Any] = plan["tensors"]
+        else:
+            stacks = self.arch.stacks(hp)
+            groups = [self.top] + ([dict(head.tensors)] if head is not None else [])
+            for stack, count in stacks:
+                groups.append(self.stack_sources(stack))
+                groups += [self.layer_sources(stack, layer) for layer in range(count)]
+            plan = self._declared(groups, arch.prefixes, dict(head.shapes) if head is not None else {}, True)
+            read = iter(plan["groups"])
+            model = dict(next(read))
+            if head is not None:
+                self._head_entries = next(read)
+            self.entries = {"model": model}
+            for stack, count in stacks:
+                model.update({f"{stack}.{key}": entry for key, entry in next(read).items()})
+                self.entries[stack] = [next(read) for _ in range(count)]
+        #: The body's tensor prefix in this checkpoint ("" or one of arch.prefixes).
+        self.prefix: str = plan["prefix"]
+        #: The stored lm_head.weight that a tied head leaves unread, else None.
+        self.head_ignored: Optional[str] = plan["head_ignored"] or None
+        if stored is None and hp.tie_word_embeddings:
+            self.top.pop("lm_head", None)
 
-    def _decide_head(self) -> None:
-        """A converted directory always stores its head (a quantized copy when tied); a plain
-        checkpoint's lm_head.weight is the head unless the config ties it to the embeddings (a tied
-        checkpoint that saved it holds the same values)."""
-        head = self.top.get("lm_head")
-        if not isinstance(head, Tensor):
-            return
-        name = self.checkpoint_name(head)
-        if self.stored is not None:
-            self.top["lm_head"] = Tensor(head.name, root=head.root)
-        elif self.hp.tie_word_embeddings:
-            del self.top["lm_head"]
-            self.head_ignored = name
-        elif name is None:
-            raise ValueError(f"{self.md.path}: the checkpoint has no lm_head.weight and tie_word_embeddings is false")
+    def _declared(self, groups: List[Mapping[str, Source]], prefixes: Iterable[str],
+                  shapes: Mapping[str, Tuple[int, ...]], account: bool) -> Dict[str, Any]:
+        spec = {"title": self.arch.title, "prefixes": list(prefixes), "ignored": list(self.arch.ignored),
+                "tied_copies": [list(pair) for pair in self.arch.tied_copies], "hparams": self.hp.as_dict(),
+                "shapes": {name: list(shape) for name, shape in shapes.items()}, "groups": [dict(g) for g in groups],
+                "account": account}
+        return _core.declared_tensors(os.fspath(self.md.path), spec, self._format)
 
     # ---- names -----------------------------------------------------------------------------
 
-    def _full(self, tensor: Tensor, name: str) -> str:
-        return name if tensor.root else self.prefix + name
-
     def checkpoint_name(self, tensor: Tensor) -> Optional[str]:
         """The name ``tensor`` has in this checkpoint (its first present fallback), or None when it
-        is absent; for a required tensor absent from the checkpoint, its name (reading it fails)."""
+        is absent."""
         for name in (tensor.name,) + tensor.fallbacks:
-            full = self._full(tensor, name)
+            full = name if tensor.root else self.prefix + name
             if full in self.md:
                 return full
         return None
@@ -234,191 +253,81 @@ class Checkpoint:
     def layer_sources(self, stack: str, layer: int) -> Dict[str, Source]:
         return dict(self.arch.layer_tensors(self.hp, stack, layer))
 
-    def all_sources(self) -> Iterator[Dict[str, Source]]:
-        yield self.top
-        if self.head is not None:
-            yield dict(self.head.tensors)
-        for stack, count in self.arch.stacks(self.hp):
-            yield self.stack_sources(stack)
-            for layer in range(count):
-                yield self.layer_sources(stack, layer)
-
-    def _plan(self, sources: Mapping[str, Source]) -> Dict[str, List[Tuple[str, Tensor]]]:
-        """checkpoint name -> [(canonical, Tensor)] for the sources present (fused tensors feed
-        several canonical weights). Absent optional tensors are left out, and so is the bias of a
-        weight that is absent."""
-        plan: Dict[str, List[Tuple[str, Tensor]]] = {}
-        absent: Set[str] = set()
-        for canonical in sorted(sources, key=lambda c: c.endswith(".bias")):  # weights before biases
-            source = sources[canonical]
-            if not isinstance(source, Tensor):
-                continue
-            if canonical.endswith(".bias") and bias_of(canonical) in absent:
-                continue
-            name = self.checkpoint_name(source)
-            if name is None:
-                if source.optional:
-                    absent.add(canonical)
-                    continue
-                name = self._full(source, ((source.name,) + source.fallbacks)[-1])  # reading it names it missing
-            plan.setdefault(name, []).append((canonical, source))
-        return plan
-
     def check_accounted(self) -> None:
-        """ValueError naming the checkpoint tensors that no declared weight reads and that the
-        architecture does not knowingly ignore (a naming drift, or a head cpuformer would drop)."""
-        used: Dict[str, None] = {}  # in declaration order: the first missing tensor is the one named
-        for sources in self.all_sources():
-            used.update(dict.fromkeys(self._plan(sources)))
-        for name in used:
-            if name not in self.md:
-                self.md.tensor_info(name)  # the directory's own "has no tensor" error, before any read
-        stray = []
-        for name in self.md.names():
-            if name in used or name == self.head_ignored or any(
-                    name.endswith(suffix) and name[:-len(suffix)] in used for suffix in (SCALE, ZERO)):
-                continue
-            if self._ignored is not None and self._ignored.fullmatch(name):
-                continue
-            stray.append(name)
-        self._check_tied_copies()
-        if stray:
-            shown = ", ".join(stray[:5]) + (f" and {len(stray) - 5} more" if len(stray) > 5 else "")
-            raise ValueError(f"{self.md.path}: the checkpoint has tensors that {self.arch.title} models do not "
-                             f"use: {shown}; config.json names the {self.arch.title} architecture, so either it does "
-                             "not match the weights, or this is a variant (a task head, a checkpoint format) that "
-                             "cpuformer does not support yet")
-
-    def _check_tied_copies(self) -> None:
-        """With tie_word_embeddings false, a stored copy of a table (Arch.tied_copies) must hold the
-        table's values: transformers 5 then uses the copy itself (e.g. separate encoder and decoder
-        embeddings), which cpuformer's one table cannot represent (NotImplementedError)."""
-        if self.stored is not None or self.hp.tie_word_embeddings:
-            return
-        for copy, table in self.arch.tied_copies:
-            copy_name, table_name = self.prefix + copy, self.prefix + table
-            if copy_name not in self.md or table_name not in self.md:
-                continue
-            a, b = self.md.tensor(copy_name), self.md.tensor(table_name)
-            same = a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
-            self.md.release(copy_name)
-            if not same:
-                raise NotImplementedError(
-                    f"{self.md.path}: {copy_name} differs from {table_name} and config.json has "
-                    "tie_word_embeddings=false, so transformers uses separate tables there; cpuformer reads one "
-                    f"table ({table_name}) and does not support separate ones")
+        """Kept for the model classes' flow: every checkpoint tensor was accounted for (read by a
+        declaration or knowingly ignored) when the checkpoint was opened."""
 
     # ---- arrays ----------------------------------------------------------------------------
 
+    def model_arrays(self) -> Tuple[Dict[str, np.ndarray], List[str]]:
+        """The model-level arrays (each stack's under ``"<stack>."``) and the checkpoint names read."""
+        return self._read_entries(self.entries["model"])
+
+    def layer_arrays(self, stack: str, layer: int) -> Tuple[Dict[str, np.ndarray], List[str]]:
+        """One layer's arrays and the checkpoint names read."""
+        return self._read_entries(self.entries[stack][layer])
+
     def read(self, sources: Mapping[str, Source],
              shapes: Optional[Mapping[str, Tuple[int, ...]]] = None) -> Tuple[Dict[str, np.ndarray], List[str]]:
-        """(canonical name -> array, the checkpoint names read). Matrix weights of a converted
+        """(canonical name -> array, the checkpoint names read) for more declarations under this
+        checkpoint's prefix (an image model's extra tensors). Matrix weights of a converted
         directory come as stored (int8 with ``<canonical>_scale``, int4 nibble pairs with
         ``<canonical>_scale`` and maybe ``<canonical>_zero``, or 16-bit words); everything else is
-        float32. shapes: the canonical shapes of names ``canonical_shape`` does not know
-        (a task head's)."""
-        out: Dict[str, np.ndarray] = {}
-        for canonical, source in sources.items():
-            if isinstance(source, np.ndarray):
-                out[canonical] = source
-        plan = self._plan(sources)
-        for name, members in plan.items():
-            self._read_group(name, members, out, shapes or {})
-        return out, list(plan)
+        float32. shapes: the canonical shapes of names ``canonical_shape`` does not know."""
+        plan = self._declared([sources], (self.prefix,), shapes or {}, False)
+        return self._read_entries(plan["groups"][0])
 
     def read_head(self) -> Dict[str, np.ndarray]:
         """The task head's weights (float32 copies: they outlive the weight maps)."""
         assert self.head is not None
-        arrays, _ = self.read(self.head.tensors, self.head.shapes)
+        if self._head_entries is not None:
+            arrays, _ = self._read_entries(self._head_entries)
+        else:
+            arrays, _ = self.read(self.head.tensors, self.head.shapes)
         return {name: np.array(array, dtype=np.float32) for name, array in arrays.items()}
 
-    def _read_group(self, name: str, members: List[Tuple[str, Tensor]], out: Dict[str, np.ndarray],
-                    shapes: Mapping[str, Tuple[int, ...]]) -> None:
-        first_canonical, first = members[0]
-        shape = shapes[first_canonical] if first_canonical in shapes else canonical_shape(first_canonical, self.hp)
-        if first.rows is not None:  # a fused tensor: its rows are the blocks declared from it
-            shape = (max(tensor.rows[1] for _, tensor in members if tensor.rows),) + shape[1:]
-        matmul = first_canonical in MATMUL
-        extras: Dict[str, np.ndarray] = {}
-        if matmul and self.stored is not None:
-            dtype = self.settings["lm_head"] if first_canonical == "lm_head" else self.stored
-            array, extras = self._converted(name, shape, dtype)
-        else:
-            array = self._float(name, first, shape)
-        for canonical, tensor in members:
-            part, part_extras = array, extras
-            if tensor.rows is not None:
-                start, stop = tensor.rows
-                part = array[start:stop] if matmul else np.ascontiguousarray(array[start:stop])
-                part_extras = {suffix: extra[start:stop] for suffix, extra in extras.items()}
-            if tensor.plus_one:
-                part = (part + np.float32(1)).astype(np.float32)
-            out[canonical] = part
-            for suffix, extra in part_extras.items():
-                out[canonical + suffix] = extra
+    def matrices(self) -> Dict[str, Tuple[str, bool]]:
+        """checkpoint name -> (canonical name, stored transposed), for every matrix weight the model
+        multiplies with (what ``convert`` quantizes)."""
+        out: Dict[str, Tuple[str, bool]] = {}
+        layers = [entries for stack, _ in self.arch.stacks(self.hp) for entries in self.entries[stack]]
+        for entries in [self.entries["model"]] + layers:
+            for key, entry in entries.items():
+                stack, _, rest = key.partition(".")
+                canonical = rest if stack in self.entries and stack != "model" else key
+                if canonical in MATMUL and "name" in entry:
+                    out.setdefault(entry["name"], (canonical, bool(entry.get("transpose"))))
+        return out
 
-    def _float(self, name: str, tensor: Tensor, shape: Tuple[int, ...]) -> np.ndarray:
-        md = self.md
-        if tensor.rows_key and name in md:
-            have = list(md.tensor_info(name)[1])
-            if have[:1] != [shape[0]] or have[1:] != list(shape[1:]):
-                expected = f"[{tensor.rows_key}]" if len(shape) == 1 else f"{tensor.rows_key} × {list(shape[1:])}"
-                raise ValueError(f"config.json: {tensor.rows_key!r} gives {shape[0]} rows, but the checkpoint's {name} "
-                                 f"has shape {have} (expected {expected})")
-        if tensor.as_row:
-            return np.ascontiguousarray(md.tensor(name, shape=(1,) + shape).reshape(shape), dtype=np.float32)
-        if tensor.stored_shape is not None:
-            array = md.tensor(name, shape=tensor.stored_shape).reshape(shape[::-1] if tensor.transpose else shape)
-            return np.ascontiguousarray(array.T) if tensor.transpose else array
-        if tensor.transpose:
-            return np.ascontiguousarray(md.tensor(name, shape=shape[::-1]).T)
-        return md.tensor(name, shape=shape)
-
-    def _converted(self, name: str, shape: Tuple[int, ...], stored: str) -> Tuple[np.ndarray, Dict[str, np.ndarray]]:
-        """A matrix weight of a converted directory, stored as ``stored``, as zero-copy views of the
-        mapping: int8 and its per-row scales, int4 nibble pairs with their group scales (and zero
-        points), or 16-bit words. ValueError naming the tensor when it is corrupt."""
-        md = self.md
-        where = f"{md.path} (converted to {self.stored})"
-        if name not in md:
-            raise ValueError(f"{where}: has no tensor {name!r}")
-        expected = _SAFETENSORS_NAME.get(stored, "F32")
-        if stored == "int4":
-            group_size = self.settings["group_size"]
-            groups = -(-shape[1] // group_size)
-            stored_shape: Tuple[int, ...] = (shape[0], groups * group_size // 2)
-        else:
-            stored_shape = shape
-        dtype, have = md.tensor_info(name)
-        if dtype != expected:
-            raise ValueError(f"{where}: tensor {name!r} is stored as {dtype}; a {stored} weight is stored as "
-                             f"{expected}")
-        if tuple(have) != tuple(stored_shape):
-            raise ValueError(f"{where}: tensor {name!r} has shape {list(have)}, expected {list(stored_shape)}")
-
-        def part(suffix: str, part_dtype: str, part_shape: Tuple[int, ...], what: str, numpy_dtype: Any) -> np.ndarray:
-            key = name + suffix
-            if key not in md:
-                raise ValueError(f"{where}: {stored} tensor {name!r} has no {what} tensor {key!r}")
-            have_dtype, have_shape = md.tensor_info(key)
-            if have_dtype != part_dtype or tuple(have_shape) != part_shape:
-                raise ValueError(f"{where}: {what} tensor {key!r} must be {part_dtype} of shape "
-                                 f"{list(part_shape)}, got {have_dtype} of shape {list(have_shape)}")
-            return md.tensor(key, shape=part_shape, dtype=numpy_dtype)
-
-        if stored == "float32":
-            return md.tensor(name, shape=shape), {}
-        if stored == "int8":
-            scale = part(SCALE, "F32", (shape[0],), "scale", np.float32)
-            return md.tensor(name, shape=shape, dtype=np.int8), {SCALE: scale}
-        if stored == "int4":
-            extras = {SCALE: part(SCALE, "F16", (shape[0], groups), "scale", np.float16)}
-            if self.settings["zero_point"]:
-                extras[ZERO] = part(ZERO, "U8", (shape[0], groups), "zero-point", np.uint8)
-            return md.tensor(name, shape=stored_shape, dtype=np.uint8), extras
-        if stored == "float16":
-            return md.tensor(name, shape=shape, dtype=np.float16).view(np.uint16), {}
-        return md.tensor(name, shape=shape, dtype=np.uint16), {}
+    def _read_entries(self, entries: Mapping[str, Any]) -> Tuple[Dict[str, np.ndarray], List[str]]:
+        """The arrays of graph-manifest tensor entries, with the edits the C API's loader applies
+        (csrc/models/graph_loader.cc): float32 (widened from F16 / BF16 / F64) transposed over the
+        first axis, a block of rows, 1 + w; a converted weight's parts as stored (zero-copy views;
+        16-bit words as uint16)."""
+        out: Dict[str, np.ndarray] = {}
+        read: Dict[Tuple[str, bool], np.ndarray] = {}  # a fused tensor is read (and widened) once
+        for key, entry in entries.items():
+            if "values" in entry:  # computed from the config
+                out[key] = entry["values"]
+                continue
+            name, transpose = entry["name"], bool(entry.get("transpose"))
+            array = read.get((name, transpose))
+            if array is None:
+                if entry["dtype"] == "float32":
+                    array = self.md.tensor(name)
+                else:  # int8, uint8, float16; float16 / bfloat16 words as uint16
+                    array = self.md.tensor(name, dtype=_STORAGE_DTYPES[self.md.tensor_info(name)[0]])
+                    array = array.view(entry["dtype"])
+                if transpose:
+                    array = np.ascontiguousarray(array.reshape(array.shape[0], -1).T)
+                read[(name, transpose)] = array
+            rows = entry.get("rows")
+            if rows is not None:
+                array = array[rows[0]:rows[1]]
+            if entry.get("plus_one"):
+                array = (array + np.float32(1)).astype(np.float32)
+            out[key] = array.reshape(entry["shape"])
+        return out, list(dict.fromkeys(name for name, _ in read))
 
     def release(self, names: Iterable[str]) -> None:
         """Drops the pages of tensors already packed or copied by the model."""
@@ -434,54 +343,10 @@ def load_layers(checkpoint: Checkpoint, add_layer) -> None:
     each layer's checkpoint pages are released once the model has packed it."""
     for stack, count in checkpoint.arch.stacks(checkpoint.hp):
         for layer in range(count):
-            arrays, names = checkpoint.read(checkpoint.layer_sources(stack, layer))
+            arrays, names = checkpoint.layer_arrays(stack, layer)
             add_layer(stack, arrays)
             del arrays
             checkpoint.release(names)
-
-
-def graph_tensors(checkpoint: Checkpoint) -> Dict[str, Any]:
-    """What ``models._graph.build`` hands the C++ graph, as the tensor part of a graph manifest
-    (docs/c-api.md): {"model": {canonical: entry}, "<stack>": [{canonical: entry} per layer]}.
-    An entry names the checkpoint tensor and the edits the loader applies ({"name", "rows": [start,
-    stop), "transpose", "plus_one"}, the result's "shape" and NumPy "dtype"), or holds the values of
-    an array computed from the config ("values", flattened). The C API's loader
-    (csrc/models/graph_loader.h) follows it, so both languages read the same tensors the same way."""
-    def entries(sources: Mapping[str, Source], prefix: str = "") -> Dict[str, Any]:
-        arrays, names = checkpoint.read(sources)
-        where: Dict[str, Tuple[str, Tensor]] = {}
-        for name, members in checkpoint._plan(sources).items():
-            for canonical, tensor in members:
-                where[canonical] = (name, tensor)
-        out: Dict[str, Any] = {}
-        for key, array in arrays.items():
-            base, suffix = key, ""
-            for extra in (SCALE, ZERO):
-                if key.endswith(extra) and key[:-len(extra)] in where:
-                    base, suffix = key[:-len(extra)], extra
-            entry: Dict[str, Any] = {"shape": list(array.shape), "dtype": str(array.dtype)}
-            if base in where:
-                name, tensor = where[base]
-                entry["name"] = name + suffix
-                if tensor.rows is not None:
-                    entry["rows"] = list(tensor.rows)
-                converted_matrix = base in MATMUL and checkpoint.stored is not None
-                if tensor.transpose and not converted_matrix:
-                    entry["transpose"] = True
-                if tensor.plus_one:
-                    entry["plus_one"] = True
-            else:
-                entry["values"] = [float(v) for v in np.asarray(array, dtype=np.float32).ravel()]
-            out[prefix + key] = entry
-        del arrays
-        checkpoint.release(names)
-        return out
-
-    out: Dict[str, Any] = {"model": entries(checkpoint.top)}
-    for stack, count in checkpoint.arch.stacks(checkpoint.hp):
-        out["model"].update(entries(checkpoint.stack_sources(stack), f"{stack}."))
-        out[stack] = [entries(checkpoint.layer_sources(stack, layer)) for layer in range(count)]
-    return out
 
 
 # ---- convert ---------------------------------------------------------------------------------------
@@ -543,18 +408,6 @@ def _converted(w: np.ndarray, dtype: str,
     return [("", np.ascontiguousarray(w, dtype=np.float32))], {}
 
 
-def _matrix_sources(checkpoint: Checkpoint) -> Dict[str, Tuple[str, Tensor]]:
-    """checkpoint name -> (canonical name, Tensor declaration), for every matrix weight the model
-    multiplies with."""
-    out: Dict[str, Tuple[str, Tensor]] = {}
-    for sources in checkpoint.all_sources():
-        for name, members in checkpoint._plan(sources).items():
-            canonical, tensor = members[0]
-            if canonical in MATMUL:
-                out[name] = (canonical, tensor)
-    return out
-
-
 def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
             quantization: Optional[Mapping[str, Any]] = None,
             finish: Optional[Callable[[pathlib.Path], None]] = None) -> None:
@@ -593,9 +446,9 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
         for checkpoint in checkpoints:
             checkpoint.check_accounted()
         checkpoint = checkpoints[0]
-        matrices: Dict[str, Tuple[str, Tensor]] = {}
+        matrices: Dict[str, Tuple[str, bool]] = {}
         for each in checkpoints:
-            matrices.update(_matrix_sources(each))
+            matrices.update(each.matrices())
         # A tied head is written as a quantized lm_head.weight made from the embedding table.
         head_source = None
         if "lm_head" in arch.model_tensors(md.config, checkpoint.hp) and "lm_head" not in checkpoint.top:
@@ -617,11 +470,11 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
         for name in _progress(names, progress, f"converting to {dtype}"):
             stored, shape = md.tensor_info(name)
             if stored in _FLOATS and name in matrices:
-                canonical, tensor = matrices[name]
+                canonical, transpose = matrices[name]
                 w = md.tensor(name)
-                if tensor.stored_shape is not None:  # head axes split: [out or in, rest]
+                if w.ndim > 2:  # head axes split: [out or in, rest]
                     w = w.reshape(w.shape[0], -1)
-                if tensor.transpose:
+                if transpose:
                     w = np.ascontiguousarray(w.T)
                 store(name, w, canonical)
                 md.release(name)

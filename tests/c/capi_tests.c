@@ -211,6 +211,11 @@ static void test_open_errors(void) {
   o.dtype = "float32";
   expect(cf_model_open(path, &o, &model, &e), &e, CF_ERROR_INVALID_ARGUMENT, "was converted to dtype 'int8'",
          "dtype mismatch");
+  // Refused before any weight is read: the truncated weights file is never opened.
+  snprintf(path, sizeof(path), "%s/damaged/weights_truncated", models_dir);
+  expect(cf_model_open(path, &o, &model, &e), &e, CF_ERROR_INVALID_ARGUMENT, "was converted to dtype 'int8'",
+         "dtype mismatch, weights unread");
+  snprintf(path, sizeof(path), "%s/gpt2-int8", models_dir);
   o.dtype = "int8";
   o.num_threads = -1;
   expect(cf_model_open(path, &o, &model, &e), &e, CF_ERROR_INVALID_ARGUMENT, "num_threads", "negative threads");

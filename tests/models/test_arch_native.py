@@ -265,3 +265,74 @@ def test_binding_argument_checks():
     with pytest.raises(ValueError, match="unknown canonical weight 'attn.x'"):
         _core.canonical_shape("attn.x", hp)
     assert arch.canonical_shape("attn.q.bias", arch.by_family()["gpt2"].hparams({})) == (768,)
+
+
+def test_one_plan_for_both_front_ends(tmp_path):
+    """The Python loader reads the entries the C API's manifest names (one C++ procedure), F64 and
+    F16 tensors widened alike; the tensor checks run before any weight is read, missing first, then
+    stray, then shapes."""
+    import cpuformer as cf
+    from cpuformer._model_dir import save_safetensors
+
+    arrays = _plain_gpt2(tmp_path)
+    save_safetensors(tmp_path / "model.safetensors", arrays)
+    ids = [[1, 2, 3]]
+    with cf.load(tmp_path) as model:
+        want = model.logits(ids)
+    manifest = _core.graph_manifest(str(tmp_path))
+    for dtype in (np.float64, np.float16):
+        stored = {n: a.astype(dtype) for n, a in arrays.items()}
+        save_safetensors(tmp_path / "model.safetensors", stored)
+        assert _core.graph_manifest(str(tmp_path)) == manifest
+        with cf.load(tmp_path) as model:
+            got = model.logits(ids)
+        widened = {n: a.astype(np.float32) for n, a in stored.items()}
+        save_safetensors(tmp_path / "model.safetensors", widened)
+        with cf.load(tmp_path) as model:
+            np.testing.assert_array_equal(got, model.logits(ids))
+        if dtype == np.float64:
+            np.testing.assert_array_equal(got, want)  # float32 values stored as F64 read back exactly
+    bad = dict(arrays, **{"ln_f.bias": np.zeros(9, np.float32), "extra.weight": np.zeros(2, np.float32)})
+    save_safetensors(tmp_path / "model.safetensors", bad)
+    for load in (cf.load, lambda p: _core.graph_manifest(str(p))):
+        with pytest.raises(ValueError, match="tensors that GPT-2 models do not use: extra.weight"):
+            load(tmp_path)
+    del bad["extra.weight"]
+    save_safetensors(tmp_path / "model.safetensors", bad)
+    for load in (cf.load, lambda p: _core.graph_manifest(str(p))):
+        with pytest.raises(ValueError, match=re.escape("tensor 'ln_f.bias' has shape [9], expected [8]")):
+            load(tmp_path)
+    del bad["h.0.ln_1.weight"]
+    bad["extra.weight"] = np.zeros(2, np.float32)
+    save_safetensors(tmp_path / "model.safetensors", bad)
+    for load in (cf.load, lambda p: _core.graph_manifest(str(p))):
+        with pytest.raises(ValueError, match=re.escape("model.safetensors has no tensor 'h.0.ln_1.weight'")):
+            load(tmp_path)
+
+
+def test_generation_defaults_are_the_cpp_registry_s(tmp_path):
+    """Generator reads generate()'s defaults with the C++ code the C API's manifest uses."""
+    import json
+
+    import cpuformer as cf
+    from cpuformer._model_dir import save_safetensors
+
+    arrays = _plain_gpt2(tmp_path)
+    save_safetensors(tmp_path / "model.safetensors", arrays)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, eos_token_id=[5, 7], bad_words_ids=[[3]])))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"pad_token_id": 4}))
+    defaults = _core.generation_defaults(str(tmp_path), json.loads((tmp_path / "config.json").read_text()),
+                                         {"pad_token_id": 4})
+    assert defaults["eos_source"] == "config.json"
+    generation = _core.graph_manifest(str(tmp_path))["generation"]
+    with cf.load(tmp_path) as model:
+        assert model.eos_token_ids == defaults["eos_token_ids"] == generation["eos_token_ids"] == [5, 7]
+        assert model.pad_token_id == defaults["pad_token_id"] == generation["pad_token_id"] == 4
+        assert model.bad_words_ids == defaults["bad_words_ids"] == generation["bad_words_ids"] == [[3]]
+    (tmp_path / "generation_config.json").write_text(json.dumps({"bad_words_ids": [[11]]}))
+    message = re.escape("generation_config.json: 'bad_words_ids' must be a list of non-empty lists of token ids "
+                        "(integers in [0, 11)), got [[11]]")
+    for load in (cf.load, lambda p: _core.graph_manifest(str(p))):
+        with pytest.raises(ValueError, match=message):
+            load(tmp_path)

@@ -228,15 +228,35 @@ def test_parity_with_transformers(family, tmp_path):
             assert ours == ref, f"num_beams={beams}"
 
 
-def _python_plain_manifest(directory, dtype):
-    """The graph manifest the Python loader's reading of a plain directory amounts to (what
-    cpuformer.load hands the C++ graph): the model config with the dtype's default weight format,
-    the generation defaults and the tensor entries of the one loader."""
+def _generation_defaults(model):
+    """The options dict a plain ``generate(ids)`` passes to the C++ model (greedy, 20 new tokens,
+    the model's eos / pad / start tokens, forced tokens and banned words); seed 0."""
+    from cpuformer.models.generator import Generator, sequence_options
+    from cpuformer.models.seq2seq import Seq2Seq
+
+    common = dict(max_new_tokens=20, min_new_tokens=0, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
+                  repetition_penalty=1.0, num_beams=1, length_penalty=1.0, early_stopping=False, eos_token_id=[],
+                  seed=0, return_log_probs=False)
+    if isinstance(model, Seq2Seq):
+        options = model._options(1, 0, None, **common)
+        options["kv_cache_dtype"] = 0
+    else:
+        assert isinstance(model, Generator)
+        options = model._options(*common.values())
+        sequence_options(options, 1, 0)
+        model._add_options(options, None, None)
+    options["eos_token_ids"] = [int(v) for v in model.eos_token_ids]
+    return options
+
+
+def _python_settings(directory, dtype):
+    """What the Python model classes take from a plain directory's config files (the model config
+    with the dtype's default weight format, the generation defaults a plain generate() passes): the
+    C++ registry's manifest must state the same."""
     from cpuformer._model_dir import ModelDir
     from cpuformer.arch import find
     from cpuformer.models import CLASSES
-    from cpuformer.models._graph_file import _generation_defaults
-    from cpuformer.weights import Checkpoint, check_quantization, graph_format, graph_tensors
+    from cpuformer.weights import check_quantization, graph_format
 
     md = ModelDir(directory)
     try:
@@ -247,7 +267,6 @@ def _python_plain_manifest(directory, dtype):
                     "config": dict(model.config, **graph_format(dtype, settings))}
         if arch.kind != "encoder":
             manifest["generation"] = _generation_defaults(model)
-        manifest["tensors"] = graph_tensors(Checkpoint(md, arch, model.hparams, None, None, settings))
         return manifest
     finally:
         md.close()
@@ -264,5 +283,27 @@ def test_cpp_reads_a_plain_directory_as_python_does(family, tmp_path):
 
     _build(family, tmp_path)
     for dtype in ("float32", "int4"):
-        assert _core.graph_manifest(str(tmp_path), dtype) == _python_plain_manifest(tmp_path, dtype), (family, dtype)
-    assert _core.graph_manifest(str(tmp_path)) == _python_plain_manifest(tmp_path, "float32")
+        manifest = _core.graph_manifest(str(tmp_path), dtype)
+        tensors = manifest.pop("tensors")
+        assert manifest == _python_settings(tmp_path, dtype), (family, dtype)
+    assert _core.graph_manifest(str(tmp_path))["config"] == _python_settings(tmp_path, "float32")["config"]
+    # The Python loader reads the tensors the C API's manifest names: one plan, _core.checkpoint_tensors.
+    from cpuformer._model_dir import ModelDir
+    from cpuformer.arch import find
+    from cpuformer.weights import Checkpoint
+
+    def plain(entries):
+        if isinstance(entries, list):
+            return [plain(e) for e in entries]
+        if "shape" not in entries:
+            return {key: plain(e) for key, e in entries.items()}
+        return dict(entries, values=np.asarray(entries["values"], np.float32).ravel().tolist()) \
+            if "values" in entries else entries
+
+    md = ModelDir(tmp_path)
+    try:
+        arch, _ = find(md.config)
+        checkpoint = Checkpoint(md, arch, arch.hparams(md.config), None)
+        assert plain(checkpoint.entries) == plain(tensors)
+    finally:
+        md.close()

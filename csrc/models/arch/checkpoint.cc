@@ -136,9 +136,9 @@ Config generation_setting(const Json& config, const Json& generation, const std:
   return Config{config, "config.json"};
 }
 
-// The options a plain generate() passes (python/cpuformer/models/_graph_file.py: _generation_defaults).
-Json generation_defaults(const Json& config, const Json& generation, long vocab_size, const Arch& arch,
-                         const std::string& directory) {
+// The options a plain generate() passes (see generation_defaults in checkpoint.h).
+Json default_options(const Json& config, const Json& generation, long vocab_size, const Arch& arch,
+                     const std::string& directory) {
   const std::vector<long> eos = token_ids(generation_setting(config, generation, "eos_token_id"), "eos_token_id");
   const std::vector<long> pads = token_ids(generation_setting(config, generation, "pad_token_id"), "pad_token_id");
   const long pad = !pads.empty() ? pads[0] : !eos.empty() ? eos[0] : 0;
@@ -191,7 +191,7 @@ Json generation_defaults(const Json& config, const Json& generation, long vocab_
   o.emplace_back("no_repeat_ngram_size", number(0L));
   o.emplace_back("kv_cache_dtype", number(0L));
   o.emplace_back("bad_words_ids", Json::make_array(std::move(bad_words)));
-  if (arch.kind == "seq2seq") {  // python/cpuformer/models/seq2seq.py: Seq2Seq._defaults
+  if (arch.kind == "seq2seq") {
     // transformers: decoder_start_token_id, else bos_token_id; T5 checkpoints start from pad.
     std::string key = "decoder_start_token_id";
     std::string start_source = generation_setting(config, generation, key).source;
@@ -250,21 +250,31 @@ struct JsonWriter {
 // The canonical weights of one checkpoint, as Python's weights.Checkpoint reads a plain one.
 class Reader {
  public:
-  Reader(const std::string& directory, const Arch& arch, const TransformerConfig& hp, const io::SafetensorsSet& file)
-      : directory_(directory), arch_(arch), hp_(hp), file_(file) {}
+  // `converted`: the weight format of a `cpuformer convert`ed directory (its matrix weights are
+  // read as stored), or nullptr for a plain checkpoint.
+  // `shapes`: the shapes of canonical names canonical_shape does not know (a head's).
+  Reader(const std::string& directory, const Family& family, const TransformerConfig& hp,
+         const io::SafetensorsSet& file, const TransformerConfig* converted,
+         const std::map<std::string, std::vector<long>>& shapes)
+      : directory_(directory), arch_(family), hp_(hp), file_(file), converted_(converted), shapes_(shapes) {}
 
-  void set_prefix(const TensorDecl& embed) {
+  // The first prefix under which `embed` (the token table's declaration) is stored; without one
+  // found (or `embed` null), "" when that is a candidate, else the first.
+  void set_prefix(const TensorDecl* embed) {
     const auto& prefixes = arch_.prefixes;
-    prefix_ = std::find(prefixes.begin(), prefixes.end(), "") != prefixes.end() ? "" : prefixes[0];
+    prefix_ = prefixes.empty() || std::find(prefixes.begin(), prefixes.end(), "") != prefixes.end() ? "" : prefixes[0];
+    if (!embed) return;
     for (const std::string& p : prefixes) {
-      bool found = file_.find(p + embed.name) != nullptr;
-      for (const std::string& f : embed.fallbacks) found = found || file_.find(p + f) != nullptr;
+      bool found = file_.find(p + embed->name) != nullptr;
+      for (const std::string& f : embed->fallbacks) found = found || file_.find(p + f) != nullptr;
       if (found) {
         prefix_ = p;
         return;
       }
     }
   }
+
+  const std::string& prefix() const { return prefix_; }
 
   std::string full(const TensorDecl& t, const std::string& name) const { return t.root ? name : prefix_ + name; }
 
@@ -320,18 +330,24 @@ class Reader {
   }
 
   // The checkpoint tensors no declaration reads and `ignored` does not match: an error naming them.
+  // Then the shapes and dtypes of the tensors read (a missing tensor is named first, then a stray
+  // one, then a wrong shape).
   void check_accounted(const std::string& head_ignored, bool tied) const {
     std::vector<std::regex> ignored;
     for (const std::string& pattern : arch_.ignored) ignored.emplace_back(pattern, std::regex::ECMAScript);
     std::vector<std::string> stray;
     for (const SafetensorsFile::Entry* e : file_.entries()) {
       if (used_.count(e->name) || e->name == head_ignored) continue;
+      bool part = false;  // a quantized weight's scales or zero points
+      for (const char* suffix : {"_scale", "_zero"})
+        part = part || (ends_with(e->name, suffix) && used_.count(e->name.substr(0, e->name.size() - strlen(suffix))));
+      if (part) continue;
       bool known = false;
       for (const std::regex& r : ignored) known = known || std::regex_match(e->name, r);
       if (!known) stray.push_back(e->name);
     }
     if (!tied) check_tied_copies();
-    if (stray.empty()) return;
+    if (stray.empty()) return verify();
     std::string shown;
     for (std::size_t i = 0; i < stray.size() && i < 5; ++i) shown += (i ? ", " : "") + stray[i];
     if (stray.size() > 5) shown += " and " + std::to_string(stray.size() - 5) + " more";
@@ -342,6 +358,91 @@ class Reader {
   }
 
  private:
+  // The shape and dtype of every tensor read (after the stray check when there is one).
+ public:
+  void verify() const {
+    for (const Pending& p : pending_) check_stored(p);
+  }
+
+ private:
+  // A checkpoint tensor's expected stored shape, checked once every tensor is accounted for.
+  struct Pending {
+    const SafetensorsFile::Entry* entry;
+    std::vector<long> stored, shape;
+    std::string rows_key;
+    WeightType matrix = WeightType::kFloat32;  // a converted matrix weight: its stored dtype
+    bool converted_matrix = false;
+  };
+
+  static const char* stored_name(WeightType t) {
+    switch (t) {
+      case WeightType::kInt8: return "I8";
+      case WeightType::kInt4: return "U8";
+      case WeightType::kFloat16: return "F16";
+      case WeightType::kBFloat16: return "BF16";
+      default: return "F32";
+    }
+  }
+
+  // A converted directory's matrix weight: the dtype and shape its format stores, and its scales
+  // (and zero points) beside it.
+  void check_converted(const Pending& p) const {
+    const SafetensorsFile::Entry& e = *p.entry;
+    const std::string dtype = config_choice_name(p.matrix);
+    const std::string where = directory_ + " (converted to " + config_choice_name(converted_->weight_type) + ")";
+    const std::string expected = stored_name(p.matrix);
+    if (e.dtype != expected) {
+      throw std::invalid_argument(where + ": tensor " + python_string(e.name) + " is stored as " + e.dtype + "; a " +
+                                  dtype + " weight is stored as " + expected);
+    }
+    if (e.shape != p.stored) {
+      throw std::invalid_argument(where + ": tensor " + python_string(e.name) + " has shape " + shape_text(e.shape) +
+                                  ", expected " + shape_text(p.stored));
+    }
+    auto part = [&](const std::string& suffix, const char* part_dtype, const std::vector<long>& shape,
+                    const char* what) {
+      const SafetensorsFile::Entry* x = file_.find(e.name + suffix);
+      if (!x) {
+        throw std::invalid_argument(where + ": " + dtype + " tensor " + python_string(e.name) + " has no " + what +
+                                    " tensor " + python_string(e.name + suffix));
+      }
+      if (x->dtype != part_dtype || x->shape != shape) {
+        throw std::invalid_argument(where + ": " + what + " tensor " + python_string(e.name + suffix) + " must be " +
+                                    part_dtype + " of shape " + shape_text(shape) + ", got " + x->dtype + " of shape " +
+                                    shape_text(x->shape));
+      }
+    };
+    const long rows = p.shape[0];
+    if (p.matrix == WeightType::kInt8) part("_scale", "F32", {rows}, "scale");
+    if (p.matrix == WeightType::kInt4) {
+      const long groups = (p.shape[1] + converted_->group_size - 1) / converted_->group_size;
+      part("_scale", "F16", {rows, groups}, "scale");
+      if (converted_->zero_point) part("_zero", "U8", {rows, groups}, "zero-point");
+    }
+  }
+
+  void check_stored(const Pending& p) const {
+    if (p.converted_matrix) return check_converted(p);
+    const SafetensorsFile::Entry& e = *p.entry;
+    if (!p.rows_key.empty() && (e.shape.empty() || e.shape[0] != p.shape[0] ||
+                                !std::equal(e.shape.begin() + 1, e.shape.end(), p.shape.begin() + 1, p.shape.end()))) {
+      const std::string expected =
+          p.shape.size() == 1 ? "[" + p.rows_key + "]"
+                              : p.rows_key + " × " + shape_text(std::vector<long>(p.shape.begin() + 1, p.shape.end()));
+      throw std::invalid_argument("config.json: '" + p.rows_key + "' gives " + std::to_string(p.shape[0]) +
+                                  " rows, but the checkpoint's " + e.name + " has shape " + shape_text(e.shape) +
+                                  " (expected " + expected + ")");
+    }
+    if (e.shape != p.stored) {
+      throw std::invalid_argument(file_.source() + ": tensor '" + e.name + "' has shape " + shape_text(e.shape) +
+                                  ", expected " + shape_text(p.stored));
+    }
+    if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16" && e.dtype != "F64") {
+      throw std::invalid_argument(file_.source() + ": tensor '" + e.name + "' is stored as " + e.dtype +
+                                  "; a plain checkpoint's weights are F32, F16, BF16 or F64");
+    }
+  }
+
   // With tie_word_embeddings false, a stored copy of a table (Arch::tied_copies) must hold the
   // table's values: transformers 5 then uses the copy itself, which cpuformer's one table cannot
   // represent (NotSupported).
@@ -381,7 +482,8 @@ class Reader {
                  const std::string& prefix, Json::Object& out) {
     used_.insert(name);
     const TensorDecl& first = members[0]->second.tensor;
-    std::vector<long> shape = canonical_shape(members[0]->first, hp_);
+    const auto given = shapes_.find(members[0]->first);
+    std::vector<long> shape = given != shapes_.end() ? given->second : canonical_shape(members[0]->first, hp_);
     if (first.rows_start >= 0) {  // a fused tensor: its rows are the blocks declared from it
       long rows = 0;
       for (const auto* m : members)
@@ -389,46 +491,78 @@ class Reader {
       shape[0] = rows;
     }
     const SafetensorsFile::Entry* e = file_.find(name);
-    if (!e) throw std::invalid_argument(file_.source() + ": has no tensor '" + name + "'");
-    std::vector<long> stored = shape;
-    if (first.transpose) std::reverse(stored.begin(), stored.end());
-    if (first.as_row) stored.insert(stored.begin(), 1);  // a vector stored as one row [1, n]
-    // Head axes split ([d_model, n_head, d_head]): read as stored, reshaped row-major (the loader
-    // transposes over the first axis against the rest).
-    if (!first.stored_shape.empty()) stored = first.stored_shape;
-    if (e->shape != stored) {
-      if (!first.rows_key.empty()) {
-        throw std::invalid_argument("config.json: '" + first.rows_key + "' gives " + std::to_string(shape[0]) +
-                                    " rows, but the checkpoint's " + name + " has shape " + shape_text(e->shape));
-      }
-      throw std::invalid_argument(file_.source() + ": tensor '" + name + "' has shape " + shape_text(e->shape) +
-                                  ", expected " + shape_text(stored));
+    if (!e) throw std::invalid_argument(file_.source() + " has no tensor '" + name + "'");
+    Pending pending{e, shape, shape, first.rows_key};
+    // A converted directory stores its matrix weights in their format, [out, in] (docs/precision.md).
+    pending.converted_matrix = converted_ && is_matrix(members[0]->first);
+    // (The model dtype, for the LM head its own.)
+    if (pending.converted_matrix)
+      pending.matrix = members[0]->first == "lm_head" ? converted_->head_dtype : converted_->weight_type;
+    if (pending.converted_matrix && pending.matrix == WeightType::kInt4) {
+      const long groups = (shape[1] + converted_->group_size - 1) / converted_->group_size;
+      pending.stored[1] = groups * converted_->group_size / 2;  // nibble pairs, padded to whole groups
     }
-    if (e->dtype != "F32" && e->dtype != "F16" && e->dtype != "BF16") {
-      throw std::invalid_argument(file_.source() + ": tensor '" + name + "' is stored as " + e->dtype +
-                                  "; a plain checkpoint's weights are F32, F16 or BF16");
+    if (!pending.converted_matrix) {
+      std::vector<long>& stored = pending.stored;
+      if (first.transpose) std::reverse(stored.begin(), stored.end());
+      if (first.as_row) stored.insert(stored.begin(), 1);  // a vector stored as one row [1, n]
+      // Head axes split ([d_model, n_head, d_head]): read as stored, reshaped row-major (the loader
+      // transposes over the first axis against the rest).
+      if (!first.stored_shape.empty()) stored = first.stored_shape;
+    }
+    pending_.push_back(pending);
+    // The NumPy dtype each part is read as (the 16-bit words of float16 / bfloat16 as uint16).
+    const char* dtype = "float32";
+    if (pending.converted_matrix) {
+      switch (pending.matrix) {
+        case WeightType::kInt8: dtype = "int8"; break;
+        case WeightType::kInt4: dtype = "uint8"; break;
+        case WeightType::kFloat16:
+        case WeightType::kBFloat16: dtype = "uint16"; break;
+        default: break;
+      }
     }
     for (const auto* m : members) {
       const TensorDecl& t = m->second.tensor;
-      std::vector<long> part = shape;
+      std::vector<long> part = pending.converted_matrix ? pending.stored : shape;
       if (t.rows_start >= 0) part[0] = t.rows_stop - t.rows_start;
-      Json::Object entry;
-      entry.emplace_back("shape", shape_json(part));
-      entry.emplace_back("dtype", Json::make_string("float32"));
-      entry.emplace_back("name", Json::make_string(name));
-      if (t.rows_start >= 0) entry.emplace_back("rows", shape_json({t.rows_start, t.rows_stop}));
-      if (t.transpose) entry.emplace_back("transpose", Json::make_bool(true));
-      if (t.plus_one) entry.emplace_back("plus_one", Json::make_bool(true));
-      out.emplace_back(prefix + m->first, Json::make_object(std::move(entry)));
+      auto add = [&](const std::string& suffix, const char* part_dtype, std::vector<long> part_shape) {
+        Json::Object entry;
+        entry.emplace_back("shape", shape_json(part_shape));
+        entry.emplace_back("dtype", Json::make_string(part_dtype));
+        entry.emplace_back("name", Json::make_string(name + suffix));
+        if (t.rows_start >= 0) entry.emplace_back("rows", shape_json({t.rows_start, t.rows_stop}));
+        if (t.transpose && !pending.converted_matrix) entry.emplace_back("transpose", Json::make_bool(true));
+        if (t.plus_one) entry.emplace_back("plus_one", Json::make_bool(true));
+        out.emplace_back(prefix + m->first + suffix, Json::make_object(std::move(entry)));
+      };
+      add("", dtype, part);
+      if (pending.converted_matrix && pending.matrix == WeightType::kInt8) add("_scale", "float32", {part[0]});
+      if (pending.converted_matrix && pending.matrix == WeightType::kInt4) {
+        const long groups = (shape[1] + converted_->group_size - 1) / converted_->group_size;
+        add("_scale", "float16", {part[0], groups});
+        if (converted_->zero_point) add("_zero", "uint8", {part[0], groups});
+      }
     }
   }
 
+  // The canonical weights the model multiplies with (python/cpuformer/arch/spec.py: MATMUL).
+  static bool is_matrix(const std::string& canonical) {
+    static const std::set<std::string> matrices = {
+        "attn.q",   "attn.k", "attn.v",   "attn.o",  "cross.q", "cross.k",       "cross.v",         "cross.o",
+        "ffn.gate", "ffn.up", "ffn.down", "lm_head", "pooler",  "embed.project", "attn.position_q", "attn.position_k"};
+    return matrices.count(canonical) > 0;
+  }
+
   const std::string& directory_;
-  const Arch& arch_;
+  const Family& arch_;
   const TransformerConfig& hp_;
   const io::SafetensorsSet& file_;
+  const TransformerConfig* converted_;
+  const std::map<std::string, std::vector<long>>& shapes_;
   std::string prefix_;
   std::set<std::string> used_;
+  std::vector<Pending> pending_;
 };
 
 }  // namespace
@@ -447,9 +581,16 @@ void widen_to_float32(const SafetensorsFile::Entry& e, float* out) {
       const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
       std::memcpy(&out[i], &bits, 4);
     }
+  } else if (e.dtype == "F64") {  // IEEE rounding: beyond float32's range is +-inf
+    const char* in = static_cast<const char*>(e.data);
+    for (std::size_t i = 0; i < n; ++i) {
+      double d;
+      std::memcpy(&d, in + 8 * i, 8);
+      out[i] = static_cast<float>(d);
+    }
   } else {
     throw std::invalid_argument("'" + e.name + "' is stored as " + e.dtype +
-                                "; a plain checkpoint's floating-point tensors are F32, F16 or BF16");
+                                "; a plain checkpoint's floating-point tensors are F32, F16, BF16 or F64");
   }
 }
 
@@ -506,33 +647,42 @@ std::vector<long> canonical_shape(const std::string& name, const TransformerConf
   return found->second;
 }
 
-Json plain_manifest(const std::string& directory, const Json& config, const Json& generation,
-                    const std::string& dtype) {
-  const auto [arch, name] = find_family(config);
-  TransformerConfig hp = arch->hparams(Config{config});
-  set_default_format(hp, dtype.empty() ? "float32" : dtype);
-  // The widths Python's Hparams spells out (0 means "the same as"), as in its manifests.
+namespace {
+
+// The family's hyperparameters as the manifests state them: the widths Python's Hparams spells out
+// (0 means "the same as").
+TransformerConfig manifest_hparams(const Arch& arch, const Json& config) {
+  TransformerConfig hp = arch.hparams(Config{config});
   if (hp.num_kv_heads == 0) hp.num_kv_heads = hp.num_heads;
   if (hp.embedding_size == 0) hp.embedding_size = hp.hidden_size;
+  return hp;
+}
 
+}  // namespace
+
+DeclaredTensors declared_tensors(const std::string& directory, Declared d, const TransformerConfig* converted) {
   if (!exists(directory + "/model.safetensors") && !exists(directory + "/model.safetensors.index.json")) {
     throw std::invalid_argument(directory +
                                 ": has no model.safetensors or model.safetensors.index.json (the C API reads "
                                 "safetensors checkpoints)");
   }
   const io::SafetensorsSet file = io::SafetensorsSet::open_directory(directory);
-  Reader reader(directory, *arch, hp, file);
-
-  const Config c{config};
-  Sources top = arch->model_tensors(c, hp);
-  reader.set_prefix(top.find("embed.tokens")->tensor);
-  std::string head_ignored;
-  if (Source* head = top.find("lm_head")) {
+  Reader reader(directory, d.family, d.hp, file, converted, d.shapes);
+  DeclaredTensors out;
+  const Source* embed = d.groups.empty() ? nullptr : d.groups[0].find("embed.tokens");
+  reader.set_prefix(embed && !embed->computed ? &embed->tensor : nullptr);
+  out.prefix = reader.prefix();
+  Source* head = d.groups.empty() ? nullptr : d.groups[0].find("lm_head");
+  if (head && !head->computed) {
     const std::string head_name = reader.checkpoint_name(head->tensor);
-    if (hp.tie_word_embeddings) {
-      head_ignored = head_name;
+    if (converted) {  // always stored, a quantized copy when tied
+      TensorDecl stored(head->tensor.name);
+      stored.root = head->tensor.root;
+      head->tensor = stored;
+    } else if (d.hp.tie_word_embeddings) {
+      out.head_ignored = head_name;
       Sources without;
-      for (const auto& item : top.items()) {
+      for (const auto& item : d.groups[0].items()) {
         if (item.first == "lm_head") continue;
         if (item.second.computed) {
           without.add(item.first, item.second.shape, item.second.values);
@@ -540,34 +690,83 @@ Json plain_manifest(const std::string& directory, const Json& config, const Json
           without.add(item.first, item.second.tensor);
         }
       }
-      top = without;
+      d.groups[0] = without;
     } else if (head_name.empty()) {
       throw std::invalid_argument(directory +
                                   ": the checkpoint has no lm_head.weight and tie_word_embeddings is false");
     }
   }
+  for (const Sources& group : d.groups) {
+    Json::Object entries;
+    reader.entries(group, "", entries);
+    out.groups.push_back(Json::make_object(std::move(entries)));
+  }
+  if (d.account) {
+    reader.check_accounted(out.head_ignored, d.hp.tie_word_embeddings || converted);
+  } else {
+    reader.verify();
+  }
+  return out;
+}
 
-  Json::Object model;
-  reader.entries(top, "", model);
+CheckpointTensors checkpoint_tensors(const std::string& directory, const Json& config,
+                                     const TransformerConfig* converted) {
+  const Arch* arch = find_family(config).first;
+  Declared d;
+  d.family = {arch->title, arch->prefixes, arch->ignored, arch->tied_copies};
+  d.hp = manifest_hparams(*arch, config);
+  const Config c{config};
+  d.groups.push_back(arch->model_tensors(c, d.hp));
   const std::vector<std::pair<std::string, long>> stacks =
-      arch->kind == "seq2seq"
-          ? std::vector<std::pair<std::string, long>>{{"encoder", hp.num_layers}, {"decoder", hp.num_decoder_layers}}
-          : std::vector<std::pair<std::string, long>>{{arch->kind, hp.distinct_layers()}};
+      arch->kind == "seq2seq" ? std::vector<std::pair<std::string, long>>{{"encoder", d.hp.num_layers},
+                                                                          {"decoder", d.hp.num_decoder_layers}}
+                              : std::vector<std::pair<std::string, long>>{{arch->kind, d.hp.distinct_layers()}};
+  for (const auto& [stack, count] : stacks) {
+    d.groups.push_back(arch->stack_tensors(c, d.hp, stack));
+    for (long l = 0; l < count; ++l) d.groups.push_back(arch->layer_tensors(d.hp, stack, l));
+  }
+  DeclaredTensors read = declared_tensors(directory, std::move(d), converted);
+  // {"model": the model's and each stack's entries (those under "<stack>."), "<stack>": [layers]}.
+  Json::Object model = read.groups[0].object();
+  Json::Object tensors;
+  std::size_t next = 1;
   std::vector<std::pair<std::string, Json>> stack_layers;
   for (const auto& [stack, count] : stacks) {
-    reader.entries(arch->stack_tensors(c, hp, stack), stack + ".", model);
-    Json::Array layers;
-    for (long l = 0; l < count; ++l) {
-      Json::Object layer;
-      reader.entries(arch->layer_tensors(hp, stack, l), "", layer);
-      layers.push_back(Json::make_object(std::move(layer)));
-    }
+    for (const auto& item : read.groups[next].object()) model.emplace_back(stack + "." + item.first, item.second);
+    ++next;
+    Json::Array layers(read.groups.begin() + next, read.groups.begin() + next + count);
+    next += count;
     stack_layers.emplace_back(stack, Json::make_array(std::move(layers)));
   }
-  reader.check_accounted(head_ignored, hp.tie_word_embeddings);
-  Json::Object tensors;
   tensors.emplace_back("model", Json::make_object(std::move(model)));
   for (auto& item : stack_layers) tensors.push_back(std::move(item));
+  return {Json::make_object(std::move(tensors)), read.prefix, read.head_ignored};
+}
+
+GenerationDefaults generation_defaults(const std::string& directory, const Json& config, const Json& generation) {
+  const Arch* arch = find_family(config).first;
+  const TransformerConfig hp = arch->hparams(Config{config});
+  return {default_options(config, generation, hp.vocab_size, *arch, directory),
+          generation_setting(config, generation, "eos_token_id").source};
+}
+
+Json plain_manifest(const std::string& directory, const Json& config, const Json& generation,
+                    const std::string& dtype) {
+  TransformerConfig format;
+  set_default_format(format, dtype.empty() ? "float32" : dtype);
+  return checkpoint_manifest(directory, config, generation, format, false);
+}
+
+Json checkpoint_manifest(const std::string& directory, const Json& config, const Json& generation,
+                         const TransformerConfig& format, bool converted) {
+  const auto [arch, name] = find_family(config);
+  TransformerConfig hp = manifest_hparams(*arch, config);
+  hp.weight_type = format.weight_type;
+  hp.head_dtype = format.head_dtype;
+  hp.group_size = format.group_size;
+  hp.zero_point = format.zero_point;
+  hp.embedding_dtype = format.embedding_dtype;
+  CheckpointTensors plain = checkpoint_tensors(directory, config, converted ? &format : nullptr);
 
   Json::Object fields;
   hp.fields(JsonWriter{fields});
@@ -577,8 +776,8 @@ Json plain_manifest(const std::string& directory, const Json& config, const Json
   manifest.emplace_back("architecture", Json::make_string(name));
   manifest.emplace_back("config", Json::make_object(std::move(fields)));
   if (arch->kind != "encoder")
-    manifest.emplace_back("generation", generation_defaults(config, generation, hp.vocab_size, *arch, directory));
-  manifest.emplace_back("tensors", Json::make_object(std::move(tensors)));
+    manifest.emplace_back("generation", default_options(config, generation, hp.vocab_size, *arch, directory));
+  manifest.emplace_back("tensors", std::move(plain.tensors));
   return Json::make_object(std::move(manifest));
 }
 

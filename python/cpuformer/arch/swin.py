@@ -163,8 +163,11 @@ class Swin(Arch):
         return ()  # no C++ graph: every tensor is declared by swin()
 
     def model_tensors(self, config: Mapping[str, Any], hp: Hparams) -> Dict[str, Source]:
-        # The checkpoint reader finds the prefix ("swin." in a classification checkpoint) by this tensor.
-        return {"embed.tokens": Tensor("embeddings.patch_embeddings.projection.weight")}
+        # The checkpoint reader finds the prefix ("swin." in a classification checkpoint) by this tensor
+        # (declared as stored: the reader checks its shape; swin() declares its use as swin.patch).
+        s = self.shape(config)
+        return {"embed.tokens": Tensor("embeddings.patch_embeddings.projection.weight",
+                                       stored_shape=(s.embed_dim, s.num_channels) + tuple(s.patch_size))}
 
     def stack_tensors(self, config: Mapping[str, Any], hp: Hparams, stack: str) -> Dict[str, Source]:
         return {}

@@ -70,11 +70,7 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
     tensor is read once and packed for every model: a model and its speculative-decoding draft)."""
     hp = checkpoint.hp
     checkpoint.check_accounted()
-    tensors, names = checkpoint.read(checkpoint.top)
-    for stack, _ in checkpoint.arch.stacks(hp):
-        arrays, stack_names = checkpoint.read(checkpoint.stack_sources(stack))
-        tensors.update({f"{stack}.{name}": array for name, array in arrays.items()})
-        names += stack_names
+    tensors, names = checkpoint.model_arrays()
 
     def add_layer(stack: str, layer_tensors: Dict[str, Any]) -> None:
         for model in models:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import _core
 from .._arguments import INT64_MAX, check_integer
-from .._model_dir import ModelDir, _describe, config_token_ids
+from .._model_dir import ModelDir, _describe
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._batcher import Batcher
 from ._inputs import as_2d
@@ -58,11 +58,6 @@ def check_bad_words(value: Any, vocab_size: int, source: str = "") -> List[List[
         raise ValueError(f"{source}'bad_words_ids' must be a list of non-empty lists of token ids (integers in "
                          f"[0, {vocab_size})), got {_describe(value)}")
     return [[int(t) for t in word] for word in value]
-
-
-def config_bad_words(settings: Dict[str, Any], source: str, vocab_size: int) -> List[List[int]]:
-    """The bad_words_ids a model's generation settings declare (checked, naming the file)."""
-    return check_bad_words(settings.get("bad_words_ids"), vocab_size, f"{source}: ")
 
 
 def _option_error(name: str, value: Any, bound: str = "") -> ValueError:
@@ -113,14 +108,6 @@ def sequence_options(options: Dict[str, Any], num_return_sequences: Any, no_repe
     options.update(num_return_sequences=int(n), no_repeat_ngram_size=int(ngram))
 
 
-def generation_setting(md: ModelDir, key: str) -> Tuple[Dict[str, Any], str]:
-    """(the file's settings, its name) that supply the generation default ``key``:
-    generation_config.json when it sets the key (to a non-null value), else config.json."""
-    if md.generation_config.get(key) is not None:
-        return md.generation_config, "generation_config.json"
-    return md.config, "config.json"
-
-
 class Generator(TextMixin, ModelBase):
     """A decoder-only causal LM loaded from a Hugging Face model directory.
 
@@ -143,15 +130,16 @@ class Generator(TextMixin, ModelBase):
         self._defaults(model_dir)
 
     def _defaults(self, md: ModelDir) -> None:
-        # Type and int64 range are checked here (naming file and key); eos ids against the
-        # vocabulary when generate() uses them (a call can pass its own eos_token_id), and a pad
-        # id outside [0, vocab_size) means no pad token, as the C++ loop treats it.
-        settings, self._eos_source = generation_setting(md, "eos_token_id")
-        self.eos_token_ids = config_token_ids(settings, "eos_token_id", source=self._eos_source) or []
-        settings, source = generation_setting(md, "pad_token_id")
-        pad_list = config_token_ids(settings, "pad_token_id", source=source) or []
-        self.pad_token_id = pad_list[0] if pad_list else (self.eos_token_ids[0] if self.eos_token_ids else 0)
-        self.bad_words_ids = config_bad_words(*generation_setting(md, "bad_words_ids"), self.config["vocab_size"])
+        # The C++ registry's reading of the config files (csrc/models/arch/checkpoint.h:
+        # generation_defaults), as the C API's: ids checked for type and int64 range, naming file and
+        # key; eos ids against the vocabulary when generate() uses them (a call can pass its own
+        # eos_token_id), and a pad id outside [0, vocab_size) means no pad token, as the C++ loop
+        # treats it.
+        defaults = _core.generation_defaults(os.fspath(md.path), md.config, md.generation_config)
+        self._eos_source = defaults["eos_source"]
+        self.eos_token_ids = defaults["eos_token_ids"]
+        self.pad_token_id = defaults["pad_token_id"]
+        self.bad_words_ids = defaults["bad_words_ids"]
 
     @property
     def vocab_size(self) -> int:
@@ -574,5 +562,4 @@ def _orphan_live_streams() -> None:
 os.register_at_fork(after_in_child=_orphan_live_streams)
 
 
-__all__ = ["Generator", "KV_CACHE_DTYPES", "check_bad_words", "config_bad_words", "generation_setting",
-           "kv_cache_code", "sequence_options"]
+__all__ = ["Generator", "KV_CACHE_DTYPES", "check_bad_words", "kv_cache_code", "sequence_options"]

@@ -10,18 +10,19 @@ decoder's KV cache is written in place.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .._model_dir import ModelDir, config_token_ids
+from .. import _core
+from .._model_dir import ModelDir
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d
 from ._languages import apply_languages
 from ._result import log_probs_needed
 from ._speculative import speculation
 from ._text import TextMixin
-from .generator import Generator, check_bad_words, config_bad_words, generation_setting, kv_cache_code, sequence_options
+from .generator import Generator, check_bad_words, kv_cache_code, sequence_options
 
 PathLike = Union[str, os.PathLike]
 
@@ -52,44 +53,19 @@ class Seq2Seq(TextMixin, ModelBase):
         self._defaults(model_dir)
 
     def _defaults(self, md: ModelDir) -> None:
-        """Generation defaults from generation_config.json, else config.json. Every id is checked
-        here (type and range, naming file and key), so a value that would fail every generate()
-        or reach the C++ loop unconverted fails at load; only eos ids are checked against the
-        vocabulary at generate() time, because a call may pass its own eos_token_id."""
-        V = self.vocab_size
-
-        def token_ids(key: str, in_vocabulary: bool = True) -> Tuple[Optional[List[int]], str]:
-            settings, source = generation_setting(md, key)
-            return config_token_ids(settings, key, vocab_size=V if in_vocabulary else None, source=source), source
-
-        eos, self._eos_source = token_ids("eos_token_id", in_vocabulary=False)
-        self.eos_token_ids = eos or []
-        pad, _ = token_ids("pad_token_id", in_vocabulary=False)  # outside [0, V): no pad token
-        self.pad_token_id = pad[0] if pad else (self.eos_token_ids[0] if self.eos_token_ids else 0)
-        # transformers: decoder_start_token_id, else bos_token_id; T5 checkpoints start from pad.
-        start, source = token_ids("decoder_start_token_id")
-        key = "decoder_start_token_id"
-        if not start:
-            (start, source), key = token_ids("bos_token_id"), "bos_token_id"
-        if not start and self._arch.start_from_pad:
-            start = [self.pad_token_id]
-        if not start:
-            raise ValueError(f"{md.path}: the config has neither decoder_start_token_id nor bos_token_id; "
-                             "encoder-decoder generation needs one")
-        if len(set(start)) > 1:  # transformers' per-row start tokens
-            raise NotImplementedError(f"{source}: {key!r} lists different start tokens {start}; one start "
-                                      "token for every row is supported")
-        self.decoder_start_token_id = start[0]
-        settings, source = generation_setting(md, "forced_bos_token_id")
-        bos = config_token_ids(settings, "forced_bos_token_id", vocab_size=V, source=source, single=True)
-        self.forced_bos_token_id = -1 if bos is None else bos[0]
-        forced_eos, source = token_ids("forced_eos_token_id")
-        if forced_eos is not None and len(forced_eos) != 1:
-            # An empty list would force no token at all (transformers then masks every logit).
-            error = ValueError if not forced_eos else NotImplementedError
-            raise error(f"{source}: 'forced_eos_token_id' must be one token id (or a list of one), got {forced_eos}")
-        self.forced_eos_token_id = -1 if forced_eos is None else forced_eos[0]
-        self.bad_words_ids = config_bad_words(*generation_setting(md, "bad_words_ids"), V)
+        """Generation defaults from generation_config.json, else config.json, as the C++ registry
+        reads them for the C API too (csrc/models/arch/checkpoint.h: generation_defaults). Every id
+        is checked there (type and range, naming file and key), so a value that would fail every
+        generate() or reach the C++ loop unconverted fails at load; only eos ids are checked against
+        the vocabulary at generate() time, because a call may pass its own eos_token_id."""
+        defaults = _core.generation_defaults(os.fspath(md.path), md.config, md.generation_config)
+        self._eos_source = defaults["eos_source"]
+        self.eos_token_ids = defaults["eos_token_ids"]
+        self.pad_token_id = defaults["pad_token_id"]
+        self.decoder_start_token_id = defaults["decoder_start_token_id"]
+        self.forced_bos_token_id = defaults["forced_bos_token_id"]
+        self.forced_eos_token_id = defaults["forced_eos_token_id"]
+        self.bad_words_ids = defaults["bad_words_ids"]
 
     @property
     def vocab_size(self) -> int:
