@@ -3,8 +3,9 @@
 # installs the library, header and CMake package into a temporary prefix, builds examples/c
 # against that install with find_package(cpuformer), writes the test fixtures with the Python
 # package (tests/c/make_cases.py: needs cpuformer, torch and transformers importable, as after
-# `pip install ".[test]"`), runs the C tests — outputs bit for bit against the Python API, then
-# every error path — and both examples; then builds the C tests with AddressSanitizer +
+# `pip install ".[test]"`), runs the file readers' tests (tests/native/io_tests.cc: JSON,
+# safetensors), the C tests — outputs bit for bit against the Python API, then every error path —
+# and both examples; then builds the C tests and the readers' tests with AddressSanitizer +
 # UndefinedBehaviorSanitizer and runs them again. Exits non-zero on any failure.
 #
 #   scripts/test-c-api.sh [--no-sanitize]
@@ -45,6 +46,8 @@ cmake --build "$work/examples"
 echo "== fixtures from the Python package"
 "$PYTHON" "$ROOT/tests/c/make_cases.py" "$models"
 
+echo "== the file readers' tests (tests/native/io_tests.cc)"
+"$BUILD/cpuformer_io_tests"
 echo "== C tests"
 "$BUILD/cpuformer_capi_tests" "$models"
 echo "== examples"
@@ -58,7 +61,9 @@ if [ $sanitize -eq 1 ]; then
   echo "== C tests under AddressSanitizer + UndefinedBehaviorSanitizer"
   cmake -S "$ROOT" -B "$BUILD-asan" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCPUFORMER_SANITIZE=ON \
     -DCPUFORMER_BUILD_PYTHON=OFF -DCPUFORMER_BUILD_CAPI=ON -DCPUFORMER_BUILD_CAPI_TESTS=ON >/dev/null
-  cmake --build "$BUILD-asan" -j "$JOBS" --target cpuformer_capi_tests
+  cmake --build "$BUILD-asan" -j "$JOBS" --target cpuformer_capi_tests cpuformer_io_tests
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$BUILD-asan/cpuformer_io_tests"
   # Compiled at -O1 (CMakeLists.txt): floats compared within 1e-4, tokens not compared.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$BUILD-asan/cpuformer_capi_tests" "$models" --tolerant

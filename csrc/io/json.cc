@@ -21,7 +21,7 @@ namespace {
 
 class JsonParser {
  public:
-  explicit JsonParser(const std::string& text) : s_(text) {}
+  JsonParser(const std::string& text, bool nonfinite) : s_(text), nonfinite_(nonfinite) {}
 
   Json parse_document() {
     skip_ws();
@@ -33,6 +33,7 @@ class JsonParser {
 
  private:
   const std::string& s_;
+  const bool nonfinite_;  // NaN, Infinity and -Infinity accepted as numbers (Python's json)
   std::size_t pos_ = 0;
 
   [[noreturn]] void fail(const std::string& what) const { fail_at(what, pos_); }
@@ -75,6 +76,10 @@ class JsonParser {
         return value;
       case 'n': expect_literal("null"); return value;
       default:
+        if (nonfinite_ &&
+            (peek() == 'N' || peek() == 'I' || (peek() == '-' && pos_ + 1 < s_.size() && s_[pos_ + 1] == 'I'))) {
+          return parse_nonfinite();
+        }
         if (peek() == '-' || (peek() >= '0' && peek() <= '9')) return parse_number();
         fail("unexpected character, expected a value");
     }
@@ -242,6 +247,24 @@ class JsonParser {
     }
   }
 
+  // NaN, Infinity or -Infinity, spelled as Python's repr spells the float ("nan", "inf", "-inf").
+  Json parse_nonfinite() {
+    Json value;
+    value.type_ = Json::Type::kNumber;
+    if (peek() == 'N') {
+      expect_literal("NaN");
+      value.text_ = "nan";
+      value.number_ = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      const bool negative = peek() == '-';
+      if (negative) ++pos_;
+      expect_literal("Infinity");
+      value.text_ = negative ? "-inf" : "inf";
+      value.number_ = negative ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+    }
+    return value;
+  }
+
   bool digit_at(std::size_t i) const { return i < s_.size() && s_[i] >= '0' && s_[i] <= '9'; }
 
   // number = [ "-" ] ( "0" / [1-9] *DIGIT ) [ "." 1*DIGIT ] [ ( "e" / "E" ) [ "+" / "-" ] 1*DIGIT ]
@@ -279,7 +302,8 @@ class JsonParser {
   }
 };
 
-Json Json::parse(const std::string& text) { return JsonParser(text).parse_document(); }
+Json Json::parse(const std::string& text) { return JsonParser(text, false).parse_document(); }
+Json Json::parse_python(const std::string& text) { return JsonParser(text, true).parse_document(); }
 
 const char* Json::type_name(Type type) {
   switch (type) {
@@ -355,7 +379,7 @@ bool Json::is_integer_number() const {
 
 long Json::integer() const {
   if (type_ != Type::kNumber) type_error(Type::kNumber, type_);
-  if (text_.find_first_of(".eE") != std::string::npos) {
+  if (text_.find_first_of(".eEna") != std::string::npos) {  // (nan, inf)
     throw std::invalid_argument("JSON: expected an integer, got " + text_);
   }
   errno = 0;

@@ -39,6 +39,11 @@ class Json {
 
   // Parses a whole document; throws std::invalid_argument("JSON: <what> at offset N").
   static Json parse(const std::string& text);
+  // As parse, plus the three values Python's json module reads and writes beyond RFC 8259: NaN,
+  // Infinity and -Infinity (spelled "nan", "inf", "-inf"). For config files that Python tools write
+  // (config.json, generation_config.json, the graph manifest), so that the C API reads every file the
+  // Python package reads; safetensors headers stay strict.
+  static Json parse_python(const std::string& text);
 
   Type type() const { return type_; }
   bool is_null() const { return type_ == Type::kNull; }

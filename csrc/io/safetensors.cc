@@ -279,7 +279,7 @@ SafetensorsSet SafetensorsSet::open_directory(const std::string& directory) {
   if (!in) throw std::invalid_argument(index + ": cannot be read");
   Json content;
   try {
-    content = Json::parse(text.str());
+    content = Json::parse_python(text.str());
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(index + ": " + e.what());
   }

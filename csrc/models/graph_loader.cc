@@ -247,7 +247,7 @@ Json directory_manifest(const std::string& directory, const std::string& dtype, 
   if (::stat(manifest_path.c_str(), &st) == 0) {
     where = manifest_path;
     try {
-      return Json::parse(read_text(manifest_path));
+      return Json::parse_python(read_text(manifest_path));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(manifest_path + ": " + e.what());
     }
@@ -260,7 +260,7 @@ Json directory_manifest(const std::string& directory, const std::string& dtype, 
   }
   const Json config = [&] {
     try {
-      return Json::parse(read_text(config_path));
+      return Json::parse_python(read_text(config_path));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(config_path + ": " + e.what());
     }
@@ -275,7 +275,7 @@ Json directory_manifest(const std::string& directory, const std::string& dtype, 
   const std::string generation_path = directory + "/generation_config.json";
   if (::stat(generation_path.c_str(), &st) == 0) {
     try {
-      generation = Json::parse(read_text(generation_path));
+      generation = Json::parse_python(read_text(generation_path));
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(generation_path + ": " + e.what());
     }

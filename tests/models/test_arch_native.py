@@ -336,3 +336,30 @@ def test_generation_defaults_are_the_cpp_registry_s(tmp_path):
     for load in (cf.load, lambda p: _core.graph_manifest(str(p))):
         with pytest.raises(ValueError, match=message):
             load(tmp_path)
+
+
+def test_config_files_read_as_python_reads_them(tmp_path):
+    """config.json may hold NaN and Infinity (Python's json writes and reads them): the C++ readers
+    of the C API read it as the Python package does, and refuse a value with the same message."""
+    import json
+
+    import cpuformer as cf
+    from cpuformer._model_dir import save_safetensors
+
+    arrays = _plain_gpt2(tmp_path)
+    save_safetensors(tmp_path / "model.safetensors", arrays)
+    manifest = _core.graph_manifest(str(tmp_path))
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, task_specific_params={"a": float("nan")},
+                                                          unused_limit=float("inf"))))
+    assert "NaN" in (tmp_path / "config.json").read_text()
+    assert _core.graph_manifest(str(tmp_path)) == manifest
+    with cf.load(tmp_path) as model:
+        assert model.config["vocab_size"] == 11
+    (tmp_path / "config.json").write_text(json.dumps(dict(config, layer_norm_epsilon=float("-inf"))))
+    with pytest.raises(ValueError) as python:
+        cf.load(tmp_path)
+    with pytest.raises(ValueError) as cpp:
+        _core.graph_manifest(str(tmp_path))
+    assert "layer_norm_epsilon" in str(python.value) and "-inf" in str(python.value)
+    assert str(cpp.value) == str(python.value)

@@ -244,3 +244,26 @@ def test_bad_input(gens, dirs):
         live.step()
     with pytest.raises(ValueError, match="closed"):
         closed.batcher()
+
+
+def test_long_contexts_side_by_side_equal_each_alone(tmp_path):
+    """Decode entries of a step run their attention side by side, one thread each, with the key
+    splits each has alone (a GQA head over 1,300+ cached keys is split by thread count): the
+    tokens are generate()'s. (Log-probabilities agree to rounding: a step's projections multiply
+    several rows at once, generate()'s one.)"""
+    model_class, config_class, config = SMALL["llama"]
+    _build(tmp_path, model_class, config_class, seed=5,
+           **dict(config, num_key_value_heads=1, max_position_embeddings=1600))
+    gen = cf.Generator(tmp_path, num_threads=2)
+    rng = np.random.default_rng(3)
+    prompts = [[int(t) for t in rng.integers(3, gen.vocab_size, n)] for n in (1350, 1420, 1500)]
+    batcher = gen.batcher(capacity=3, max_length=1560, prefill_chunk=2048)
+    requests = [batcher.submit(p, max_new_tokens=6, eos_token_id=[], return_log_probs=True) for p in prompts]
+    events = {r: [] for r in requests}
+    while batcher.running or batcher.waiting:
+        for event in batcher.step():
+            events[event.request].append(event)
+    for r, p in zip(requests, prompts):
+        (tokens,), (log_probs,) = gen.generate(p, max_new_tokens=6, eos_token_id=[], return_log_probs=True)
+        assert [e.token for e in events[r]] == tokens
+        np.testing.assert_allclose([e.log_prob for e in events[r]], log_probs, rtol=1e-5, atol=1e-5)

@@ -200,6 +200,24 @@ void test_json_numbers() {
   expect_json_error("1 2", "trailing characters after the value at offset 2");
 }
 
+// parse_python: the strict grammar plus NaN, Infinity and -Infinity, as Python's json reads them.
+void test_json_python_numbers() {
+  const Json j = Json::parse_python("[NaN, Infinity, -Infinity, 1, -2.5e1]");
+  const Json::Array& a = j.array();
+  expect(a.size() == 5, "five values");
+  expect(std::isnan(a[0].number()) && a[0].string_or_number_text() == "nan", "NaN -> nan");
+  expect(std::isinf(a[1].number()) && a[1].number() > 0 && a[1].string_or_number_text() == "inf", "Infinity");
+  expect(std::isinf(a[2].number()) && a[2].number() < 0 && a[2].string_or_number_text() == "-inf", "-Infinity");
+  expect(!a[0].is_integer_number() && !a[1].is_integer_number() && !a[2].is_integer_number(), "not integers");
+  expect(a[3].integer() == 1 && a[4].number() == -25.0, "plain numbers unchanged");
+  expect_throws([&] { a[0].integer(); }, "expected an integer, got nan", "integer() of NaN");
+  expect_throws([&] { a[2].integer(); }, "expected an integer, got -inf", "integer() of -Infinity");
+  for (const char* bad : {"nan", "NAN", "Inf", "-Inf", "+Infinity", "NaN1", "-NaN", "Infinit"}) {
+    expect_throws([&] { Json::parse_python(bad); }, "JSON:", std::string("parse_python(") + bad + ")");
+  }
+  expect_json_error("NaN", "unexpected character");  // parse() stays strict
+}
+
 void test_json_syntax() {
   expect_json_error("", "unexpected end of input");
   expect_json_error("   ", "unexpected end of input, expected a value at offset 3");
@@ -518,6 +536,7 @@ int main() {
     test_json_values();
     test_json_strings();
     test_json_numbers();
+    test_json_python_numbers();
     test_json_syntax();
     test_json_accessors();
     test_safetensors_valid();
