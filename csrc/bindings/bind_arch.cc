@@ -175,7 +175,10 @@ py::object entries_python(const Json& v) {
       out[py::str(item.first)] = entries_python(entry);  // a stack's layers
       continue;
     }
-    py::dict e(to_python(entry));
+    py::dict e;  // (computed values straight into an array, not through a list)
+    for (const auto& field : entry.object()) {
+      if (field.first != "values") e[py::str(field.first)] = to_python(field.second);
+    }
     if (values) {
       std::vector<long> shape;
       for (const Json& d : entry.at("shape").array()) shape.push_back(d.integer());
@@ -409,6 +412,9 @@ void register_arch(py::module_& m) {
       },
       py::arg("name"), py::arg("hparams"),
       "The shape of canonical weight `name` for a model of hyperparameters `hparams` (csrc/models/arch/checkpoint.h).");
+  m.def(
+      "matrix_weights", [] { return py::tuple(py::cast(arch::matrix_weights())); },
+      "The canonical weights the model multiplies with (models/arch/checkpoint.h: matrix_weights).");
   m.def(
       "arch_labels",
       [](const py::object& config) {

@@ -225,8 +225,6 @@ class Checkpoint:
         self.prefix: str = plan["prefix"]
         #: The stored lm_head.weight that a tied head leaves unread, else None.
         self.head_ignored: Optional[str] = plan["head_ignored"] or None
-        if stored is None and hp.tie_word_embeddings:
-            self.top.pop("lm_head", None)
 
     def _declared(self, groups: List[Mapping[str, Source]], prefixes: Iterable[str],
                   shapes: Mapping[str, Tuple[int, ...]], account: bool) -> Dict[str, Any]:
@@ -252,10 +250,6 @@ class Checkpoint:
 
     def layer_sources(self, stack: str, layer: int) -> Dict[str, Source]:
         return dict(self.arch.layer_tensors(self.hp, stack, layer))
-
-    def check_accounted(self) -> None:
-        """Kept for the model classes' flow: every checkpoint tensor was accounted for (read by a
-        declaration or knowingly ignored) when the checkpoint was opened."""
 
     # ---- arrays ----------------------------------------------------------------------------
 
@@ -443,16 +437,15 @@ def convert(src: PathLike, dst: PathLike, dtype: str, progress: bool = True,
         if already is not None:
             raise ValueError(f"{md.path} is already converted (dtype {already!r}); convert the original checkpoint")
         checkpoints = convert_checkpoints(md, arch, name)
-        for checkpoint in checkpoints:
-            checkpoint.check_accounted()
         checkpoint = checkpoints[0]
         matrices: Dict[str, Tuple[str, bool]] = {}
         for each in checkpoints:
             matrices.update(each.matrices())
         # A tied head is written as a quantized lm_head.weight made from the embedding table.
+        model = checkpoint.entries["model"]
         head_source = None
-        if "lm_head" in arch.model_tensors(md.config, checkpoint.hp) and "lm_head" not in checkpoint.top:
-            head_source = checkpoint.checkpoint_name(checkpoint.top["embed.tokens"])  # type: ignore[arg-type]
+        if "lm_head" in checkpoint.top and "lm_head" not in model:
+            head_source = model["embed.tokens"]["name"]
         names = [n for n in md.names() if not (head_source is not None and n == checkpoint.head_ignored)]
         out: Dict[str, np.ndarray] = {}
         overrides: Dict[str, str] = {}

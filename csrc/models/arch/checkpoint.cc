@@ -494,7 +494,7 @@ class Reader {
     if (!e) throw std::invalid_argument(file_.source() + " has no tensor '" + name + "'");
     Pending pending{e, shape, shape, first.rows_key};
     // A converted directory stores its matrix weights in their format, [out, in] (docs/precision.md).
-    pending.converted_matrix = converted_ && is_matrix(members[0]->first);
+    pending.converted_matrix = converted_ && is_matrix_weight(members[0]->first);
     // (The model dtype, for the LM head its own.)
     if (pending.converted_matrix)
       pending.matrix = members[0]->first == "lm_head" ? converted_->head_dtype : converted_->weight_type;
@@ -546,14 +546,6 @@ class Reader {
     }
   }
 
-  // The canonical weights the model multiplies with (python/cpuformer/arch/spec.py: MATMUL).
-  static bool is_matrix(const std::string& canonical) {
-    static const std::set<std::string> matrices = {
-        "attn.q",   "attn.k", "attn.v",   "attn.o",  "cross.q", "cross.k",       "cross.v",         "cross.o",
-        "ffn.gate", "ffn.up", "ffn.down", "lm_head", "pooler",  "embed.project", "attn.position_q", "attn.position_k"};
-    return matrices.count(canonical) > 0;
-  }
-
   const std::string& directory_;
   const Family& arch_;
   const TransformerConfig& hp_;
@@ -600,6 +592,18 @@ void set_default_format(TransformerConfig& c, const std::string& dtype) {
   c.embedding_dtype = c.weight_type == WeightType::kInt4 ? WeightType::kInt8 : WeightType::kFloat32;
   c.group_size = 32;
   c.zero_point = false;
+}
+
+const std::vector<std::string>& matrix_weights() {
+  static const std::vector<std::string> names = {
+      "attn.q",   "attn.k", "attn.v",   "attn.o",  "cross.q", "cross.k",       "cross.v",         "cross.o",
+      "ffn.gate", "ffn.up", "ffn.down", "lm_head", "pooler",  "embed.project", "attn.position_q", "attn.position_k"};
+  return names;
+}
+
+bool is_matrix_weight(const std::string& canonical) {
+  const auto& names = matrix_weights();
+  return std::find(names.begin(), names.end(), canonical) != names.end();
 }
 
 std::vector<long> canonical_shape(const std::string& name, const TransformerConfig& hp) {

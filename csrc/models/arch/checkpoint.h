@@ -34,6 +34,11 @@ void set_default_format(TransformerConfig& config, const std::string& dtype);
 // std::invalid_argument naming the tensor for another dtype.
 void widen_to_float32(const io::SafetensorsFile::Entry& entry, float* out);
 
+// The canonical weights the model multiplies with (quantized in the weight dtype; a converted
+// directory stores them in that format). python/cpuformer/arch/spec.py's MATMUL reads the list.
+const std::vector<std::string>& matrix_weights();
+bool is_matrix_weight(const std::string& canonical);
+
 // The shape of canonical weight `name` (python/cpuformer/arch/spec.py's canonical_shape reads it);
 // std::invalid_argument for a name that is not one.
 std::vector<long> canonical_shape(const std::string& name, const TransformerConfig& hp);

@@ -49,10 +49,9 @@ KIND_TEXT = {"encoder": "an encoder", "decoder": "a decoder (causal LM)", "seq2s
 KIND_CLASS = {"encoder": "Encoder", "decoder": "Generator", "seq2seq": "Seq2Seq", "vision": "ImageEncoder",
               "clip": "CLIP"}
 
-#: Canonical weights that multiply activations (quantized or stored in 16 bits by the dtype policy).
-MATMUL = frozenset({"attn.q", "attn.k", "attn.v", "attn.o", "cross.q", "cross.k", "cross.v", "cross.o", "ffn.gate",
-                    "ffn.up", "ffn.down", "lm_head", "pooler", "embed.project", "attn.position_q",
-                    "attn.position_k"})
+#: Canonical weights that multiply activations (quantized or stored in 16 bits by the dtype policy;
+#: listed once, in C++: csrc/models/arch/checkpoint.h).
+MATMUL = frozenset(_core.matrix_weights())
 #: Canonical norm weights (vectors of ones in a fresh checkpoint).
 NORMS = frozenset({"attn_norm", "cross_norm", "ffn_norm", "embed.norm", "final_norm", "attn.q_norm",
                    "attn.k_norm", "relative_norm"})

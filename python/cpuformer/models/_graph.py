@@ -69,7 +69,6 @@ def build(checkpoint: Checkpoint, weight_format: Dict[str, Any], *more_formats: 
     ``more_formats``, a list of models, one per format, built from one read of the weights (each
     tensor is read once and packed for every model: a model and its speculative-decoding draft)."""
     hp = checkpoint.hp
-    checkpoint.check_accounted()
     tensors, names = checkpoint.model_arrays()
 
     def add_layer(stack: str, layer_tensors: Dict[str, Any]) -> None:

@@ -262,7 +262,6 @@ class SwinImageEncoder(ImageEncoder):
             self.vision = shape
             declared = Head("image_classification", (), dict(shape.tensors), dict(shape.shapes), shape.labels)
             checkpoint = Checkpoint(model_dir, arch, self.hparams, None, declared, settings)
-            checkpoint.check_accounted()
             wanted = shape.tensors if self._classifier else shape.body_tensors
             arrays, _ = checkpoint.read(wanted, shape.shapes)
             arrays = {key: np.array(value, dtype=np.float32) for key, value in arrays.items()}  # own copies
