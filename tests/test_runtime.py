@@ -40,7 +40,8 @@ MATMUL_CASES = [  # (CPUFORMER_ISA, CPUFORMER_DISABLE_FEATURES, features needed,
     ("avx2", "avx_vnni", {"avx2"}, "avx2 vpmaddubsw", "avx2 widen + fma"),
     ("avx2", "", {"avx2", "avx_vnni"}, "avx_vnni vpdpbusd", "avx2 widen + fma"),
     ("avx512", "avx512_vnni,avx512_bf16", {"avx512bw"}, "avx512bw vpmaddubsw", "avx512 widen + fma"),
-    ("avx512", "", {"avx512_vnni", "avx512_bf16"}, "avx512_vnni vpdpbusd", "avx512_bf16 vdpbf16ps"),
+    ("avx512", "amx_int8", {"avx512_vnni", "avx512_bf16"}, "avx512_vnni vpdpbusd", "avx512_bf16 vdpbf16ps"),
+    ("avx512", "", {"amx_int8", "avx512_bf16"}, "amx_int8 tdpbusd", "avx512_bf16 vdpbf16ps"),
 ]
 
 
@@ -56,8 +57,8 @@ def test_cpu_info_names_the_matmul_kernels(isa, disabled, needs, int8, bf16):
     matmul, peaks = json.loads(out.stdout)
     assert (matmul["int8"], matmul["bfloat16"]) == (int8, bf16)
     assert matmul["float32"] == ("scalar" if isa == "scalar" else f"{isa} fma")
-    # int4: vpdpbusd as int8; without AVX512-VNNI the AVX2 kernel serves the avx512 level.
-    assert matmul["int4"] == int8.replace("avx512bw", "avx2")
+    # int4: vpdpbusd as int8 (no AMX kernel); without AVX512-VNNI the AVX2 kernel serves the avx512 level.
+    assert matmul["int4"] == int8.replace("avx512bw", "avx2").replace("amx_int8 tdpbusd", "avx512_vnni vpdpbusd")
     assert all(math.isfinite(g) and g > 0 for g in peaks.values()), peaks
 
 

@@ -2,6 +2,10 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #elif defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
@@ -23,6 +27,17 @@ uint64_t read_xcr0() {
   uint32_t eax, edx;
   __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
   return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+// Linux gives a process the AMX tile data state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, kernel 5.16 and later); without it the first tile instruction faults.
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 
 CpuFeatures detect() {
@@ -47,6 +62,8 @@ CpuFeatures detect() {
     f.avx512vl = f.os_avx512 && (ebx & (1u << 31));
     f.avx512vnni = f.os_avx512 && (ecx & (1u << 11));
     f.avx512fp16 = f.os_avx512 && (edx & (1u << 23));
+    const bool amx_tile = edx & (1u << 24), amx_int8 = edx & (1u << 25);
+    f.amx_int8 = f.avx512vnni && amx_tile && amx_int8 && (read_xcr0() & 0x60000) == 0x60000 && request_amx_permission();
     __cpuid_count(7, 1, eax, ebx, ecx, edx);
     f.avx_vnni = f.os_avx && (eax & (1u << 4));
     f.avx512bf16 = f.os_avx512 && (eax & (1u << 5));
@@ -82,6 +99,17 @@ const Isa kLevels[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
 #define HWCAP2_BF16 (1UL << 14)
 #endif
 
+// Linux gives a process the AMX tile data state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, kernel 5.16 and later); without it the first tile instruction faults.
+bool request_amx_permission() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
 CpuFeatures detect() {
   CpuFeatures f;
   // The kernel sets a HWCAP bit only when the CPU has the feature and the kernel supports it, so
@@ -111,7 +139,7 @@ void apply_test_hooks(CpuFeatures& f) {
     const std::string level(cap);
     if (level == "scalar" || level == "avx2") {
       f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = false;
-      f.avx512vnni = f.avx512bf16 = f.avx512fp16 = false;
+      f.avx512vnni = f.avx512bf16 = f.avx512fp16 = f.amx_int8 = false;
     }
     if (level == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
     if (level == "scalar" || level == "neon" || level == "dotprod") f.i8mm = false;
@@ -124,7 +152,8 @@ void apply_test_hooks(CpuFeatures& f) {
   if (const char* off = std::getenv("CPUFORMER_DISABLE_FEATURES")) {
     std::string list = std::string(",") + off + ",";
     auto disabled = [&](const char* name) { return list.find(std::string(",") + name + ",") != std::string::npos; };
-    if (disabled("avx512_vnni")) f.avx512vnni = false;
+    if (disabled("avx512_vnni")) f.avx512vnni = f.amx_int8 = false;  // the AMX kernel's small GEMMs run vpdpbusd
+    if (disabled("amx_int8")) f.amx_int8 = false;
     if (disabled("avx_vnni")) f.avx_vnni = false;
     if (disabled("avx512_bf16")) f.avx512bf16 = false;
     if (disabled("avx512_fp16")) f.avx512fp16 = false;
@@ -192,6 +221,7 @@ std::vector<std::string> CpuFeatures::names() const {
       {avx512bf16, "avx512_bf16"},
       {avx512fp16, "avx512_fp16"},
       {avx_vnni, "avx_vnni"},
+      {amx_int8, "amx_int8"},
       {asimd, "asimd"},
       {asimddp, "asimddp"},
       {i8mm, "i8mm"},

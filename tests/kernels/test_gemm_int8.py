@@ -13,6 +13,11 @@ reruns it with AVX512-VNNI and AVX-VNNI hidden, so the fallback kernel of each l
 """
 
 
+import os
+import subprocess
+import sys
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -56,11 +61,15 @@ def check(x, w, bias=None, activation=None, residual=None):
 
 
 # M walks through the tile and GEMV sizes, N through the panel tails (16, 64 columns), K through
-# the groups of 4.
+# the groups of 4. With AMX-INT8, GEMMs of 16 rows or more whose K rounds up to a multiple of 64
+# run on tiles of 32 rows × 64 features (M tails within and across blocks of 256 rows, K = 61
+# padded within its last group of 4) and every other shape on vpdpbusd.
 SHAPES = [
     (1, 1, 1), (1, 5, 3), (2, 7, 17), (3, 768, 130), (4, 33, 64), (5, 4, 65), (6, 100, 63),
     (7, 13, 129), (12, 3, 200), (13, 257, 31), (48, 66, 70), (49, 130, 300), (64, 4096, 40),
     (1, 4095, 100), (2, 4097, 9), (130, 515, 96), (300, 64, 17),
+    (15, 64, 70), (16, 64, 1), (17, 61, 65), (31, 128, 16), (32, 192, 64), (33, 128, 130), (100, 768, 200),
+    (257, 64, 70), (290, 256, 129),
 ]
 
 
@@ -79,7 +88,7 @@ def test_activations(rng, activation, m, k, n):
 
 
 @pytest.mark.parametrize("activation", [None, "gelu"])
-@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (50, 33, 130)])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (50, 33, 130), (40, 128, 100)])
 def test_residual(rng, activation, m, k, n):
     # Linear adds the residual in place: the GEMM's residual aliases its output.
     x, w, b, r = randn(rng, m, k), randn(rng, n, k), randn(rng, n), randn(rng, m, n)
@@ -93,7 +102,7 @@ ACTIVATION_OPS = {
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATION_OPS))
-@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (7, 129, 100), (13, 64, 200)])
+@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (7, 129, 100), (13, 64, 200), (40, 128, 100)])
 def test_epilogue_activation_is_the_levels_kernel(rng, activation, m, k, n):
     # The epilogue applies the activation in registers with the same lane-wise functions as the
     # level's activation kernel: the results agree bit for bit, residual included.
@@ -146,10 +155,45 @@ def test_strided_input(rng):
     np.testing.assert_array_equal(y, ops.Linear(w, b, dtype="int8")(np.ascontiguousarray(x)))
 
 
-def test_threads_agree(rng):
-    x, w, b = randn(rng, 100, 300), randn(rng, 200, 300), randn(rng, 200)
+@pytest.mark.parametrize("k", [300, 256])  # K = 256: the AMX tiles where the CPU has them
+def test_threads_agree(rng, k):
+    x, w, b = randn(rng, 100, k), randn(rng, 200, k), randn(rng, 200)
     lin = ops.Linear(w, b, "relu", dtype="int8")
     assert_threads_agree(lin, x)
+
+
+def test_amx_tiles_equal_vpdpbusd_bit_for_bit(rng):
+    # TDPBUSD and vpdpbusd both sum u8 × s8 products into wrapping int32 and share the epilogue:
+    # with AMX-INT8 hidden the VNNI kernel gives the same bits (NaN rows, full-range codes whose
+    # sums wrap in the u8 form, activation and residual included).
+    if "amx_int8" not in cf.cpu_info()["features"]:
+        pytest.skip("the CPU (or the OS) does not offer AMX-INT8: the int8 kernels without it are tested above")
+    shapes = [(16, 64, 64), (45, 1024, 130), (300, 4096, 70)]
+    arrays = {}
+    for i, (m, k, n) in enumerate(shapes):
+        x, w, b, r = randn(rng, m, k), randn(rng, n, k), randn(rng, n), randn(rng, m, n)
+        x[3] = np.float32(3e4)
+        x[5, 7] = np.nan
+        w[2] = np.float32(-7.0)
+        arrays.update({f"x{i}": x, f"w{i}": w, f"b{i}": b, f"r{i}": r})
+    code = ("import sys, numpy as np\n"
+            "from cpuformer import ops\n"
+            "a = dict(np.load(sys.argv[1]))\n"
+            "out = {}\n"
+            f"for i in range({len(shapes)}):\n"
+            "    lin = ops.Linear(a[f'w{i}'], a[f'b{i}'], 'gelu', dtype='int8')\n"
+            "    out[f'y{i}'] = lin(a[f'x{i}'], a[f'r{i}'].copy())\n"
+            "np.savez(sys.argv[2], **out)\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs, vnni = os.path.join(tmp, "in.npz"), os.path.join(tmp, "vnni.npz")
+        np.savez(inputs, **arrays)
+        env = dict(os.environ, CPUFORMER_DISABLE_FEATURES="amx_int8")
+        subprocess.run([sys.executable, "-c", code, inputs, vnni], env=env, check=True)
+        expected = dict(np.load(vnni))
+    assert "amx_int8" in cf.cpu_info()["matmul"]["int8"]
+    for i in range(len(shapes)):
+        lin = ops.Linear(arrays[f"w{i}"], arrays[f"b{i}"], "gelu", dtype="int8")
+        np.testing.assert_array_equal(lin(arrays[f"x{i}"], arrays[f"r{i}"].copy()), expected[f"y{i}"])
 
 
 def test_without_dot_product_extensions():

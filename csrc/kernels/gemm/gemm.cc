@@ -24,15 +24,19 @@ const GemmKernels& gemm_kernels() {
   return table;
 }
 
-// int8 kernels with the dot-product extensions (gemm_int8_avx512vnni.cc, gemm_int8_avxvnni.cc),
-// picked inside their level when the CPU has them (CPUFORMER_DISABLE_FEATURES can hide them).
+// int8 kernels with the dot-product extensions (gemm_int8_avx512vnni.cc, gemm_int8_avxvnni.cc) and
+// AMX tiles (gemm_int8_avx512amx.cc, vpdpbusd below 16 rows), picked inside their level when the CPU
+// has them (CPUFORMER_DISABLE_FEATURES can hide them).
 namespace avx512vnni { extern const Int8GemmKernels kInt8GemmKernels; }
+namespace avx512amx { extern const Int8GemmKernels kInt8GemmKernels; }
 namespace avxvnni { extern const Int8GemmKernels kInt8GemmKernels; }
 
 const Int8GemmKernels& int8_gemm_kernels() {
   static const Int8GemmKernels& table = select_for_isa(
       scalar::kInt8GemmKernels, cpu_features().avx_vnni ? avxvnni::kInt8GemmKernels : avx2::kInt8GemmKernels,
-      cpu_features().avx512vnni ? avx512vnni::kInt8GemmKernels : avx512::kInt8GemmKernels);
+      cpu_features().amx_int8     ? avx512amx::kInt8GemmKernels
+      : cpu_features().avx512vnni ? avx512vnni::kInt8GemmKernels
+                                  : avx512::kInt8GemmKernels);
   return table;
 }
 
@@ -66,6 +70,7 @@ MatmulInstruction matmul_instruction(WeightType type) {
   const bool wide = isa == Isa::kAvx512;
   switch (type) {
     case WeightType::kInt8:
+      if (wide && f.amx_int8) return MatmulInstruction::kAmxInt8;
       if (wide) return f.avx512vnni ? MatmulInstruction::kDpbusd512 : MatmulInstruction::kMaddubs512;
       return f.avx_vnni ? MatmulInstruction::kDpbusd256 : MatmulInstruction::kMaddubs256;
     case WeightType::kInt4:  // int4_gemm_kernels()
@@ -139,6 +144,7 @@ const char* gemm_kernel_name(WeightType type) {
     case MatmulInstruction::kDpbusd256: return "avx_vnni vpdpbusd";
     case MatmulInstruction::kDpbusd512: return "avx512_vnni vpdpbusd";
     case MatmulInstruction::kDpbf16x512: return "avx512_bf16 vdpbf16ps";
+    case MatmulInstruction::kAmxInt8: return "amx_int8 tdpbusd";
     case MatmulInstruction::kNeonFma128:
       return f32 ? "neon fmla" : f16 ? "neon fcvtl widen + fmla" : "neon widen + fmla";
     case MatmulInstruction::kSdot128: return "dotprod sdot";
