@@ -40,8 +40,8 @@ MATMUL_CASES = [  # (CPUFORMER_ISA, CPUFORMER_DISABLE_FEATURES, features needed,
     ("avx2", "avx_vnni", {"avx2"}, "avx2 vpmaddubsw", "avx2 widen + fma"),
     ("avx2", "", {"avx2", "avx_vnni"}, "avx_vnni vpdpbusd", "avx2 widen + fma"),
     ("avx512", "avx512_vnni,avx512_bf16", {"avx512bw"}, "avx512bw vpmaddubsw", "avx512 widen + fma"),
-    ("avx512", "amx_int8", {"avx512_vnni", "avx512_bf16"}, "avx512_vnni vpdpbusd", "avx512_bf16 vdpbf16ps"),
-    ("avx512", "", {"amx_int8", "avx512_bf16"}, "amx_int8 tdpbusd", "avx512_bf16 vdpbf16ps"),
+    ("avx512", "amx_int8,amx_bf16", {"avx512_vnni", "avx512_bf16"}, "avx512_vnni vpdpbusd", "avx512_bf16 vdpbf16ps"),
+    ("avx512", "", {"amx_int8", "amx_bf16"}, "amx_int8 tdpbusd", "amx_bf16 tdpbf16ps"),
 ]
 
 

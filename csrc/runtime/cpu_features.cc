@@ -62,11 +62,13 @@ CpuFeatures detect() {
     f.avx512vl = f.os_avx512 && (ebx & (1u << 31));
     f.avx512vnni = f.os_avx512 && (ecx & (1u << 11));
     f.avx512fp16 = f.os_avx512 && (edx & (1u << 23));
-    const bool amx_tile = edx & (1u << 24), amx_int8 = edx & (1u << 25);
-    f.amx_int8 = f.avx512vnni && amx_tile && amx_int8 && (read_xcr0() & 0x60000) == 0x60000 && request_amx_permission();
+    const bool amx_tile = edx & (1u << 24), amx_int8 = edx & (1u << 25), amx_bf16 = edx & (1u << 22);
+    const bool os_amx = amx_tile && (read_xcr0() & 0x60000) == 0x60000 && request_amx_permission();
+    f.amx_int8 = f.avx512vnni && os_amx && amx_int8;
     __cpuid_count(7, 1, eax, ebx, ecx, edx);
     f.avx_vnni = f.os_avx && (eax & (1u << 4));
     f.avx512bf16 = f.os_avx512 && (eax & (1u << 5));
+    f.amx_bf16 = f.avx512bf16 && os_amx && amx_bf16;
   }
   f.fma = f.fma && f.os_avx;
   f.f16c = f.f16c && f.os_avx;
@@ -139,7 +141,7 @@ void apply_test_hooks(CpuFeatures& f) {
     const std::string level(cap);
     if (level == "scalar" || level == "avx2") {
       f.avx512f = f.avx512bw = f.avx512dq = f.avx512vl = false;
-      f.avx512vnni = f.avx512bf16 = f.avx512fp16 = f.amx_int8 = false;
+      f.avx512vnni = f.avx512bf16 = f.avx512fp16 = f.amx_int8 = f.amx_bf16 = false;
     }
     if (level == "scalar") f.avx2 = f.fma = f.f16c = f.avx_vnni = false;
     if (level == "scalar" || level == "neon" || level == "dotprod") f.i8mm = false;
@@ -155,7 +157,8 @@ void apply_test_hooks(CpuFeatures& f) {
     if (disabled("avx512_vnni")) f.avx512vnni = f.amx_int8 = false;  // the AMX kernel's small GEMMs run vpdpbusd
     if (disabled("amx_int8")) f.amx_int8 = false;
     if (disabled("avx_vnni")) f.avx_vnni = false;
-    if (disabled("avx512_bf16")) f.avx512bf16 = false;
+    if (disabled("avx512_bf16")) f.avx512bf16 = f.amx_bf16 = false;  // likewise for the bfloat16 kernels
+    if (disabled("amx_bf16")) f.amx_bf16 = false;
     if (disabled("avx512_fp16")) f.avx512fp16 = false;
     if (disabled("bf16")) f.bf16 = false;
     if (disabled("fphp")) f.fphp = false;
@@ -222,6 +225,7 @@ std::vector<std::string> CpuFeatures::names() const {
       {avx512fp16, "avx512_fp16"},
       {avx_vnni, "avx_vnni"},
       {amx_int8, "amx_int8"},
+      {amx_bf16, "amx_bf16"},
       {asimd, "asimd"},
       {asimddp, "asimddp"},
       {i8mm, "i8mm"},

@@ -9,7 +9,7 @@
 //   AArch64: scalar, neon (Advanced SIMD, every AArch64 CPU), dotprod (+ SDOT/UDOT, Armv8.2 asimddp),
 //            i8mm (+ SMMLA, Armv8.6 int8 matrix multiply)
 // Extensions that select a kernel inside a level are features, not levels: avx512_vnni, avx512_bf16,
-// avx_vnni, amx_int8 on x86-64; bf16, fphp/asimdhp on AArch64 (docs/arm.md).
+// avx_vnni, amx_int8, amx_bf16 on x86-64; bf16, fphp/asimdhp on AArch64 (docs/arm.md).
 #pragma once
 
 #include <string>
@@ -24,10 +24,10 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false;
   bool avx512vnni = false, avx512bf16 = false, avx512fp16 = false, avx_vnni = false;
-  // AMX tiles with TDPBUSD (amx_int8): the CPU has AMX-TILE and AMX-INT8, the OS saves the tile
-  // state (XCR0 bits 17, 18) and granted this process the right to use it (Linux arch_prctl
-  // ARCH_REQ_XCOMP_PERM, asked once at detection).
-  bool amx_int8 = false;
+  // AMX tiles with TDPBUSD (amx_int8) and TDPBF16PS (amx_bf16): the CPU has AMX-TILE and the
+  // instruction, the OS saves the tile state (XCR0 bits 17, 18) and granted this process the right
+  // to use it (Linux arch_prctl ARCH_REQ_XCOMP_PERM, asked once at detection).
+  bool amx_int8 = false, amx_bf16 = false;
   bool os_avx = false, os_avx512 = false;  // XGETBV: the OS saves the YMM / ZMM state
   // AArch64 (getauxval AT_HWCAP / AT_HWCAP2; the names of /proc/cpuinfo)
   bool asimd = false;    // Advanced SIMD (NEON)

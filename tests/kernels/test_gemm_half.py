@@ -11,6 +11,9 @@ On a CPU with AVX512-BF16 the avx512 level multiplies bfloat16 weights with vdpb
 rounds each activation to bfloat16 first: there the reference rounds x the same way (products of
 two bfloat16 values are exact in float32, so the same float32-summation bound applies), and
 test_without_bf16_dot_product reruns this file with the extension hidden, for the widening kernel.
+With AMX-BF16, GEMMs of 16 rows or more run on TDPBF16PS tiles with the same rounding of x (the
+float32 sums in another order, within the same bound); test_without_amx_tiles reruns this file with
+AMX-BF16 hidden, for vdpbf16ps at those shapes.
 
 tests/test_runtime.py reruns this file (all of tests/kernels) at every lower ISA level.
 """
@@ -90,6 +93,10 @@ SHAPES = [
     (7, 13, 129), (8, 40, 33), (9, 300, 48), (12, 3, 200), (13, 257, 31), (14, 512, 32), (15, 513, 47),
     (48, 66, 70), (49, 130, 300), (64, 4096, 40), (1, 4095, 100), (2, 4097, 9), (130, 515, 96),
     (300, 64, 17), (400, 300, 700),
+    # bfloat16 with AMX-BF16: 16 rows or more and K (rounded up to 2) a multiple of 32 take the tiles
+    # (32 × 64 work tiles, the last 16 rows or fewer of a block on one A tile, K = 31 padded)
+    (15, 64, 70), (16, 32, 70), (17, 64, 1), (20, 31, 64), (33, 96, 130), (100, 768, 200), (257, 64, 65),
+    (290, 256, 129),
 ]
 
 
@@ -103,7 +110,7 @@ def test_shapes(rng, dtype, m, k, n):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
-@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100), (60, 600, 70)])
+@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100), (60, 600, 70), (60, 640, 70)])
 def test_activations(rng, dtype, activation, m, k, n):
     x, w, b = randn(rng, m, k), randn(rng, n, k) * 0.1, randn(rng, n)
     check(x, w, dtype, b, activation)
@@ -111,7 +118,7 @@ def test_activations(rng, dtype, activation, m, k, n):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", [None, "gelu"])
-@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (50, 33, 130), (100, 700, 90)])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (50, 33, 130), (100, 700, 90), (100, 704, 90)])
 def test_residual(rng, dtype, activation, m, k, n):
     # Linear adds the residual in place: the GEMM's residual aliases its output.
     x, w, b, r = randn(rng, m, k), randn(rng, n, k) * 0.1, randn(rng, n), randn(rng, m, n)
@@ -119,10 +126,11 @@ def test_residual(rng, dtype, activation, m, k, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_exact_small_integers(rng, dtype):
+@pytest.mark.parametrize("k", [300, 320])
+def test_exact_small_integers(rng, dtype, k):
     # Small integers are exact in both formats and in every float32 partial sum: every level and
     # summation order must give the exact result.
-    m, k, n = 20, 300, 50
+    m, n = 20, 50
     x = rng.integers(-8, 9, (m, k)).astype(np.float32)
     w = rng.integers(-8, 9, (n, k)).astype(np.float32)
     y = ops.Linear(w, None, dtype=dtype)(x)
@@ -141,26 +149,26 @@ def test_strided_input(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m", [1, 3, 100])
-def test_threads_agree(rng, dtype, m):
+@pytest.mark.parametrize("m,k", [(1, 300), (3, 300), (100, 300), (100, 320)])
+def test_threads_agree(rng, dtype, m, k):
     # Threads split the output columns (or rows), never one dot product: the same sums every time.
-    x, w, b = randn(rng, m, 300), randn(rng, 200, 300), randn(rng, 200)
+    x, w, b = randn(rng, m, k), randn(rng, 200, k), randn(rng, 200)
     lin = ops.Linear(w, b, "relu", dtype=dtype)
     assert_threads_agree(lin, x)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("m", [1, 5, 40])
-def test_nonfinite_weights_propagate(rng, dtype, m):
-    k, n = 300, 70
+@pytest.mark.parametrize("m,k", [(1, 300), (5, 300), (40, 300), (40, 320)])
+def test_nonfinite_weights_propagate(rng, dtype, m, k):
+    n = 70
     x, w = randn(rng, m, k), randn(rng, n, k)
     w[3, 10] = np.nan
-    w[40, 299] = np.inf
+    w[40, k - 1] = np.inf
     w[65, 0] = -np.inf
     w[66, 5] = 1e6 if dtype == "float16" else np.finfo(np.float32).max  # rounds to inf in 16 bits
     y = ops.Linear(w, None, dtype=dtype)(x)
     assert np.isnan(y[:, 3]).all()
-    sign = np.sign(x[:, 299])
+    sign = np.sign(x[:, k - 1])
     assert np.all(np.isinf(y[:, 40]) & (np.sign(y[:, 40]) == sign))
     assert np.all(np.isinf(y[:, 65]) & (np.sign(y[:, 65]) == -np.sign(x[:, 0])))
     assert np.all(np.isinf(y[:, 66]))
@@ -195,3 +203,11 @@ def test_without_bf16_dot_product():
     # The same tests with AVX512-BF16 hidden: the avx512 widening kernel runs for bfloat16.
     info = rerun_with_features_hidden(__file__, "avx512_bf16", "without_bf16")
     assert "avx512_bf16" not in info and "'isa': 'avx512'" in info
+
+
+@pytest.mark.skipif(not cf.cpu_info()["matmul"]["bfloat16"].startswith("amx_bf16"),
+                    reason="bfloat16 GEMMs do not run on AMX here (no AMX-BF16, or a lower CPUFORMER_ISA)")
+def test_without_amx_tiles():
+    # The same tests with AMX-BF16 hidden: vdpbf16ps runs the shapes that took the tiles.
+    info = rerun_with_features_hidden(__file__, "amx_bf16", "without_")
+    assert "amx_bf16" not in info and "avx512_bf16 vdpbf16ps" in info

@@ -28,7 +28,10 @@ const GemmKernels& gemm_kernels() {
 // AMX tiles (gemm_int8_avx512amx.cc, vpdpbusd below 16 rows), picked inside their level when the CPU
 // has them (CPUFORMER_DISABLE_FEATURES can hide them).
 namespace avx512vnni { extern const Int8GemmKernels kInt8GemmKernels; }
-namespace avx512amx { extern const Int8GemmKernels kInt8GemmKernels; }
+namespace avx512amx {
+extern const Int8GemmKernels kInt8GemmKernels;
+extern const HalfGemmKernels kHalfGemmKernels;
+}  // namespace avx512amx
 namespace avxvnni { extern const Int8GemmKernels kInt8GemmKernels; }
 
 const Int8GemmKernels& int8_gemm_kernels() {
@@ -44,9 +47,10 @@ const Int8GemmKernels& int8_gemm_kernels() {
 namespace avx512bf16 { extern const HalfGemmKernels kHalfGemmKernels; }
 
 const HalfGemmKernels& half_gemm_kernels() {
-  static const HalfGemmKernels& table =
-      select_for_isa(scalar::kHalfGemmKernels, avx2::kHalfGemmKernels,
-                     cpu_features().avx512bf16 ? avx512bf16::kHalfGemmKernels : avx512::kHalfGemmKernels);
+  static const HalfGemmKernels& table = select_for_isa(scalar::kHalfGemmKernels, avx2::kHalfGemmKernels,
+                                                       cpu_features().amx_bf16     ? avx512amx::kHalfGemmKernels
+                                                       : cpu_features().avx512bf16 ? avx512bf16::kHalfGemmKernels
+                                                                                   : avx512::kHalfGemmKernels);
   return table;
 }
 
@@ -77,6 +81,7 @@ MatmulInstruction matmul_instruction(WeightType type) {
       if (wide) return f.avx512vnni ? MatmulInstruction::kDpbusd512 : MatmulInstruction::kMaddubs256;
       return f.avx_vnni ? MatmulInstruction::kDpbusd256 : MatmulInstruction::kMaddubs256;
     case WeightType::kBFloat16:
+      if (wide && f.amx_bf16) return MatmulInstruction::kAmxBf16;
       if (wide && f.avx512bf16) return MatmulInstruction::kDpbf16x512;
       break;
     case WeightType::kFloat32:
@@ -145,6 +150,7 @@ const char* gemm_kernel_name(WeightType type) {
     case MatmulInstruction::kDpbusd512: return "avx512_vnni vpdpbusd";
     case MatmulInstruction::kDpbf16x512: return "avx512_bf16 vdpbf16ps";
     case MatmulInstruction::kAmxInt8: return "amx_int8 tdpbusd";
+    case MatmulInstruction::kAmxBf16: return "amx_bf16 tdpbf16ps";
     case MatmulInstruction::kNeonFma128:
       return f32 ? "neon fmla" : f16 ? "neon fcvtl widen + fmla" : "neon widen + fmla";
     case MatmulInstruction::kSdot128: return "dotprod sdot";

@@ -36,15 +36,10 @@ constexpr long kNR = 64;
 // Below this many multiply-adds per thread a second thread costs more than it saves.
 constexpr long kMinMacsPerThread = 1L << 17;
 
+#include "kernels/gemm/gemm_half_bf16_inl.h"
 #include "kernels/gemm/gemm_rowwise_inl.h"
 
 inline long ceil_div(long a, long b) { return (a + b - 1) / b; }
-inline __mmask16 mask16(long left) {
-  if (left >= 16) return 0xFFFF;
-  if (left <= 0) return 0;
-  return static_cast<__mmask16>((1u << left) - 1);
-}
-
 const HalfGemmKernels& widening() { return avx512::kHalfGemmKernels; }
 
 std::size_t packed_bytes(long n, long k, WeightType type) {
@@ -72,18 +67,6 @@ void pack(const uint16_t* w, WeightType type, long n, long k, long ldw, uint8_t*
   }
 }
 
-// out[0, kp) = bfloat16 of x[0, k), zero past k.
-void convert_row(const float* x, long k, long kp, uint16_t* out) {
-  for (long p = 0; p < k; p += 16) {
-    const __mmask16 mask = mask16(k - p);
-    const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + p));
-    __m256i bits;
-    std::memcpy(&bits, &h, sizeof(bits));
-    _mm256_mask_storeu_epi16(out + p, mask, bits);
-  }
-  if (kp > k) out[k] = 0;
-}
-
 inline __m512bh as_bh(__m512i v) {
   __m512bh r;
   std::memcpy(&r, &v, sizeof(r));
@@ -109,24 +92,6 @@ struct Bf16Dot {
 // out[r·kNR + j] = Σ_p a[r·lda + p]·wp[p, j] in float32 for r < rows ≤ kMR, all kNR columns.
 void tile_kernel(long rows, const uint16_t* a, long lda, const uint16_t* wp, long kp, float* out) {
   dot_tile<Bf16Dot>(rows, a, lda, wp, kp, out);
-}
-
-// c[j] = act(acc[j] + bias[j]) + residual[j] for j < ncols (bias, residual may be null; residual
-// may alias c).
-void finish_row(float* acc, const float* bias, Activation act, const float* residual, float* c, long ncols) {
-  if (bias != nullptr) {
-    for (long j = 0; j < ncols; j += 16) {
-      const __mmask16 mask = mask16(ncols - j);
-      _mm512_store_ps(acc + j, _mm512_add_ps(_mm512_load_ps(acc + j), _mm512_maskz_loadu_ps(mask, bias + j)));
-    }
-  }
-  if (act != Activation::kNone) avx512::kActivationKernels.apply(act, acc, acc, ncols);
-  for (long j = 0; j < ncols; j += 16) {
-    const __mmask16 mask = mask16(ncols - j);
-    __m512 v = _mm512_load_ps(acc + j);
-    if (residual != nullptr) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + j));
-    _mm512_mask_storeu_ps(c + j, mask, v);
-  }
 }
 
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {

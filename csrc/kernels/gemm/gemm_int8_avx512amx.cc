@@ -7,10 +7,9 @@
 // epilogue: TDPBUSD sums u8 × s8 products into int32 without saturation, like vpdpbusd, so the
 // integer sums, and the outputs, are those of the VNNI kernel bit for bit.
 //
-// A work tile is 32 rows × 64 features: per half of the panel (32 features) four C tiles (2 × 2 of
-// 16 × 16 int32), two A tiles (16 rows × 64 k) and two B tiles (16 groups of 4 k × 16 features)
-// take the eight tile registers; the C tiles are stored to a buffer that the VNNI kernel's epilogue
-// (dequantize, bias, activation, residual) reads row by row.
+// Tiles, work split and the AMX epilogue buffer: gemm_amx_driver_inl.h (shared with the bfloat16
+// kernel); the epilogue of a finished row (dequantize, bias, activation, residual) is the VNNI
+// kernel's.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -55,96 +54,36 @@ void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long k
   dot_tile<Vnni>(rows, a, lda, wp, kp, out);
 }
 
-constexpr long kAmxRows = 32;        // rows of a work tile: two A tiles of 16
-constexpr long kAmxK = 64;           // k of one TDPBUSD step (an A tile row is 64 bytes)
-constexpr long kAmxRowBlock = 256;   // rows of a work item: its panel stays in L2 across 8 tiles
-constexpr long kPanelRowBytes = kNR * kKGroup;  // one k group of a panel: the B tiles' row stride
-// Fewer rows than this run on vpdpbusd: a GEMV or a few rows stream W from memory, where the tiles
-// gain nothing and would multiply padded rows.
-constexpr long kAmxMinRows = 16;
-
-// acc[r·kNR + j] = Σ_p a[r·kp + p]·panel[p, j] (wrapping int32), r < 32, j < 64; kp a multiple of 64.
-void amx_tile(const uint8_t* a, long kp, const int8_t* panel, int32_t* acc) {
-  constexpr long kAccStride = kNR * sizeof(int32_t);
-  for (long half = 0; half < 2; ++half) {
-    const int8_t* b = panel + half * 32 * kKGroup;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (long p = 0; p < kp; p += kAmxK) {
-      const int8_t* bp = b + (p / kKGroup) * kPanelRowBytes;
-      _tile_loadd(4, a + p, kp);
-      _tile_loadd(6, bp, kPanelRowBytes);
-      _tile_loadd(7, bp + 16 * kKGroup, kPanelRowBytes);
-      _tile_dpbusd(0, 4, 6);
-      _tile_dpbusd(1, 4, 7);
-      _tile_loadd(5, a + 16 * kp + p, kp);
-      _tile_dpbusd(2, 5, 6);
-      _tile_dpbusd(3, 5, 7);
-    }
-    int32_t* out = acc + half * 32;
-    _tile_stored(0, out, kAccStride);
-    _tile_stored(1, out + 16, kAccStride);
-    _tile_stored(2, out + 16 * kNR, kAccStride);
-    _tile_stored(3, out + 16 * kNR + 16, kAccStride);
-  }
-}
+#define CPUFORMER_TILE_DOT _tile_dpbusd
+#include "kernels/gemm/gemm_amx_driver_inl.h"
+#undef CPUFORMER_TILE_DOT
 
 void gemm_amx(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
               const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k;
   const long np = i8_ceil_div(n, kNR) * kNR, kp = i8_ceil_div(k, kKGroup) * kKGroup;
-  if (m < kAmxMinRows || kp % kAmxK != 0) return avx512amx::gemm(a, m, lda, w, c, ldc, epilogue);
+  if (m < kAmxMinRows || kp % kAmxStepBytes != 0) return avx512amx::gemm(a, m, lda, w, c, ldc, epilogue);
   const float* scales = reinterpret_cast<const float*>(w.bytes());
   const int32_t* comp = reinterpret_cast<const int32_t*>(w.bytes() + np * sizeof(float));
-  const int8_t* panels = reinterpret_cast<const int8_t*>(w.bytes() + np * (sizeof(float) + sizeof(int32_t)));
+  const uint8_t* panels = w.bytes() + np * (sizeof(float) + sizeof(int32_t));
 
-  // Quantized A: [mp][kp] u8, rows past m hold qa = 0 (their sums are computed and not stored);
-  // then sa [m]. Allocated here: no exception may leave the parallel region.
-  const long mp = i8_ceil_div(m, kAmxRows) * kAmxRows;
+  // Quantized A: [mp][kp] u8 (m rounded up to an A tile), rows past m hold qa = 0 (their sums are
+  // computed and not stored); then sa [m]. Allocated here: no exception may leave the parallel region.
+  const long mp = i8_ceil_div(m, 16) * 16;
   const std::size_t qa_floats = (static_cast<std::size_t>(mp) * kp + 63) / 64 * 16;
   float* scratch = gemm_thread_scratch(qa_floats + static_cast<std::size_t>(m));
   uint8_t* qa = reinterpret_cast<uint8_t*>(scratch);
   float* sa = scratch + qa_floats;
   std::memset(qa + m * kp, 128, static_cast<std::size_t>((mp - m) * kp));
 
-  const long panel_count = np / kNR;
-  const long blocks = i8_ceil_div(m, kAmxRowBlock);
-  const long items = panel_count * blocks;
-  long nt = current_num_threads();
-  if (nt > m * n * k / kInt8MinMacsPerThread) nt = m * n * k / kInt8MinMacsPerThread;
-  if (nt > items) nt = items;
-  if (nt < 1) nt = 1;
-
-  run_team(static_cast<int>(nt), [&](const Team& team) {
-    long i0, i1;
-    team.range(m, &i0, &i1);
-    for (long i = i0; i < i1; ++i) sa[i] = quantize_row(a + i * lda, k, kp, qa + i * kp);
-    team.barrier();  // every row is quantized before any tile reads it
-    long begin, end;
-    team.range(items, &begin, &end);
-    if (begin >= end) return;
-    configure_tiles_16x64();
-    alignas(64) int32_t acc[kAmxRows * kNR];
-    for (long item = begin; item < end; ++item) {
-      const long p = item / blocks, b = item % blocks;
-      const long j0 = p * kNR, ncols = n - j0 < kNR ? n - j0 : kNR;
-      const long r_end = m < (b + 1) * kAmxRowBlock ? m : (b + 1) * kAmxRowBlock;
-      for (long r0 = b * kAmxRowBlock; r0 < r_end; r0 += kAmxRows) {
-        const long rows = r_end - r0 < kAmxRows ? r_end - r0 : kAmxRows;
-        prefetch_tile_output(c + r0 * ldc + j0, ldc, rows, ncols);
-        amx_tile(qa + r0 * kp, kp, panels + j0 * kp, acc);
-        for (long r = 0; r < rows; ++r) {
-          const long i = r0 + r;
-          finish_row(acc + r * kNR, comp + j0, sa[i], scales + j0, epilogue.bias ? epilogue.bias + j0 : nullptr,
-                     epilogue.activation, epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr,
-                     c + i * ldc + j0, ncols);
-        }
-      }
-    }
-    _tile_release();
-  });
+  amx_gemm<int32_t>(
+      m, n, k, kInt8MinMacsPerThread, qa, kp, panels, c, ldc,
+      [&](long i) { sa[i] = quantize_row(a + i * lda, k, kp, qa + i * kp); },
+      [&](long i, const int32_t* acc, long j0, long ncols) {
+        finish_row(acc, comp + j0, sa[i], scales + j0, epilogue.bias ? epilogue.bias + j0 : nullptr,
+                   epilogue.activation, epilogue.residual ? epilogue.residual + i * epilogue.ldr + j0 : nullptr,
+                   c + i * ldc + j0, ncols);
+      });
 }
 
 }  // namespace

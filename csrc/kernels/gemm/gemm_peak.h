@@ -34,8 +34,12 @@ int64_t peak_maddubs(long steps);
 namespace avx512vnni { int64_t peak_dpbusd(long steps); }
 namespace avxvnni { int64_t peak_dpbusd(long steps); }
 namespace avx512bf16 { int64_t peak_dpbf16(long steps); }
-// AMX (x86-64 with AMX-INT8): TDPBUSD on four C tiles, 16 × 16 × 64 multiply-adds each.
-namespace avx512amx { int64_t peak_tdpbusd(long steps); }
+// AMX (x86-64 with AMX-INT8 / AMX-BF16): TDPBUSD on four C tiles, 16 × 16 × 64 multiply-adds each;
+// TDPBF16PS, 16 × 16 × 32.
+namespace avx512amx {
+int64_t peak_tdpbusd(long steps);
+int64_t peak_tdpbf16ps(long steps);
+}  // namespace avx512amx
 // AArch64
 namespace dotprod { int64_t peak_sdot(long steps); }
 namespace i8mm { int64_t peak_smmla(long steps); }

@@ -1,0 +1,126 @@
+// The AMX GEMM driver shared by the int8 (TDPBUSD, gemm_int8_avx512amx.cc) and bfloat16
+// (TDPBF16PS, gemm_half_avx512amx.cc) kernels. Both multiply A rows converted once per call against
+// the packed panels of their vector kernels (vpdpbusd, vdpbf16ps) as they lie: a panel holds 64
+// features in groups of 4 bytes per feature (4 int8 k, or 2 bfloat16 k), one group row of 256
+// bytes per 4 bytes of k, so 16 consecutive group rows of 16 features are a B tile (16 rows of 64
+// bytes, row stride 256 bytes), and one tile step covers 64 bytes of an A row.
+//
+// Include INSIDE the ISA namespace (anonymous namespace) after "kernels/gemm/amx_tiles_inl.h" and
+// "runtime/threading.h", with the including file having defined CPUFORMER_TILE_DOT as its tile
+// dot product macro (_tile_dpbusd or _tile_dpbf16ps: the tile numbers must reach it as literals)
+// and kNR (= 64), and including gemm_rowwise_inl.h (prefetch_tile_output). No include guard on
+// purpose.
+
+constexpr long kAmxRows = 32;         // rows of a work tile: two A tiles of 16 (one for 16 or fewer)
+constexpr long kAmxRowBlock = 256;    // rows of a work item: its panel stays in L2 across 8 tiles
+constexpr long kAmxStepBytes = 64;    // bytes of an A row per tile step (an A tile row)
+constexpr long kPanelRowBytes = 256;  // one group row of a panel: the B tiles' row stride
+constexpr long kPanelStepBytes = 16 * kPanelRowBytes;  // the panel rows of one tile step
+// Fewer rows than this run on the vector kernel: a GEMV or a few rows stream W from memory, where
+// the tiles gain nothing and would multiply padded rows.
+constexpr long kAmxMinRows = 16;
+
+// acc[r·64 + j] (32-bit lanes) = Σ over `steps` tile steps of A row r (a, row stride a_stride
+// bytes) times panel feature j, for r < 32 and j < 64. Two passes over the panel, one per half of
+// its features: each B tile feeds two A tiles.
+inline void amx_tile_32(const uint8_t* a, long a_stride, long steps, const uint8_t* panel, void* acc) {
+  constexpr long kAccStride = 64 * 4;
+  for (long half = 0; half < 2; ++half) {
+    const uint8_t* b = panel + half * 128;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (long s = 0; s < steps; ++s) {
+      const uint8_t* bp = b + s * kPanelStepBytes;
+      _tile_loadd(4, a + s * kAmxStepBytes, a_stride);
+      _tile_loadd(6, bp, kPanelRowBytes);
+      _tile_loadd(7, bp + 64, kPanelRowBytes);
+      CPUFORMER_TILE_DOT(0, 4, 6);
+      CPUFORMER_TILE_DOT(1, 4, 7);
+      _tile_loadd(5, a + 16 * a_stride + s * kAmxStepBytes, a_stride);
+      CPUFORMER_TILE_DOT(2, 5, 6);
+      CPUFORMER_TILE_DOT(3, 5, 7);
+    }
+    uint8_t* out = static_cast<uint8_t*>(acc) + half * 128;
+    _tile_stored(0, out, kAccStride);
+    _tile_stored(1, out + 64, kAccStride);
+    _tile_stored(2, out + 16 * kAccStride, kAccStride);
+    _tile_stored(3, out + 16 * kAccStride + 64, kAccStride);
+  }
+}
+
+// The same for 16 rows (the last 16 or fewer of a block): one pass over the panel, all 64 features
+// (four C tiles) per step, so that each step reads 16 whole panel rows, 4 KiB in one piece, which
+// the hardware prefetcher streams when the panel comes from memory (a prompt of 16 tokens).
+inline void amx_tile_16(const uint8_t* a, long a_stride, long steps, const uint8_t* panel, void* acc) {
+  constexpr long kAccStride = 64 * 4;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (long s = 0; s < steps; ++s) {
+    const uint8_t* bp = panel + s * kPanelStepBytes;
+    _tile_loadd(4, a + s * kAmxStepBytes, a_stride);
+    _tile_loadd(5, bp, kPanelRowBytes);
+    _tile_loadd(6, bp + 64, kPanelRowBytes);
+    CPUFORMER_TILE_DOT(0, 4, 5);
+    _tile_loadd(7, bp + 128, kPanelRowBytes);
+    CPUFORMER_TILE_DOT(1, 4, 6);
+    _tile_loadd(5, bp + 192, kPanelRowBytes);
+    CPUFORMER_TILE_DOT(2, 4, 7);
+    CPUFORMER_TILE_DOT(3, 4, 5);
+  }
+  uint8_t* out = static_cast<uint8_t*>(acc);
+  _tile_stored(0, out, kAccStride);
+  _tile_stored(1, out + 64, kAccStride);
+  _tile_stored(2, out + 128, kAccStride);
+  _tile_stored(3, out + 192, kAccStride);
+}
+
+// Runs c = A·Wᵀ for m ≥ kAmxMinRows rows on the tiles. `a_rows` holds m rows rounded up to 16 of
+// row_bytes bytes each (a multiple of 64; rows past m converted from zeros), filled by
+// convert_row(i) before any tile reads it (row i's share per thread, then a barrier);
+// finish_row(i, acc_row, j0, ncols) applies the epilogue to row i's finished 64 lanes of panel
+// j0 / 64 (ncols of them are output features) into c (ldc floats per row, whose lines the driver
+// prefetches for writing first). Threads: at most one per min_macs multiply-adds
+// (m·n·k) and one per work item (panel × block of 256 rows, dealt in contiguous ranges, panel-major).
+template <class Acc, class ConvertRow, class FinishRow>
+void amx_gemm(long m, long n, long k, long min_macs, const uint8_t* a_rows, long row_bytes, const uint8_t* panels,
+              float* c, long ldc, const ConvertRow& convert_row, const FinishRow& finish_row) {
+  const long panel_count = (n + 63) / 64;
+  const long blocks = (m + kAmxRowBlock - 1) / kAmxRowBlock;
+  const long items = panel_count * blocks;
+  const long steps = row_bytes / kAmxStepBytes;
+  long nt = current_num_threads();
+  if (nt > m * n * k / min_macs) nt = m * n * k / min_macs;
+  if (nt > items) nt = items;
+  if (nt < 1) nt = 1;
+
+  run_team(static_cast<int>(nt), [&](const Team& team) {
+    long i0, i1;
+    team.range(m, &i0, &i1);
+    for (long i = i0; i < i1; ++i) convert_row(i);
+    team.barrier();  // every row is converted before any tile reads it
+    long begin, end;
+    team.range(items, &begin, &end);
+    if (begin >= end) return;
+    configure_tiles_16x64();
+    alignas(64) Acc acc[kAmxRows * 64];
+    for (long item = begin; item < end; ++item) {
+      const long p = item / blocks, b = item % blocks;
+      const long j0 = p * 64, ncols = n - j0 < 64 ? n - j0 : 64;
+      const uint8_t* panel = panels + j0 * row_bytes;  // a panel holds 64 features' row_bytes each
+      const long r_end = m < (b + 1) * kAmxRowBlock ? m : (b + 1) * kAmxRowBlock;
+      for (long r0 = b * kAmxRowBlock; r0 < r_end; r0 += kAmxRows) {
+        const long rows = r_end - r0 < kAmxRows ? r_end - r0 : kAmxRows;
+        const uint8_t* a = a_rows + r0 * row_bytes;
+        prefetch_tile_output(c + r0 * ldc + j0, ldc, rows, ncols);
+        if (rows > 16) amx_tile_32(a, row_bytes, steps, panel, acc);
+        else amx_tile_16(a, row_bytes, steps, panel, acc);
+        for (long r = 0; r < rows; ++r) finish_row(r0 + r, acc + r * 64, j0, ncols);
+      }
+    }
+    _tile_release();
+  });
+}
