@@ -101,17 +101,6 @@ const Isa kLevels[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512};
 #define HWCAP2_BF16 (1UL << 14)
 #endif
 
-// Linux gives a process the AMX tile data state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA, kernel 5.16 and later); without it the first tile instruction faults.
-bool request_amx_permission() {
-#if defined(__linux__) && defined(SYS_arch_prctl)
-  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-  return false;
-#endif
-}
-
 CpuFeatures detect() {
   CpuFeatures f;
   // The kernel sets a HWCAP bit only when the CPU has the feature and the kernel supports it, so

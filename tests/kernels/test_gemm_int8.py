@@ -61,14 +61,15 @@ def check(x, w, bias=None, activation=None, residual=None):
 
 
 # M walks through the tile and GEMV sizes, N through the panel tails (16, 64 columns), K through
-# the groups of 4. With AMX-INT8, GEMMs of 16 rows or more whose K rounds up to a multiple of 64
+# the groups of 4. With AMX-INT8, GEMMs of 8 rows or more whose K rounds up to a multiple of 64
 # run on tiles of 32 rows × 64 features (M tails within and across blocks of 256 rows, K = 61
 # padded within its last group of 4) and every other shape on vpdpbusd.
 SHAPES = [
     (1, 1, 1), (1, 5, 3), (2, 7, 17), (3, 768, 130), (4, 33, 64), (5, 4, 65), (6, 100, 63),
     (7, 13, 129), (12, 3, 200), (13, 257, 31), (48, 66, 70), (49, 130, 300), (64, 4096, 40),
     (1, 4095, 100), (2, 4097, 9), (130, 515, 96), (300, 64, 17),
-    (15, 64, 70), (16, 64, 1), (17, 61, 65), (31, 128, 16), (32, 192, 64), (33, 128, 130), (100, 768, 200),
+    (7, 128, 70), (8, 64, 65), (15, 64, 70), (16, 64, 1), (17, 61, 65), (31, 128, 16), (32, 192, 64),
+    (33, 128, 130), (100, 768, 200),
     (257, 64, 70), (290, 256, 129),
 ]
 
@@ -168,7 +169,7 @@ def test_amx_tiles_equal_vpdpbusd_bit_for_bit(rng):
     # sums wrap in the u8 form, activation and residual included).
     if not cf.cpu_info()["matmul"]["int8"].startswith("amx_int8"):
         pytest.skip("int8 GEMMs do not run on AMX here (no AMX-INT8, or a lower CPUFORMER_ISA)")
-    shapes = [(16, 64, 64), (45, 1024, 130), (300, 4096, 70)]
+    shapes = [(8, 64, 64), (16, 64, 64), (45, 1024, 130), (300, 4096, 70)]
     arrays = {}
     for i, (m, k, n) in enumerate(shapes):
         x, w, b, r = randn(rng, m, k), randn(rng, n, k), randn(rng, n), randn(rng, m, n)

@@ -25,7 +25,7 @@ const GemmKernels& gemm_kernels() {
 }
 
 // int8 kernels with the dot-product extensions (gemm_int8_avx512vnni.cc, gemm_int8_avxvnni.cc) and
-// AMX tiles (gemm_int8_avx512amx.cc, vpdpbusd below 16 rows), picked inside their level when the CPU
+// AMX tiles (gemm_int8_avx512amx.cc, vpdpbusd below 8 rows), picked inside their level when the CPU
 // has them (CPUFORMER_DISABLE_FEATURES can hide them).
 namespace avx512vnni { extern const Int8GemmKernels kInt8GemmKernels; }
 namespace avx512amx {

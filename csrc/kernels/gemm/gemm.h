@@ -185,8 +185,8 @@ enum class MatmulInstruction {
   kDpbusd256,
   kDpbusd512,
   kDpbf16x512,
-  kAmxInt8,  // TDPBUSD tiles for GEMMs of 16 rows or more, 512-bit vpdpbusd below
-  kAmxBf16,  // TDPBF16PS tiles for GEMMs of 16 rows or more, vdpbf16ps below
+  kAmxInt8,  // TDPBUSD tiles for GEMMs of 8 rows or more, 512-bit vpdpbusd below
+  kAmxBf16,  // TDPBF16PS tiles for GEMMs of 4 rows or more, vdpbf16ps below
   kNeonFma128,
   kSdot128,
   kSmmla128

@@ -7,18 +7,19 @@
 //
 // Include INSIDE the ISA namespace (anonymous namespace) after "kernels/gemm/amx_tiles_inl.h" and
 // "runtime/threading.h", with the including file having defined CPUFORMER_TILE_DOT as its tile
-// dot product macro (_tile_dpbusd or _tile_dpbf16ps: the tile numbers must reach it as literals)
-// and kNR (= 64), and including gemm_rowwise_inl.h (prefetch_tile_output). No include guard on
-// purpose.
+// dot product macro (_tile_dpbusd or _tile_dpbf16ps: the tile numbers must reach it as literals).
+// No include guard on purpose.
 
 constexpr long kAmxRows = 32;         // rows of a work tile: two A tiles of 16 (one for 16 or fewer)
 constexpr long kAmxRowBlock = 256;    // rows of a work item: its panel stays in L2 across 8 tiles
 constexpr long kAmxStepBytes = 64;    // bytes of an A row per tile step (an A tile row)
 constexpr long kPanelRowBytes = 256;  // one group row of a panel: the B tiles' row stride
 constexpr long kPanelStepBytes = 16 * kPanelRowBytes;  // the panel rows of one tile step
-// Fewer rows than this run on the vector kernel: a GEMV or a few rows stream W from memory, where
-// the tiles gain nothing and would multiply padded rows.
-constexpr long kAmxMinRows = 16;
+// int8 GEMMs with fewer rows than this run on vpdpbusd, whose 6-row register tile fits them (the
+// bfloat16 kernel has its own threshold). AMX Xeon, 2 threads, int8 2304 × 768 / 768 × 3072 in
+// GOP/s, vpdpbusd → tiles: 4 rows 761 / 665 → 644 / 525, 6 rows 878 / 769 → 776 / 691, 8 rows
+// 775 / 790 → 1285 / 976, 12 rows 872 / 825 → 1603 / 1378.
+constexpr long kAmxMinRows = 8;
 
 // acc[r·64 + j] (32-bit lanes) = Σ over `steps` tile steps of A row r (a, row stride a_stride
 // bytes) times panel feature j, for r < 32 and j < 64. Two passes over the panel, one per half of
@@ -82,12 +83,15 @@ inline void amx_tile_16(const uint8_t* a, long a_stride, long steps, const uint8
 // row_bytes bytes each (a multiple of 64; rows past m converted from zeros), filled by
 // convert_row(i) before any tile reads it (row i's share per thread, then a barrier);
 // finish_row(i, acc_row, j0, ncols) applies the epilogue to row i's finished 64 lanes of panel
-// j0 / 64 (ncols of them are output features) into c (ldc floats per row, whose lines the driver
-// prefetches for writing first). Threads: at most one per min_macs multiply-adds
+// j0 / 64 (ncols of them are output features) into c (ldc floats per row). Unlike the vector
+// kernels' tiles these do not prefetch their output lines for writing: a tile's K loop is short
+// enough on AMX that the prefetches (128 lines per 32-row tile) stalled the loop instead (BERT-base
+// int8 8 × 128 ran 60.3-60.7 seq/s with them, 62.8-64.4 without, Intel Xeon with AMX, 2026-11-27).
+// Threads: at most one per min_macs multiply-adds
 // (m·n·k) and one per work item (panel × block of 256 rows, dealt in contiguous ranges, panel-major).
 template <class Acc, class ConvertRow, class FinishRow>
 void amx_gemm(long m, long n, long k, long min_macs, const uint8_t* a_rows, long row_bytes, const uint8_t* panels,
-              float* c, long ldc, const ConvertRow& convert_row, const FinishRow& finish_row) {
+              const ConvertRow& convert_row, const FinishRow& finish_row) {
   const long panel_count = (n + 63) / 64;
   const long blocks = (m + kAmxRowBlock - 1) / kAmxRowBlock;
   const long items = panel_count * blocks;
@@ -115,7 +119,6 @@ void amx_gemm(long m, long n, long k, long min_macs, const uint8_t* a_rows, long
       for (long r0 = b * kAmxRowBlock; r0 < r_end; r0 += kAmxRows) {
         const long rows = r_end - r0 < kAmxRows ? r_end - r0 : kAmxRows;
         const uint8_t* a = a_rows + r0 * row_bytes;
-        prefetch_tile_output(c + r0 * ldc + j0, ldc, rows, ncols);
         if (rows > 16) amx_tile_32(a, row_bytes, steps, panel, acc);
         else amx_tile_16(a, row_bytes, steps, panel, acc);
         for (long r = 0; r < rows; ++r) finish_row(r0 + r, acc + r * 64, j0, ncols);

@@ -24,13 +24,16 @@ namespace avx512amx {
 extern const HalfGemmKernels kHalfGemmKernels;
 namespace {
 
-constexpr long kMR = 6;  // the vdpbf16ps kernel's register tile (gemm_rowwise_inl.h's row blocks)
-constexpr long kNR = 64;
 // Below this many multiply-adds per thread a second thread costs more than it saves.
 constexpr long kMinMacsPerThread = 1L << 17;
+// From this many rows bfloat16 GEMMs take the tiles (int8's kAmxMinRows is 8): vdpbf16ps runs at
+// half the float32 FMA rate on the AMX Xeon of 2026-11-27, so even a tile that is mostly padding
+// beats it (2 threads, 2304 × 768 / 768 × 3072: 4 rows 130 / 115 → 193 / 141 GOP/s, 8 rows
+// 155 / 139 → 360 / 293, 12 rows 161 / 164 → 515 / 411); one or two rows (decode) stream the
+// weights and stay on vdpbf16ps (1 row: 62 / 45 there, 50 / 38 on tiles).
+constexpr long kAmxMinRowsBf16 = 4;
 
 #include "kernels/gemm/gemm_half_bf16_inl.h"
-#include "kernels/gemm/gemm_rowwise_inl.h"
 
 #define CPUFORMER_TILE_DOT _tile_dpbf16ps
 #include "kernels/gemm/gemm_amx_driver_inl.h"
@@ -47,7 +50,7 @@ void pack(const uint16_t* w, WeightType type, long n, long k, long ldw, uint8_t*
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
   const long n = w.n, k = w.k, kp = (k + 1) / 2 * 2;
   const long row_bytes = kp * static_cast<long>(sizeof(uint16_t));
-  if (w.type != WeightType::kBFloat16 || m < kAmxMinRows || row_bytes % kAmxStepBytes != 0) {
+  if (w.type != WeightType::kBFloat16 || m < kAmxMinRowsBf16 || row_bytes % kAmxStepBytes != 0) {
     vector_kernels().gemm(a, m, lda, w, c, ldc, epilogue);
     return;
   }
@@ -58,7 +61,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   uint16_t* ab = reinterpret_cast<uint16_t*>(scratch);
   std::memset(ab + m * kp, 0, static_cast<std::size_t>((mp - m) * row_bytes));
   amx_gemm<float>(
-      m, n, k, kMinMacsPerThread, reinterpret_cast<const uint8_t*>(ab), row_bytes, w.bytes(), c, ldc,
+      m, n, k, kMinMacsPerThread, reinterpret_cast<const uint8_t*>(ab), row_bytes, w.bytes(),
       [&](long i) { convert_row(a + i * lda, k, kp, ab + i * kp); },
       [&](long i, float* acc, long j0, long ncols) {
         finish_row(acc, epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,

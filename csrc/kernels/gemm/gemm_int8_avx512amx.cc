@@ -26,33 +26,8 @@ namespace avx512amx {
 extern const Int8GemmKernels kInt8GemmKernels;
 namespace {
 
-constexpr long kMR = 6;
-constexpr long kNR = 64;
-constexpr long kKGroup = 4;
-constexpr bool kUnsignedA = true;
-
-#include "kernels/gemm/gemm_int8_inl.h"
-// Order matters: the kernels included next need the declarations of the driver above.
-#include "kernels/gemm/gemm_int8_avx512_inl.h"
-
-// The vpdpbusd register tile of the calls that do not take the tiles (as gemm_int8_avx512vnni.cc).
-struct Vnni {
-  using A = uint8_t;
-  using Out = int32_t;
-  using Acc = __m512i;
-  static constexpr long kGroup = 4;
-  static Acc zero() { return _mm512_setzero_si512(); }
-  static Acc dot(Acc acc, __m512i a, __m512i w) { return _mm512_dpbusd_epi32(acc, a, w); }
-  static Acc add(Acc x, Acc y) { return _mm512_add_epi32(x, y); }
-  static Acc load(const int32_t* p) { return _mm512_load_si512(p); }
-  static void store(int32_t* p, Acc v) { _mm512_store_si512(p, v); }
-};
-
-#include "kernels/gemm/gemm_dot_tile_inl.h"
-
-void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out) {
-  dot_tile<Vnni>(rows, a, lda, wp, kp, out);
-}
+// The VNNI kernel (packing, quantizer, epilogue, and the GEMMs the tiles do not take).
+#include "kernels/gemm/gemm_int8_avx512vnni_inl.h"
 
 #define CPUFORMER_TILE_DOT _tile_dpbusd
 #include "kernels/gemm/gemm_amx_driver_inl.h"
@@ -77,7 +52,7 @@ void gemm_amx(const float* a, long m, long lda, const PackedWeights& w, float* c
   std::memset(qa + m * kp, 128, static_cast<std::size_t>((mp - m) * kp));
 
   amx_gemm<int32_t>(
-      m, n, k, kInt8MinMacsPerThread, qa, kp, panels, c, ldc,
+      m, n, k, kInt8MinMacsPerThread, qa, kp, panels,
       [&](long i) { sa[i] = quantize_row(a + i * lda, k, kp, qa + i * kp); },
       [&](long i, const int32_t* acc, long j0, long ncols) {
         finish_row(acc, comp + j0, sa[i], scales + j0, epilogue.bias ? epilogue.bias + j0 : nullptr,
