@@ -118,8 +118,8 @@ std::string packed_level_key() {
   const CpuFeatures& f = cpu_features();
 #if defined(__x86_64__)
   std::string key = std::string("x86_64-") + isa_name(isa);
-  // The features that select another packer at the level (kernels/gemm/gemm.cc); amx_int8 does not
-  // (its kernel reads the +vnni packing as is).
+  // The features that select another packer at the level (kernels/gemm/gemm.cc); amx_int8 and
+  // amx_bf16 do not (their kernels read the +vnni and +bf16 packings as they are).
   if (isa == Isa::kAvx2 && f.avx_vnni) key += "+avxvnni";
   if (isa == Isa::kAvx512) {
     if (f.avx512vnni) key += "+vnni";

@@ -48,8 +48,8 @@ CpuFeatures detect() {
   f.fma = ecx & (1u << 12);
   f.f16c = ecx & (1u << 29);
   const bool avx = ecx & (1u << 28);
-  if (osxsave && avx) {
-    const uint64_t xcr0 = read_xcr0();
+  const uint64_t xcr0 = osxsave ? read_xcr0() : 0;  // XGETBV faults without OSXSAVE
+  if (avx) {
     f.os_avx = (xcr0 & 0x6) == 0x6;            // XMM + YMM state
     f.os_avx512 = (xcr0 & 0xE6) == 0xE6;       // + opmask, ZMM_Hi256, Hi16_ZMM
   }
@@ -63,7 +63,7 @@ CpuFeatures detect() {
     f.avx512vnni = f.os_avx512 && (ecx & (1u << 11));
     f.avx512fp16 = f.os_avx512 && (edx & (1u << 23));
     const bool amx_tile = edx & (1u << 24), amx_int8 = edx & (1u << 25), amx_bf16 = edx & (1u << 22);
-    const bool os_amx = amx_tile && (read_xcr0() & 0x60000) == 0x60000 && request_amx_permission();
+    const bool os_amx = amx_tile && (xcr0 & 0x60000) == 0x60000 && request_amx_permission();  // XTILECFG + XTILEDATA
     f.amx_int8 = f.avx512vnni && os_amx && amx_int8;
     __cpuid_count(7, 1, eax, ebx, ecx, edx);
     f.avx_vnni = f.os_avx && (eax & (1u << 4));

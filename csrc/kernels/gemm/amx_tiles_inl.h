@@ -1,5 +1,5 @@
-// The AMX tile configuration shared by the AMX int8 kernel (gemm_int8_avx512amx.cc) and its peak
-// probe (gemm_peak_avx512amx.cc). Include only in translation units compiled with -mamx-tile.
+// The AMX tile configuration shared by the AMX kernels (gemm_amx_driver_inl.h) and their peak
+// probes (gemm_peak_avx512amx.cc). Include only in translation units compiled with -mamx-tile.
 #pragma once
 
 #include <cstdint>

@@ -171,9 +171,8 @@ const HalfGemmKernels& half_gemm_kernels();
 const Int4GemmKernels& int4_gemm_kernels();
 // The instruction sequence the selected kernels multiply weights of `type` with: plain C++ at the
 // scalar level, FMA (float32, and the widening 16-bit kernels), the vpmaddubsw/vpmaddwd sequence
-// or vpdpbusd (int8), AMX TDPBUSD tiles (int8 with AMX-INT8), vdpbf16ps (bfloat16 with AVX512-BF16) or
-// AMX TDPBF16PS tiles (with AMX-BF16);
-// 256 or 512 bits wide. On AArch64:
+// or vpdpbusd (int8), vdpbf16ps (bfloat16 with AVX512-BF16); 256 or 512 bits wide; or AMX tiles,
+// TDPBUSD (int8 with AMX-INT8) and TDPBF16PS (bfloat16 with AMX-BF16). On AArch64:
 // NEON fmla on 128 bits (float32, and the widening 16-bit kernels), SDOT on 128 bits (int8 at the
 // dotprod level, int4), SMMLA on 128 bits (int8 at the i8mm level).
 enum class MatmulInstruction {

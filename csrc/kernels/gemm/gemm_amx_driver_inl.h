@@ -83,12 +83,12 @@ inline void amx_tile_16(const uint8_t* a, long a_stride, long steps, const uint8
 // row_bytes bytes each (a multiple of 64; rows past m converted from zeros), filled by
 // convert_row(i) before any tile reads it (row i's share per thread, then a barrier);
 // finish_row(i, acc_row, j0, ncols) applies the epilogue to row i's finished 64 lanes of panel
-// j0 / 64 (ncols of them are output features) into c (ldc floats per row). Unlike the vector
-// kernels' tiles these do not prefetch their output lines for writing: a tile's K loop is short
+// j0 / 64 (ncols of them are output features). Unlike the vector kernels' tiles these do not
+// prefetch their output lines for writing: a tile's K loop is short
 // enough on AMX that the prefetches (128 lines per 32-row tile) stalled the loop instead (BERT-base
 // int8 8 × 128 ran 60.3-60.7 seq/s with them, 62.8-64.4 without, Intel Xeon with AMX, 2026-11-27).
-// Threads: at most one per min_macs multiply-adds
-// (m·n·k) and one per work item (panel × block of 256 rows, dealt in contiguous ranges, panel-major).
+// Threads: at most one per min_macs multiply-adds (m·n·k) and one per work item (panel × block of
+// 256 rows, dealt in contiguous ranges, panel-major).
 template <class Acc, class ConvertRow, class FinishRow>
 void amx_gemm(long m, long n, long k, long min_macs, const uint8_t* a_rows, long row_bytes, const uint8_t* panels,
               const ConvertRow& convert_row, const FinishRow& finish_row) {
