@@ -616,7 +616,22 @@ def test_concurrent_completions_equal_one_at_a_time(live, gen):
     assert sequences > steps  # several sequences per forward pass
 
 
-def test_disconnect_cancels_the_generation(live):
+@pytest.fixture
+def slow_steps(live, monkeypatch):
+    """Each batch step of the live server's engine waits 2 ms first, so that a generation of
+    CONTEXT - 10 tokens lasts seconds on any machine: the disconnect tests need it still running when
+    the client goes away (on a fast CPU the tiny model generated them within the 0.2 s timeout)."""
+    engine = live.app.state.engine
+    step = engine._generation_step
+
+    def slowed(jobs):
+        time.sleep(0.002)
+        return step(jobs)
+
+    monkeypatch.setattr(engine, "_generation_step", slowed)
+
+
+def test_disconnect_cancels_the_generation(live, slow_steps):
     before = metric(httpx.get(live.url + "/metrics").text, "cpuformer_generated_tokens_total")
     with httpx.Client(base_url=live.url, timeout=60) as h:
         with h.stream("POST", "/v1/completions", json=dict(model="tiny-gpt", prompt="Hello", temperature=0,
@@ -638,7 +653,7 @@ def test_disconnect_cancels_the_generation(live):
         .status_code == 200
 
 
-def test_disconnect_cancels_a_non_streaming_request(live):
+def test_disconnect_cancels_a_non_streaming_request(live, slow_steps):
     before = metric(httpx.get(live.url + "/metrics").text, "cpuformer_cancelled_total")
     with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes the connection
         httpx.post(live.url + "/v1/completions", json=dict(model="tiny-gpt", prompt="Hello", temperature=0,
