@@ -75,6 +75,7 @@ SHAPES += [
     (700, 40, 800), (130, 40, 1000),  # wide N: the team shares each row block
     (12, 700, 300), (64, 257, 130), (41, 4097, 130),  # 9+ rows: the GEMV kernel in row chunks
     (48, 100, 20),  # too few panels: blocked instead
+    (16, 700, 300), (28, 1000, 130), (21, 129, 200),  # avx512: 15-28 rows in two chunks over K blocks
 ]
 
 
@@ -91,7 +92,8 @@ def test_shapes_without_bias(rng, m, k, n):
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS[1:])
-@pytest.mark.parametrize("m,k,n", [(1, 33, 17), (4, 300, 65), (9, 7, 3), (33, 257, 127), (256, 600, 40)])
+@pytest.mark.parametrize("m,k,n", [(1, 33, 17), (4, 300, 65), (9, 7, 3), (20, 600, 130), (33, 257, 127),
+                                   (256, 600, 40)])
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_activations(rng, activation, m, k, n, with_bias):
     x, w = randn(rng, m, k), randn(rng, n, k) / np.float32(math.sqrt(k))  # pre-activations of order 1
@@ -100,8 +102,8 @@ def test_activations(rng, activation, m, k, n, with_bias):
 
 
 @pytest.mark.parametrize("activation", [None, "gelu", "silu"])
-@pytest.mark.parametrize("m,k,n", [(1, 17, 33), (7, 600, 65), (17, 33, 7), (40, 300, 100), (65, 257, 100),
-                                   (400, 600, 50)])
+@pytest.mark.parametrize("m,k,n", [(1, 17, 33), (7, 600, 65), (17, 33, 7), (16, 700, 130), (28, 300, 200),
+                                   (40, 300, 100), (65, 257, 100), (400, 600, 50)])
 def test_residual_accumulates_in_place(rng, activation, m, k, n):
     # The binding copies the residual into the output and the GEMM accumulates onto it in place,
     # including when K is cut into several slices (k > 256) and the activation needs the full sum.

@@ -93,6 +93,7 @@ SHAPES = [
     (7, 13, 129), (8, 40, 33), (9, 300, 48), (12, 3, 200), (13, 257, 31), (14, 512, 32), (15, 513, 47),
     (48, 66, 70), (49, 130, 300), (64, 4096, 40), (1, 4095, 100), (2, 4097, 9), (130, 515, 96),
     (300, 64, 17), (400, 300, 700),
+    (16, 700, 300), (28, 1000, 130), (21, 129, 200),  # avx512: 15-28 rows in two chunks over K blocks
     # bfloat16 with AMX-BF16: 4 rows or more and K (rounded up to 2) a multiple of 32 take the tiles
     # (32 × 64 work tiles, the last 16 rows or fewer of a block on one A tile, K = 31 padded)
     (3, 64, 70), (4, 64, 70), (9, 32, 65), (15, 64, 70), (16, 32, 70), (17, 64, 1), (20, 31, 64), (33, 96, 130),
@@ -111,7 +112,7 @@ def test_shapes(rng, dtype, m, k, n):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "quick_gelu"])
-@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100), (60, 600, 70), (60, 640, 70)])
+@pytest.mark.parametrize("m,k,n", [(1, 70, 33), (9, 129, 100), (20, 600, 130), (60, 600, 70), (60, 640, 70)])
 def test_activations(rng, dtype, activation, m, k, n):
     x, w, b = randn(rng, m, k), randn(rng, n, k) * 0.1, randn(rng, n)
     check(x, w, dtype, b, activation)
@@ -119,7 +120,8 @@ def test_activations(rng, dtype, activation, m, k, n):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("activation", [None, "gelu"])
-@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (50, 33, 130), (100, 700, 90), (100, 704, 90)])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 70), (7, 300, 65), (16, 700, 130), (28, 300, 200), (50, 33, 130),
+                                   (100, 700, 90), (100, 704, 90)])
 def test_residual(rng, dtype, activation, m, k, n):
     # Linear adds the residual in place: the GEMM's residual aliases its output.
     x, w, b, r = randn(rng, m, k), randn(rng, n, k) * 0.1, randn(rng, n), randn(rng, m, n)

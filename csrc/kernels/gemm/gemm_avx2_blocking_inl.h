@@ -15,8 +15,11 @@ constexpr long kMCMax = 28 * kMR;
 // (best of 40 calls, alternating builds; noisy host).
 constexpr long kPrivateRowsMaxCBytes = 1L << 18;
 constexpr long kGemvMaxRows = 6;
+// No K-blocked two-chunk GEMV at this level (kGemvBlockBytes = 0): not measured on an AVX2-only CPU.
+constexpr long kGemvBlockBytes = 0;
+constexpr long kGemvChunkRows = kGemvMaxRows;
 // Up to kGemvChunkedMaxRowsF32 (float32 W) or kGemvChunkedMaxRows16 (16-bit W) rows go through the
-// GEMV kernel in chunks of at most kGemvMaxRows (gemm_driver_inl.h, gemv). Measured on Zen 4 at BERT-base shapes, both
+// GEMV kernel in chunks (gemm_driver_inl.h, gemv). Measured on Zen 4 at BERT-base shapes, both
 // levels: 9-64 rows ran 1.1-1.9x faster that way than blocked (float32 and float16), and float32 stayed 5-15 % faster
 // up to 256 rows and 2-4 % at 1024. float16 widens W once per chunk, so from 512 rows on it ran 5-10 % slower than
 // blocked at the avx512 level. The limits stay where the measured gain is clear; the blocked path keeps the large-M

@@ -1,6 +1,6 @@
 // AVX-512 fp32 GEMM: 14×32 register tile (28 zmm accumulators, two zmm of W per k step, A
 // broadcast from memory), blocked and threaded by gemm_driver_inl.h; a row-streaming GEMV kernel
-// for m ≤ 8. Packed W layout: panels of 32 output features (see gemm_driver_inl.h).
+// for m ≤ 14. Packed W layout: panels of 32 output features (see gemm_driver_inl.h).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -24,9 +24,10 @@ using WElem = float;
 #include "kernels/gemm/gemm_avx512_inl.h"
 
 using GemvFn = void (*)(const float*, long, const void*, long, float*, long, long, const TileEpilogue&);
-constexpr GemvFn kGemvs[kGemvMaxRows] = {gemv_rows<1, kWF32>, gemv_rows<2, kWF32>, gemv_rows<3, kWF32>,
-                                         gemv_rows<4, kWF32>, gemv_rows<5, kWF32>, gemv_rows<6, kWF32>,
-                                         gemv_rows<7, kWF32>, gemv_rows<8, kWF32>};
+constexpr GemvFn kGemvs[kGemvMaxRows] = {
+    gemv_rows<1, kWF32>,  gemv_rows<2, kWF32>,  gemv_rows<3, kWF32>,  gemv_rows<4, kWF32>, gemv_rows<5, kWF32>,
+    gemv_rows<6, kWF32>,  gemv_rows<7, kWF32>,  gemv_rows<8, kWF32>,  gemv_rows<9, kWF32>, gemv_rows<10, kWF32>,
+    gemv_rows<11, kWF32>, gemv_rows<12, kWF32>, gemv_rows<13, kWF32>, gemv_rows<14, kWF32>};
 
 void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, WeightType, float* c, long ldc,
                  long ncols, const TileEpilogue& ep) {

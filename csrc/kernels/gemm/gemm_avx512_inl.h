@@ -150,7 +150,7 @@ __attribute__((always_inline)) inline __m512 load_w(const void* base, long i) {
 template <int ROWS, int WK>
 void gemv_rows(const float* a, long lda, const void* wp, long k, float* c, long ldc, long ncols,
                const TileEpilogue& ep) {
-  constexpr int U = ROWS == 1 ? 4 : ROWS <= 4 ? 2 : 1;  // U·ROWS·2 ≤ 16 accumulators
+  constexpr int U = ROWS == 1 ? 4 : ROWS <= 4 ? 2 : 1;  // U·ROWS·2 ≤ 16 accumulators below 5 rows, up to 28 above
   constexpr long kElemBytes = WK == kWF32 ? 4 : 2;
   __m512 acc[U][ROWS][2];
   for (int u = 0; u < U; ++u)

@@ -16,8 +16,12 @@
 //   constexpr long kPrivateRowsMaxCBytes;  up to this size of a block's C rows (kMCMax × N floats)
 //                                each thread takes its own rows (see gemm_f32)
 //   constexpr long kGemvMaxRows; rows the GEMV kernel takes at once (≤ what it supports)
+//   constexpr long kGemvBlockBytes;  > 0: kGemvMaxRows < m ≤ 2·kGemvMaxRows rows go in two chunks over
+//                                K blocks of about this many bytes of W (see gemv); 0: never
+//   constexpr long kGemvChunkRows;   rows per chunk (≤ kGemvMaxRows) when more rows go in chunks over
+//                                whole panels
 //   constexpr long kGemvChunkedMaxRowsF32, kGemvChunkedMaxRows16;  m ≤ this (for float32 / 16-bit
-//                                W) takes the GEMV path too, in chunks of ≤ kGemvMaxRows rows, when N
+//                                W) takes the GEMV path too, in chunks, when N
 //                                has at least kGemvChunkedMinPanels panels (the GEMV path shares out
 //                                panels only, so narrow N goes blocked)
 //   using WElem = ...;           element type of packed W: float, or uint16_t for float16 / bfloat16
@@ -176,16 +180,26 @@ inline TileEpilogue epilogue_at(const GemmEpilogue& e, long j0) {
 
 // Few rows (decode, short inputs): each packed panel is streamed from memory once, over the whole
 // K; panels are the work items (a contiguous run per thread: one sequential stream each). Up to
-// kGemvMaxRows rows go through the kernel at once; more (m ≤ kGemvChunkedMaxRows, N of at least
-// kGemvChunkedMinPanels panels) in near-equal chunks, the later ones reading the panel again from
-// L2. Against the blocked GEMM this needs no A packing, no K slices and no barriers, which at such
-// m cost more than the kernel's unpacked A reads (the limits and their measurements are in
-// gemm_<isa>_blocking_inl.h).
+// kGemvMaxRows rows go through the kernel at once. A few more (≤ 2·kGemvMaxRows, where the level has
+// kGemvBlockBytes) go in two chunks that walk the panel in K blocks together: the first chunk, of
+// kGemvMaxRows rows, reads each block from memory with its FMAs interleaved with the stream, the
+// second reads it from L1, and partial sums wait in c. More rows (m ≤ kGemvChunkedMaxRows, N of at
+// least kGemvChunkedMinPanels panels) go in near-equal chunks of at most kGemvChunkRows rows, each over
+// the whole panel, the later ones reading it again from L2. Against the blocked GEMM this needs no A
+// packing, no K slices and no barriers, which at such m cost more than the kernel's unpacked A reads
+// (the limits and their measurements are in gemm_<isa>_blocking_inl.h).
 void gemv(const float* a, long m, long lda, const WElem* wp, long n, long k, WeightType type, float* c, long ldc,
           const GemmEpilogue& epilogue) {
   const long panels = ceil_div(n, kNR);
   const int nt = threads_for(m * n * k, min_of(panels, kMaxTeam));
-  const long chunks = ceil_div(m, kGemvMaxRows);
+  // In K blocks a residual waits for the last block when there is an activation, by which time c
+  // holds partial sums: a residual aliasing c needs whole panels.
+  const bool k_blocks = kGemvBlockBytes > 0 && m > kGemvMaxRows && m <= 2 * kGemvMaxRows &&
+                        !(epilogue.activation != Activation::kNone && epilogue.residual == c);
+  const long chunks = m <= kGemvMaxRows ? 1 : k_blocks ? 2 : ceil_div(m, kGemvChunkRows);
+  // Near-equal K blocks of a multiple of 16 k steps (each starts 64-byte aligned in its panel).
+  const long blocks = k_blocks ? ceil_div(k * kNR * static_cast<long>(sizeof(WElem)), kGemvBlockBytes) : 1;
+  const long kb = k_blocks ? ceil_div(ceil_div(k, blocks), 16) * 16 : k;
   WorkRange ranges[kMaxTeam];
   deal(ranges, panels, nt);
   run_team(nt, [&](const Team& team) {
@@ -193,13 +207,30 @@ void gemv(const float* a, long m, long lda, const WElem* wp, long n, long k, Wei
     long p;
     while (next_item(ranges, nt, t, &p)) {
       const long j0 = p * kNR, ncols = min_of(kNR, n - j0);
-      TileEpilogue ep = epilogue_at(epilogue, j0);
-      const float* residual = ep.residual;
-      for (long chunk = 0; chunk < chunks; ++chunk) {
-        long i0, i1;
-        split_evenly(m, chunks, chunk, &i0, &i1);
-        ep.residual = residual ? residual + i0 * ep.ldr : nullptr;
-        gemv_kernel(i1 - i0, a + i0 * lda, lda, wp + p * k * kNR, k, type, c + i0 * ldc + j0, ldc, ncols, ep);
+      const TileEpilogue whole = epilogue_at(epilogue, j0);
+      for (long k0 = 0; k0 < k; k0 += kb) {
+        const long kc = min_of(kb, k - k0);
+        const bool first = k0 == 0, last = k0 + kc == k;
+        // As in the blocked GEMM: without an activation bias and residual join the first block (a
+        // residual aliasing c is read before c holds partial sums), with one everything waits for the last.
+        const bool finish_here = whole.activation == Activation::kNone ? first : last;
+        TileEpilogue ep;
+        ep.load_c = !first;
+        ep.bias = finish_here ? whole.bias : nullptr;
+        ep.activation = last ? whole.activation : Activation::kNone;
+        ep.ldr = whole.ldr;
+        for (long chunk = 0; chunk < chunks; ++chunk) {
+          long i0, i1;
+          if (k_blocks) {
+            i0 = chunk == 0 ? 0 : kGemvMaxRows;
+            i1 = chunk == 0 ? kGemvMaxRows : m;
+          } else {
+            split_evenly(m, chunks, chunk, &i0, &i1);
+          }
+          ep.residual = finish_here && whole.residual ? whole.residual + i0 * whole.ldr : nullptr;
+          gemv_kernel(i1 - i0, a + i0 * lda + k0, lda, wp + (p * k + k0) * kNR, kc, type, c + i0 * ldc + j0, ldc, ncols,
+                      ep);
+        }
       }
     }
   });

@@ -2,7 +2,7 @@
 // output features, k-major, columns past N zero) with 16-bit elements, so decode streams half the
 // bytes of float32. The weights are widened to float32 exactly (vcvtph2ps for float16; zero-extend
 // and shift left by 16 for bfloat16) and multiplied with float32 FMAs into float32 sums; A stays
-// float32. Few rows (m ≤ 8): the GEMV kernel widens each weight in registers as it streams past.
+// float32. Few rows (m ≤ 14): the GEMV kernel widens each weight in registers as it streams past.
 // Many rows: the float32 driver and tile kernel of gemm_avx512.cc run unchanged, each thread
 // widening a W panel slice [kc][32] into its own float32 buffer once per (row block, slice, panel)
 // and running the register tile over it.
@@ -32,9 +32,11 @@ using WElem = uint16_t;
 using GemvFn = void (*)(const float*, long, const void*, long, float*, long, long, const TileEpilogue&);
 constexpr GemvFn kGemvs[2][kGemvMaxRows] = {
     {gemv_rows<1, kWF16>, gemv_rows<2, kWF16>, gemv_rows<3, kWF16>, gemv_rows<4, kWF16>, gemv_rows<5, kWF16>,
-     gemv_rows<6, kWF16>, gemv_rows<7, kWF16>, gemv_rows<8, kWF16>},
+     gemv_rows<6, kWF16>, gemv_rows<7, kWF16>, gemv_rows<8, kWF16>, gemv_rows<9, kWF16>, gemv_rows<10, kWF16>,
+     gemv_rows<11, kWF16>, gemv_rows<12, kWF16>, gemv_rows<13, kWF16>, gemv_rows<14, kWF16>},
     {gemv_rows<1, kWBF16>, gemv_rows<2, kWBF16>, gemv_rows<3, kWBF16>, gemv_rows<4, kWBF16>, gemv_rows<5, kWBF16>,
-     gemv_rows<6, kWBF16>, gemv_rows<7, kWBF16>, gemv_rows<8, kWBF16>},
+     gemv_rows<6, kWBF16>, gemv_rows<7, kWBF16>, gemv_rows<8, kWBF16>, gemv_rows<9, kWBF16>, gemv_rows<10, kWBF16>,
+     gemv_rows<11, kWBF16>, gemv_rows<12, kWBF16>, gemv_rows<13, kWBF16>, gemv_rows<14, kWBF16>},
 };
 
 void gemv_kernel(long rows, const float* a, long lda, const uint16_t* wp, long k, WeightType type, float* c, long ldc,
