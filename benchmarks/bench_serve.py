@@ -2,8 +2,8 @@
 
     PYTHONPATH=python python benchmarks/bench_serve.py [--quick] [--model gpt2|llama] [--dtype float32|int8]
         [--clients 1,4,16,64] [--requests 4] [--rows decode,prefix,embed] [--no-llamacpp]
-        [--llamacpp-clients 1,4,16] [--max-batch 64] [--prefill-chunk 64] [--kv-cache-dtype float32|float16|...]
-        [--threads 2] [--out FILE]
+        [--llamacpp-clients 1,4,16] [--max-batch 64] [--prefill-chunk 64] [--prefill-slowdown 2]
+        [--kv-cache-dtype float32|float16|...] [--threads 2] [--out FILE]
 
 Each server runs in its own process (`python -m cpuformer serve MODEL --threads N`, and
 `python -m llama_cpp.server`); the clients are threads of this process speaking HTTP (httpx), so the
@@ -196,7 +196,7 @@ class CpuformerServer(Server):
 
     def __init__(self, model: str, threads: int, max_queue: int, max_batch: int, dtype: Optional[str] = None,
                  max_length: Optional[int] = None, prefill_chunk: Optional[int] = None,
-                 kv_cache_dtype: Optional[str] = None) -> None:
+                 kv_cache_dtype: Optional[str] = None, prefill_slowdown: Optional[float] = None) -> None:
         self.port = _free_port()
         command = [sys.executable, "-m", "cpuformer", "serve", model, "--port", str(self.port), "--threads",
                    str(threads), "--max-queue", str(max_queue), "--max-batch", str(max_batch), "--log-level",
@@ -205,9 +205,10 @@ class CpuformerServer(Server):
         command += ["--max-length", str(max_length)] if max_length else []
         command += ["--prefill-chunk", str(prefill_chunk)] if prefill_chunk else []
         command += ["--kv-cache-dtype", kv_cache_dtype] if kv_cache_dtype else []
+        command += ["--prefill-slowdown", str(prefill_slowdown)] if prefill_slowdown is not None else []
         self.settings = {"threads": threads, "dtype": dtype or "float32", "max_batch": max_batch,
                          "max_length": max_length, "prefill_chunk": prefill_chunk, "max_queue": max_queue,
-                         "kv_cache_dtype": kv_cache_dtype or "float32"}
+                         "kv_cache_dtype": kv_cache_dtype or "float32", "prefill_slowdown": prefill_slowdown}
         super().__init__(command, "m")
 
     def body(self, ids: List[int], max_tokens: int) -> Dict[str, Any]:
@@ -654,6 +655,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--max-batch", type=int, default=64,
                         help="cpuformer serve --max-batch: sequences decoded together (default 64)")
     parser.add_argument("--prefill-chunk", type=int, default=64, help="cpuformer serve --prefill-chunk (default 64)")
+    parser.add_argument("--prefill-slowdown", type=float, default=None,
+                        help="cpuformer serve --prefill-slowdown (default: the server's, 2; 0: a fixed "
+                             "--prefill-chunk)")
     parser.add_argument("--kv-cache-dtype", choices=("float32", "float16", "bfloat16", "int8"), default=None,
                         help="cpuformer serve --kv-cache-dtype (default: the server's, float32; llama.cpp's "
                              "server keeps its default F16 KV cache)")
@@ -698,7 +702,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         def ours(max_queue: int, max_length: int) -> Callable[[], Server]:
             return lambda: CpuformerServer(decoder, args.threads, max_queue, args.max_batch, args.dtype, max_length,
-                                           args.prefill_chunk, args.kv_cache_dtype)
+                                           args.prefill_chunk, args.kv_cache_dtype, args.prefill_slowdown)
 
         if "decode" in rows:
             for n in clients:
@@ -735,6 +739,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                      "mix": {"prompt_tokens": list(PROMPT_TOKENS), "new_tokens": list(NEW_TOKENS), "seed": "clients"},
                      "prefix": {**prefix, "rounds": args.prefix_rounds},
                      "server": {"max_batch": args.max_batch, "prefill_chunk": args.prefill_chunk,
+                                "prefill_slowdown": 2.0 if args.prefill_slowdown is None else args.prefill_slowdown,
                                 "kv_cache_dtype": args.kv_cache_dtype or "float32",
                                 "max_length_decode": decode_length, "max_length_prefix": prefix_length},
                      "scheduler": "continuous batching (Generator.batcher)"},

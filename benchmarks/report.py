@@ -382,6 +382,8 @@ def serve_markdown(data: Dict[str, Any]) -> List[str]:
               f"each client streams {settings.get('requests_per_client', '?')} requests of {prompt[0]}-{prompt[1]} "
               f"prompt tokens for {new[0]}-{new[1]} new tokens, temperature 0"
               + (f"; cpuformer serve --max-batch {server['max_batch']} --prefill-chunk {server['prefill_chunk']}"
+                 + (f" --prefill-slowdown {server['prefill_slowdown']:g}"
+                    if server.get("prefill_slowdown") is not None else "")
                  + (f" --kv-cache-dtype {server['kv_cache_dtype']}" if server.get("kv_cache_dtype") else "")
                  if server else "") + (f"; scheduler: {settings['scheduler']}" if settings.get("scheduler") else "")
               + ("; quick run (small model)" if settings.get("quick") else "") + ".", ""]

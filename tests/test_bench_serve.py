@@ -122,7 +122,7 @@ def test_decode_row_counts_every_request(tiny_gpt2):
     assert row["tokens_per_s"] > 0 and row["ttft_p50_s"] <= row["ttft_p99_s"]
     assert row["batch_steps"] > 0 and 1.0 <= row["mean_batch"] <= 2.0
     assert row["server"] == {"threads": 1, "dtype": "int8", "max_batch": 4, "max_length": 128, "prefill_chunk": None,
-                             "max_queue": 64, "kv_cache_dtype": "float16"}
+                             "max_queue": 64, "kv_cache_dtype": "float16", "prefill_slowdown": None}
 
 
 def test_prefix_row_times_both_requests(tiny_gpt2):

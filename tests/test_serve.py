@@ -401,6 +401,8 @@ def test_seq2seq_is_refused(tmp_path):
 
 
 def test_max_length_bounds_each_request(gen):
+    with pytest.raises(ValueError, match=r"prefill_slowdown must be 0 \(off\) or a finite number >= 1, got 0.5"):
+        serve.create_app(gen, prefill_slowdown=0.5)
     app = serve.create_app(gen, max_length=48, max_batch=2, prefill_chunk=4)
     try:
         with TestClient(app) as c:
@@ -771,6 +773,11 @@ def test_cli_serve_errors(gen_dir, tmp_path, monkeypatch, capsys):
     assert_user_error(run_cli("serve", str(tmp_path / "missing")), "serve", "does not exist")
     out = run_cli("serve", "--help")
     assert out.returncode == 0 and "--max-queue" in out.stdout and "cpuformer[serve]" in out.stdout
+    for bad in ("0.5", "-1", "inf", "x"):
+        expected = "expected a number" if bad == "x" else "expected a finite number" if bad == "inf" else \
+            "expected 0 (off) or a number >= 1"
+        assert_user_error(run_cli("serve", gen_dir, "--prefill-slowdown", bad), "serve",
+                          f"argument --prefill-slowdown: {expected}, got '{bad}'")
     real_import = builtins.__import__
 
     def no_fastapi(name, *args, **kwargs):

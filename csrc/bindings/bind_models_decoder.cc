@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -166,7 +167,7 @@ class PyDecoderModel : private ModelBuilder {
 class PyBatchDecoder {
  public:
   PyBatchDecoder(const py::object& model, long capacity, long max_len, long prefill_chunk, long kv_cache_dtype,
-                 bool prefix_reuse, int num_threads)
+                 bool prefix_reuse, int num_threads, double prefill_slowdown)
       : owner_(model), model_(model.cast<const PyDecoderModel*>()), num_threads_(num_threads) {
     model_->check_complete();
     if (capacity < 1) throw py::value_error("capacity must be >= 1, got " + std::to_string(capacity));
@@ -175,6 +176,10 @@ class PyBatchDecoder {
                             "] (max_position_embeddings), got " + std::to_string(max_len));
     }
     if (prefill_chunk < 1) throw py::value_error("prefill_chunk must be >= 1, got " + std::to_string(prefill_chunk));
+    if (!(prefill_slowdown == 0 || (prefill_slowdown >= 1 && std::isfinite(prefill_slowdown)))) {
+      throw py::value_error("prefill_slowdown must be 0 (off) or a finite number >= 1, got " +
+                            py::str(py::float_(prefill_slowdown)).cast<std::string>());
+    }
     GenerationOptions o;
     o.kv_cache_dtype = kv_cache_dtype;
     const KvType kv_type = kv_cache_type(o);
@@ -184,6 +189,7 @@ class PyBatchDecoder {
                       [&] {
                         batch_ = std::make_unique<BatchDecoder>(model_->model(), capacity, max_len, prefill_chunk,
                                                                 kv_type, prefix_reuse);
+                        batch_->set_prefill_slowdown(prefill_slowdown);
                       });
   }
 
@@ -247,6 +253,7 @@ class PyBatchDecoder {
     d["reused_tokens"] = s.reused_tokens;
     d["copied_tokens"] = s.copied_tokens;
     d["last_batch"] = s.last_batch;
+    d["prefill_budget"] = s.prefill_budget;
     return d;
   }
   long waiting() const {
@@ -388,9 +395,9 @@ void register_models_decoder(py::module_& m) {
       .def_property_readonly("vocab_size", &PyDecoderModel::vocab_size)
       .def_property_readonly("max_positions", &PyDecoderModel::max_positions);
   py::class_<PyBatchDecoder>(m, "BatchDecoder")
-      .def(py::init<const py::object&, long, long, long, long, bool, int>(), py::arg("model"), py::arg("capacity"),
-           py::arg("max_len"), py::arg("prefill_chunk"), py::arg("kv_cache_dtype") = 0, py::arg("prefix_reuse") = true,
-           py::arg("num_threads") = 0)
+      .def(py::init<const py::object&, long, long, long, long, bool, int, double>(), py::arg("model"),
+           py::arg("capacity"), py::arg("max_len"), py::arg("prefill_chunk"), py::arg("kv_cache_dtype") = 0,
+           py::arg("prefix_reuse") = true, py::arg("num_threads") = 0, py::arg("prefill_slowdown") = 0.0)
       .def("add", &PyBatchDecoder::add, py::arg("id"), py::arg("prompt"), py::arg("options"))
       .def("cancel", &PyBatchDecoder::cancel, py::arg("id"))
       .def("step", &PyBatchDecoder::step)

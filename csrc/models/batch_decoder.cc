@@ -1,12 +1,21 @@
 #include "models/batch_decoder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <utility>
 
 #include "runtime/checked_size.h"
 
 namespace cpuformer {
+
+long BatchDecoder::prefill_budget() const {
+  if (prefill_slowdown_ <= 0 || decode_step_seconds_ <= 0 || prefill_token_seconds_ <= 0) return prefill_chunk_;
+  const double tokens = (prefill_slowdown_ - 1) * decode_step_seconds_ / prefill_token_seconds_;
+  const long floor = std::min(kMinPrefillTokens, prefill_chunk_);
+  if (!(tokens < static_cast<double>(prefill_chunk_))) return prefill_chunk_;
+  return std::max(floor, static_cast<long>(tokens));
+}
 
 BatchDecoder::BatchDecoder(const DecoderModel& model, long capacity, long max_len, long prefill_chunk, KvType kv_type,
                            bool prefix_reuse)
@@ -172,7 +181,9 @@ std::vector<BatchEvent> BatchDecoder::step() {
   for (long i = 0; i < n; ++i) {  // decoding sequences: their last chosen token
     if (!running_[i].generated.empty()) feed(i, 1, true);
   }
-  long budget = prefill_chunk_;
+  const long decoding = static_cast<long>(entries_.size());
+  long budget = decoding > 0 ? prefill_budget() : prefill_chunk_;
+  stats_.prefill_budget = budget;
   for (long i = 0; i < n && budget > 0; ++i) {  // prompts, first come first served
     Sequence& seq = running_[i];
     if (!seq.generated.empty() || (prefix_reuse_ && catch_up(i))) continue;
@@ -182,9 +193,22 @@ std::vector<BatchEvent> BatchDecoder::step() {
   }
   const long N = static_cast<long>(ids_.size()), count = static_cast<long>(logit_tokens_.size());
   logits_.resize(static_cast<std::size_t>(checked_count({count, V}, "the logits of a batch step")));
+  const auto start = std::chrono::steady_clock::now();
   model_.forward_ragged(cache_, ws_, ids_.data(), positions_.data(), N, entries_.data(),
                         static_cast<long>(entries_.size()), token_entry_.data(), logit_tokens_.data(), count,
                         logits_.data());
+  if (decoding > 0) {
+    // The cost model of prefill_budget(): a step costs a decode-only step plus a share per prompt
+    // token. Running means (weight 1/4 for the newest step) follow a machine whose speed drifts.
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const long prompt_tokens = N - decoding;
+    auto update = [](double* mean, double x) { *mean = *mean > 0 ? 0.75 * *mean + 0.25 * x : x; };
+    if (prompt_tokens == 0) {
+      update(&decode_step_seconds_, seconds);
+    } else if (decode_step_seconds_ > 0) {
+      update(&prefill_token_seconds_, std::max(seconds - decode_step_seconds_, 0.0) / prompt_tokens);
+    }
+  }
   for (std::size_t e = 0; e < entries_.size(); ++e) {
     Sequence& seq = running_[fed_[e]];
     std::vector<int64_t>& cached = slots_[seq.slot].tokens;

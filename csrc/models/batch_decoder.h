@@ -7,7 +7,9 @@
 //   - one token for every sequence that is decoding (its last chosen token);
 //   - then up to `prefill_chunk` prompt tokens of sequences being prefilled, first come first
 //     served (chunked prefill: a long prompt takes several steps, so the running streams keep
-//     their latency);
+//     their latency). With a prefill slowdown s > 0 (set_prefill_slowdown) and sequences
+//     decoding, the step takes fewer: as many as the measured cost of a prompt token lets the
+//     step last s times a decode-only step (at least kMinPrefillTokens);
 // and chooses the next token of every sequence whose pass reached its last token, with that
 // sequence's own options and random generator (seeded as generate() seeds a one-prompt run), so a
 // request's output is the one generate() gives it alone: greedy token for token, and sampling with
@@ -52,6 +54,7 @@ struct BatchStats {
   long reused_tokens = 0;      // prompt tokens taken from a cached prefix instead
   long copied_tokens = 0;      // of those, copied from another slot
   long last_batch = 0;         // sequences in the last pass
+  long prefill_budget = 0;     // prompt tokens the last step could take
 };
 
 class BatchDecoder {
@@ -71,6 +74,13 @@ class BatchDecoder {
   bool cancel(long id);
   // One forward pass and the tokens it chose (none when nothing is queued or running).
   std::vector<BatchEvent> step();
+  // s > 0: while sequences are decoding, a step takes only as many prompt tokens as keep it
+  // within about s times a decode-only step, from running estimates of the time of a decode-only
+  // step and of one more prompt token (both measured on this machine as steps run); at least
+  // kMinPrefillTokens, at most prefill_chunk. 0 (the default): up to prefill_chunk every step.
+  // Only the schedule changes: every request's tokens stay those of generate() alone.
+  void set_prefill_slowdown(double s) { prefill_slowdown_ = s; }
+  static constexpr long kMinPrefillTokens = 16;
 
   long waiting() const { return static_cast<long>(waiting_.size()); }
   long running() const;
@@ -110,6 +120,10 @@ class BatchDecoder {
   const DecoderModel& model_;
   long capacity_, max_len_, prefill_chunk_;
   bool prefix_reuse_;
+  double prefill_slowdown_ = 0;
+  double decode_step_seconds_ = 0;    // running mean of decode-only steps (0: none seen yet)
+  double prefill_token_seconds_ = 0;  // running mean of a prompt token's share of a mixed step
+  long prefill_budget() const;
   KvCache cache_;
   DecoderModel::Workspace ws_;
   std::vector<Slot> slots_;

@@ -43,6 +43,14 @@ def check_num_threads(value: Any) -> int:
     return check_integer("num_threads", value, 1, MAX_NUM_THREADS, " or None")
 
 
+def check_prefill_slowdown(value: Any) -> float:
+    """Batcher's prefill_slowdown: 0 (off) or a finite number >= 1."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not ok or not (value == 0 or (np.isfinite(value) and value >= 1)):
+        raise ValueError(f"prefill_slowdown must be 0 (off) or a finite number >= 1, got {value!r}")
+    return float(value)
+
+
 def token_id_range_error(name: str, value: int, vocab_size: Optional[int]) -> ValueError:
     """The error for a value of an integer array that is out of range (beyond int64 included)."""
     if vocab_size is None:

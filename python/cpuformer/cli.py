@@ -166,6 +166,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _slowdown(text: str) -> float:
+    value = _number(text)
+    if value != 0 and value < 1:
+        raise argparse.ArgumentTypeError(f"expected 0 (off) or a number >= 1, got {text!r}")
+    return value
+
+
 def _number(text: str) -> float:
     try:
         value = float(text)
@@ -529,7 +536,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     with _open_model(args.model_dir, kind, "serve", args.dtype, args.threads, _quantization(args)) as model:
         serve.serve(model, host=args.host, port=args.port, model_name=args.model_name, max_batch=args.max_batch,
                     max_queue=args.max_queue, max_body=args.max_body, log_level=args.log_level,
-                    max_length=args.max_length, prefill_chunk=args.prefill_chunk, kv_cache_dtype=args.kv_cache_dtype)
+                    max_length=args.max_length, prefill_chunk=args.prefill_chunk, kv_cache_dtype=args.kv_cache_dtype,
+                    prefill_slowdown=args.prefill_slowdown)
     return 0
 
 
@@ -1220,6 +1228,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--prefill-chunk", type=_positive_int, default=64, metavar="N",
                      help="decoders: most prompt tokens computed per step, so running streams keep their pace "
                           "(default 64)")
+    srv.add_argument("--prefill-slowdown", type=_slowdown, default=2.0, metavar="S",
+                     help="decoders: while sequences decode, a step takes only as many prompt tokens as keep it "
+                          "within about S times a decode-only step, measured as the server runs (at least 16; "
+                          "0: always up to --prefill-chunk; default 2)")
     srv.add_argument("--kv-cache-dtype", default=None, choices=("float32", "float16", "bfloat16", "int8"),
                      help="decoders: the KV cache's element type (default float32)")
     srv.add_argument("--max-queue", type=_positive_int, default=64, metavar="N",

@@ -198,14 +198,16 @@ class Engine:
     together are embedded in one call of up to ``max_batch`` inputs."""
 
     def __init__(self, model: Any, max_batch: int = 32, max_queue: int = 64, metrics: Optional[Metrics] = None,
-                 max_length: Optional[int] = None, prefill_chunk: int = 64, kv_cache_dtype: Optional[str] = None):
+                 max_length: Optional[int] = None, prefill_chunk: int = 64, kv_cache_dtype: Optional[str] = None,
+                 prefill_slowdown: float = 2.0):
         self.model = model
         self.max_batch = max_batch
         self.max_queue = max_queue
         self.metrics = metrics or Metrics()
         self.busy = False
         self.batcher = model.batcher(capacity=max_batch, max_length=max_length, prefill_chunk=prefill_chunk,
-                                     kv_cache_dtype=kv_cache_dtype) if isinstance(model, Generator) else None
+                                     kv_cache_dtype=kv_cache_dtype, prefill_slowdown=prefill_slowdown) \
+            if isinstance(model, Generator) else None
         self._running: Dict[int, _Sequence] = {}
         self._waiting = 0  # requests in the Batcher's queue (read by other threads; the worker writes it)
         self._jobs: "collections.deque[_Job]" = collections.deque()
@@ -681,11 +683,13 @@ def _sse(data: Any) -> bytes:
 
 def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32, max_queue: int = 64,
                max_body: int = MAX_BODY, max_length: Optional[int] = None, prefill_chunk: int = 64,
-               kv_cache_dtype: Optional[str] = None) -> Any:
+               kv_cache_dtype: Optional[str] = None, prefill_slowdown: float = 2.0) -> Any:
     """A FastAPI app serving ``model`` (a loaded Generator or Encoder; docs/serving.md).
     ``app.state.engine`` is its Engine; ``app.state.close()`` stops the worker. A decoder's
     sequences run in a continuous Batcher of max_batch slots of max_length positions (default:
-    the model's context), computing at most prefill_chunk prompt tokens per step."""
+    the model's context), computing at most prefill_chunk prompt tokens per step, and while
+    sequences decode only as many as keep a step within about prefill_slowdown times a
+    decode-only step (0: off)."""
     fastapi, _ = _require()
     from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
     from starlette.concurrency import run_in_threadpool
@@ -697,7 +701,8 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         model_name = os.path.basename(os.path.normpath(str(model._model_dir.path)))
     engine: Dict[str, Any] = {}
     if isinstance(model, Generator):
-        engine = dict(max_length=max_length, prefill_chunk=prefill_chunk, kv_cache_dtype=kv_cache_dtype)
+        engine = dict(max_length=max_length, prefill_chunk=prefill_chunk, kv_cache_dtype=kv_cache_dtype,
+                      prefill_slowdown=prefill_slowdown)
     server = _Server(model, model_name, max_batch, max_queue, **engine)
     model_path = str(model._model_dir.path)
     app = fastapi.FastAPI(title="cpuformer", docs_url=None, redoc_url=None, openapi_url=None)
@@ -898,10 +903,12 @@ class _Timed:
 
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
           max_batch: int = 32, max_queue: int = 64, max_body: int = MAX_BODY, log_level: str = "info",
-          max_length: Optional[int] = None, prefill_chunk: int = 64, kv_cache_dtype: Optional[str] = None) -> None:
+          max_length: Optional[int] = None, prefill_chunk: int = 64, kv_cache_dtype: Optional[str] = None,
+          prefill_slowdown: float = 2.0) -> None:
     """Serves ``model`` with uvicorn until interrupted (``cpuformer serve``)."""
     _, uvicorn = _require()
-    app = create_app(model, model_name, max_batch, max_queue, max_body, max_length, prefill_chunk, kv_cache_dtype)
+    app = create_app(model, model_name, max_batch, max_queue, max_body, max_length, prefill_chunk, kv_cache_dtype,
+                     prefill_slowdown)
     # The worker thread takes the GIL back after every step, while the event loop's thread sends
     # the step's tokens: a 1 ms switch interval (not 5) keeps that wait short. (Process-wide,
     # hence here, in the server's own process, and not in create_app.)

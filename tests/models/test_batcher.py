@@ -205,6 +205,45 @@ def test_strings_in(gens, tmp_path):
          gen.generate(gen.tokenizer.encode("the cat"), max_new_tokens=4)[0]]
 
 
+def test_prefill_slowdown_shrinks_the_prompt_tokens_of_busy_steps(gens):
+    # prefill_slowdown=1: once the batcher has timed a decode-only step and a step with prompt
+    # tokens, steps with sequences decoding take the floor of 16 prompt tokens (a step may then last
+    # about one decode-only step); before that, and when nothing decodes, up to prefill_chunk.
+    # prefill_slowdown=0 keeps prefill_chunk. Tokens stay those of generate() alone either way.
+    gen = gens["gpt2"]  # max_positions 96
+    rng = np.random.default_rng(5)
+    for slowdown in (1, 0):
+        batcher = gen.batcher(capacity=2, prefill_chunk=40, prefill_slowdown=slowdown)
+        budgets, chunks = set(), []
+        for _ in range(10):
+            short = [int(t) for t in rng.integers(3, gen.vocab_size, 4)]
+            long = [int(t) for t in rng.integers(3, gen.vocab_size, 70)]
+            tokens = {batcher.submit(short, max_new_tokens=20, eos_token_id=[]): []}
+            for _ in range(5):  # the short request decodes alone: decode-only steps
+                for event in batcher.step():
+                    tokens[event.request].append(event.token)
+            tokens[batcher.submit(long, max_new_tokens=3, eos_token_id=[])] = []
+            while batcher.running:
+                before = batcher.stats()["prefill_tokens"]
+                for event in batcher.step():
+                    tokens[event.request].append(event.token)
+                stats = batcher.stats()
+                if stats["prefill_tokens"] > before:
+                    budgets.add(stats["prefill_budget"])
+                    chunks.append(stats["prefill_tokens"] - before)
+            got = list(tokens.values())
+            assert got[0] == gen.generate(short, max_new_tokens=20, eos_token_id=[])[0]
+            assert got[1] == gen.generate(long, max_new_tokens=3, eos_token_id=[])[0]
+        if slowdown == 0:
+            assert budgets == {40} and max(chunks) == 40
+        else:
+            assert budgets <= {16, 40} and 16 in budgets, budgets
+            assert 16 in chunks and max(chunks) <= 40
+    for bad in (0.5, -1, float("inf"), float("nan"), True, "2"):
+        with pytest.raises(ValueError, match=r"prefill_slowdown must be 0 \(off\) or a finite number >= 1"):
+            gen.batcher(prefill_slowdown=bad)
+
+
 def test_bad_input(gens, dirs):
     gen = gens["gpt2"]  # max_positions 96
     with pytest.raises(ValueError, match="capacity must be"):

@@ -32,7 +32,10 @@ class Batcher:
     first served. max_length: the longest prompt + max_new_tokens of a request (default: the
     model's max_positions); the KV cache holds capacity × max_length positions, allocated once.
     prefill_chunk: the prompt tokens one step computes at most (a long prompt takes several steps,
-    so running sequences keep producing tokens meanwhile). kv_cache_dtype as generate()'s.
+    so running sequences keep producing tokens meanwhile). prefill_slowdown: 0 (the default), or s
+    >= 1: while sequences are decoding, a step computes only as many prompt tokens as keep it
+    within about s times a decode-only step, as measured while the batcher runs (at least 16, at
+    most prefill_chunk; the tokens of every request are unchanged). kv_cache_dtype as generate()'s.
     prefix_reuse: a request whose prompt begins like the tokens cached in a slot (a finished
     request's, or a running one's) reuses their keys and values instead of computing them.
     """
@@ -70,7 +73,8 @@ class Batcher:
     def stats(self) -> Dict[str, int]:
         """Counters since creation: steps (forward passes), decode_tokens, prefill_tokens (prompt
         tokens computed), reused_tokens (prompt tokens taken from cached prefixes), copied_tokens
-        (of those, copied from a running request's slot), last_batch (sequences in the last step)."""
+        (of those, copied from a running request's slot), last_batch (sequences in the last step),
+        prefill_budget (the prompt tokens the last step could take)."""
         return dict(self._core.stats())
 
     def submit(self, prompt: Union[str, Sequence[int]], max_new_tokens: int = 20, min_new_tokens: int = 0,

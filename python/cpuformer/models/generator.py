@@ -21,7 +21,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _core
-from .._arguments import INT64_MAX, check_integer
+from .._arguments import INT64_MAX, check_integer, check_prefill_slowdown
 from .._model_dir import ModelDir, _describe
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._batcher import Batcher
@@ -269,7 +269,8 @@ class Generator(TextMixin, ModelBase):
                             one_text=num_return_sequences == 1, stops=stops)
 
     def batcher(self, capacity: int = 8, max_length: Optional[int] = None, prefill_chunk: int = 256,
-                kv_cache_dtype: Optional[str] = None, prefix_reuse: bool = True) -> Batcher:
+                kv_cache_dtype: Optional[str] = None, prefix_reuse: bool = True,
+                prefill_slowdown: float = 0.0) -> Batcher:
         """A continuous batcher over this model (cpuformer.Batcher; docs/decoders.md,
         "Continuous batching"): requests submitted at any time share every forward pass, and
         each gets the tokens generate() gives it alone."""
@@ -280,8 +281,9 @@ class Generator(TextMixin, ModelBase):
             raise ValueError(f"max_length must be at most the model's max_positions ({self.max_positions}), "
                              f"got {max_length}")
         prefill_chunk = check_integer("prefill_chunk", prefill_chunk, 1)
+        prefill_slowdown = check_prefill_slowdown(prefill_slowdown)
         batch = _core.BatchDecoder(model, capacity, max_length, prefill_chunk, kv_cache_code(kv_cache_dtype),
-                                   bool(prefix_reuse), self.num_threads)
+                                   bool(prefix_reuse), self.num_threads, prefill_slowdown)
         return Batcher(self, batch)
 
     def _request(self, prompt, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
