@@ -22,6 +22,10 @@ from cpuformer import _bench, cli
 VOCAB = 400
 ARGS = ("--max-new-tokens", "10")
 LONG = 3000  # an answer that takes seconds: SIGINT arrives while it streams
+# The model holds 3 × LONG positions: the second answer of test_sigint_stops_the_answer_not_the_chat
+# asks for LONG new tokens after the first, interrupted one, whose length depends on when the signal
+# lands (on a loaded 2-core host the first reply reached ~230 tokens: with LONG + 200 positions
+# the second request was refused as too long, and nothing came on stdout).
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,7 @@ def model_dir(tmp_path_factory):
     id (every answer runs to --max-new-tokens)."""
     directory = tmp_path_factory.mktemp("cli_chat") / "m"
     _bench.build_model("decoder", dict(name="tiny-gpt2", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
-                                       n_positions=LONG + 200), str(directory))
+                                       n_positions=3 * LONG), str(directory))
     write_tokenizer(directory)
     write_config(directory, CHATML)
     config = json.loads((directory / "config.json").read_text())
@@ -154,7 +158,7 @@ def test_history_keeps_the_interrupted_reply(gen):
 
 
 def test_a_turn_that_fails_is_reported_and_dropped(gen, tmp_path):
-    lines = iter(["Hello " * 5000, "Hello", None])  # the first outgrows the model's positions
+    lines = iter(["Hello " * 20000, "Hello", None])  # the first outgrows the model's positions
     out, notes = io.StringIO(), io.StringIO()
     history = cli._chat_session(gen, dict(max_new_tokens=5), None, lambda: next(lines), out, notes)
     assert history == [user("Hello"), assistant(gen.chat([user("Hello")], max_new_tokens=5))]
