@@ -9,7 +9,6 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -176,10 +175,6 @@ class PyBatchDecoder {
                             "] (max_position_embeddings), got " + std::to_string(max_len));
     }
     if (prefill_chunk < 1) throw py::value_error("prefill_chunk must be >= 1, got " + std::to_string(prefill_chunk));
-    if (!(prefill_slowdown == 0 || (prefill_slowdown >= 1 && std::isfinite(prefill_slowdown)))) {
-      throw py::value_error("prefill_slowdown must be 0 (off) or a finite number >= 1, got " +
-                            py::str(py::float_(prefill_slowdown)).cast<std::string>());
-    }
     GenerationOptions o;
     o.kv_cache_dtype = kv_cache_dtype;
     const KvType kv_type = kv_cache_type(o);

@@ -78,7 +78,8 @@ class BatchDecoder {
   // within about s times a decode-only step, from running estimates of the time of a decode-only
   // step and of one more prompt token (both measured on this machine as steps run); at least
   // kMinPrefillTokens, at most prefill_chunk. 0 (the default): up to prefill_chunk every step.
-  // Only the schedule changes: every request's tokens stay those of generate() alone.
+  // Only the schedule changes: every request's tokens stay those of generate() alone. Any other
+  // value is safe (below 1: the floor; negative or NaN: off); Generator.batcher() accepts 0 or ≥ 1.
   void set_prefill_slowdown(double s) { prefill_slowdown_ = s; }
   static constexpr long kMinPrefillTokens = 16;
 

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from ._arguments import check_prefill_slowdown
 from .arch import KIND_TEXT, find, titles
 from .models import CLASSES
 from .weights import DTYPES, EMBEDDING_DTYPES, GROUP_SIZES
@@ -167,10 +168,10 @@ def _non_negative_int(text: str) -> int:
 
 
 def _slowdown(text: str) -> float:
-    value = _number(text)
-    if value != 0 and value < 1:
-        raise argparse.ArgumentTypeError(f"expected 0 (off) or a number >= 1, got {text!r}")
-    return value
+    try:
+        return check_prefill_slowdown(_number(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 0 (off) or a number >= 1, got {text!r}") from None
 
 
 def _number(text: str) -> float:
