@@ -23,8 +23,11 @@ constexpr long kAmxMinRows = 8;
 
 // acc[r·64 + j] (32-bit lanes) = Σ over `steps` tile steps of A row r (a, row stride a_stride
 // bytes) times panel feature j, for r < 32 and j < 64. Two passes over the panel, one per half of
-// its features: each B tile feeds two A tiles.
-inline void amx_tile_32(const uint8_t* a, long a_stride, long steps, const uint8_t* panel, void* acc) {
+// its features: each B tile feeds two A tiles. progress(done, total) runs after each of the 2 ·
+// steps tile steps (see amx_gemm).
+template <class Progress>
+inline void amx_tile_32(const uint8_t* a, long a_stride, long steps, const uint8_t* panel, void* acc,
+                        const Progress& progress) {
   constexpr long kAccStride = 64 * 4;
   for (long half = 0; half < 2; ++half) {
     const uint8_t* b = panel + half * 128;
@@ -42,6 +45,7 @@ inline void amx_tile_32(const uint8_t* a, long a_stride, long steps, const uint8
       _tile_loadd(5, a + 16 * a_stride + s * kAmxStepBytes, a_stride);
       CPUFORMER_TILE_DOT(2, 5, 6);
       CPUFORMER_TILE_DOT(3, 5, 7);
+      progress(half * steps + s + 1, 2 * steps);
     }
     uint8_t* out = static_cast<uint8_t*>(acc) + half * 128;
     _tile_stored(0, out, kAccStride);
@@ -54,7 +58,9 @@ inline void amx_tile_32(const uint8_t* a, long a_stride, long steps, const uint8
 // The same for 16 rows (the last 16 or fewer of a block): one pass over the panel, all 64 features
 // (four C tiles) per step, so that each step reads 16 whole panel rows, 4 KiB in one piece, which
 // the hardware prefetcher streams when the panel comes from memory (a prompt of 16 tokens).
-inline void amx_tile_16(const uint8_t* a, long a_stride, long steps, const uint8_t* panel, void* acc) {
+template <class Progress>
+inline void amx_tile_16(const uint8_t* a, long a_stride, long steps, const uint8_t* panel, void* acc,
+                        const Progress& progress) {
   constexpr long kAccStride = 64 * 4;
   _tile_zero(0);
   _tile_zero(1);
@@ -71,6 +77,7 @@ inline void amx_tile_16(const uint8_t* a, long a_stride, long steps, const uint8
     _tile_loadd(5, bp + 192, kPanelRowBytes);
     CPUFORMER_TILE_DOT(2, 4, 7);
     CPUFORMER_TILE_DOT(3, 4, 5);
+    progress(s + 1, steps);
   }
   uint8_t* out = static_cast<uint8_t*>(acc);
   _tile_stored(0, out, kAccStride);
@@ -110,7 +117,21 @@ void amx_gemm(long m, long n, long k, long min_macs, const uint8_t* a_rows, long
     team.range(items, &begin, &end);
     if (begin >= end) return;
     configure_tiles_16x64();
-    alignas(64) Acc acc[kAmxRows * 64];
+    // Software pipeline: while the tiles of one work tile (≤ 32 rows × one panel) run, the rows of
+    // the previous one go through the epilogue, a share after each tile step, so that the vector
+    // units work while TMUL does (in program order the epilogue of a whole tile, ~25 vector
+    // instructions per row, is more than the reorder buffer holds: TMUL sat idle through it).
+    alignas(64) Acc acc[2][kAmxRows * 64];
+    struct Done {
+      long r0 = 0, rows = 0, j0 = 0, ncols = 0, finished = 0;
+    } prev;
+    int cur = 0;
+    auto finish_prev = [&](long upto) {
+      Acc* done = acc[cur ^ 1];
+      for (; prev.finished < upto; ++prev.finished)
+        finish_row(prev.r0 + prev.finished, done + prev.finished * 64, prev.j0, prev.ncols);
+    };
+    auto progress = [&](long step, long total) { finish_prev((prev.rows * step + total - 1) / total); };
     for (long item = begin; item < end; ++item) {
       const long p = item / blocks, b = item % blocks;
       const long j0 = p * 64, ncols = n - j0 < 64 ? n - j0 : 64;
@@ -119,11 +140,18 @@ void amx_gemm(long m, long n, long k, long min_macs, const uint8_t* a_rows, long
       for (long r0 = b * kAmxRowBlock; r0 < r_end; r0 += kAmxRows) {
         const long rows = r_end - r0 < kAmxRows ? r_end - r0 : kAmxRows;
         const uint8_t* a = a_rows + r0 * row_bytes;
-        if (rows > 16) amx_tile_32(a, row_bytes, steps, panel, acc);
-        else amx_tile_16(a, row_bytes, steps, panel, acc);
-        for (long r = 0; r < rows; ++r) finish_row(r0 + r, acc + r * 64, j0, ncols);
+        if (rows > 16) amx_tile_32(a, row_bytes, steps, panel, acc[cur], progress);
+        else amx_tile_16(a, row_bytes, steps, panel, acc[cur], progress);
+        finish_prev(prev.rows);
+        prev.r0 = r0;
+        prev.rows = rows;
+        prev.j0 = j0;
+        prev.ncols = ncols;
+        prev.finished = 0;
+        cur ^= 1;
       }
     }
+    finish_prev(prev.rows);
     _tile_release();
   });
 }
