@@ -7,7 +7,10 @@ k, v and the unnormalised probabilities to bfloat16 and sums their exact product
 remains is the probabilities' rounding (at most 2^-9 of each, i.e. 2^-9 · max|v| in the output) and
 float32 summation. Everywhere else (other levels, the extension hidden, shapes the engine does not
 take) the flag must change nothing: the output is bit for bit the float32 kernel's.
-test_without_bf16_products reruns this file with AVX512-BF16 hidden.
+With AMX-BF16 and head_dim a multiple of 32 both products run on TDPBF16PS tiles instead, with the
+same operands (float32 sums in the tiles' order, the same bound); test_without_amx_tiles reruns this
+file with AMX-BF16 hidden, for vdpbf16ps at those shapes. test_without_bf16_products reruns it with
+AVX512-BF16 hidden.
 """
 
 import numpy as np
@@ -117,6 +120,22 @@ def test_bf16_products_removed_nonfinite_values(rng):
     np.testing.assert_allclose(out, views(q, k, v, False, mask=mask), rtol=0, atol=0.05)
 
 
+def test_bf16_products_nonfinite_value_past_the_last_block(rng):
+    # Causal grouped-query attention with 16 query heads on one kv head: a tile is one query
+    # position's 16 heads, which all see keys 0..i and nothing past them, so no key of its last
+    # block is removed; with AMX-BF16 a tile step still spans 32 keys (probability 0 past the
+    # block). A NaN / inf value of key 20 must reach positions 20.. and no other.
+    q = rng.standard_normal((1, 16, 48, 64), dtype=np.float32)
+    k, v = (rng.standard_normal((1, 1, 48, 64), dtype=np.float32) for _ in range(2))
+    for bad in (np.nan, np.inf):
+        v[0, 0, 20] = bad
+        out = views(q, k, v, True, causal=True)
+        plain = views(q, k, v, False, causal=True)
+        assert np.all(np.isfinite(out[:, :, :20]))
+        np.testing.assert_allclose(out[:, :, :20], plain[:, :, :20], rtol=0, atol=0.05)
+        assert np.array_equal(np.isfinite(out), np.isfinite(plain))
+
+
 def test_bf16_products_nan_in_visible_value_reaches_its_rows(rng):
     q, k, v = (rng.standard_normal((1, 1, 16, 16), dtype=np.float32) for _ in range(3))
     v[0, 0, 5, 3] = np.nan
@@ -128,3 +147,11 @@ def test_without_bf16_products():
     # The same tests with AVX512-BF16 hidden: the flag must then change nothing.
     info = rerun_with_features_hidden(__file__, "avx512_bf16", "without_bf16")
     assert "avx512_bf16" not in info
+
+
+@pytest.mark.skipif("amx_bf16" not in cf.cpu_info()["features"] or cf.cpu_info()["isa"] != "avx512",
+                    reason="no AMX-BF16 at the avx512 level here")
+def test_without_amx_tiles():
+    # The same tests with AMX-BF16 hidden: vdpbf16ps serves the shapes the tiles took.
+    info = rerun_with_features_hidden(__file__, "amx_bf16", "without")
+    assert "amx_bf16" not in info and "avx512_bf16" in info

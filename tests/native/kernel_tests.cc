@@ -572,8 +572,10 @@ void check_gemm(const WeightFormat& format, long m, long k, long n, Activation a
       scale = std::max(scale, std::fabs(z[i * n + j]));
       if (residual_mode) scale = std::max(scale, static_cast<double>(std::fabs(residual[i * ldc + j])));
     }
-  const bool bf16_dot = format.type == WeightType::kBFloat16 &&
-                        matmul_instruction(WeightType::kBFloat16) == MatmulInstruction::kDpbf16x512;
+  // vdpbf16ps and the AMX-BF16 tiles (which fall back to it below 4 rows) round A to bfloat16
+  const MatmulInstruction bf16_instruction = matmul_instruction(WeightType::kBFloat16);
+  const bool bf16_dot = format.type == WeightType::kBFloat16 && (bf16_instruction == MatmulInstruction::kDpbf16x512 ||
+                                                                 bf16_instruction == MatmulInstruction::kAmxBf16);
   std::vector<float> got(m * n);
   std::vector<double> ref(m * n), tol(m * n);
   for (long i = 0; i < m; ++i)
@@ -796,8 +798,11 @@ void check_half_as_float32(WeightType type, long m, long k, long n, Activation a
 
 void test_half_as_float32() {
   if (active_isa() == Isa::kScalar) return;
-  // vdpbf16ps (AVX512-BF16) rounds A to bfloat16 instead: test_gemm's bound covers it.
-  const bool bf16_widens = matmul_instruction(WeightType::kBFloat16) != MatmulInstruction::kDpbf16x512;
+  // vdpbf16ps (AVX512-BF16) and the AMX-BF16 tiles round A to bfloat16 instead: test_gemm's bound
+  // covers them.
+  const MatmulInstruction bf16_instruction = matmul_instruction(WeightType::kBFloat16);
+  const bool bf16_widens =
+      bf16_instruction != MatmulInstruction::kDpbf16x512 && bf16_instruction != MatmulInstruction::kAmxBf16;
   // Subnormal, signed-zero and extreme weights widen exactly too: with one-hot rows of A,
   // c[i][j] = w[j][i] (8 rows: the blocked path; 1 row: the GEMV kernel).
   {

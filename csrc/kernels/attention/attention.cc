@@ -57,7 +57,14 @@ void attention(const AttentionArgs& args) {
 #if CPUFORMER_X86_64
   // bf16_products: the avx512 kernel compiled with AVX512-BF16 (the same kernel plus the vdpbf16ps
   // engine), only inside the avx512 level (CPUFORMER_ISA=avx2 or scalar never sees it).
+  // With AMX-BF16 and head_dim a multiple of 32 both products run on TDPBF16PS tiles instead
+  // (attention_avx512amx.cc: the same operands, float32 sums in the tiles' order).
   static const bool bf16 = &attention_kernels() == &avx512::kAttentionKernels && cpu_features().avx512bf16;
+  static const bool amx = bf16 && cpu_features().amx_bf16;
+  if (args.bf16_products && amx && args.head_dim % 32 == 0) {
+    avx512amx::kAttentionKernels.attention(args);
+    return;
+  }
   if (args.bf16_products && bf16) {
     avx512bf16::kAttentionKernels.attention(args);
     return;

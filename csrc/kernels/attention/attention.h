@@ -64,7 +64,8 @@ struct AttentionArgs {
   // docs/precision.md). Where the CPU has AVX512-BF16, the avx512 level then runs the query-block
   // engine on vdpbf16ps (attention_avx512bf16.cc) for float32 k/v, head_dim a multiple of 16 and
   // at least kLanes query rows per (batch, kv head); everything else (the softmax, masks, the
-  // other levels, decode-sized calls) is unchanged float32.
+  // other levels, decode-sized calls) is unchanged float32. With AMX-BF16 and head_dim a multiple
+  // of 32 the two products run on TDPBF16PS tiles instead (attention_avx512amx.cc), same operands.
   bool bf16_products = false;
 };
 
@@ -88,6 +89,7 @@ namespace scalar { extern const AttentionKernels kAttentionKernels; }
 namespace avx2 { extern const AttentionKernels kAttentionKernels; }
 namespace avx512 { extern const AttentionKernels kAttentionKernels; }
 namespace avx512bf16 { extern const AttentionKernels kAttentionKernels; }
+namespace avx512amx { extern const AttentionKernels kAttentionKernels; }
 namespace neon { extern const AttentionKernels kAttentionKernels; }
 
 }  // namespace cpuformer

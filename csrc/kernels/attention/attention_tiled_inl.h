@@ -64,6 +64,12 @@ inline float scalar_exp2(float x) { return vfirst(vexp2(vset1(x))); }
 // softmax needs 2^x, which is cheaper than e^x; the results are the same.
 constexpr float kLog2e = 1.44269504088896341f;
 
+#ifdef CPUFORMER_ATTENTION_AMX
+// Keys of the AMX engine's K rows and Vᵀ rows: kv_len rounded up to 32, plus 32 zero keys, so that
+// a key block starting anywhere below kv_len reads whole 32-key tile rows inside them.
+inline long attention_amx_keys(long kv_len) { return round_up(kv_len, 32) + 32; }
+#endif
+
 // vmask_to_base2 for one value.
 inline float mask_to_base2(float mask) {
   if (mask == -__builtin_inff()) return mask;
@@ -434,9 +440,16 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
     Vec block_max = vneg_inf();
 #ifdef CPUFORMER_ATTENTION_BF16
     if (bf16) {
+#ifdef CPUFORMER_ATTENTION_AMX
+      // 16 keys per tile; the scores of the padding keys past n are stored and never read.
+      attention_amx::compiler_barrier();  // Qᵀ pairs were stored by vector code
+      for (long j = 0; j < n; j += 16) attention_amx::scores16(t.k16 + (j0 + j) * dim, dim, qt2, w.p + j * kLanes);
+      for (long j = 0; j < n; ++j) block_max = vmax(block_max, vload(w.p + j * kLanes));
+#else
       const uint32_t* k2 = reinterpret_cast<const uint32_t*>(t.k16) + j0 * (dim / 2);
       for (long j = 0; j < n; j += 8)
         attention_bf16::wide_scores(qt2, dim / 2, k2 + j * (dim / 2), min_l(8, n - j), w.p + j * kLanes, &block_max);
+#endif
     }
 #endif
     for (long j = 0; !bf16 && j < n; j += kScoreKeys)
@@ -498,6 +511,21 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
     m = m_new;
 #ifdef CPUFORMER_ATTENTION_BF16
     if (bf16) {
+#ifdef CPUFORMER_ATTENTION_AMX
+      // Key pairs (j0 + 2i, j0 + 2i + 1) of the block, zero past its end: one tile step of 32 keys
+      // against Vᵀ from key j0 (padded with 32 zero keys past kv_len, so the step never leaves it).
+      static_assert(kKeyBlock == 32, "one TDPBF16PS step per key block");
+      for (long i = 0; i < kKeyBlock / 2; ++i) {
+        const Vec lo = 2 * i < n ? vload(w.p + 2 * i * kLanes) : vzero();
+        const Vec hi = 2 * i + 1 < n ? vload(w.p + (2 * i + 1) * kLanes) : vzero();
+        _mm512_storeu_si512(p2 + i * kLanes, attention_bf16::pack_pairs(lo, hi));
+      }
+      // 0 · v of a key past the block is NaN when v is not finite: let run_tile check.
+      if (n < kKeyBlock && j0 + n < a.kv_len) removed_any = true;
+      for (long d = 0; d < dim; ++d) vstore(acct + d * kLanes, vmul(vload(acct + d * kLanes), corr));
+      attention_amx::pv32(acct, p2, t.v16 + j0, attention_amx_keys(a.kv_len), dim);
+      continue;
+#endif
       // Key pairs (2i, 2i + 1) in absolute positions, so that V's pairs are shared by every tile;
       // a pair's key outside the block gets probability 0 here (it is another block's, or padding).
       const long pair0 = j0 / 2, pairs = (j0 + n + 1) / 2 - pair0;
@@ -761,8 +789,18 @@ void attention_tiled(const AttentionArgs& a) {
   // kv_len rounded up to even (the padding key is zero). Only where every head has a full tile of
   // query rows (the rounding is then a small part of the work), and not for key splits (decode).
   const bool bf16 = a.bf16_products && a.kv_type == KvType::kFloat32 && a.head_dim % kLanes == 0 &&
-                    a.q_len * group >= kLanes && splits == 1;
+                    a.q_len * group >= kLanes && splits == 1
+#ifdef CPUFORMER_ATTENTION_AMX
+                    && a.head_dim % 32 == 0
+#endif
+      ;
+#ifdef CPUFORMER_ATTENTION_AMX
+  // The tiles: K [Tk32][D] and Vᵀ [D][Tk32] (attention_amx_keys), for head_dim a multiple of 32
+  // (attention() sends no other here; anything else would take the float32 engines).
+  const long tk2 = attention_amx_keys(a.kv_len), bf16_unit = tk2 * a.head_dim;
+#else
   const long tk2 = round_up(a.kv_len, 2), bf16_unit = tk2 * a.head_dim;  // uint16 per (batch, kv head)
+#endif
   const long bf16_floats = bf16 ? a.batch * a.kv_heads * bf16_unit : 0;   // K and V: 2 × uint16 each
 #else
   const long bf16_floats = 0;
@@ -792,10 +830,19 @@ void attention_tiled(const AttentionArgs& a) {
         const long b = u / a.kv_heads, h = u % a.kv_heads;
         attention_bf16::convert_keys(a.k + b * a.k_stride_b + h * a.k_stride_h, a.k_stride_t, a.kv_len, tk2, a.head_dim,
                                      k16 + u * bf16_unit);
+#ifdef CPUFORMER_ATTENTION_AMX
+        attention_amx::convert_values_transposed(a.v + b * a.v_stride_b + h * a.v_stride_h, a.v_stride_t, a.kv_len, tk2,
+                                                 a.head_dim, v16 + u * bf16_unit,
+                                                 [](__m512* block) { transpose(block); });
+#else
         attention_bf16::convert_value_pairs(a.v + b * a.v_stride_b + h * a.v_stride_h, a.v_stride_t, a.kv_len, tk2,
                                             a.head_dim, v16 + u * bf16_unit);
+#endif
       }
       team.barrier();  // every unit is rounded before any tile reads it
+#ifdef CPUFORMER_ATTENTION_AMX
+      configure_tiles_16x64();
+#endif
     }
 #endif
     long first, last;
@@ -824,6 +871,9 @@ void attention_tiled(const AttentionArgs& a) {
         else write_partial(tile, w, d_pad, records + item * record_block);
       }
     }
+#ifdef CPUFORMER_ATTENTION_AMX
+    if (bf16) _tile_release();
+#endif
     if (splits > 1) {
       team.barrier();  // every partial result is written
       long u0, u1;
