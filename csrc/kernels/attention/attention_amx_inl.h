@@ -2,8 +2,8 @@
 // attention_tiled_inl.h when it is compiled in attention_avx512amx.cc (CPUFORMER_ATTENTION_AMX): the
 // two products of a key block run on TDPBF16PS tiles instead of vdpbf16ps, with the same operands
 // (rounded to bfloat16 the same way) and float32 sums in the tiles' order. The softmax, the masks and
-// everything else stay the engine's. Include only from *_avx512amx.cc files, after
-// attention_simd_avx512.h; everything lives in cpuformer::avx512amx::attention_amx.
+// everything else stay the engine's. Include only from *_avx512amx.cc files; everything lives in
+// cpuformer::avx512amx::attention_amx.
 //
 // TDPBF16PS C[m][n] += Σ_p A[m][2p]·B[p][2n] + A[m][2p+1]·B[p][2n+1] (16 × 16 float32 C, A 16 rows
 // of 32 bfloat16, B 16 rows of 16 bfloat16 pairs; tiles configured by configure_tiles_16x64). With
@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "kernels/attention/attention_simd_avx512.h"
+
 namespace cpuformer {
 namespace avx512amx {
 namespace attention_amx {
@@ -29,15 +31,13 @@ inline void compiler_barrier() { __asm__ volatile("" : : : "memory"); }
 
 // Vᵀ of one (batch, kv head) in bfloat16, dst [D][tkp] (keys ≥ kv_len zero): 16 × 16 blocks through
 // the kernel's in-register transpose, rounded by vcvtneps2bf16 (nearest even, as pack_pairs).
-template <class Transpose>
-inline void convert_values_transposed(const float* v, long v_stride, long kv_len, long tkp, long dim, uint16_t* dst,
-                                      const Transpose& transpose16) {
+inline void convert_values_transposed(const float* v, long v_stride, long kv_len, long tkp, long dim, uint16_t* dst) {
   for (long t0 = 0; t0 < tkp; t0 += 16) {
     for (long d0 = 0; d0 < dim; d0 += 16) {
       __m512 block[16];
       for (int i = 0; i < 16; ++i)
         block[i] = t0 + i < kv_len ? _mm512_loadu_ps(v + (t0 + i) * v_stride + d0) : _mm512_setzero_ps();
-      transpose16(block);  // block[j]: d0 + j over keys t0 .. t0 + 15
+      avx512::attention_simd::transpose(block);  // block[j]: d0 + j over keys t0 .. t0 + 15
       for (int j = 0; j < 16; ++j)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (d0 + j) * tkp + t0),
                             (__m256i)_mm512_cvtneps_pbh(block[j]));

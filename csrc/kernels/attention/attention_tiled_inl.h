@@ -69,6 +69,14 @@ constexpr float kLog2e = 1.44269504088896341f;
 // a key block starting anywhere below kv_len reads whole 32-key tile rows inside them.
 inline long attention_amx_keys(long kv_len) { return round_up(kv_len, 32) + 32; }
 #endif
+#ifdef CPUFORMER_ATTENTION_BF16
+// head_dim of the bfloat16 engine: whole vectors, and whole 32-wide tile rows with AMX.
+#ifdef CPUFORMER_ATTENTION_AMX
+constexpr long kBf16DimStep = 32;
+#else
+constexpr long kBf16DimStep = kLanes;
+#endif
+#endif
 
 // vmask_to_base2 for one value.
 inline float mask_to_base2(float mask) {
@@ -788,12 +796,8 @@ void attention_tiled(const AttentionArgs& a) {
   // the tiles (each of which reads them all): K [Tk2][D] and V [Tk2 / 2][D][2] per unit, Tk2 =
   // kv_len rounded up to even (the padding key is zero). Only where every head has a full tile of
   // query rows (the rounding is then a small part of the work), and not for key splits (decode).
-  const bool bf16 = a.bf16_products && a.kv_type == KvType::kFloat32 && a.head_dim % kLanes == 0 &&
-                    a.q_len * group >= kLanes && splits == 1
-#ifdef CPUFORMER_ATTENTION_AMX
-                    && a.head_dim % 32 == 0
-#endif
-      ;
+  const bool bf16 = a.bf16_products && a.kv_type == KvType::kFloat32 && a.head_dim % kBf16DimStep == 0 &&
+                    a.q_len * group >= kLanes && splits == 1;
 #ifdef CPUFORMER_ATTENTION_AMX
   // The tiles: K [Tk32][D] and Vᵀ [D][Tk32] (attention_amx_keys), for head_dim a multiple of 32
   // (attention() sends no other here; anything else would take the float32 engines).
@@ -832,8 +836,7 @@ void attention_tiled(const AttentionArgs& a) {
                                      k16 + u * bf16_unit);
 #ifdef CPUFORMER_ATTENTION_AMX
         attention_amx::convert_values_transposed(a.v + b * a.v_stride_b + h * a.v_stride_h, a.v_stride_t, a.kv_len, tk2,
-                                                 a.head_dim, v16 + u * bf16_unit,
-                                                 [](__m512* block) { transpose(block); });
+                                                 a.head_dim, v16 + u * bf16_unit);
 #else
         attention_bf16::convert_value_pairs(a.v + b * a.v_stride_b + h * a.v_stride_h, a.v_stride_t, a.kv_len, tk2,
                                             a.head_dim, v16 + u * bf16_unit);

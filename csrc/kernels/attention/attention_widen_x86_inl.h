@@ -1,11 +1,16 @@
 // The KV-cache row widening of the tiled attention kernel for the x86 levels (AVX2 + F16C
-// instructions, shared by avx2 and avx512): include only inside the attention_simd namespace of
+// instructions, shared by avx2 and avx512; 16 lanes at a time where the file is compiled with
+// AVX-512): include only inside the attention_simd namespace of
 // attention_simd_avx2.h / attention_simd_avx512.h. attention_simd_neon.h has the same three
 // functions for AArch64.
 
 // dst[0, n) = the float16 values src[0, n) as float32 (F16C, exact).
 inline void widen_f16(const uint16_t* src, float* dst, long n) {
   long x = 0;
+#ifdef __AVX512F__
+  for (; x + 16 <= n; x += 16)
+    _mm512_storeu_ps(dst + x, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + x))));
+#endif
   for (; x + 8 <= n; x += 8)
     _mm256_storeu_ps(dst + x, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x))));
   for (; x < n; ++x) dst[x] = _cvtsh_ss(src[x]);
@@ -14,6 +19,12 @@ inline void widen_f16(const uint16_t* src, float* dst, long n) {
 // dst[0, n) = the bfloat16 values src[0, n) as float32 (a 16-bit shift, exact).
 inline void widen_bf16(const uint16_t* src, float* dst, long n) {
   long x = 0;
+#ifdef __AVX512F__
+  for (; x + 16 <= n; x += 16) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + x)));
+    _mm512_storeu_ps(dst + x, _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16)));
+  }
+#endif
   for (; x + 8 <= n; x += 8) {
     const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x)));
     _mm256_storeu_ps(dst + x, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
@@ -28,6 +39,13 @@ inline void widen_bf16(const uint16_t* src, float* dst, long n) {
 inline void widen_s8(const int8_t* src, float scale, float* dst, long n) {
   const __m256 s = _mm256_set1_ps(scale);
   long x = 0;
+#ifdef __AVX512F__
+  const __m512 s16 = _mm512_set1_ps(scale);
+  for (; x + 16 <= n; x += 16) {
+    const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + x)));
+    _mm512_storeu_ps(dst + x, _mm512_mul_ps(_mm512_cvtepi32_ps(wide), s16));
+  }
+#endif
   for (; x + 8 <= n; x += 8) {
     const __m256i wide = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + x)));
     _mm256_storeu_ps(dst + x, _mm256_mul_ps(_mm256_cvtepi32_ps(wide), s));
