@@ -117,10 +117,41 @@ def ort_session(path: str, threads: int) -> Any:
 
 
 def machine() -> dict:
-    """{"cpu": lscpu's model name, "lscpu": its whole output}: what a results file records of the host."""
+    """{"cpu": lscpu's model name, "lscpu": its whole output, and cpuformer_build()'s keys}: what a
+    results file records of the host and of the code measured."""
     import subprocess
 
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     name = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if line.startswith("Model name")),
                 "unknown")
-    return {"cpu": name, "lscpu": lscpu}
+    return {"cpu": name, "lscpu": lscpu, **cpuformer_build()}
+
+
+def cpuformer_build() -> dict:
+    """Which cpuformer the benchmark imported: {"cpuformer_module": its package directory,
+    "cpuformer_from_checkout": whether that is this checkout's python/cpuformer (an editable or
+    in-place build), "cpuformer_core_built": the native module's modification time}. Python imports
+    an installed cpuformer unless PYTHONPATH names the checkout, so a results file's commit alone
+    does not say which code ran; when the imported package is not the checkout's and its native
+    module is older than the checkout's last commit, a warning on stderr says so."""
+    import datetime
+    import os
+    import subprocess
+    import sys
+
+    import cpuformer
+    from cpuformer import _core
+
+    package = os.path.dirname(os.path.abspath(cpuformer.__file__))
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from_checkout = package == os.path.join(checkout, "python", "cpuformer")
+    built = os.path.getmtime(_core.__file__)
+    if not from_checkout:
+        head = subprocess.run(["git", "log", "-1", "--format=%ct"], cwd=checkout, capture_output=True,
+                              text=True).stdout.strip()
+        if head.isdigit() and int(head) > built:
+            print(f"warning: measuring the cpuformer installed at {package}, built before this checkout's last "
+                  f"commit; set PYTHONPATH={os.path.join(checkout, 'python')} (with an in-place build) or "
+                  "reinstall to measure this checkout", file=sys.stderr)
+    return {"cpuformer_module": package, "cpuformer_from_checkout": from_checkout,
+            "cpuformer_core_built": datetime.datetime.fromtimestamp(built).isoformat(timespec="seconds")}

@@ -68,7 +68,7 @@ from cpuformer.weights import DTYPES  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _llamacpp  # noqa: E402
-from _timing import timed  # noqa: E402
+from _timing import cpuformer_build, timed  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 #: The cpuformer dtype each peer row is compared with; a peer row not listed here is float32.
@@ -90,7 +90,8 @@ def machine_info(threads: int) -> dict:
     info = cf.cpu_info()
     return {"cpu": model, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "isa": info["isa"], "features": info["features"], "threads": threads,
-            "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version()}
+            "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
+            **cpuformer_build()}
 
 
 CT2_ISAS = ("default", "AVX2", "AVX512")

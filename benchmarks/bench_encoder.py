@@ -70,7 +70,7 @@ import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _timing import engine_round, max_relative_error, ort_session, peer_step, run_script  # noqa: E402
+from _timing import cpuformer_build, engine_round, max_relative_error, ort_session, peer_step, run_script  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 WORKLOADS = ("bert_base", "classifier", "deberta", "rerank", "minilm")
@@ -133,7 +133,7 @@ def machine_info(threads: int) -> dict:
     return {"cpu": model, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "isa": info["isa"], "features": info["features"], "threads": threads, "lscpu": lscpu_summary(),
             "date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
-            "cpuformer": cf.__version__}
+            "cpuformer": cf.__version__, **cpuformer_build()}
 
 
 def _git_commit() -> str:

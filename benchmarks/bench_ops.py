@@ -58,6 +58,9 @@ import numpy as np  # noqa: E402
 import cpuformer as cf  # noqa: E402
 from cpuformer import ops  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _timing import cpuformer_build  # noqa: E402
+
 try:
     import torch
     import torch.nn.functional as F
@@ -119,6 +122,7 @@ def machine_info(threads: int) -> Dict[str, object]:
         "numpy": np.__version__,
         "torch": torch.__version__ if torch is not None else None,
         "cpuformer": cf.__version__,
+        **cpuformer_build(),
     }
 
 
