@@ -18,8 +18,11 @@ from cpuformer import _core
 
 KV_DTYPES = {"float32": 0, "float16": 1, "bfloat16": 2, "int8": 3}
 # (B, H, Hkv, Tq, Tk, D): decode with GQA (the wide engine), MHA decode (the narrow engine), a
-# verification pass of several queries, a prefill; head dims with vector tails.
-SHAPES = [(1, 8, 1, 1, 200, 64), (2, 4, 4, 1, 77, 24), (1, 6, 2, 5, 130, 40), (2, 2, 2, 33, 33, 10)]
+# verification pass of several queries, a prefill; head dims with vector tails (the narrow engine
+# widens such blocks into scratch) and without (it reads the cache into registers): MHA decode at
+# D = 64 and a narrow tile of 6 rows (3 queries × 2 heads per kv head) at D = 32.
+SHAPES = [(1, 8, 1, 1, 200, 64), (2, 4, 4, 1, 77, 24), (1, 6, 2, 5, 130, 40), (2, 2, 2, 33, 33, 10),
+          (2, 4, 4, 1, 77, 64), (1, 4, 2, 3, 50, 32)]
 
 
 def _inputs(rng, shape):
@@ -69,8 +72,9 @@ def test_typed_cache_error_bound(rng, dtype):
     assert np.abs(out - exact).max() < bound * np.abs(v).max()
 
 
-def test_int8_rows_with_zeros_and_non_finite_values(rng):
-    q, k, v = _inputs(rng, (1, 2, 1, 1, 5, 8))
+@pytest.mark.parametrize("dim", [8, 16])
+def test_int8_rows_with_zeros_and_non_finite_values(rng, dim):
+    q, k, v = _inputs(rng, (1, 2, 1, 1, 5, dim))
     k[0, 0, 1] = 0.0  # an all-zero key: scale 0, reads back as zeros
     v[0, 0, 3, 2] = np.inf  # a non-finite value: the row reads back as NaN, and so does the output
     out, k_stored, v_stored = _core._attention_kv_cache(q, k, v, KV_DTYPES["int8"])
@@ -79,3 +83,20 @@ def test_int8_rows_with_zeros_and_non_finite_values(rng):
     assert np.isnan(out).all()
     out, _, _ = _core._attention_kv_cache(q, k, np.nan_to_num(v, posinf=0.0), KV_DTYPES["int8"])
     assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
+@pytest.mark.parametrize("dim", [8, 16, 64])
+def test_typed_cache_non_finite_value_of_a_key_only_the_last_query_sees(rng, dtype, dim):
+    """A verification pass (3 queries, causal) over a cache whose last key's value row is inf
+    (int8: NaN once stored): the queries that cannot see that key stay finite, and every row has
+    the bits of float32 attention over the stored values (the exact pass of the narrow engine)."""
+    q, k, v = _inputs(rng, (1, 4, 4, 3, 40, dim))
+    v[:, :, -1] = np.inf
+    out, k_stored, v_stored = _core._attention_kv_cache(q, k, v, KV_DTYPES[dtype], True)
+    assert np.isfinite(out[:, :, :2]).all()
+    assert not np.isfinite(out[:, :, 2]).all()
+    reference = np.zeros_like(out)
+    _core._attention_views(q, np.ascontiguousarray(k_stored), np.ascontiguousarray(v_stored), reference, True, 40 - 3,
+                           0, None, float(1 / np.sqrt(np.float32(dim))))
+    np.testing.assert_array_equal(out, reference)

@@ -174,6 +174,16 @@ inline void widen_s8(const int8_t* src, float scale, float* dst, long n) {
   for (; x < n; ++x) dst[x] = scale * static_cast<float>(src[x]);
 }
 
+// kLanes cache values from p as float32, converted exactly as the widen_* functions above convert
+// them (int8: the codes, not yet scaled): the narrow engine reads the cache into registers.
+inline Vec vload_f16(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+inline Vec vload_bf16(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+inline Vec vload_s8(const int8_t* p) {
+  int32_t four;
+  __builtin_memcpy(&four, p, sizeof(four));
+  return vcvtq_f32_s32(vmovl_s16(vget_low_s16(vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(four))))));
+}
+
 }  // namespace attention_simd
 }  // namespace neon
 }  // namespace cpuformer
