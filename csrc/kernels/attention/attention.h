@@ -35,7 +35,7 @@ constexpr long kAttentionMaxKeys = 2147483647L;  // 2^31 - 1
 // `k_scale` / `v_scale`. The kernels widen a block of keys at a time into float32 scratch (never the
 // whole cache), then compute as for float32. Writers: layers/kv_cache.h.
 enum class KvType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2, kInt8 = 3 };
-inline long kv_type_size(KvType t) { return t == KvType::kFloat32 ? 4 : t == KvType::kInt8 ? 1 : 2; }
+constexpr long kv_type_size(KvType t) { return t == KvType::kFloat32 ? 4 : t == KvType::kInt8 ? 1 : 2; }
 
 struct AttentionArgs {
   long batch = 0, heads = 0, kv_heads = 0, q_len = 0, kv_len = 0, head_dim = 0;

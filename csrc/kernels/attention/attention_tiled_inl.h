@@ -178,11 +178,6 @@ inline void prefetch_kv_rows(const AttentionArgs& a, const Tile& t, long j0, lon
     }
 }
 
-template <KvType KT>
-constexpr long kv_elem_bytes() {
-  return KT == KvType::kFloat32 ? 4 : KT == KvType::kInt8 ? 1 : 2;
-}
-
 void build_tile(const AttentionArgs& a, long unit, long tiles_per_head, Tile* t) {
   const long group = a.heads / a.kv_heads;
   const long tile = unit % tiles_per_head, bk = unit / tiles_per_head;
@@ -265,7 +260,7 @@ inline void pv_tile(float* acc, long ld_acc, const float* p, long p_row, long p_
                     const void* v_rows, long v_stride, TailMask last, const uint64_t* removed,
                     const float* v_scales = nullptr) {
   const char* v = static_cast<const char*>(v_rows);
-  const long v_step = v_stride * kv_elem_bytes<KT>();
+  const long v_step = v_stride * kv_type_size(KT);
   constexpr int kSets = RR * NV < 8 ? 2 : 1;
   Vec c[kSets][RR][NV];
   for (int r = 0; r < RR; ++r) {
@@ -326,7 +321,7 @@ void pv_rows(float* acc, long ld_acc, const float* p, long p_row, long p_key, co
              const void* v_rows, long v_stride, long dim, const uint64_t* removed, const float* v_scales) {
   constexpr long kChunk = kPvVecs * kLanes;
   const char* v = static_cast<const char*>(v_rows);
-  constexpr long kElem = kv_elem_bytes<KT>();
+  constexpr long kElem = kv_type_size(KT);
   long d = 0;
   for (; d + kChunk <= dim; d += kChunk)
     pv_tile<RR, kPvVecs, kExact, KT>(acc + d, ld_acc, p, p_row, p_key, corr, n, v + d * kElem, v_stride, full_mask(),
@@ -636,7 +631,7 @@ bool run_wide(const AttentionArgs& a, const Tile& t, long key_begin, long key_en
 template <bool kFull, KvType KT>
 inline Vec narrow_scores_typed(const float* q, long dim, const char* k, long k_stride, long nk, const float* k_scales) {
   Vec acc[kLanes];
-  const long step = k_stride * kv_elem_bytes<KT>();
+  const long step = k_stride * kv_type_size(KT);
   for (int j = 0; j < kLanes; ++j) {
     const int jj = kFull || j < nk ? j : static_cast<int>(nk) - 1;
     const char* kj = k + jj * step;
@@ -708,10 +703,11 @@ bool run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
   bool removed_any = false;
   for (long j0 = key_begin; j0 < key_end; j0 += kKeyBlock) {
     const long n = min_l(kKeyBlock, key_end - j0);
-    const float* kb = widen ? w.kbuf : t.k + j0 * k_stride;
-    const float* vb = widen ? w.vbuf : t.v + j0 * v_stride;
-    const char* kraw = kTyped ? t.k_raw + j0 * k_stride * kv_elem_bytes<KT>() : nullptr;
-    const char* vraw = kTyped ? t.v_raw + j0 * v_stride * kv_elem_bytes<KT>() : nullptr;
+    // The block's rows: float32 (the cache's, or widened into scratch), or the typed cache's.
+    const float* kb = kTyped ? nullptr : widen ? w.kbuf : t.k + j0 * k_stride;
+    const float* vb = kTyped ? nullptr : widen ? w.vbuf : t.v + j0 * v_stride;
+    const char* kraw = kTyped ? t.k_raw + j0 * k_stride * kv_type_size(KT) : nullptr;
+    const char* vraw = kTyped ? t.v_raw + j0 * v_stride * kv_type_size(KT) : nullptr;
     if constexpr (kTyped) prefetch_kv_rows(a, t, j0 + 2 * kKeyBlock, key_end);
     if (widen) {
       widen_block(a, t, false, j0, n, w.kbuf);
@@ -735,7 +731,7 @@ bool run_narrow(const AttentionArgs& a, const Tile& t, long key_begin, long key_
         const long key0 = j0 + j, nk = min_l(kLanes, n - j);
         Vec s;
         if constexpr (kTyped) {
-          const char* kj = kraw + j * k_stride * kv_elem_bytes<KT>();
+          const char* kj = kraw + j * k_stride * kv_type_size(KT);
           const float* ks = KT == KvType::kInt8 ? t.k_scales + j0 + j : nullptr;
           s = nk == kLanes ? narrow_scores_typed<true, KT>(w.q + r * d_pad, dim, kj, k_stride, nk, ks)
                            : narrow_scores_typed<false, KT>(w.q + r * d_pad, dim, kj, k_stride, nk, ks);
@@ -794,8 +790,7 @@ bool accumulators_finite(const Tile& t, const Workspace& w, long d_pad) {
   return sum == sum;
 }
 
-// Runs the tile's key range [key_begin, key_end) with the fast microkernel, and again with the
-// exact one when a removed key may have brought 0 · NaN or 0 · inf into the accumulator.
+// The narrow engine for the call's cache: read in registers where head_dim is whole vectors.
 template <bool kExact>
 bool run_narrow_for(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w) {
   if (a.head_dim % kLanes == 0) {
@@ -809,6 +804,8 @@ bool run_narrow_for(const AttentionArgs& a, const Tile& t, long key_begin, long 
   return run_narrow<kExact, KvType::kFloat32>(a, t, key_begin, key_end, w);
 }
 
+// Runs the tile's key range [key_begin, key_end) with the fast microkernel, and again with the
+// exact one when a removed key may have brought 0 · NaN or 0 · inf into the accumulator.
 void run_tile(const AttentionArgs& a, const Tile& t, long key_begin, long key_end, const Workspace& w, long d_pad) {
   const bool wide = t.rows >= kMinWideRows;
   const bool removed_any =
