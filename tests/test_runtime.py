@@ -305,3 +305,19 @@ def test_op_num_threads_results_and_errors():
         ops.attention(q, q, q, num_threads=-1)
     with pytest.raises(ValueError, match=message):
         ops.layer_norm(x, x[0], num_threads=-1)
+
+
+@pytest.mark.parametrize("value,expected", [("high", "high"), ("highest", "highest"), ("", "highest")])
+def test_float32_matmul_precision_from_the_environment(value, expected):
+    env = dict(os.environ, CPUFORMER_FLOAT32_MATMUL_PRECISION=value)
+    out = subprocess.run([sys.executable, "-c", "import cpuformer; print(cpuformer.get_float32_matmul_precision())"],
+                         env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected
+
+
+def test_bad_float32_matmul_precision_fails_import():
+    env = dict(os.environ, CPUFORMER_FLOAT32_MATMUL_PRECISION="medium")
+    out = subprocess.run([sys.executable, "-c", "import cpuformer"], env=env, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert ("ImportError: cpuformer: CPUFORMER_FLOAT32_MATMUL_PRECISION must be 'highest' or 'high', got 'medium'"
+            in out.stderr)

@@ -56,6 +56,18 @@ void register_runtime(py::module_& m) {
       py::arg("n"));
   m.def("get_num_threads", &default_num_threads);
   m.def(
+      "set_float32_matmul_precision",
+      [](const std::string& precision) {
+        if (precision == "highest") set_float32_matmul_precision(Float32MatmulPrecision::kHighest);
+        else if (precision == "high") set_float32_matmul_precision(Float32MatmulPrecision::kHigh);
+        else
+          throw py::value_error("float32 matmul precision must be 'highest' or 'high', got " +
+                                py::repr(py::str(precision)).cast<std::string>());
+      },
+      py::arg("precision"));
+  m.def("get_float32_matmul_precision",
+        [] { return float32_matmul_precision() == Float32MatmulPrecision::kHigh ? "high" : "highest"; });
+  m.def(
       "_compute_slots",
       [] {
         py::dict d;

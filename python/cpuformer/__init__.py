@@ -96,6 +96,34 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
+FLOAT32_MATMUL_PRECISIONS = ("highest", "high")
+
+
+def set_float32_matmul_precision(precision: str) -> None:
+    """How float32 weights are multiplied, process-wide (PyTorch's names and meaning):
+    ``"highest"`` (the default) in float32 with FMA; ``"high"`` lets a CPU with AMX-BF16 run
+    matmuls of 32 rows or more on bfloat16 tiles with each float32 operand split into two bfloat16
+    (16 significant bits instead of 24; about 2× the float32 speed of encoders and prefill; the
+    error bound is in docs/precision.md). Without AMX-BF16, ``"high"`` computes what ``"highest"``
+    does. The environment variable CPUFORMER_FLOAT32_MATMUL_PRECISION sets it at import."""
+    if not isinstance(precision, str) or precision not in FLOAT32_MATMUL_PRECISIONS:
+        raise ValueError(f"float32 matmul precision must be 'highest' or 'high', got {precision!r}")
+    _core.set_float32_matmul_precision(precision)
+
+
+def get_float32_matmul_precision() -> str:
+    return _core.get_float32_matmul_precision()
+
+
+_env_precision = _os.environ.get("CPUFORMER_FLOAT32_MATMUL_PRECISION")
+if _env_precision:
+    if _env_precision not in FLOAT32_MATMUL_PRECISIONS:
+        raise ImportError("cpuformer: CPUFORMER_FLOAT32_MATMUL_PRECISION must be 'highest' or 'high', got "
+                          f"{_env_precision!r}")
+    _core.set_float32_matmul_precision(_env_precision)
+
+
 __all__ = ["BatchEvent", "Batcher", "CLIP", "CLIPText", "CLIPVision", "Encoder", "GenerationResult",
            "GenerationStream", "Generator", "ImageClassifier", "ImageEncoder", "Seq2Seq", "Tokenizer", "__version__",
-           "convert", "cpu_info", "get_num_threads", "load", "ops", "set_num_threads"]
+           "convert", "cpu_info", "get_float32_matmul_precision", "get_num_threads", "load", "ops",
+           "set_float32_matmul_precision", "set_num_threads"]

@@ -219,6 +219,22 @@ def test_base_size_bert(base_bert):
     assert _relative_error(pooled, out.pooler_output.numpy()) <= TOLERANCE
 
 
+def test_base_size_bert_high_precision(base_bert):
+    # float32 matmul precision "high" (bfloat16x3 tiles on AMX-BF16, 32 rows or more: here 3 × 60)
+    # stays within the float32 tolerance of transformers (docs/precision.md).
+    directory, model = base_bert
+    ids, mask = _padded_batch(np.random.default_rng(3), 1000, 0, [60, 33, 47])
+    out = _reference(model, ids, mask)
+    before = cf.get_float32_matmul_precision()
+    cf.set_float32_matmul_precision("high")
+    try:
+        hidden, pooled = cf.load(directory)(ids, mask, return_pooler=True)
+    finally:
+        cf.set_float32_matmul_precision(before)
+    assert _relative_error(hidden, out.last_hidden_state.numpy(), mask == 1) <= TOLERANCE
+    assert _relative_error(pooled, out.pooler_output.numpy()) <= TOLERANCE
+
+
 # ---- sentence embeddings ---------------------------------------------------------------------
 
 SENTENCES = [

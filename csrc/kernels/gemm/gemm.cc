@@ -1,6 +1,7 @@
 #include "kernels/gemm/gemm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -31,6 +32,8 @@ namespace avx512vnni { extern const Int8GemmKernels kInt8GemmKernels; }
 namespace avx512amx {
 extern const Int8GemmKernels kInt8GemmKernels;
 extern const HalfGemmKernels kHalfGemmKernels;
+void gemm_f32_bf16x3(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
+                     const GemmEpilogue& epilogue);
 }  // namespace avx512amx
 namespace avxvnni { extern const Int8GemmKernels kInt8GemmKernels; }
 
@@ -85,6 +88,9 @@ MatmulInstruction matmul_instruction(WeightType type) {
       if (wide && f.avx512bf16) return MatmulInstruction::kDpbf16x512;
       break;
     case WeightType::kFloat32:
+      if (wide && f.amx_bf16 && float32_matmul_precision() == Float32MatmulPrecision::kHigh)
+        return MatmulInstruction::kAmxBf16x3;
+      break;
     case WeightType::kFloat16: break;
   }
   return wide ? MatmulInstruction::kFma512 : MatmulInstruction::kFma256;
@@ -151,12 +157,23 @@ const char* gemm_kernel_name(WeightType type) {
     case MatmulInstruction::kDpbf16x512: return "avx512_bf16 vdpbf16ps";
     case MatmulInstruction::kAmxInt8: return "amx_int8 tdpbusd";
     case MatmulInstruction::kAmxBf16: return "amx_bf16 tdpbf16ps";
+    case MatmulInstruction::kAmxBf16x3: return "amx_bf16 tdpbf16ps (bfloat16x3)";
     case MatmulInstruction::kNeonFma128:
       return f32 ? "neon fmla" : f16 ? "neon fcvtl widen + fmla" : "neon widen + fmla";
     case MatmulInstruction::kSdot128: return "dotprod sdot";
     case MatmulInstruction::kSmmla128: return "i8mm smmla";
   }
   return "unknown";
+}
+
+static std::atomic<int> g_float32_matmul_precision{static_cast<int>(Float32MatmulPrecision::kHighest)};
+
+void set_float32_matmul_precision(Float32MatmulPrecision precision) {
+  g_float32_matmul_precision.store(static_cast<int>(precision), std::memory_order_relaxed);
+}
+
+Float32MatmulPrecision float32_matmul_precision() {
+  return static_cast<Float32MatmulPrecision>(g_float32_matmul_precision.load(std::memory_order_relaxed));
 }
 
 float* gemm_thread_scratch(std::size_t count) {
@@ -357,7 +374,16 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   if (m <= 0 || w.n <= 0) return;
   if (w.isa != active_isa()) throw std::logic_error("weights were packed for another ISA level");
   switch (w.type) {
-    case WeightType::kFloat32: gemm_kernels().gemm_f32(a, m, lda, w, c, ldc, epilogue); return;
+    case WeightType::kFloat32:
+#if CPUFORMER_X86_64
+      if (w.isa == Isa::kAvx512 && cpu_features().amx_bf16 &&
+          float32_matmul_precision() == Float32MatmulPrecision::kHigh) {
+        avx512amx::gemm_f32_bf16x3(a, m, lda, w, c, ldc, epilogue);
+        return;
+      }
+#endif
+      gemm_kernels().gemm_f32(a, m, lda, w, c, ldc, epilogue);
+      return;
     case WeightType::kInt8: int8_gemm_kernels().gemm(a, m, lda, w, c, ldc, epilogue); return;
     case WeightType::kInt4: int4_gemm_kernels().gemm(a, m, lda, w, c, ldc, epilogue); return;
     case WeightType::kFloat16:

@@ -165,6 +165,16 @@ struct HalfGemmKernels {
                const GemmEpilogue& epilogue);
 };
 
+// How float32 weights are multiplied (the names of torch.set_float32_matmul_precision):
+// kHighest (the default) in float32 with FMA at every level; kHigh lets a CPU with AMX-BF16 take
+// GEMMs of 32 rows or more on TDPBF16PS tiles with each float32 operand split into two bfloat16
+// (gemm_f32_avx512amx.cc): 16 significant bits per operand instead of 24, each product off by at
+// most 3·2^-18 ≈ 1.2e-5 of its magnitude, several times the float32 FMA rate. Elsewhere kHigh is kHighest.
+// Process-wide; read by every GEMM call, so it may change between calls.
+enum class Float32MatmulPrecision : int { kHighest = 0, kHigh = 1 };
+void set_float32_matmul_precision(Float32MatmulPrecision precision);
+Float32MatmulPrecision float32_matmul_precision();
+
 const GemmKernels& gemm_kernels();
 const Int8GemmKernels& int8_gemm_kernels();
 const HalfGemmKernels& half_gemm_kernels();
@@ -186,6 +196,7 @@ enum class MatmulInstruction {
   kDpbf16x512,
   kAmxInt8,  // TDPBUSD tiles for GEMMs of 8 rows or more, 512-bit vpdpbusd below
   kAmxBf16,  // TDPBF16PS tiles for GEMMs of 4 rows or more, vdpbf16ps below
+  kAmxBf16x3,  // float32 at precision kHigh: TDPBF16PS on split operands from 32 rows, FMA below
   kNeonFma128,
   kSdot128,
   kSmmla128

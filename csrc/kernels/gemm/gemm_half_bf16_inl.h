@@ -11,7 +11,7 @@ inline __mmask16 mask16(long left) {
 }
 
 // out[0, kp) = bfloat16 of x[0, k), zero past k.
-void convert_row(const float* x, long k, long kp, uint16_t* out) {
+inline void convert_row(const float* x, long k, long kp, uint16_t* out) {
   for (long p = 0; p < k; p += 16) {
     const __mmask16 mask = mask16(k - p);
     const __m256bh h = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, x + p));
@@ -24,7 +24,7 @@ void convert_row(const float* x, long k, long kp, uint16_t* out) {
 
 // c[j] = act(acc[j] + bias[j]) + residual[j] for j < ncols (bias, residual may be null; residual
 // may alias c).
-void finish_row(float* acc, const float* bias, Activation act, const float* residual, float* c, long ncols) {
+inline void finish_row(float* acc, const float* bias, Activation act, const float* residual, float* c, long ncols) {
   if (bias != nullptr) {
     for (long j = 0; j < ncols; j += 16) {
       const __mmask16 mask = mask16(ncols - j);

@@ -74,6 +74,8 @@ PeakProbe probe_for(WeightType type) {
     case MatmulInstruction::kDpbf16x512: return avx512bf16::peak_dpbf16;
     case MatmulInstruction::kAmxInt8: return avx512amx::peak_tdpbusd;
     case MatmulInstruction::kAmxBf16: return avx512amx::peak_tdpbf16ps;
+    // Three tile products per float32 multiply-add (gemm_f32_avx512amx.cc).
+    case MatmulInstruction::kAmxBf16x3: return [](long steps) { return avx512amx::peak_tdpbf16ps(steps) / 3; };
 #elif defined(__aarch64__)
     case MatmulInstruction::kNeonFma128: return scalar::peak_float;  // the same fmla on 4 lanes (gemm_neon.cc)
     case MatmulInstruction::kSdot128: return dotprod::peak_sdot;
