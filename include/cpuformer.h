@@ -154,6 +154,11 @@ CF_API cf_status cf_generate(cf_model* model, const int64_t* prompt, size_t prom
 /* The process-wide thread count of calls whose model has num_threads 0 (1..1024). */
 CF_API cf_status cf_set_num_threads(int num_threads, cf_error* error);
 
+/* The process-wide float32 matmul precision, "highest" (the default: float32 FMA) or "high"
+ * (float32 GEMMs of 32 rows or more on AMX-BF16 tiles with each operand split into two bfloat16,
+ * where the CPU has them; docs/precision.md). Python's cpuformer.set_float32_matmul_precision. */
+CF_API cf_status cf_set_float32_matmul_precision(const char* precision, cf_error* error);
+
 #ifdef __cplusplus
 }
 #endif

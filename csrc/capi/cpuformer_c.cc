@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpuformer.h"
+#include "kernels/gemm/gemm.h"
 #include "layers/kv_cache.h"
 #include "models/graph_loader.h"
 #include "models/request_checks.h"
@@ -411,6 +412,17 @@ cf_status cf_set_num_threads(int num_threads, cf_error* error) {
            "num_threads must be 1.." + std::to_string(kMaxThreads) + ", got " + std::to_string(num_threads));
     }
     cpuformer::set_default_num_threads(num_threads);
+  });
+}
+
+cf_status cf_set_float32_matmul_precision(const char* precision, cf_error* error) {
+  return guarded(error, CF_ERROR_INVALID_ARGUMENT, [&] {
+    const std::string value = precision != nullptr ? precision : "";
+    if (value == "highest") cpuformer::set_float32_matmul_precision(cpuformer::Float32MatmulPrecision::kHighest);
+    else if (value == "high") cpuformer::set_float32_matmul_precision(cpuformer::Float32MatmulPrecision::kHigh);
+    else
+      fail(CF_ERROR_INVALID_ARGUMENT, "float32 matmul precision must be 'highest' or 'high', got " +
+                                          (precision != nullptr ? "'" + value + "'" : std::string("NULL")));
   });
 }
 

@@ -223,6 +223,11 @@ static void test_open_errors(void) {
   expect(cf_model_open(path, &o, &model, &e), &e, CF_OK, NULL, "matching dtype");
   cf_model_free(model);
   expect(cf_set_num_threads(0, &e), &e, CF_ERROR_INVALID_ARGUMENT, "num_threads", "cf_set_num_threads(0)");
+  expect(cf_set_float32_matmul_precision("medium", &e), &e, CF_ERROR_INVALID_ARGUMENT,
+         "float32 matmul precision must be 'highest' or 'high', got 'medium'", "precision 'medium'");
+  expect(cf_set_float32_matmul_precision(NULL, &e), &e, CF_ERROR_INVALID_ARGUMENT, "got NULL", "precision NULL");
+  expect(cf_set_float32_matmul_precision("high", &e), &e, CF_OK, NULL, "precision 'high'");
+  expect(cf_set_float32_matmul_precision("highest", &e), &e, CF_OK, NULL, "precision 'highest'");
   CHECK(cf_model_open(NULL, NULL, &model, NULL) == CF_ERROR_INVALID_ARGUMENT, "error may be NULL");
 }
 
