@@ -95,6 +95,16 @@ def _cpuformer():
     return cpuformer
 
 
+def _weight_dtype(cf, dtype: str):
+    """The load dtype of a cpuformer row's --dtypes entry. ``float32_high`` is float32 weights at
+    float32 matmul precision "high" (cpuformer.set_float32_matmul_precision: bfloat16x3 tiles on
+    AMX-BF16, float32 FMA elsewhere), set here in the row's own process."""
+    if dtype == "float32_high":
+        cf.set_float32_matmul_precision("high")
+        return None
+    return None if dtype == "float32" else dtype
+
+
 # ---- machine ---------------------------------------------------------------------------------
 
 def lscpu_summary() -> dict:
@@ -411,7 +421,7 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
         if engine == "cpuformer":
             cf = _cpuformer()
             try:
-                model = cf.Encoder(hf, dtype=None if dtype == "float32" else dtype, num_threads=threads)
+                model = cf.Encoder(hf, dtype=_weight_dtype(cf, dtype), num_threads=threads)
             except (NotImplementedError, ValueError, KeyError) as error:
                 if workload == "deberta":  # DeBERTa may not be a cpuformer family yet: say so, run the peers
                     raise NotSupported(f"{type(error).__name__}: {error}") from error
@@ -488,7 +498,7 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
         shape = SHAPES["rerank"][0]
         if engine == "cpuformer":
             cf = _cpuformer()
-            model = cf.Encoder(model_dir, dtype=None if dtype == "float32" else dtype, num_threads=threads)
+            model = cf.Encoder(model_dir, dtype=_weight_dtype(cf, dtype), num_threads=threads)
             version = cf.__version__
 
             def fn():
@@ -519,7 +529,7 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
         directory = minilm_directory()
         if engine == "cpuformer":
             cf = _cpuformer()
-            model = cf.Encoder(directory, dtype=None if dtype == "float32" else dtype, num_threads=threads)
+            model = cf.Encoder(directory, dtype=_weight_dtype(cf, dtype), num_threads=threads)
             version = cf.__version__
 
             def fn():
@@ -572,6 +582,8 @@ def engines_of(workload: str, dtypes: list, peers: list) -> list:
         rows = [("cpuformer" if d == "float32" else f"cpuformer_{d}", "cpuformer", d) for d in dtypes]
     else:
         rows = [("cpuformer", "cpuformer", "float32")] + ([("cpuformer_int8", "cpuformer", "int8")] if int8 else [])
+        if "float32_high" in dtypes:
+            rows.append(("cpuformer_float32_high", "cpuformer", "float32_high"))
     if workload in ("bert_base", "classifier", "deberta"):
         rows.append(("pytorch", "pytorch", "float32"))
     if workload in ("classifier", "deberta") and "onnxruntime" in peers:
@@ -746,7 +758,11 @@ def like_for_like(key: str, entry: dict) -> str:
         return f"{row['seq_per_s'] / base['seq_per_s']:.2f}x fp32" if key != "cpuformer" and "seq_per_s" in base \
             else "-"
     ours = entry.get("cpuformer" if dtype == "float32" else f"cpuformer_{dtype}", {})
-    return f"{ours['seq_per_s'] / row['seq_per_s']:.2f}x" if "seq_per_s" in ours else "-"
+    text = f"{ours['seq_per_s'] / row['seq_per_s']:.2f}x" if "seq_per_s" in ours else "-"
+    high = entry.get("cpuformer_float32_high", {})
+    if dtype == "float32" and "seq_per_s" in high:
+        text += f" (float32_high {high['seq_per_s'] / row['seq_per_s']:.2f}x)"
+    return text
 
 
 def print_table(results: dict) -> None:
@@ -805,7 +821,8 @@ def main(argv=None) -> int:
     add_ct2_isa_option(parser)
     parser.add_argument("--dtypes", default=None,
                         help="cpuformer weight dtypes (comma-separated; default float32,int8,float16,bfloat16, "
-                             "quick float32,int8); int8 adds the peers' int8 rows")
+                             "quick float32,int8); int8 adds the peers' int8 rows; float32_high is float32 "
+                             "weights at float32 matmul precision 'high' (bfloat16x3 on AMX-BF16)")
     parser.add_argument("--cache", default=None,
                         help="directory for the built models, kept and reused by the next run (default: a "
                              "temporary directory, removed at the end)")

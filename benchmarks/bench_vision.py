@@ -402,7 +402,9 @@ def engine_runner(engine: str, dtype: str, row: str, work: str, threads: int):
         cf = _cpuformer()
         cf.set_num_threads(threads)  # ops' default too: older builds ran the patch embedding and heads on it
         try:
-            model = cf.load(hf, dtype=None if dtype == "float32" else dtype, num_threads=threads)
+            if dtype == "float32_high":  # float32 weights, bfloat16x3 tiles on AMX-BF16
+                cf.set_float32_matmul_precision("high")
+            model = cf.load(hf, dtype=None if dtype in ("float32", "float32_high") else dtype, num_threads=threads)
         except (NotImplementedError, ValueError) as error:
             if row == "swin":  # a build without Swin (before models/swin.py): say so, run the peers
                 raise NotSupported(f"{type(error).__name__}: {error}") from error
@@ -475,11 +477,14 @@ def peak_child(seconds: float, threads: int) -> dict:
 
 # ---- the parent ------------------------------------------------------------------------------
 
-def engines_of(row: str, peers: list) -> list:
-    """(result key, engine, dtype) of a row; the peers are those whose build succeeded."""
+def engines_of(row: str, peers: list, float32_high: bool = False) -> list:
+    """(result key, engine, dtype) of a row; the peers are those whose build succeeded;
+    float32_high adds cpuformer float32 at float32 matmul precision "high" (--float32-high)."""
     if row == "preprocess":
         return [("cpuformer", "cpuformer", "float32")]
     rows = [("cpuformer", "cpuformer", "float32")]
+    if float32_high:
+        rows.append(("cpuformer_float32_high", "cpuformer", "float32_high"))
     if row == "vit":
         rows.append(("cpuformer_int8", "cpuformer", "int8"))
     if "pytorch" in peers:
@@ -591,7 +596,7 @@ def run_benchmark(args) -> tuple:
                         entry[f"{p}_unavailable"] = manifest[p]
                 if "onnxruntime_build" in manifest:
                     entry["onnxruntime_build"] = manifest["onnxruntime_build"]
-        for key, engine, dtype in engines_of(row, ready):
+        for key, engine, dtype in engines_of(row, ready, args.float32_high):
             plan.append((row, key, engine, dtype))
 
     state: dict = {"rates": {}, "info": {}, "outputs": {}}  # engine_round's (benchmarks/_timing.py)
@@ -654,7 +659,11 @@ def like_for_like(key: str, entry: dict) -> str:
     if "img_per_s" not in row or key.startswith("cpuformer"):
         return "-"
     ours = entry.get("cpuformer" if row.get("dtype", "float32") == "float32" else f"cpuformer_{row['dtype']}", {})
-    return f"{ours['img_per_s'] / row['img_per_s']:.2f}x" if "img_per_s" in ours else "-"
+    text = f"{ours['img_per_s'] / row['img_per_s']:.2f}x" if "img_per_s" in ours else "-"
+    high = entry.get("cpuformer_float32_high", {})
+    if row.get("dtype", "float32") == "float32" and "img_per_s" in high:
+        text += f" (float32_high {high['img_per_s'] / row['img_per_s']:.2f}x)"
+    return text
 
 
 def print_table(results: dict) -> None:
@@ -706,6 +715,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="minimum timed seconds per batch size in each child (default 2; quick 0.3)")
     parser.add_argument("--no-ort", action="store_true", help="skip ONNX Runtime")
+    parser.add_argument("--float32-high", action="store_true",
+                        help="add cpuformer float32 rows at float32 matmul precision 'high' (bfloat16x3 tiles on "
+                             "AMX-BF16; cpuformer.set_float32_matmul_precision)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch (the correctness reference)")
     parser.add_argument("--cache", default=None,
                         help="directory for the built models and ONNX files, kept and reused by the next run "
@@ -764,7 +776,7 @@ def main(argv=None) -> int:
                    "peak_gops": {dtype: statistics.median(v) for dtype, v in peaks.items()},
                    "peak_gops_rounds": peaks,
                    "settings": {"rounds": args.rounds, "seconds": args.seconds, "rows": args.rows,
-                                "threads": args.threads, "process_per_engine": True,
+                                "float32_high": args.float32_high, "threads": args.threads, "process_per_engine": True,
                                 "layers": args.layers or "real", "image_size": IMAGE_SIZE,
                                 "batches": {r: list(BATCHES[r]) for r in args.rows}},
                    "results": results}, f, indent=2)
