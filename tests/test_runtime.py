@@ -319,5 +319,5 @@ def test_bad_float32_matmul_precision_fails_import():
     env = dict(os.environ, CPUFORMER_FLOAT32_MATMUL_PRECISION="medium")
     out = subprocess.run([sys.executable, "-c", "import cpuformer"], env=env, capture_output=True, text=True)
     assert out.returncode != 0
-    assert ("ImportError: cpuformer: CPUFORMER_FLOAT32_MATMUL_PRECISION must be 'highest' or 'high', got 'medium'"
-            in out.stderr)
+    assert ("ImportError: cpuformer: CPUFORMER_FLOAT32_MATMUL_PRECISION: float32 matmul precision must be "
+            "'highest' or 'high', got 'medium'" in out.stderr)

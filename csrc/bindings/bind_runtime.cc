@@ -55,18 +55,10 @@ void register_runtime(py::module_& m) {
       },
       py::arg("n"));
   m.def("get_num_threads", &default_num_threads);
-  m.def(
-      "set_float32_matmul_precision",
-      [](const std::string& precision) {
-        if (precision == "highest") set_float32_matmul_precision(Float32MatmulPrecision::kHighest);
-        else if (precision == "high") set_float32_matmul_precision(Float32MatmulPrecision::kHigh);
-        else
-          throw py::value_error("float32 matmul precision must be 'highest' or 'high', got " +
-                                py::repr(py::str(precision)).cast<std::string>());
-      },
-      py::arg("precision"));
-  m.def("get_float32_matmul_precision",
-        [] { return float32_matmul_precision() == Float32MatmulPrecision::kHigh ? "high" : "highest"; });
+  // std::invalid_argument -> ValueError with the core's message.
+  m.def("set_float32_matmul_precision", static_cast<void (*)(const std::string&)>(&set_float32_matmul_precision),
+        py::arg("precision"));
+  m.def("get_float32_matmul_precision", &float32_matmul_precision_name);
   m.def(
       "_compute_slots",
       [] {

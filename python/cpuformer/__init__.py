@@ -96,9 +96,6 @@ def get_num_threads() -> int:
     return _core.get_num_threads()
 
 
-FLOAT32_MATMUL_PRECISIONS = ("highest", "high")
-
-
 def set_float32_matmul_precision(precision: str) -> None:
     """How float32 weights are multiplied, process-wide (PyTorch's names and meaning):
     ``"highest"`` (the default) in float32 with FMA; ``"high"`` lets a CPU with AMX-BF16 run
@@ -106,7 +103,7 @@ def set_float32_matmul_precision(precision: str) -> None:
     (16 significant bits instead of 24; about 2× the float32 speed of encoders and prefill; the
     error bound is in docs/precision.md). Without AMX-BF16, ``"high"`` computes what ``"highest"``
     does. The environment variable CPUFORMER_FLOAT32_MATMUL_PRECISION sets it at import."""
-    if not isinstance(precision, str) or precision not in FLOAT32_MATMUL_PRECISIONS:
+    if not isinstance(precision, str):
         raise ValueError(f"float32 matmul precision must be 'highest' or 'high', got {precision!r}")
     _core.set_float32_matmul_precision(precision)
 
@@ -117,10 +114,10 @@ def get_float32_matmul_precision() -> str:
 
 _env_precision = _os.environ.get("CPUFORMER_FLOAT32_MATMUL_PRECISION")
 if _env_precision:
-    if _env_precision not in FLOAT32_MATMUL_PRECISIONS:
-        raise ImportError("cpuformer: CPUFORMER_FLOAT32_MATMUL_PRECISION must be 'highest' or 'high', got "
-                          f"{_env_precision!r}")
-    _core.set_float32_matmul_precision(_env_precision)
+    try:
+        _core.set_float32_matmul_precision(_env_precision)
+    except ValueError as error:
+        raise ImportError(f"cpuformer: CPUFORMER_FLOAT32_MATMUL_PRECISION: {error}") from None
 
 
 __all__ = ["BatchEvent", "Batcher", "CLIP", "CLIPText", "CLIPVision", "Encoder", "GenerationResult",

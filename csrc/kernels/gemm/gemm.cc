@@ -176,6 +176,16 @@ Float32MatmulPrecision float32_matmul_precision() {
   return static_cast<Float32MatmulPrecision>(g_float32_matmul_precision.load(std::memory_order_relaxed));
 }
 
+void set_float32_matmul_precision(const std::string& name) {
+  if (name == "highest") set_float32_matmul_precision(Float32MatmulPrecision::kHighest);
+  else if (name == "high") set_float32_matmul_precision(Float32MatmulPrecision::kHigh);
+  else throw std::invalid_argument("float32 matmul precision must be 'highest' or 'high', got '" + name + "'");
+}
+
+const char* float32_matmul_precision_name() {
+  return float32_matmul_precision() == Float32MatmulPrecision::kHigh ? "high" : "highest";
+}
+
 float* gemm_thread_scratch(std::size_t count) {
   thread_local AlignedBuffer<float> buffer;
   if (buffer.size() < count) buffer.resize(count);
@@ -376,8 +386,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
   switch (w.type) {
     case WeightType::kFloat32:
 #if CPUFORMER_X86_64
-      if (w.isa == Isa::kAvx512 && cpu_features().amx_bf16 &&
-          float32_matmul_precision() == Float32MatmulPrecision::kHigh) {
+      if (matmul_instruction(WeightType::kFloat32) == MatmulInstruction::kAmxBf16x3) {
         avx512amx::gemm_f32_bf16x3(a, m, lda, w, c, ldc, epilogue);
         return;
       }

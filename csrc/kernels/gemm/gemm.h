@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "kernels/activation/activation.h"
@@ -174,6 +175,10 @@ struct HalfGemmKernels {
 enum class Float32MatmulPrecision : int { kHighest = 0, kHigh = 1 };
 void set_float32_matmul_precision(Float32MatmulPrecision precision);
 Float32MatmulPrecision float32_matmul_precision();
+// Sets it by name, "highest" or "high" (the Python and C APIs); std::invalid_argument naming the
+// value otherwise.
+void set_float32_matmul_precision(const std::string& name);
+const char* float32_matmul_precision_name();
 
 const GemmKernels& gemm_kernels();
 const Int8GemmKernels& int8_gemm_kernels();
