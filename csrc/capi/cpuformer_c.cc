@@ -120,9 +120,10 @@ long product(std::size_t a, std::size_t b, const char* what) {
   return static_cast<long>(out);
 }
 
-// Shared by cf_encode and cf_embed: the checked inputs and the hidden states.
+// Shared by cf_encode and cf_embed: the checked inputs and the hidden states (skip_padding: the
+// padded rows zero and, where the encoder can, never computed; EncoderModel::forward).
 void encode(cf_model* model, const int64_t* ids, const int64_t* mask, const int64_t* types, std::size_t batch,
-            std::size_t seq_len, float* out) {
+            std::size_t seq_len, float* out, bool skip_padding = false) {
   const cpuformer::GraphModel& g = *model->graph;
   if (!g.encoder) {
     fail(CF_ERROR_WRONG_KIND, std::string("this model is ") + kind_text(g.config.kind) +
@@ -134,7 +135,7 @@ void encode(cf_model* model, const int64_t* ids, const int64_t* mask, const int6
   cpuformer::check_encoder_inputs(g.config, ids, mask, types, B, T);
   cpuformer::ScopedNumThreads threads(model->num_threads);
   cpuformer::ComputeSlots slots(cpuformer::current_num_threads());
-  g.encoder->forward(ids, mask, types, B, T, out, nullptr);
+  g.encoder->forward(ids, mask, types, B, T, out, nullptr, nullptr, skip_padding);
 }
 
 }  // namespace
@@ -265,7 +266,14 @@ cf_status cf_embed(cf_model* model, const int64_t* input_ids, const int64_t* att
     std::vector<float> hidden(
         static_cast<std::size_t>(product(static_cast<std::size_t>(product(batch, seq_len, "batch × seq_len")),
                                          static_cast<std::size_t>(H), "the hidden states")));
-    encode(model, input_ids, attention_mask, nullptr, batch, seq_len, hidden.data());
+    // Pooling reads unpadded rows only, except CLS of a sequence without any (row 0, as computed).
+    bool skip_padding = attention_mask != nullptr;
+    for (std::size_t b = 0; b < batch && skip_padding && pooling == CF_POOL_CLS; ++b) {
+      bool any = false;
+      for (long t = 0; t < T && !any; ++t) any = attention_mask[b * T + t] > 0;
+      skip_padding = any;
+    }
+    encode(model, input_ids, attention_mask, nullptr, batch, seq_len, hidden.data(), skip_padding);
     // The pooling of cpuformer._sentence.pool: padded positions are selected out, not multiplied by 0.
     for (std::size_t b = 0; b < batch; ++b) {
       const float* h = hidden.data() + b * T * H;

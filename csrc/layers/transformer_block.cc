@@ -121,16 +121,24 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   a.out_stride_h = D;
   a.out_stride_t = qw;
   if (in.entries) {
-    if (!cache || in.hook) throw std::logic_error("a ragged batch needs a KV cache and no attention hook");
+    if (in.hook) throw std::logic_error("a ragged batch runs no attention hook");
+    if (!cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");
     for (long e = 0; e < in.num_entries; ++e) {
       const RaggedEntry& entry = in.entries[e];
       AttentionArgs one = a;
-      cache->view(in.layer, one, entry.row);
       one.batch = 1;
       one.q_len = entry.count;
-      one.kv_len = entry.start + entry.count;
-      one.causal = true;
-      one.causal_offset = entry.start;
+      if (cache) {  // decoding: causal over the row's cached slots and the new ones
+        cache->view(in.layer, one, entry.row);
+        one.kv_len = entry.start + entry.count;
+        one.causal = true;
+        one.causal_offset = entry.start;
+      } else {  // an unpadded encoder batch: the entry's own tokens, read in place (a.causal, a.window kept)
+        one.k = a.k + entry.offset * row;
+        one.v = a.v + entry.offset * row;
+        one.kv_len = entry.count;
+        one.causal_offset = 0;
+      }
       one.mask = nullptr;
       one.q = qkv + entry.offset * row;
       one.out = context + entry.offset * qw;

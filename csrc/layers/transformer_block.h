@@ -98,9 +98,12 @@ struct SelfAttentionInput {
   long layer = 0, start = 0;     // read in place from the fused projection
   const float* rope = nullptr;   // cos | sin [tokens, head_dim] (rope_angles) or null
   AttentionHook* hook = nullptr;  // runs the attention instead of attention(args) when set
-  // A ragged batch (with a cache, without a hook): args.batch = 1 and args.q_len = all packed
-  // tokens; entries [num_entries] and token_entry [tokens] (each token's entry) replace the
-  // uniform rows × q_len layout, `start` and the mask. The block runs one attention per entry.
+  // A ragged batch (without a hook): args.batch = 1 and args.q_len = all packed tokens; entries
+  // [num_entries] and token_entry [tokens] (each token's entry) replace the uniform rows × q_len
+  // layout, `start` and the mask. The block runs one attention per entry. With a cache, each entry
+  // attends causally to its cache row; without one (an encoder batch with its padding removed,
+  // args.mask null), to its own tokens [offset, offset + count) only (row and start unused; causal
+  // and window as args has them, counted from the entry's first token).
   const RaggedEntry* entries = nullptr;
   long num_entries = 0;
   const long* token_entry = nullptr;

@@ -135,37 +135,69 @@ const float* EncoderModel::rope_table(const std::vector<float>& inv_freq, long b
 }
 
 void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
-                           long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory) const {
+                           long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory,
+                           bool skip_padding) const {
   if (!complete()) throw std::logic_error("the encoder is missing layers");
   if (memory && !config_.transformer_xl_attention) throw std::logic_error("only Transformer-XL attention has memory");
   if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
-    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, workspace_);
+    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding,
+        workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
-    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, own);
+    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding, own);
   }
 }
 
 void EncoderModel::forward_embeddings(const float* embeddings, const int64_t* attention_mask, long batch, long seq_len,
-                                      float* out, float* pooled) const {
+                                      float* out, float* pooled, bool skip_padding) const {
   if (!complete()) throw std::logic_error("the encoder is missing layers");
   if (embeddings == nullptr) throw std::invalid_argument("forward_embeddings needs its input embeddings");
   if (config_.transformer_xl_attention) throw std::logic_error("Transformer-XL attention needs token ids");
   if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
-    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, workspace_);
+    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
-    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, own);
+    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, own);
   }
+}
+
+bool EncoderModel::unpadded_layout(const int64_t* attention_mask, long batch, long seq_len, bool first_rows,
+                                   Workspace& ws) const {
+  // Mathematics that reads the padded layout stays on it: relative position biases, disentangled
+  // and Transformer-XL attention.
+  if (config_.relative_bias || config_.disentangled_attention() || config_.transformer_xl_attention) return false;
+  ws.entries.clear();
+  ws.token_row.clear();
+  ws.token_entry.clear();
+  for (long b = 0; b < batch; ++b) {
+    const int64_t* m = attention_mask + b * seq_len;
+    long first = 0;
+    while (first < seq_len && !m[first]) ++first;
+    long end = first;
+    while (end < seq_len && m[end]) ++end;
+    for (long t = end; t < seq_len; ++t)
+      if (m[t]) return false;  // a gap inside a sequence: its positions and windows need the padded layout
+    if (first_rows && first != 0) return false;  // the pooler reads row 0, padded or not
+    if (end == first) continue;                   // all padding: zero rows
+    RaggedEntry e;
+    e.count = end - first;
+    e.offset = static_cast<long>(ws.token_row.size());
+    for (long t = first; t < end; ++t) {
+      ws.token_row.push_back(b * seq_len + t);
+      ws.token_entry.push_back(static_cast<long>(ws.entries.size()));
+    }
+    ws.entries.push_back(e);
+  }
+  return true;
 }
 
 void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
                        const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
-                       const EncoderMemory* memory, Workspace& ws) const {
+                       const EncoderMemory* memory, bool skip_padding, Workspace& ws) const {
   const long H = config_.hidden_size;
   const long rows = checked_multiply(batch, seq_len, "the tokens of a batch (batch × seq_len)");
   float* h = out;  // the hidden state lives in the output array from the start
@@ -217,6 +249,35 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     rope = rope_table(rope_inv_freq_, batch, seq_len, ws.rope);
     local_rope = rope_local_inv_freq_.empty() ? rope : rope_table(rope_local_inv_freq_, batch, seq_len, ws.local_rope);
   }
+  // Padding removed (skip_padding): the layers run on the unpadded tokens only, packed [tokens, H],
+  // one attention per sequence over its own tokens; the padded rows of out end up zero.
+  long tokens = rows;
+  const bool unpad = skip_padding && key_mask && unpadded_layout(attention_mask, batch, seq_len, pooled != nullptr, ws);
+  if (unpad) {
+    tokens = ws.token_row.size();
+    float* packed = ws.packed.reserve({tokens, H});
+    parallel_ranges(tokens, 16, [&](long n0, long n1) {
+      for (long n = n0; n < n1; ++n) std::memcpy(packed + n * H, h + ws.token_row[n] * H, H * sizeof(float));
+    });
+    h = packed;
+    in.args.batch = 1;
+    in.args.q_len = in.args.kv_len = tokens;
+    in.args.mask = nullptr;
+    in.entries = ws.entries.data();
+    in.num_entries = static_cast<long>(ws.entries.size());
+    in.token_entry = ws.token_entry.data();
+    if (rope) {
+      const long D = config_.head_dim;
+      const auto gather = [&](const float* table, ScratchBuffer& buffer) {
+        float* rows_out = buffer.reserve({tokens, D});
+        for (long n = 0; n < tokens; ++n) std::memcpy(rows_out + n * D, table + ws.token_row[n] * D, D * sizeof(float));
+        return static_cast<const float*>(rows_out);
+      };
+      const bool shared = local_rope == rope;
+      rope = gather(rope, ws.packed_rope);
+      local_rope = shared ? rope : gather(local_rope, ws.packed_local_rope);
+    }
+  }
   RelativeAttentionXLInput relative_xl;  // Transformer-XL: what every layer of the call shares
   const long memory_len = memory ? memory->length : 0;
   if (config_.transformer_xl_attention) {
@@ -252,13 +313,22 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     } else {
       layer.self_attention(config_, h, in, ws.block);
     }
-    layer.ffn(config_, h, rows, ws.block);
+    layer.ffn(config_, h, tokens, ws.block);
   }
-  if (config_.final_norm) final_norm_.apply(config_, h, h, rows);
+  if (config_.final_norm) final_norm_.apply(config_, h, h, tokens);
+  if (unpad) {
+    std::memset(out, 0, rows * H * sizeof(float));
+    for (long n = 0; n < tokens; ++n) std::memcpy(out + ws.token_row[n] * H, h + n * H, H * sizeof(float));
+    h = out;
+  }
 
   if (pooled) {
     pooler_.apply(h, batch, seq_len * H, pooled, H);
     for (long i = 0; i < batch * H; ++i) pooled[i] = std::tanh(pooled[i]);
+  }
+  if (skip_padding && key_mask && !unpad) {  // not removable here: computed, then zeroed all the same
+    for (long r = 0; r < rows; ++r)
+      if (!attention_mask[r]) std::memset(out + r * H, 0, H * sizeof(float));
   }
 }
 

@@ -53,8 +53,13 @@ class EncoderModel {
 
   // ids, mask, types [batch, seq_len] (mask, types may be null) → out [batch, seq_len, hidden],
   // pooled [batch, hidden] when not null. memory: Transformer-XL attention only (null: none).
+  // skip_padding: the padded rows of out are zero and, where the layout allows (each sequence's
+  // unpadded tokens contiguous, row 0 unpadded when pooled, no relative / disentangled /
+  // Transformer-XL attention), never computed: the layers run on the unpadded tokens only. The
+  // unpadded rows and pooled are what the padded computation gives (float32 rounding aside).
   void forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
-               long seq_len, float* out, float* pooled, const EncoderMemory* memory = nullptr) const;
+               long seq_len, float* out, float* pooled, const EncoderMemory* memory = nullptr,
+               bool skip_padding = false) const;
 
   // The stack on given input embeddings [batch, seq_len, embedding_width()] (hidden_size unless the
   // config has a narrower embedding_size) instead of token ids: no word, position or token type
@@ -63,7 +68,7 @@ class EncoderModel {
   // seq_len] (null: every position is attended). Not for Transformer-XL attention. Vision
   // transformers (ViT, CLIP's vision tower) enter here with their patch embeddings.
   void forward_embeddings(const float* embeddings, const int64_t* attention_mask, long batch, long seq_len, float* out,
-                          float* pooled) const;
+                          float* pooled, bool skip_padding = false) const;
 
  private:
   struct Workspace {
@@ -75,7 +80,15 @@ class EncoderModel {
     DisentangledWorkspace disentangled;
     ScratchBuffer sinusoids;  // [K + T - 1, hidden] (Transformer-XL)
     RelativeAttentionXLWorkspace relative_xl;
+    ScratchBuffer packed;                           // [tokens, hidden]: the unpadded rows (skip_padding)
+    ScratchBuffer packed_rope, packed_local_rope;  // cos | sin [tokens, head_dim] of those rows
+    std::vector<RaggedEntry> entries;              // one per sequence with unpadded tokens
+    std::vector<long> token_row, token_entry;      // per unpadded token: its row in [B·T], its entry
   };
+
+  // Fills ws.entries / token_row / token_entry from the mask and says whether the layers can run
+  // on the unpadded tokens alone (see forward). first_rows: the pooler reads each row 0.
+  bool unpadded_layout(const int64_t* attention_mask, long batch, long seq_len, bool first_rows, Workspace& ws) const;
 
   // cos | sin [batch, seq_len, head_dim] of positions t with `inv_freq`, into `buffer`.
   const float* rope_table(const std::vector<float>& inv_freq, long batch, long seq_len, ScratchBuffer& buffer) const;
@@ -84,7 +97,7 @@ class EncoderModel {
   // embeddings (not null): the input embeddings instead of input_ids' (forward_embeddings).
   void run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
            const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
-           const EncoderMemory* memory, Workspace& ws) const;
+           const EncoderMemory* memory, bool skip_padding, Workspace& ws) const;
 
   TransformerConfig config_;
   EmbeddingTable word_embeddings_;

@@ -51,10 +51,10 @@ class TaskMixin:
         _model_dir: Any
 
         def __call__(self, input_ids: Any, attention_mask: Any = None, token_type_ids: Any = None, *,
-                     return_pooler: bool = False) -> Any: ...
+                     return_pooler: bool = False, skip_padding: bool = False) -> Any: ...
         def _live(self) -> Any: ...
         def _forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any,
-                     return_pooler: bool) -> Tuple[Any, Optional[np.ndarray]]: ...
+                     return_pooler: bool, skip_padding: Optional[bool] = False) -> Tuple[Any, Optional[np.ndarray]]: ...
         def _get_tokenizer(self, method: str = "embed") -> Any: ...
 
     @property
@@ -88,7 +88,10 @@ class TaskMixin:
         return self._logits(head, input_ids, attention_mask, token_type_ids)
 
     def _logits(self, head: Any, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-        out, mask = self._forward(input_ids, attention_mask, token_type_ids, head.uses_pooler)
+        # A sequence-level head reads row 0 or unpadded rows only: padding is not computed when row 0 is unpadded.
+        sequence_level = head.task == "sequence_classification"
+        out, mask = self._forward(input_ids, attention_mask, token_type_ids, head.uses_pooler,
+                                  None if sequence_level else False)
         hidden, pooled = out if head.uses_pooler else (out, None)
         out = head(hidden, pooled, mask, self.num_threads)
         if head.task == "question_answering":
@@ -131,7 +134,9 @@ class TaskMixin:
                 mask[row, :len(e.ids)] = 1
                 if type_vocab:  # a tokenizer's pair template may name more types than the table has
                     types[row, :len(e.ids)] = np.minimum(e.type_ids, type_vocab - 1)
-            result = self(ids, mask, types if type_vocab else None, return_pooler=pooler)
+            # Every caller reads unpadded rows only (row 0 among them unless an encoding is empty).
+            result = self(ids, mask, types if type_vocab else None, return_pooler=pooler,
+                          skip_padding=all(len(encodings[i].ids) > 0 for i in chunk))
             hidden, pooled = result if pooler else (result, None)
             yield chunk, hidden, pooled, mask
 

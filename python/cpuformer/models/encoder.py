@@ -80,25 +80,34 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
     # ---- forward ---------------------------------------------------------------------------
 
     def __call__(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
-                 token_type_ids: Optional[TokenIds] = None, *,
-                 return_pooler: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
+                 token_type_ids: Optional[TokenIds] = None, *, return_pooler: bool = False,
+                 skip_padding: bool = False) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
         """last_hidden_state float32 [B, T, H] (``return_pooler=True``: (last_hidden_state, pooler_output [B, H])).
 
         input_ids: integer NumPy array [B, T] or a list of lists of ints; ragged lists are padded
         with pad_token_id and the attention mask is built (an explicit mask / token types must
         then be lists of the same lengths). attention_mask: 0/1 (or bool) [B, T], default all
         ones. token_type_ids: [B, T] in [0, type_vocab_size), default zeros.
+
+        skip_padding=True: the padded positions of last_hidden_state are zeros, and the layers run
+        on the unpadded tokens only, so a batch of mixed lengths costs what its real tokens cost
+        (docs/encoders.md, "Padding removal"). The unpadded positions and the pooler output are
+        the same as without it (float32 rounding aside).
         """
-        out, _ = self._forward(input_ids, attention_mask, token_type_ids, bool(return_pooler))
+        out, _ = self._forward(input_ids, attention_mask, token_type_ids, bool(return_pooler), bool(skip_padding))
         return out
 
     def _forward(self, input_ids: TokenIds, attention_mask: Optional[TokenIds], token_type_ids: Optional[TokenIds],
-                 return_pooler: bool) -> Tuple[Any, Optional[np.ndarray]]:
-        """(what __call__ returns, the attention mask it used: int64 [B, T], None for all ones)."""
+                 return_pooler: bool, skip_padding: Optional[bool] = False) -> Tuple[Any, Optional[np.ndarray]]:
+        """(what __call__ returns, the attention mask it used: int64 [B, T], None for all ones).
+        skip_padding=None: skip it when every sequence's first position is unpadded (for callers
+        that read only unpadded rows and row 0: sequence-level heads)."""
         model = self._live()
         ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id,
                                            self.config["vocab_size"])
-        return model.forward(ids, mask, types, return_pooler, self.num_threads), mask
+        if skip_padding is None:
+            skip_padding = mask is not None and bool(mask[:, 0].all())
+        return model.forward(ids, mask, types, return_pooler, self.num_threads, skip_padding), mask
 
     def encode_with_memory(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
                            token_type_ids: Optional[TokenIds] = None,
@@ -268,7 +277,8 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             ids, mask = _pad([sequences[i] for i in chunk], self.pad_token_id)
-            hidden = self(ids, mask)
+            # Pooling reads unpadded rows only (and row 0, unpadded unless a sequence is empty).
+            hidden = self(ids, mask, skip_padding=all(len(sequences[i]) > 0 for i in chunk))
             pooled = pipeline.apply(hidden, mask, prompt_length, normalize_modules=normalize is None)
             if result is None:
                 result = np.empty((len(sequences), pooled.shape[1]), dtype=np.float32)
