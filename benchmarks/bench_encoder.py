@@ -6,7 +6,9 @@ Workloads (2 threads unless --threads; --workloads picks some, all by default):
     vocab 30522) at batch 8 × 128 tokens and 1 × 16: cpuformer (each of --dtypes), PyTorch
     (inference_mode), CTranslate2 float32 (and int8 when --dtypes has int8);
   * ``classifier``: a BERT-base sequence classifier (BertForSequenceClassification, random weights,
-    2 labels) at 8 × 128 and 1 × 16: cpuformer ``logits`` float32 and int8, PyTorch float32, ONNX
+    2 labels) at 8 × 128, 1 × 16 and 8 × 128 of mixed lengths (``8x128_mixed``: 8 sequences of 16-128
+    tokens padded to 128, the same ids and attention mask for every engine; CTranslate2 gets each
+    sequence's tokens, its ragged-batch input): cpuformer ``logits`` float32 and int8, PyTorch float32, ONNX
     Runtime float32 (torch.onnx.export, fused by onnxruntime.transformers.optimizer with
     model_type="bert") and int8 (quantize_dynamic of the fused model), CTranslate2 float32 and
     int8 — its encoder only: CTranslate2 has no classifier head, so its row runs the encoder and
@@ -78,6 +80,10 @@ QUICK_WORKLOADS = ("classifier", "deberta", "rerank")
 # (batch, tokens) per workload; rerank's batch is the number of pairs (scored 32 at a time)
 SHAPES = {"bert_base": ((8, 128), (1, 16)), "classifier": ((8, 128), (1, 16)), "deberta": ((8, 128),),
           "rerank": ((100, 128),)}
+# Batches of mixed lengths padded to their longest (label "<batch>x<length>_mixed"): every engine gets
+# the same ids and attention mask; lengths drawn from MIXED_LENGTHS (seeded), the first the longest.
+MIXED = {"classifier": ((8, 128),)}
+MIXED_LENGTHS = (16, 128)
 RESULT_NAMES = {"bert_base": "bert_base", "classifier": "bert_base_classifier",
                 "deberta": "deberta_v3_base_classifier", "rerank": "minilm_l6_rerank"}
 RERANK_BATCH = 32
@@ -369,6 +375,9 @@ def prepare(workload: str, work: str, peers: list, layers=None) -> dict:
             ids = rng.integers(1000, 30000, (batch, length))
             ids[:, 0], ids[:, -1] = cls, sep
             arrays[f"ids_{batch}x{length}"] = ids
+        for batch, length in MIXED.get(workload, ()):
+            ids, mask = mixed_batch(rng, batch, length, cls, sep)
+            arrays[f"ids_{batch}x{length}_mixed"], arrays[f"mask_{batch}x{length}_mixed"] = ids, mask
         np.savez(os.path.join(base, "inputs.npz"), **arrays)
         if "onnxruntime" in peers and workload != "bert_base":
             model_class = "DebertaV2ForSequenceClassification" if workload == "deberta" else \
@@ -404,9 +413,29 @@ class NotSupported(Exception):
     """The engine cannot run this workload's model (a row that says so instead of a number)."""
 
 
+def mixed_batch(rng, batch: int, length: int, cls: int, sep: int) -> tuple:
+    """(ids, mask) [batch, length] of sequences of MIXED_LENGTHS lengths (the first `length`), each
+    [cls] ... [sep] then padding (id 0)."""
+    lengths = rng.integers(MIXED_LENGTHS[0], min(MIXED_LENGTHS[1], length) + 1, batch)
+    lengths[0] = length
+    ids = rng.integers(1000, 30000, (batch, length))
+    mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)
+    ids[:, 0] = cls
+    ids[np.arange(batch), lengths - 1] = sep
+    return np.where(mask == 1, ids, 0), mask
+
+
 def _token_inputs(work: str, workload: str) -> dict:
+    """label ("8x128", "8x128_mixed") -> (ids, attention mask) of the prepared inputs."""
     with np.load(os.path.join(work, workload, "inputs.npz")) as data:
-        return {(int(k.split("_")[1].split("x")[0]), int(k.split("x")[1])): data[k] for k in data.files}
+        out = {}
+        for key in data.files:
+            if key.startswith("ids_"):
+                label = key[len("ids_"):]
+                ids = data[key]
+                mask_key = f"mask_{label}"
+                out[label] = (ids, data[mask_key] if mask_key in data.files else np.ones_like(ids))
+        return out
 
 
 def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: int):
@@ -427,15 +456,14 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
                     raise NotSupported(f"{type(error).__name__}: {error}") from error
                 raise
             version = cf.__version__
-            for shape, ids in inputs.items():
-                mask = np.ones_like(ids)
+            for label, (ids, mask) in inputs.items():
                 if workload == "bert_base":
                     def fn(ids=ids):
                         return model(ids)
                 else:
-                    def fn(ids=ids, mask=mask):
+                    def fn(ids=ids, mask=mask):  # (a sequence-level head: padding is not computed)
                         return model.logits(ids, mask)
-                runs[shape] = (fn, shape[0], lambda fn=fn: {"out": fn()})
+                runs[label] = (fn, len(ids), lambda fn=fn: {"out": fn()})
         elif engine == "pytorch":
             import torch
             import transformers
@@ -445,9 +473,9 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
                            "deberta": "DebertaV2ForSequenceClassification"}[workload]
             model = getattr(transformers, model_class).from_pretrained(hf).eval()
             version = f"torch {torch.__version__}, transformers {transformers.__version__}"
-            for shape, ids in inputs.items():
+            for label, (ids, mask) in inputs.items():
                 ids_t = torch.tensor(ids)
-                mask_t = torch.ones_like(ids_t)
+                mask_t = torch.tensor(mask)
 
                 def fn(ids_t=ids_t, mask_t=mask_t):
                     with torch.inference_mode():
@@ -459,36 +487,43 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
                     if workload == "classifier":
                         with torch.inference_mode():
                             hidden = model.bert(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
-                        result["hidden"] = hidden.numpy()
+                        result["hidden"] = hidden.numpy() * mask_t[:, :, None].numpy()  # unpadded rows
                     return result
 
-                runs[shape] = (fn, shape[0], outputs)
+                runs[label] = (fn, len(ids), outputs)
         elif engine == "onnxruntime":
             import onnxruntime
 
             name = "model_fp32.onnx" if dtype == "float32" else "model_int8.onnx"
             session = ort_session(os.path.join(base, "onnx", name), threads)
             version = onnxruntime.__version__
-            for shape, ids in inputs.items():
-                feed = {"input_ids": ids.astype(np.int64), "attention_mask": np.ones_like(ids, dtype=np.int64)}
+            for label, (ids, mask) in inputs.items():
+                feed = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
 
                 def fn(feed=feed):
                     return session.run(None, feed)[0]
 
-                runs[shape] = (fn, shape[0], lambda fn=fn: {"out": fn()})
+                runs[label] = (fn, len(ids), lambda fn=fn: {"out": fn()})
         elif engine == "ctranslate2":
             import ctranslate2
 
             encoder = ctranslate2.Encoder(os.path.join(base, "ct2"), device="cpu", intra_threads=threads,
                                           compute_type="int8" if dtype == "int8" else "default")
             version = ctranslate2.__version__
-            for shape, ids in inputs.items():
-                tokens = [[f"t{i}" for i in row] for row in ids.tolist()]
+            for label, (ids, mask) in inputs.items():
+                # each sequence's unpadded tokens (CTranslate2 pads a ragged batch itself)
+                tokens = [[f"t{i}" for i in row[m == 1].tolist()] for row, m in zip(ids, mask)]
 
                 def fn(tokens=tokens):
                     return encoder.forward_batch(tokens)
 
-                runs[shape] = (fn, shape[0], lambda fn=fn: {"out": np.array(fn().last_hidden_state)})
+                def ct2_outputs(fn=fn, mask=mask):
+                    hidden = np.array(fn().last_hidden_state)
+                    if workload == "classifier":  # compared with PyTorch's hidden states at unpadded rows
+                        hidden = hidden * mask[:, :, None]
+                    return {"out": hidden}
+
+                runs[label] = (fn, len(ids), ct2_outputs)
         else:
             raise ValueError(f"engine {engine!r} does not run the {workload} workload")
     elif workload == "rerank":
@@ -522,7 +557,7 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
                                              activation_fn=torch.nn.Identity())}
         else:
             raise ValueError(f"engine {engine!r} does not run the rerank workload")
-        runs[shape] = (fn, len(pairs), outputs)
+        runs[f"{shape[0]}x{shape[1]}"] = (fn, len(pairs), outputs)
     elif workload == "minilm":
         with open(os.path.join(base, "sentences.json")) as f:
             sentences = json.load(f)
@@ -546,7 +581,7 @@ def engine_runner(engine: str, dtype: str, workload: str, work: str, threads: in
                 return model.encode(sentences, batch_size=MINILM_BATCH, convert_to_numpy=True)
         else:
             raise ValueError(f"engine {engine!r} does not run the minilm workload")
-        runs[(len(sentences), 0)] = (fn, len(sentences), lambda: {"out": fn()})
+        runs[f"{len(sentences)}x0"] = (fn, len(sentences), lambda: {"out": fn()})
     else:
         raise ValueError(f"unknown workload {workload!r}")
     return version, runs
@@ -561,8 +596,7 @@ def run_child(args) -> dict:
         return {"not_supported": str(error)}
     result = {"version": version, "load_seconds": time.perf_counter() - start, "rates": {}}
     saved = {}
-    for (batch, length), (fn, sequences, outputs) in runs.items():
-        label = f"{batch}x{length}"
+    for label, (fn, sequences, outputs) in runs.items():
         if args.outputs:
             for key, value in outputs().items():
                 saved[f"{label}/{key}"] = np.asarray(value, dtype=np.float32)
@@ -597,10 +631,15 @@ def engines_of(workload: str, dtypes: list, peers: list) -> list:
     return rows
 
 
+def _labels(workload: str) -> list:
+    """The shapes' labels ("8x128", then the mixed-length batches' "8x128_mixed")."""
+    return [f"{b}x{t}" for b, t in SHAPES[workload]] + [f"{b}x{t}_mixed" for b, t in MIXED.get(workload, ())]
+
+
 def _shape_names(workload: str) -> list:
     if workload == "minilm":
         return ["minilm_embed"]
-    return [f"{RESULT_NAMES[workload]}_{b}x{t}" for b, t in SHAPES[workload]]
+    return [f"{RESULT_NAMES[workload]}_{label}" for label in _labels(workload)]
 
 
 def correctness(workload: str, key: str, engine: str, outputs: dict, label: str) -> dict:
@@ -678,7 +717,7 @@ def run_benchmark(args) -> dict:
             engine_round(__file__, argv, timeout, work, workload, key, state, round_index == 0, "seq/s", 1)
 
     for workload, key, engine, dtype in plan:
-        labels = ([f"{b}x{t}" for b, t in SHAPES[workload]] if workload != "minilm" else None)
+        labels = _labels(workload) if workload != "minilm" else None
         for index, name in enumerate(_shape_names(workload)):
             entry = results.setdefault(name, {})
             state = info.get((workload, key), {})

@@ -88,3 +88,25 @@ def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit):
         _bench().main(argv)
     assert message in capsys.readouterr().err
+
+
+def test_mixed_length_batches_and_labels(tmp_path):
+    """The 8x128_mixed inputs: lengths in MIXED_LENGTHS, the first the longest, [cls] ... [sep] then id 0
+    padding under a zero mask; labels and result names follow the shapes; the prepared file reads back."""
+    bench = _bench()
+    ids, mask = bench.mixed_batch(np.random.default_rng(0), 8, 128, 101, 102)
+    lengths = mask.sum(axis=1)
+    assert ids.shape == mask.shape == (8, 128) and lengths[0] == 128
+    assert lengths.min() >= bench.MIXED_LENGTHS[0] and len(set(lengths.tolist())) > 1
+    assert (ids[:, 0] == 101).all() and (ids[np.arange(8), lengths - 1] == 102).all()
+    assert (ids[mask == 0] == 0).all() and (ids[mask == 1] != 0).all()
+    assert bench._labels("classifier") == ["8x128", "1x16", "8x128_mixed"]
+    assert bench._shape_names("classifier")[-1] == "bert_base_classifier_8x128_mixed"
+    assert bench._labels("deberta") == ["8x128"]
+    (tmp_path / "classifier").mkdir()
+    np.savez(tmp_path / "classifier" / "inputs.npz", ids_1x16=np.ones((1, 16), np.int64), ids_8x128_mixed=ids,
+             mask_8x128_mixed=mask)
+    inputs = bench._token_inputs(str(tmp_path), "classifier")
+    assert sorted(inputs) == ["1x16", "8x128_mixed"]
+    np.testing.assert_array_equal(inputs["1x16"][1], np.ones((1, 16), np.int64))
+    np.testing.assert_array_equal(inputs["8x128_mixed"][1], mask)
