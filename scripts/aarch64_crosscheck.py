@@ -95,7 +95,9 @@ def _run(directory: str, name: str, dtype: str, inputs: Dict[str, np.ndarray]):
             out[f"tokens{i}"] = np.asarray(model.generate([prompt], max_new_tokens=NEW_TOKENS,
                                                           min_new_tokens=NEW_TOKENS)[0], dtype=np.int64)
     else:
-        out["encoder"] = model.encode(ids, mask)
+        # padded positions of an encoder output carry no meaning (zero where the encoder skips
+        # them): compared at the unpadded ones
+        out["encoder"] = model.encode(ids, mask) * mask[:, :, None].astype(np.float32)
         out["logits"] = model.logits(ids, inputs["target"], mask)
         for i, prompt in enumerate(prompts):
             out[f"tokens{i}"] = np.asarray(model.generate([prompt], max_new_tokens=NEW_TOKENS,
@@ -136,7 +138,8 @@ def _hf_reference(model, name: str, inputs: Dict[str, np.ndarray]) -> Dict[str, 
                                      min_new_tokens=NEW_TOKENS, do_sample=False, num_beams=1, pad_token_id=0)
                 out[f"tokens{i}"] = seq[0, p.shape[1]:].numpy()
             return out
-        out["encoder"] = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
+        out["encoder"] = (model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+                          * mask[:, :, None]).numpy()
         out["logits"] = model(input_ids=ids, attention_mask=mask,
                               decoder_input_ids=torch.tensor(inputs["target"])).logits.numpy()
         for i, prompt in enumerate(prompts):

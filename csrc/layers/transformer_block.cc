@@ -58,6 +58,45 @@ void TransformerBlock::residual(const TransformerConfig& c, const Linear& out, c
   }
 }
 
+bool UnpaddedLayout::build(const int64_t* mask, long batch, long seq_len, bool first_rows) {
+  entries.clear();
+  token_row.clear();
+  token_entry.clear();
+  for (long b = 0; b < batch; ++b) {
+    const int64_t* m = mask + b * seq_len;
+    long first = 0;
+    while (first < seq_len && !m[first]) ++first;
+    long end = first;
+    while (end < seq_len && m[end]) ++end;
+    for (long t = end; t < seq_len; ++t)
+      if (m[t]) return false;
+    if (first_rows && first != 0) return false;
+    if (end == first) continue;  // all padding: zero rows
+    RaggedEntry e;
+    e.count = end - first;
+    e.offset = tokens();
+    for (long t = first; t < end; ++t) {
+      token_row.push_back(b * seq_len + t);
+      token_entry.push_back(static_cast<long>(entries.size()));
+    }
+    entries.push_back(e);
+  }
+  return true;
+}
+
+void UnpaddedLayout::gather(const float* padded, long width, float* packed) const {
+  parallel_ranges(tokens(), 16, [&](long n0, long n1) {
+    for (long n = n0; n < n1; ++n)
+      std::memcpy(packed + n * width, padded + token_row[n] * width, width * sizeof(float));
+  });
+}
+
+void UnpaddedLayout::scatter(const float* packed, long width, long rows, float* padded) const {
+  std::memset(padded, 0, rows * width * sizeof(float));
+  for (long n = 0; n < tokens(); ++n)
+    std::memcpy(padded + token_row[n] * width, packed + n * width, width * sizeof(float));
+}
+
 void TransformerBlock::self_attention(const TransformerConfig& c, float* h, SelfAttentionInput& in,
                                       BlockWorkspace& ws) const {
   AttentionArgs& a = in.args;

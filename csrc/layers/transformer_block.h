@@ -13,6 +13,7 @@
 // attention arguments the model fills in.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,22 @@ struct BlockWorkspace {
 // [0, start + count). Each sequence starts at slot 0 (no padding, no key mask).
 struct RaggedEntry {
   long row = 0, start = 0, count = 0, offset = 0;
+};
+
+// The unpadded tokens of a padded batch as a ragged batch without a KV cache (padding removal):
+// mask [batch, seq_len] (nonzero: a token). Fills one entry per sequence with tokens (offsets in
+// packed order), token_row [tokens] (each token's row in the padded [batch·seq_len] layout) and
+// token_entry [tokens]. False, when a sequence's tokens are not contiguous (a gap: positions and
+// windows would change) or, with first_rows, a sequence's row 0 is padding.
+struct UnpaddedLayout {
+  std::vector<RaggedEntry> entries;
+  std::vector<long> token_row, token_entry;
+  bool build(const int64_t* mask, long batch, long seq_len, bool first_rows);
+  long tokens() const { return static_cast<long>(token_row.size()); }
+  // packed [tokens, width] ← the unpadded rows of padded [batch·seq_len, width]
+  void gather(const float* padded, long width, float* packed) const;
+  // padded [batch·seq_len, width] ← packed rows, zero at the padded rows
+  void scatter(const float* packed, long width, long rows, float* padded) const;
 };
 
 // Where self-attention keys and values come from, and how positions enter.

@@ -170,29 +170,7 @@ bool EncoderModel::unpadded_layout(const int64_t* attention_mask, long batch, lo
   // Mathematics that reads the padded layout stays on it: relative position biases, disentangled
   // and Transformer-XL attention.
   if (config_.relative_bias || config_.disentangled_attention() || config_.transformer_xl_attention) return false;
-  ws.entries.clear();
-  ws.token_row.clear();
-  ws.token_entry.clear();
-  for (long b = 0; b < batch; ++b) {
-    const int64_t* m = attention_mask + b * seq_len;
-    long first = 0;
-    while (first < seq_len && !m[first]) ++first;
-    long end = first;
-    while (end < seq_len && m[end]) ++end;
-    for (long t = end; t < seq_len; ++t)
-      if (m[t]) return false;  // a gap inside a sequence: its positions and windows need the padded layout
-    if (first_rows && first != 0) return false;  // the pooler reads row 0, padded or not
-    if (end == first) continue;                   // all padding: zero rows
-    RaggedEntry e;
-    e.count = end - first;
-    e.offset = static_cast<long>(ws.token_row.size());
-    for (long t = first; t < end; ++t) {
-      ws.token_row.push_back(b * seq_len + t);
-      ws.token_entry.push_back(static_cast<long>(ws.entries.size()));
-    }
-    ws.entries.push_back(e);
-  }
-  return true;
+  return ws.unpadded.build(attention_mask, batch, seq_len, first_rows);
 }
 
 void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
@@ -254,28 +232,30 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
   long tokens = rows;
   const bool unpad = skip_padding && key_mask && unpadded_layout(attention_mask, batch, seq_len, pooled != nullptr, ws);
   if (unpad) {
-    tokens = ws.token_row.size();
+    const UnpaddedLayout& layout = ws.unpadded;
+    tokens = layout.tokens();
     float* packed = ws.packed.reserve({tokens, H});
-    parallel_ranges(tokens, 16, [&](long n0, long n1) {
-      for (long n = n0; n < n1; ++n) std::memcpy(packed + n * H, h + ws.token_row[n] * H, H * sizeof(float));
-    });
+    layout.gather(h, H, packed);
     h = packed;
     in.args.batch = 1;
     in.args.q_len = in.args.kv_len = tokens;
     in.args.mask = nullptr;
-    in.entries = ws.entries.data();
-    in.num_entries = static_cast<long>(ws.entries.size());
-    in.token_entry = ws.token_entry.data();
+    in.entries = layout.entries.data();
+    in.num_entries = static_cast<long>(layout.entries.size());
+    in.token_entry = layout.token_entry.data();
     if (rope) {
       const long D = config_.head_dim;
-      const auto gather = [&](const float* table, ScratchBuffer& buffer) {
-        float* rows_out = buffer.reserve({tokens, D});
-        for (long n = 0; n < tokens; ++n) std::memcpy(rows_out + n * D, table + ws.token_row[n] * D, D * sizeof(float));
-        return static_cast<const float*>(rows_out);
-      };
       const bool shared = local_rope == rope;
-      rope = gather(rope, ws.packed_rope);
-      local_rope = shared ? rope : gather(local_rope, ws.packed_local_rope);
+      float* gathered = ws.packed_rope.reserve({tokens, D});
+      layout.gather(rope, D, gathered);
+      rope = gathered;
+      if (shared) {
+        local_rope = rope;
+      } else {
+        float* local = ws.packed_local_rope.reserve({tokens, D});
+        layout.gather(local_rope, D, local);
+        local_rope = local;
+      }
     }
   }
   RelativeAttentionXLInput relative_xl;  // Transformer-XL: what every layer of the call shares
@@ -317,8 +297,7 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
   }
   if (config_.final_norm) final_norm_.apply(config_, h, h, tokens);
   if (unpad) {
-    std::memset(out, 0, rows * H * sizeof(float));
-    for (long n = 0; n < tokens; ++n) std::memcpy(out + ws.token_row[n] * H, h + n * H, H * sizeof(float));
+    ws.unpadded.scatter(h, H, rows, out);
     h = out;
   }
 

@@ -82,12 +82,11 @@ class EncoderModel {
     RelativeAttentionXLWorkspace relative_xl;
     ScratchBuffer packed;                           // [tokens, hidden]: the unpadded rows (skip_padding)
     ScratchBuffer packed_rope, packed_local_rope;  // cos | sin [tokens, head_dim] of those rows
-    std::vector<RaggedEntry> entries;              // one per sequence with unpadded tokens
-    std::vector<long> token_row, token_entry;      // per unpadded token: its row in [B·T], its entry
+    UnpaddedLayout unpadded;                       // the unpadded tokens' entries and rows
   };
 
-  // Fills ws.entries / token_row / token_entry from the mask and says whether the layers can run
-  // on the unpadded tokens alone (see forward). first_rows: the pooler reads each row 0.
+  // Fills ws.unpadded from the mask and says whether the layers can run on the unpadded tokens
+  // alone (see forward). first_rows: the pooler reads each row 0.
   bool unpadded_layout(const int64_t* attention_mask, long batch, long seq_len, bool first_rows, Workspace& ws) const;
 
   // cos | sin [batch, seq_len, head_dim] of positions t with `inv_freq`, into `buffer`.

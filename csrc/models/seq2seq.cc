@@ -105,11 +105,29 @@ void Seq2SeqModel::run_encoder(const int64_t* src, const int64_t* src_mask, long
     a.mask_stride_b = T;
     a.mask_stride_k = 1;
   }
-  for (const TransformerBlock& layer : encoder_.layers) {
-    layer.self_attention(c, h, in, ws.block);
-    layer.ffn(c, h, N, ws.block);
+  // Padding removal: the layers run on the unpadded tokens only, one attention per source; the
+  // padded rows of the output are zero (cross-attention masks them as keys). T5's relative bias
+  // reads the padded layout and stays on it.
+  float* x = h;
+  long tokens = N;
+  const bool unpad = key_mask && c.positions != Positions::kRelative && ws.unpadded.build(src_mask, batch, T, false);
+  if (unpad) {
+    tokens = ws.unpadded.tokens();
+    x = ws.packed.reserve({tokens, c.hidden_size});
+    ws.unpadded.gather(h, c.hidden_size, x);
+    a.batch = 1;
+    a.q_len = a.kv_len = tokens;
+    a.mask = nullptr;
+    in.entries = ws.unpadded.entries.data();
+    in.num_entries = static_cast<long>(ws.unpadded.entries.size());
+    in.token_entry = ws.unpadded.token_entry.data();
   }
-  if (c.final_norm) encoder_.final_norm.apply(c, h, h, N);
+  for (const TransformerBlock& layer : encoder_.layers) {
+    layer.self_attention(c, x, in, ws.block);
+    layer.ffn(c, x, tokens, ws.block);
+  }
+  if (c.final_norm) encoder_.final_norm.apply(c, x, x, tokens);
+  if (unpad) ws.unpadded.scatter(x, c.hidden_size, N, h);
 }
 
 void Seq2SeqModel::prepare_cross(const float* encoded, const int64_t* src_mask, long sources, long src_len,
@@ -119,9 +137,26 @@ void Seq2SeqModel::prepare_cross(const float* encoded, const int64_t* src_mask, 
   cross.src_len = src_len;
   cross.kv.resize(checked_bytes({L, N, 2, inner}, sizeof(float), "the cross-attention keys and values") /
                   sizeof(float));
-  for (long l = 0; l < L; ++l) {
-    decoder_.layers[l].cross_kv().apply(encoded, N, config_.hidden_size, cross.kv.data() + l * N * 2 * inner,
-                                        2 * inner);
+  // Padded source rows are masked keys: only the unpadded rows are projected (the others stay zero).
+  std::vector<long> kept;
+  if (src_mask) {
+    for (long i = 0; i < N; ++i)
+      if (src_mask[i]) kept.push_back(i);
+  }
+  const long d = config_.hidden_size, tokens = static_cast<long>(kept.size());
+  if (src_mask && tokens < N) {
+    std::vector<float> packed(static_cast<std::size_t>(tokens * d)), kv(static_cast<std::size_t>(tokens * 2 * inner));
+    for (long n = 0; n < tokens; ++n) std::memcpy(packed.data() + n * d, encoded + kept[n] * d, d * sizeof(float));
+    std::fill(cross.kv.begin(), cross.kv.end(), 0.0f);
+    for (long l = 0; l < L; ++l) {
+      decoder_.layers[l].cross_kv().apply(packed.data(), tokens, d, kv.data(), 2 * inner);
+      float* layer = cross.kv.data() + l * N * 2 * inner;
+      for (long n = 0; n < tokens; ++n)
+        std::memcpy(layer + kept[n] * 2 * inner, kv.data() + n * 2 * inner, 2 * inner * sizeof(float));
+    }
+  } else {
+    for (long l = 0; l < L; ++l)
+      decoder_.layers[l].cross_kv().apply(encoded, N, d, cross.kv.data() + l * N * 2 * inner, 2 * inner);
   }
   cross.key_mask.clear();
   if (src_mask) {

@@ -61,6 +61,8 @@ class Seq2SeqModel {
   struct Workspace {
     BlockWorkspace block;
     ScratchBuffer h, x, bias, key_mask;
+    ScratchBuffer packed;      // [tokens, d]: the encoder's unpadded rows (padding removal)
+    UnpaddedLayout unpadded;   // their entries and rows
   };
   // The encoder output's cross-attention keys/values and key mask for one run.
   struct CrossState {

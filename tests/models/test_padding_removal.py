@@ -179,3 +179,32 @@ def test_sequence_logits_and_embed(tmp_path):
     mean = (hidden * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
     mean /= np.linalg.norm(mean, axis=1, keepdims=True)
     np.testing.assert_allclose(model.embed(lists, batch_size=4), mean, rtol=TOLERANCE, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["right", "left", "gap"])
+def test_seq2seq_encoder(tmp_path, layout):
+    """A seq2seq encoder (BART) packs its sources the same way: the encoder output matches
+    transformers at the unpadded positions, padded ones are zero where packed (right or left
+    padding; a gap runs padded), and the logits over it match too."""
+    config = transformers.BartConfig(vocab_size=97, d_model=48, encoder_layers=2, decoder_layers=2,
+                                     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=67,
+                                     decoder_ffn_dim=67, max_position_embeddings=64)
+    hf = save_random_model(tmp_path, transformers.BartForConditionalGeneration, config, seed=11)
+    mask = _mask([19, 4, 11], 19, left=layout == "left")
+    if layout == "gap":
+        mask[0, 5:8] = 0
+    ids = _ids({"vocab_size": 97, "pad_token_id": 1}, mask, seed=12)
+    tgt = np.random.default_rng(13).integers(3, 97, size=(3, 5))
+    with torch.inference_mode():
+        encoded = hf.get_encoder()(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+        logits = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                    decoder_input_ids=torch.tensor(tgt)).logits.numpy()
+    model = cf.load(tmp_path)
+    ours = model.encode(ids, mask)
+    reference = encoded.last_hidden_state.numpy()
+    keep = mask == 1
+    assert np.abs(ours[keep] - reference[keep]).max() <= TOLERANCE * np.abs(reference[keep]).max()
+    if layout != "gap":
+        assert not ours[~keep].any()
+    np.testing.assert_allclose(model.logits(ids, tgt, mask), logits, rtol=TOLERANCE,
+                               atol=TOLERANCE * np.abs(logits).max())

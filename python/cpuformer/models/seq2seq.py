@@ -79,7 +79,8 @@ class Seq2Seq(TextMixin, ModelBase):
     # ---- forward ---------------------------------------------------------------------------
 
     def encode(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
-        """Encoder output float32 [B, T, d_model]; padded positions (mask 0) are masked as keys."""
+        """Encoder output float32 [B, T, d_model]; padded positions (mask 0) are masked as keys and
+        carry no meaning: zero where the encoder skips them (docs/seq2seq.md), as computed for T5."""
         model = self._live()
         ids = as_2d(input_ids, "input_ids", vocab_size=self.vocab_size)
         mask = None if attention_mask is None else as_2d(attention_mask, "attention_mask", allow_bool=True)
