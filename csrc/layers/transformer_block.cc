@@ -61,7 +61,6 @@ void TransformerBlock::residual(const TransformerConfig& c, const Linear& out, c
 bool UnpaddedLayout::build(const int64_t* mask, long batch, long seq_len, bool first_rows) {
   entries.clear();
   token_row.clear();
-  token_entry.clear();
   for (long b = 0; b < batch; ++b) {
     const int64_t* m = mask + b * seq_len;
     long first = 0;
@@ -75,26 +74,22 @@ bool UnpaddedLayout::build(const int64_t* mask, long batch, long seq_len, bool f
     RaggedEntry e;
     e.count = end - first;
     e.offset = tokens();
-    for (long t = first; t < end; ++t) {
-      token_row.push_back(b * seq_len + t);
-      token_entry.push_back(static_cast<long>(entries.size()));
-    }
+    for (long t = first; t < end; ++t) token_row.push_back(b * seq_len + t);
     entries.push_back(e);
   }
   return true;
 }
 
-void UnpaddedLayout::gather(const float* padded, long width, float* packed) const {
-  parallel_ranges(tokens(), 16, [&](long n0, long n1) {
-    for (long n = n0; n < n1; ++n)
-      std::memcpy(packed + n * width, padded + token_row[n] * width, width * sizeof(float));
+void gather_rows(const std::vector<long>& rows, const float* padded, long width, float* packed) {
+  parallel_ranges(static_cast<long>(rows.size()), 16, [&](long n0, long n1) {
+    for (long n = n0; n < n1; ++n) std::memcpy(packed + n * width, padded + rows[n] * width, width * sizeof(float));
   });
 }
 
-void UnpaddedLayout::scatter(const float* packed, long width, long rows, float* padded) const {
-  std::memset(padded, 0, rows * width * sizeof(float));
-  for (long n = 0; n < tokens(); ++n)
-    std::memcpy(padded + token_row[n] * width, packed + n * width, width * sizeof(float));
+void scatter_rows(const std::vector<long>& rows, const float* packed, long width, long padded_rows, float* padded) {
+  std::memset(padded, 0, padded_rows * width * sizeof(float));
+  for (std::size_t n = 0; n < rows.size(); ++n)
+    std::memcpy(padded + rows[n] * width, packed + n * width, width * sizeof(float));
 }
 
 void TransformerBlock::self_attention(const TransformerConfig& c, float* h, SelfAttentionInput& in,

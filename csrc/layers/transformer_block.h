@@ -90,20 +90,21 @@ struct RaggedEntry {
   long row = 0, start = 0, count = 0, offset = 0;
 };
 
+// packed [rows.size(), width] ← rows `rows` of padded [·, width]
+void gather_rows(const std::vector<long>& rows, const float* padded, long width, float* packed);
+// padded [padded_rows, width] ← packed row n at row rows[n], zero elsewhere
+void scatter_rows(const std::vector<long>& rows, const float* packed, long width, long padded_rows, float* padded);
+
 // The unpadded tokens of a padded batch as a ragged batch without a KV cache (padding removal):
 // mask [batch, seq_len] (nonzero: a token). Fills one entry per sequence with tokens (offsets in
-// packed order), token_row [tokens] (each token's row in the padded [batch·seq_len] layout) and
-// token_entry [tokens]. False, when a sequence's tokens are not contiguous (a gap: positions and
-// windows would change) or, with first_rows, a sequence's row 0 is padding.
+// packed order) and token_row [tokens] (each token's row in the padded [batch·seq_len] layout).
+// False, when a sequence's tokens are not contiguous (a gap: positions and windows would change)
+// or, with first_rows, a sequence's row 0 is padding.
 struct UnpaddedLayout {
   std::vector<RaggedEntry> entries;
-  std::vector<long> token_row, token_entry;
+  std::vector<long> token_row;
   bool build(const int64_t* mask, long batch, long seq_len, bool first_rows);
   long tokens() const { return static_cast<long>(token_row.size()); }
-  // packed [tokens, width] ← the unpadded rows of padded [batch·seq_len, width]
-  void gather(const float* padded, long width, float* packed) const;
-  // padded [batch·seq_len, width] ← packed rows, zero at the padded rows
-  void scatter(const float* packed, long width, long rows, float* padded) const;
 };
 
 // Where self-attention keys and values come from, and how positions enter.
@@ -116,8 +117,8 @@ struct SelfAttentionInput {
   const float* rope = nullptr;   // cos | sin [tokens, head_dim] (rope_angles) or null
   AttentionHook* hook = nullptr;  // runs the attention instead of attention(args) when set
   // A ragged batch (without a hook): args.batch = 1 and args.q_len = all packed tokens; entries
-  // [num_entries] and token_entry [tokens] (each token's entry) replace the uniform rows × q_len
-  // layout, `start` and the mask. The block runs one attention per entry. With a cache, each entry
+  // [num_entries] and, with a cache, token_entry [tokens] (each token's entry) replace the uniform
+  // rows × q_len layout, `start` and the mask. The block runs one attention per entry. With a cache, each entry
   // attends causally to its cache row; without one (an encoder batch with its padding removed,
   // args.mask null), to its own tokens [offset, offset + count) only (row and start unused; causal
   // and window as args has them, counted from the entry's first token).

@@ -235,25 +235,24 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     const UnpaddedLayout& layout = ws.unpadded;
     tokens = layout.tokens();
     float* packed = ws.packed.reserve({tokens, H});
-    layout.gather(h, H, packed);
+    gather_rows(layout.token_row, h, H, packed);
     h = packed;
     in.args.batch = 1;
     in.args.q_len = in.args.kv_len = tokens;
     in.args.mask = nullptr;
     in.entries = layout.entries.data();
     in.num_entries = static_cast<long>(layout.entries.size());
-    in.token_entry = layout.token_entry.data();
     if (rope) {
       const long D = config_.head_dim;
       const bool shared = local_rope == rope;
       float* gathered = ws.packed_rope.reserve({tokens, D});
-      layout.gather(rope, D, gathered);
+      gather_rows(layout.token_row, rope, D, gathered);
       rope = gathered;
       if (shared) {
         local_rope = rope;
       } else {
         float* local = ws.packed_local_rope.reserve({tokens, D});
-        layout.gather(local_rope, D, local);
+        gather_rows(layout.token_row, local_rope, D, local);
         local_rope = local;
       }
     }
@@ -297,7 +296,7 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
   }
   if (config_.final_norm) final_norm_.apply(config_, h, h, tokens);
   if (unpad) {
-    ws.unpadded.scatter(h, H, rows, out);
+    scatter_rows(ws.unpadded.token_row, h, H, rows, out);
     h = out;
   }
 

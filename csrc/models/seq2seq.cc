@@ -114,20 +114,19 @@ void Seq2SeqModel::run_encoder(const int64_t* src, const int64_t* src_mask, long
   if (unpad) {
     tokens = ws.unpadded.tokens();
     x = ws.packed.reserve({tokens, c.hidden_size});
-    ws.unpadded.gather(h, c.hidden_size, x);
+    gather_rows(ws.unpadded.token_row, h, c.hidden_size, x);
     a.batch = 1;
     a.q_len = a.kv_len = tokens;
     a.mask = nullptr;
     in.entries = ws.unpadded.entries.data();
     in.num_entries = static_cast<long>(ws.unpadded.entries.size());
-    in.token_entry = ws.unpadded.token_entry.data();
   }
   for (const TransformerBlock& layer : encoder_.layers) {
     layer.self_attention(c, x, in, ws.block);
     layer.ffn(c, x, tokens, ws.block);
   }
   if (c.final_norm) encoder_.final_norm.apply(c, x, x, tokens);
-  if (unpad) ws.unpadded.scatter(x, c.hidden_size, N, h);
+  if (unpad) scatter_rows(ws.unpadded.token_row, x, c.hidden_size, N, h);
 }
 
 void Seq2SeqModel::prepare_cross(const float* encoded, const int64_t* src_mask, long sources, long src_len,
@@ -146,13 +145,10 @@ void Seq2SeqModel::prepare_cross(const float* encoded, const int64_t* src_mask, 
   const long d = config_.hidden_size, tokens = static_cast<long>(kept.size());
   if (src_mask && tokens < N) {
     std::vector<float> packed(static_cast<std::size_t>(tokens * d)), kv(static_cast<std::size_t>(tokens * 2 * inner));
-    for (long n = 0; n < tokens; ++n) std::memcpy(packed.data() + n * d, encoded + kept[n] * d, d * sizeof(float));
-    std::fill(cross.kv.begin(), cross.kv.end(), 0.0f);
+    gather_rows(kept, encoded, d, packed.data());
     for (long l = 0; l < L; ++l) {
       decoder_.layers[l].cross_kv().apply(packed.data(), tokens, d, kv.data(), 2 * inner);
-      float* layer = cross.kv.data() + l * N * 2 * inner;
-      for (long n = 0; n < tokens; ++n)
-        std::memcpy(layer + kept[n] * 2 * inner, kv.data() + n * 2 * inner, 2 * inner * sizeof(float));
+      scatter_rows(kept, kv.data(), 2 * inner, N, cross.kv.data() + l * N * 2 * inner);
     }
   } else {
     for (long l = 0; l < L; ++l)
