@@ -55,7 +55,7 @@ class PyEncoderModel : private ModelBuilder {
   }
 
   py::object forward(const py::object& input_ids, const py::object& attention_mask, const py::object& token_type_ids,
-                     bool return_pooler, int num_threads, bool skip_padding) const {
+                     bool return_pooler, int num_threads, bool skip_padding, bool first_only) const {
     const Inputs in = inputs(input_ids, attention_mask, token_type_ids, num_threads);
     const TransformerConfig& c = model_->config();
     if (return_pooler && !model_->has_pooler()) {
@@ -71,9 +71,11 @@ class PyEncoderModel : private ModelBuilder {
       GilReleased release;
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());  // bounds threads × num_threads across Python threads
-      with_size_context(
-          [&] { return request; },
-          [&] { model_->forward(in.id, in.mask, in.types, in.batch, in.seq_len, op, pp, nullptr, skip_padding); });
+      with_size_context([&] { return request; },
+                        [&] {
+                          model_->forward(in.id, in.mask, in.types, in.batch, in.seq_len, op, pp, nullptr, skip_padding,
+                                          first_only);
+                        });
     }
     if (return_pooler) return py::make_tuple(out, pooled);
     return std::move(out);
@@ -82,7 +84,7 @@ class PyEncoderModel : private ModelBuilder {
   // The stack on input embeddings [B, T, embedding width] (no token or position embedding added):
   // the hidden states, or (hidden states, pooled output) with return_pooler.
   py::object forward_embeddings(const py::object& embeddings, const py::object& attention_mask, bool return_pooler,
-                                int num_threads, bool skip_padding) const {
+                                int num_threads, bool skip_padding, bool first_only) const {
     const TransformerConfig& c = model_->config();
     if (!model_->complete()) {
       throw py::value_error("the encoder has " + std::to_string(model_->num_layers_added()) + " of its " +
@@ -135,7 +137,7 @@ class PyEncoderModel : private ModelBuilder {
       ScopedNumThreads threads(num_threads);
       ComputeSlots slots(current_num_threads());
       with_size_context([&] { return request; },
-                        [&] { model_->forward_embeddings(ep, mp, B, T, op, pp, skip_padding); });
+                        [&] { model_->forward_embeddings(ep, mp, B, T, op, pp, skip_padding, first_only); });
     }
     if (return_pooler) return py::make_tuple(out, pooled);
     return std::move(out);
@@ -271,10 +273,10 @@ void register_models_encoder(py::module_& m) {
       .def("add_layer", &PyEncoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("forward", &PyEncoderModel::forward, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("token_type_ids") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0,
-           py::arg("skip_padding") = false)
+           py::arg("skip_padding") = false, py::arg("first_only") = false)
       .def("forward_embeddings", &PyEncoderModel::forward_embeddings, py::arg("embeddings"),
            py::arg("attention_mask") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0,
-           py::arg("skip_padding") = false)
+           py::arg("skip_padding") = false, py::arg("first_only") = false)
       .def("forward_memory", &PyEncoderModel::forward_memory, py::arg("input_ids"),
            py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
            py::arg("memory") = py::none(), py::arg("num_threads") = 0)

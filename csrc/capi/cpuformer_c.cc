@@ -121,9 +121,10 @@ long product(std::size_t a, std::size_t b, const char* what) {
 }
 
 // Shared by cf_encode and cf_embed: the checked inputs and the hidden states (skip_padding: the
-// padded rows zero and, where the encoder can, never computed; EncoderModel::forward).
+// padded rows zero and, where the encoder can, never computed; first_only: row 0 of each sequence
+// alone; EncoderModel::forward).
 void encode(cf_model* model, const int64_t* ids, const int64_t* mask, const int64_t* types, std::size_t batch,
-            std::size_t seq_len, float* out, bool skip_padding = false) {
+            std::size_t seq_len, float* out, bool skip_padding = false, bool first_only = false) {
   const cpuformer::GraphModel& g = *model->graph;
   if (!g.encoder) {
     fail(CF_ERROR_WRONG_KIND, std::string("this model is ") + kind_text(g.config.kind) +
@@ -135,7 +136,7 @@ void encode(cf_model* model, const int64_t* ids, const int64_t* mask, const int6
   cpuformer::check_encoder_inputs(g.config, ids, mask, types, B, T);
   cpuformer::ScopedNumThreads threads(model->num_threads);
   cpuformer::ComputeSlots slots(cpuformer::current_num_threads());
-  g.encoder->forward(ids, mask, types, B, T, out, nullptr, nullptr, skip_padding);
+  g.encoder->forward(ids, mask, types, B, T, out, nullptr, nullptr, skip_padding, first_only);
 }
 
 }  // namespace
@@ -273,7 +274,10 @@ cf_status cf_embed(cf_model* model, const int64_t* input_ids, const int64_t* att
       for (long t = 0; t < T && !any; ++t) any = attention_mask[b * T + t] > 0;
       skip_padding = any;
     }
-    encode(model, input_ids, attention_mask, nullptr, batch, seq_len, hidden.data(), skip_padding);
+    // CLS reads row 0 alone when every sequence's row 0 is a token: the last layer runs for it only.
+    bool first_only = pooling == CF_POOL_CLS;
+    for (std::size_t b = 0; b < batch && first_only && attention_mask; ++b) first_only = attention_mask[b * T] > 0;
+    encode(model, input_ids, attention_mask, nullptr, batch, seq_len, hidden.data(), skip_padding, first_only);
     // The pooling of cpuformer._sentence.pool: padded positions are selected out, not multiplied by 0.
     for (std::size_t b = 0; b < batch; ++b) {
       const float* h = hidden.data() + b * T * H;

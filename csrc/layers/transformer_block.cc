@@ -154,6 +154,47 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   a.out_stride_b = t_new * qw;
   a.out_stride_h = D;
   a.out_stride_t = qw;
+  if (in.picked) {  // one query per sequence: its first or last token
+    if (in.hook) throw std::logic_error("a picked-token pass runs no attention hook");
+    if (in.entries && !cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");
+    const long sequences = in.entries ? in.num_entries : a.batch;
+    auto pick = [&](long count) { return in.pick_last ? count - 1 : 0; };  // within the sequence
+    // The residual input: each sequence's picked row of h.
+    for (long s = 0; s < sequences; ++s) {
+      const long r = in.entries ? in.entries[s].offset + pick(in.entries[s].count) : s * t_new + pick(t_new);
+      std::memcpy(in.picked + s * c.hidden_size, h + r * c.hidden_size, c.hidden_size * sizeof(float));
+    }
+    a.q_len = 1;
+    a.out_stride_b = qw;
+    if (in.entries) {
+      for (long s = 0; s < sequences; ++s) {
+        const RaggedEntry& entry = in.entries[s];
+        AttentionArgs one = a;
+        one.batch = 1;
+        one.mask = nullptr;
+        one.q = qkv + (entry.offset + pick(entry.count)) * row;
+        one.out = context + s * qw;
+        if (cache) {  // causal over the row's cached slots and the new ones
+          cache->view(in.layer, one, entry.row);
+          one.kv_len = entry.start + entry.count;
+          one.causal = true;
+          one.causal_offset = entry.start + pick(entry.count);
+        } else {  // the entry's own tokens (a.causal, a.window kept)
+          one.k = a.k + entry.offset * row;
+          one.v = a.v + entry.offset * row;
+          one.kv_len = entry.count;
+          one.causal_offset = pick(entry.count);
+        }
+        attention(one);
+      }
+    } else {
+      a.q = qkv + pick(t_new) * row;
+      a.causal_offset += pick(t_new);  // the query's position among the keys
+      attention(a);
+    }
+    residual(c, out_, attn_norm_, context, in.picked, sequences, ws);
+    return;
+  }
   if (in.entries) {
     if (in.hook) throw std::logic_error("a ragged batch runs no attention hook");
     if (!cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");

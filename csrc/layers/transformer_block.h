@@ -125,6 +125,14 @@ struct SelfAttentionInput {
   const RaggedEntry* entries = nullptr;
   long num_entries = 0;
   const long* token_entry = nullptr;
+  // Not null (no hook): the last layer of a stack whose output is read at one token per sequence
+  // (per entry) only — its first (pick_last false: an encoder read at its first token) or its last
+  // (a decoder's prompt pass, whose logits are read at its last token). Keys and values still come
+  // from every token (and go to the cache), the queries and everything after attention from the
+  // picked tokens only; picked [sequences, hidden] receives their rows of the layer's output and h
+  // is left as it was.
+  float* picked = nullptr;
+  bool pick_last = false;
 };
 
 class TransformerBlock {
@@ -133,7 +141,8 @@ class TransformerBlock {
   // Packs the projections (in c.weight_type) and copies the norms; cross: a seq2seq decoder layer.
   TransformerBlock(const TransformerConfig& c, const BlockTensors& t, bool cross);
 
-  // h [rows·q_len, hidden] ← h + self-attention (or its post-norm form).
+  // h [rows·q_len, hidden] ← h + self-attention (or its post-norm form); with in.picked, only
+  // the picked token of each sequence is carried on, into in.picked (see SelfAttentionInput).
   void self_attention(const TransformerConfig& c, float* h, SelfAttentionInput& in, BlockWorkspace& ws) const;
   // h ← h + cross-attention over keys/values the model projected with cross_kv(); `args` holds
   // the batch (one entry per source), q_len (the queries of a source), kv_len, k, v and their

@@ -110,16 +110,28 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   a.mask_stride_k = 1;
   in.cache = &cache;
   in.start = start;
-  for (long l = 0; l < static_cast<long>(layers_.size()); ++l) {
+  const long L = static_cast<long>(layers_.size());
+  // Only the last position of each row is read: the last layer carries on those alone.
+  const bool pick_last = !all_positions && t_new > 1;
+  for (long l = 0; l < L; ++l) {
     in.layer = l;
+    if (pick_last && l == L - 1) {
+      float* last = ws.last.reserve({rows, c.hidden_size});
+      in.picked = last;
+      in.pick_last = true;
+      layers_[l].self_attention(c, h, in, ws.block);
+      layers_[l].ffn(c, last, rows, ws.block);
+      h = last;
+      break;
+    }
     layers_[l].self_attention(c, h, in, ws.block);
     layers_[l].ffn(c, h, N, ws.block);
   }
   cache.set_length(start + t_new);
 
   // The final norm and the head on the positions that need logits.
-  if (all_positions) {
-    head(h, nullptr, N, ws, logits);
+  if (all_positions || pick_last) {
+    head(h, nullptr, all_positions ? N : rows, ws, logits);
     return;
   }
   std::vector<long>& last = ws.picked;
@@ -171,8 +183,24 @@ void DecoderModel::forward_ragged(KvCache& cache, Workspace& ws, const int64_t* 
   in.entries = entries;
   in.num_entries = E;
   in.token_entry = token_entry;
-  for (long l = 0; l < static_cast<long>(layers_.size()); ++l) {
+  const long L = static_cast<long>(layers_.size());
+  // Logits are read at entries' last tokens only: the last layer carries on one token per entry
+  // (unless every entry is one token already).
+  const bool pick_last = N > E;
+  for (long l = 0; l < L; ++l) {
     in.layer = l;
+    if (pick_last && l == L - 1) {
+      float* last = ws.last.reserve({E, c.hidden_size});
+      in.picked = last;
+      in.pick_last = true;
+      layers_[l].self_attention(c, h, in, ws.block);
+      layers_[l].ffn(c, last, E, ws.block);
+      std::vector<long>& rows = ws.picked;  // each logit token's entry: its row of `last`
+      rows.resize(count);
+      for (long i = 0; i < count; ++i) rows[i] = token_entry[logit_tokens[i]];
+      head(last, rows.data(), count, ws, logits);
+      return;
+    }
     layers_[l].self_attention(c, h, in, ws.block);
     layers_[l].ffn(c, h, N, ws.block);
   }

@@ -41,6 +41,7 @@ class DecoderModel {
   struct Workspace {
     BlockWorkspace block;
     ScratchBuffer h, x, rope;
+    ScratchBuffer last;        // [sequences, hidden]: the last layer's rows of the last tokens
     std::vector<long> picked;  // the positions whose logits a pass returns
   };
 
@@ -52,12 +53,14 @@ class DecoderModel {
 
   // Runs `t_new` new tokens per row (ids/positions [rows, t_new]) through the layers, writing K/V
   // at cache slots [length, length + t_new) and advancing the length. Logits of the last
-  // position of each row [rows, V], or of every position [rows, t_new, V] if all_positions.
+  // position of each row [rows, V] (the last layer then runs for those positions alone, its keys
+  // and values from every token), or of every position [rows, t_new, V] if all_positions.
   void forward(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long rows, long t_new,
                bool all_positions, float* logits) const;
   // A ragged batch (layers/transformer_block.h, RaggedEntry): the packed tokens ids/positions [N]
   // of entries [E] (token_entry [N]: each token's entry) through the layers; logits [count, V] of
-  // the packed tokens logit_tokens [count] (the last token of each entry that needs one).
+  // the packed tokens logit_tokens [count] (the last token of each entry that needs one). The last
+  // layer runs for the last token of each entry alone.
   void forward_ragged(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long N,
                       const RaggedEntry* entries, long E, const long* token_entry, const long* logit_tokens, long count,
                       float* logits) const;

@@ -136,32 +136,35 @@ const float* EncoderModel::rope_table(const std::vector<float>& inv_freq, long b
 
 void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
                            long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory,
-                           bool skip_padding) const {
+                           bool skip_padding, bool first_only) const {
   if (!complete()) throw std::logic_error("the encoder is missing layers");
   if (memory && !config_.transformer_xl_attention) throw std::logic_error("only Transformer-XL attention has memory");
   if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
     run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding,
-        workspace_);
+        first_only, workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
-    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding, own);
+    run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding,
+        first_only, own);
   }
 }
 
 void EncoderModel::forward_embeddings(const float* embeddings, const int64_t* attention_mask, long batch, long seq_len,
-                                      float* out, float* pooled, bool skip_padding) const {
+                                      float* out, float* pooled, bool skip_padding, bool first_only) const {
   if (!complete()) throw std::logic_error("the encoder is missing layers");
   if (embeddings == nullptr) throw std::invalid_argument("forward_embeddings needs its input embeddings");
   if (config_.transformer_xl_attention) throw std::logic_error("Transformer-XL attention needs token ids");
   if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
-    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, workspace_);
+    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, first_only,
+        workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
-    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, own);
+    run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, first_only,
+        own);
   }
 }
 
@@ -175,7 +178,7 @@ bool EncoderModel::unpadded_layout(const int64_t* attention_mask, long batch, lo
 
 void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
                        const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
-                       const EncoderMemory* memory, bool skip_padding, Workspace& ws) const {
+                       const EncoderMemory* memory, bool skip_padding, bool first_only, Workspace& ws) const {
   const long H = config_.hidden_size;
   const long rows = checked_multiply(batch, seq_len, "the tokens of a batch (batch × seq_len)");
   float* h = out;  // the hidden state lives in the output array from the start
@@ -230,7 +233,8 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
   // Padding removed (skip_padding): the layers run on the unpadded tokens only, packed [tokens, H],
   // one attention per sequence over its own tokens; the padded rows of out end up zero.
   long tokens = rows;
-  const bool unpad = skip_padding && key_mask && unpadded_layout(attention_mask, batch, seq_len, pooled != nullptr, ws);
+  const bool unpad =
+      skip_padding && key_mask && unpadded_layout(attention_mask, batch, seq_len, pooled != nullptr || first_only, ws);
   if (unpad) {
     const UnpaddedLayout& layout = ws.unpadded;
     tokens = layout.tokens();
@@ -269,11 +273,25 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     relative_xl.memory_len = memory_len;
   }
   const long repeats = config_.num_layers / config_.distinct_layers();  // > 1: shared layers (ALBERT)
+  // first_only: the last layer carries on each sequence's first token alone (plain attention only:
+  // the disentangled and Transformer-XL hooks score every query).
+  const bool first_rows = first_only && disentangled_.empty() && !config_.transformer_xl_attention;
   for (long l = 0; l < config_.num_layers; ++l) {
     const bool windowed = config_.windowed_layer(l);
     in.args.window = windowed ? config_.sliding_window : 0;
     in.rope = windowed ? local_rope : rope;
     const TransformerBlock& layer = layers_[l / repeats];
+    if (first_rows && l == config_.num_layers - 1) {
+      float* first = ws.first.reserve({batch, H});  // one entry per sequence (row 0 of each is unpadded)
+      in.picked = first;
+      layer.self_attention(config_, h, in, ws.block);
+      layer.ffn(config_, first, batch, ws.block);
+      if (config_.final_norm) final_norm_.apply(config_, first, first, batch);
+      std::memset(out, 0, rows * H * sizeof(float));  // (h may be out: read for the last time above)
+      for (long b = 0; b < batch; ++b) std::memcpy(out + b * seq_len * H, first + b * H, H * sizeof(float));
+      h = nullptr;
+      break;
+    }
     if (!disentangled_.empty()) {
       DisentangledAttentionCall hook(config_, disentangled_[l / repeats], ws.disentangled);
       in.hook = &hook;
@@ -294,8 +312,12 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     }
     layer.ffn(config_, h, tokens, ws.block);
   }
-  if (config_.final_norm) final_norm_.apply(config_, h, h, tokens);
-  if (unpad) {
+  if (h == nullptr) {  // first_only: out holds the first rows already
+    h = out;
+  } else if (config_.final_norm) {
+    final_norm_.apply(config_, h, h, tokens);
+  }
+  if (unpad && h != out) {
     scatter_rows(ws.unpadded.token_row, h, H, rows, out);
     h = out;
   }
@@ -303,6 +325,9 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
   if (pooled) {
     pooler_.apply(h, batch, seq_len * H, pooled, H);
     for (long i = 0; i < batch * H; ++i) pooled[i] = std::tanh(pooled[i]);
+  }
+  if (first_only && !first_rows) {  // every row computed (attention hooks): only the first ones kept
+    for (long b = 0; b < batch; ++b) std::memset(out + (b * seq_len + 1) * H, 0, (seq_len - 1) * H * sizeof(float));
   }
   if (skip_padding && key_mask && !unpad) {  // not removable here: computed, then zeroed all the same
     for (long r = 0; r < rows; ++r)

@@ -57,9 +57,13 @@ class EncoderModel {
   // unpadded tokens contiguous, row 0 unpadded when pooled, no relative / disentangled /
   // Transformer-XL attention), never computed: the layers run on the unpadded tokens only. The
   // unpadded rows and pooled are what the padded computation gives (float32 rounding aside).
+  // first_only: only row 0 of each sequence of out is computed (the others are zero): the last
+  // layer carries on the first tokens alone, its keys and values still from every token (for heads
+  // and poolings that read the first token only; DeBERTa's disentangled and Transformer-XL
+  // attention compute every row, then zero the others).
   void forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
                long seq_len, float* out, float* pooled, const EncoderMemory* memory = nullptr,
-               bool skip_padding = false) const;
+               bool skip_padding = false, bool first_only = false) const;
 
   // The stack on given input embeddings [batch, seq_len, embedding_width()] (hidden_size unless the
   // config has a narrower embedding_size) instead of token ids: no word, position or token type
@@ -68,7 +72,7 @@ class EncoderModel {
   // seq_len] (null: every position is attended). Not for Transformer-XL attention. Vision
   // transformers (ViT, CLIP's vision tower) enter here with their patch embeddings.
   void forward_embeddings(const float* embeddings, const int64_t* attention_mask, long batch, long seq_len, float* out,
-                          float* pooled, bool skip_padding = false) const;
+                          float* pooled, bool skip_padding = false, bool first_only = false) const;
 
  private:
   struct Workspace {
@@ -83,6 +87,7 @@ class EncoderModel {
     ScratchBuffer packed;                           // [tokens, hidden]: the unpadded rows (skip_padding)
     ScratchBuffer packed_rope, packed_local_rope;  // cos | sin [tokens, head_dim] of those rows
     UnpaddedLayout unpadded;                       // the unpadded tokens' entries and rows
+    ScratchBuffer first;                           // [batch, hidden]: the last layer's first rows (first_only)
   };
 
   // Fills ws.unpadded from the mask and says whether the layers can run on the unpadded tokens
@@ -96,7 +101,7 @@ class EncoderModel {
   // embeddings (not null): the input embeddings instead of input_ids' (forward_embeddings).
   void run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
            const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
-           const EncoderMemory* memory, bool skip_padding, Workspace& ws) const;
+           const EncoderMemory* memory, bool skip_padding, bool first_only, Workspace& ws) const;
 
   TransformerConfig config_;
   EmbeddingTable word_embeddings_;

@@ -71,6 +71,12 @@ class Head:
     def uses_pooler(self) -> bool:
         return ("pooler",) in self.steps
 
+    @property
+    def reads_first_token(self) -> bool:
+        """Whether the head reads the first token's state only (its first step is "first" or the
+        pooler): the encoder then computes its last layer for that token alone."""
+        return bool(self.steps) and self.steps[0] in (("first",), ("pooler",))
+
 
 def head_of(declared: Mapping[str, Any]) -> Head:
     """A Head from the C++ registry's declaration (``_core.arch_head``: task, steps, tensors as

@@ -25,6 +25,7 @@ class TaskHead:
     def __init__(self, head: Head, arrays: Dict[str, np.ndarray], dtype: str, group_size: int = 32,
                  zero_point: bool = False):
         self.task, self.labels, self.uses_pooler = head.task, head.labels, head.uses_pooler
+        self.reads_first_token = head.reads_first_token
         self._steps: List[Callable[..., np.ndarray]] = []
         steps = list(head.steps)
         i = 0

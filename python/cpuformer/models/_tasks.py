@@ -54,7 +54,8 @@ class TaskMixin:
                      return_pooler: bool = False, skip_padding: bool = False) -> Any: ...
         def _live(self) -> Any: ...
         def _forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any,
-                     return_pooler: bool, skip_padding: Optional[bool] = False) -> Tuple[Any, Optional[np.ndarray]]: ...
+                     return_pooler: bool, skip_padding: Optional[bool] = False,
+                     first_only: bool = False) -> Tuple[Any, Optional[np.ndarray]]: ...
         def _get_tokenizer(self, method: str = "embed") -> Any: ...
 
     @property
@@ -89,9 +90,10 @@ class TaskMixin:
 
     def _logits(self, head: Any, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
         # A sequence-level head reads row 0 or unpadded rows only: padding is not computed when row 0 is unpadded.
+        # One reading the first token only gets the last layer computed for that token alone.
         sequence_level = head.task == "sequence_classification"
         out, mask = self._forward(input_ids, attention_mask, token_type_ids, head.uses_pooler,
-                                  None if sequence_level else False)
+                                  None if sequence_level else False, sequence_level and head.reads_first_token)
         hidden, pooled = out if head.uses_pooler else (out, None)
         out = head(hidden, pooled, mask, self.num_threads)
         if head.task == "question_answering":
@@ -116,10 +118,11 @@ class TaskMixin:
                                 f"is {_describe(item)}")
         return self._get_tokenizer(method).encode_batch(encoded)
 
-    def _batches(self, encodings: List[Any], batch_size: int,
-                 pooler: bool) -> Iterator[Tuple[List[int], np.ndarray, Optional[np.ndarray], np.ndarray]]:
+    def _batches(self, encodings: List[Any], batch_size: int, pooler: bool,
+                 first_only: bool = False) -> Iterator[Tuple[List[int], np.ndarray, Optional[np.ndarray], np.ndarray]]:
         """(indices into encodings, last_hidden_state, pooler output or None, attention mask) per
-        batch, the encodings sorted by length."""
+        batch, the encodings sorted by length. first_only: only row 0 of each sequence is read (the
+        others come back zero)."""
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         pad, type_vocab = self.config["pad_token_id"], self.config["type_vocab_size"]
         for start in range(0, len(order), batch_size):
@@ -135,15 +138,16 @@ class TaskMixin:
                 if type_vocab:  # a tokenizer's pair template may name more types than the table has
                     types[row, :len(e.ids)] = np.minimum(e.type_ids, type_vocab - 1)
             # Every caller reads unpadded rows only (row 0 among them unless an encoding is empty).
-            result = self(ids, mask, types if type_vocab else None, return_pooler=pooler,
-                          skip_padding=all(len(encodings[i].ids) > 0 for i in chunk))
+            result, _ = self._forward(ids, mask, types if type_vocab else None, pooler,
+                                      all(len(encodings[i].ids) > 0 for i in chunk), first_only)
             hidden, pooled = result if pooler else (result, None)
             yield chunk, hidden, pooled, mask
 
     def _sequence_logits(self, head: Any, encodings: List[Any], batch_size: int) -> np.ndarray:
         """[N, labels] of a sequence-level head, in input order."""
         out = np.empty((len(encodings), len(head.labels)), dtype=np.float32)
-        for chunk, hidden, pooled, mask in self._batches(encodings, batch_size, head.uses_pooler):
+        for chunk, hidden, pooled, mask in self._batches(encodings, batch_size, head.uses_pooler,
+                                                         head.reads_first_token):
             out[chunk] = head(hidden, pooled, mask, self.num_threads)
         return out
 

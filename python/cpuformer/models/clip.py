@@ -339,13 +339,18 @@ class _VisionTower(_ClipModel):
         """The vision tower's last hidden state [B, 1 + patches, hidden] (before post_layernorm, as
         transformers' last_hidden_state). interpolate_pos_encoding: images of another size than
         image_size, the position embeddings resized bicubically as transformers does."""
+        return self._image_hidden(pixel_values, interpolate_pos_encoding)
+
+    def _image_hidden(self, pixel_values: PixelValues, interpolate_pos_encoding: bool,
+                      first_only: bool = False) -> np.ndarray:
+        """image_hidden_states; first_only: row 0 (the class token) alone, the other rows zero."""
         x = self._pixels(self._as_pixels(pixel_values), interpolate_pos_encoding)
         vision = self._live_vision()
-        return vision.forward_embeddings(self._image_embeddings(x), num_threads=self.num_threads)
+        return vision.forward_embeddings(self._image_embeddings(x), None, False, self.num_threads, False, first_only)
 
     def _image_pooled(self, pixel_values: PixelValues, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """post_layernorm(class token) [B, hidden]: transformers' vision pooler_output."""
-        hidden = self.image_hidden_states(pixel_values, interpolate_pos_encoding)
+        hidden = self._image_hidden(pixel_values, interpolate_pos_encoding, first_only=True)
         weight, bias = self._post_norm
         return ops.layer_norm(np.ascontiguousarray(hidden[:, 0]), weight, bias, self.vision_hparams.norm_eps,
                               num_threads=self.num_threads)

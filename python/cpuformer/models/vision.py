@@ -321,14 +321,20 @@ class ImageEncoder(ModelBase):
         if return_pooler and not self.has_pooler:
             raise ValueError(f"{self.architecture}: this checkpoint has no pooler (pooler.dense weights); "
                              "return_pooler needs one")
-        embeddings = self.embeddings(pixel_values, interpolate_pos_encoding)
-        return self._live().forward_embeddings(embeddings, None, return_pooler, self.num_threads)
+        return self._forward(pixel_values, interpolate_pos_encoding, return_pooler)
 
     forward = __call__
 
+    def _forward(self, pixel_values: Any, interpolate_pos_encoding: bool, return_pooler: bool = False,
+                 first_only: bool = False) -> Any:
+        """What __call__ returns; first_only: the caller reads the CLS token only (row 0 of each
+        image; the other rows come back zero, the last layer is computed for the CLS token alone)."""
+        embeddings = self.embeddings(pixel_values, interpolate_pos_encoding)
+        return self._live().forward_embeddings(embeddings, None, return_pooler, self.num_threads, False, first_only)
+
     def pooler_output(self, pixel_values: np.ndarray, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """transformers' pooler_output [B, hidden]: tanh(dense(last_hidden_state[:, 0]))."""
-        return self(pixel_values, interpolate_pos_encoding, return_pooler=True)[1]
+        return self._forward(pixel_values, interpolate_pos_encoding, return_pooler=True, first_only=True)[1]
 
 
     def embed(self, images: Any, pooling: str = "cls", normalize: bool = False, batch_size: int = 32,
@@ -351,9 +357,9 @@ class ImageEncoder(ModelBase):
         for offset, batch in _batches(images, batch_size):
             batch = self._preprocess(batch, offset)
             if pooling == "pooler":
-                vectors = self(batch, interpolate_pos_encoding, return_pooler=True)[1]
+                vectors = self._forward(batch, interpolate_pos_encoding, return_pooler=True, first_only=True)[1]
             else:
-                hidden = self(batch, interpolate_pos_encoding)
+                hidden = self._forward(batch, interpolate_pos_encoding, first_only=pooling == "cls")
                 vectors = hidden[:, 0] if pooling == "cls" else hidden[:, self.vision.prefix_tokens:].mean(axis=1)
             parts.append(np.ascontiguousarray(vectors, dtype=np.float32))
         out = np.concatenate(parts)
@@ -459,7 +465,8 @@ class ImageClassifier(ImageEncoder):
     def logits(self, pixel_values: Any, interpolate_pos_encoding: bool = False) -> np.ndarray:
         """transformers' ``logits`` [B, num_labels] (DeiT with teacher: the average of the CLS and
         the distillation heads). ``pixel_values``: pixel_values or images (module docstring)."""
-        hidden = self(pixel_values, interpolate_pos_encoding)
+        hidden = self._forward(pixel_values, interpolate_pos_encoding,
+                               first_only=all(token == 0 for _, token in self._heads))
         out: Optional[np.ndarray] = None
         for linear, token in self._heads:
             logits = linear(np.ascontiguousarray(hidden[:, token]), None, self.num_threads)
