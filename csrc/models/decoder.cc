@@ -116,12 +116,7 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   for (long l = 0; l < L; ++l) {
     in.layer = l;
     if (pick_last && l == L - 1) {
-      float* last = ws.last.reserve({rows, c.hidden_size});
-      in.picked = last;
-      in.pick_last = true;
-      layers_[l].self_attention(c, h, in, ws.block);
-      layers_[l].ffn(c, last, rows, ws.block);
-      h = last;
+      h = last_layer_picked(in, h, rows, ws);
       break;
     }
     layers_[l].self_attention(c, h, in, ws.block);
@@ -138,6 +133,16 @@ void DecoderModel::forward(KvCache& cache, Workspace& ws, const int64_t* ids, co
   last.resize(rows);
   for (long r = 0; r < rows; ++r) last[r] = r * t_new + t_new - 1;
   head(h, last.data(), rows, ws, logits);
+}
+
+float* DecoderModel::last_layer_picked(SelfAttentionInput& in, float* h, long sequences, Workspace& ws) const {
+  const TransformerConfig& c = config_;
+  float* last = ws.last.reserve({sequences, c.hidden_size});
+  in.picked = last;
+  in.pick_last = true;
+  layers_.back().self_attention(c, h, in, ws.block);
+  layers_.back().ffn(c, last, sequences, ws.block);
+  return last;
 }
 
 void DecoderModel::head(const float* h, const long* rows, long count, Workspace& ws, float* logits) const {
@@ -190,11 +195,7 @@ void DecoderModel::forward_ragged(KvCache& cache, Workspace& ws, const int64_t* 
   for (long l = 0; l < L; ++l) {
     in.layer = l;
     if (pick_last && l == L - 1) {
-      float* last = ws.last.reserve({E, c.hidden_size});
-      in.picked = last;
-      in.pick_last = true;
-      layers_[l].self_attention(c, h, in, ws.block);
-      layers_[l].ffn(c, last, E, ws.block);
+      const float* last = last_layer_picked(in, h, E, ws);
       std::vector<long>& rows = ws.picked;  // each logit token's entry: its row of `last`
       rows.resize(count);
       for (long i = 0; i < count; ++i) rows[i] = token_entry[logit_tokens[i]];

@@ -50,6 +50,9 @@ class DecoderModel {
   // final_norm(h[rows[i]]) · head_scale into x [count, hidden] (rows null: h's first count rows),
   // then the LM head into logits [count, V].
   void head(const float* h, const long* rows, long count, Workspace& ws, float* logits) const;
+  // The last layer for the last token of each of `sequences` sequences (entries) alone
+  // (SelfAttentionInput::picked; `in` as for the other layers): their rows [sequences, hidden].
+  float* last_layer_picked(SelfAttentionInput& in, float* h, long sequences, Workspace& ws) const;
 
   // Runs `t_new` new tokens per row (ids/positions [rows, t_new]) through the layers, writing K/V
   // at cache slots [length, length + t_new) and advancing the length. Logits of the last

@@ -23,6 +23,20 @@ def save_random_model(directory, model_class, config, seed=0, noise_every_vector
     return model
 
 
+def save_families(tmp_path_factory, families, first_seed=0):
+    """{name: (directory, model, config kwargs)} for families {name: (transformers model class name,
+    config class name, config kwargs)}, each saved by save_random_model (seeds from first_seed on)."""
+    import transformers
+
+    built = {}
+    for i, (name, (model_class, config_class, config)) in enumerate(families.items()):
+        directory = tmp_path_factory.mktemp(name)
+        model = save_random_model(directory, getattr(transformers, model_class),
+                                  getattr(transformers, config_class)(**config), seed=first_seed + i)
+        built[name] = (str(directory), model, config)
+    return built
+
+
 def assert_close(ours, reference, tolerance=1e-4):
     """Within ``tolerance`` relative to the reference's largest magnitude (the float32 standard)."""
     reference = np.asarray(reference, dtype=np.float32)

@@ -22,7 +22,9 @@ import pytest
 
 import cpuformer as cf
 
-from ._hf import save_random_model
+from ._hf import save_families, save_random_model
+from .test_padding_removal import FAMILIES as PADDING_FAMILIES
+from .test_padding_removal import _ids, _mask, _reference
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -45,47 +47,13 @@ FAMILIES = {
                         intermediate_size=29, max_position_embeddings=48, global_attn_every_n_layers=3,
                         local_attention=5, global_rope_theta=500.0, local_rope_theta=30.0, pad_token_id=0,
                         bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
-    "deberta": ("DebertaV2Model", "DebertaV2Config",  # disentangled attention: every row computed, first kept
-                dict(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=53,
-                     max_position_embeddings=64, relative_attention=True, position_buckets=8,
-                     max_relative_positions=24, pos_att_type="p2c|c2p", share_att_key=True, norm_rel_ebd="layer_norm",
-                     position_biased_input=False, type_vocab_size=0)),
+    "deberta": PADDING_FAMILIES["deberta"],  # disentangled attention: every row computed, first kept
 }
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    built = {}
-    for i, (name, (model_class, config_class, config)) in enumerate(FAMILIES.items()):
-        directory = tmp_path_factory.mktemp(name)
-        hf = save_random_model(directory, getattr(transformers, model_class),
-                               getattr(transformers, config_class)(**config), seed=20 + i)
-        built[name] = (str(directory), hf, config)
-    return built
-
-
-def _mask(lengths, T, left=False):
-    mask = np.zeros((len(lengths), T), dtype=np.int64)
-    for row, n in enumerate(lengths):
-        if left:
-            mask[row, T - n:] = 1
-        else:
-            mask[row, :n] = 1
-    return mask
-
-
-def _ids(config, mask, seed=0):
-    pad = config.get("pad_token_id", 0)
-    ids = np.random.default_rng(seed).integers(3, config["vocab_size"], size=mask.shape)
-    ids[ids == pad] = pad + 2
-    return np.where(mask == 1, ids, pad)
-
-
-def _reference(hf, ids, mask):
-    with torch.inference_mode():
-        out = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
-    pooled = getattr(out, "pooler_output", None)
-    return out.last_hidden_state.numpy(), None if pooled is None else pooled.numpy()
+    return save_families(tmp_path_factory, FAMILIES, first_seed=20)
 
 
 def _first_only(directory, ids, mask, skip_padding, pooler=False, dtype=None):

@@ -12,7 +12,7 @@ import pytest
 
 import cpuformer as cf
 
-from ._hf import save_random_model
+from ._hf import save_families, save_random_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -42,13 +42,7 @@ FAMILIES = {
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    built = {}
-    for i, (name, (model_class, config_class, config)) in enumerate(FAMILIES.items()):
-        directory = tmp_path_factory.mktemp(name)
-        hf = save_random_model(directory, getattr(transformers, model_class),
-                               getattr(transformers, config_class)(**config), seed=i)
-        built[name] = (str(directory), hf, config)
-    return built
+    return save_families(tmp_path_factory, FAMILIES)
 
 
 def _mask(lengths, T, left=False):
