@@ -58,9 +58,9 @@ def test_signature_read_from_a_pybind11_docstring():
 
     signature = signature_from_docstring(_core.EncoderModel.forward)
     assert str(signature) == ("(self, input_ids, attention_mask=None, token_type_ids=None, return_pooler=False, "
-                              "num_threads=0, skip_padding=False, first_only=False)")
+                              "num_threads=0, skip_padding=False, first_only=False, pick=None)")
     assert [parameter.kind for parameter in signature.parameters.values()] == [
-        inspect.Parameter.POSITIONAL_OR_KEYWORD] * 8
+        inspect.Parameter.POSITIONAL_OR_KEYWORD] * 9
     signature = signature_from_docstring(_core.peak_gops)
     assert signature.parameters["dtype"].default == "float32"
     assert signature.parameters["seconds"].default == 0.3

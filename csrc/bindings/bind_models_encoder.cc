@@ -55,11 +55,28 @@ class PyEncoderModel : private ModelBuilder {
   }
 
   py::object forward(const py::object& input_ids, const py::object& attention_mask, const py::object& token_type_ids,
-                     bool return_pooler, int num_threads, bool skip_padding, bool first_only) const {
+                     bool return_pooler, int num_threads, bool skip_padding, bool first_only,
+                     const py::object& pick) const {
     const Inputs in = inputs(input_ids, attention_mask, token_type_ids, num_threads);
     const TransformerConfig& c = model_->config();
     if (return_pooler && !model_->has_pooler()) {
       throw py::value_error("this checkpoint has no pooler (pooler.dense weights); return_pooler needs one");
+    }
+    // pick: int64 [batch], each sequence's one row to compute (EncoderModel::forward).
+    std::vector<long> picks;
+    if (!pick.is_none()) {
+      if (return_pooler) throw py::value_error("pick cannot go with return_pooler (the pooler reads row 0)");
+      const py::array_t<int64_t, py::array::c_style | py::array::forcecast> p(pick);
+      if (p.ndim() != 1 || p.shape(0) != in.batch) {
+        throw py::value_error("pick must have shape [batch " + std::to_string(in.batch) + "], got " + shape_string(p));
+      }
+      for (py::ssize_t b = 0; b < p.shape(0); ++b) {
+        if (p.at(b) < 0 || p.at(b) >= in.seq_len) {
+          throw py::value_error("pick[" + std::to_string(b) + "] = " + std::to_string(p.at(b)) +
+                                " is not a position of input_ids' " + std::to_string(in.seq_len) + " per row");
+        }
+        picks.push_back(static_cast<long>(p.at(b)));
+      }
     }
     const std::string request = "input_ids of shape " + shape_string(in.ids);
     py::array_t<float> out = sized_output({in.batch, in.seq_len, c.hidden_size}, request, "the hidden states");
@@ -74,7 +91,7 @@ class PyEncoderModel : private ModelBuilder {
       with_size_context([&] { return request; },
                         [&] {
                           model_->forward(in.id, in.mask, in.types, in.batch, in.seq_len, op, pp, nullptr, skip_padding,
-                                          first_only);
+                                          first_only, picks.empty() ? nullptr : picks.data());
                         });
     }
     if (return_pooler) return py::make_tuple(out, pooled);
@@ -273,7 +290,7 @@ void register_models_encoder(py::module_& m) {
       .def("add_layer", &PyEncoderModel::add_layer, py::arg("stack"), py::arg("tensors"))
       .def("forward", &PyEncoderModel::forward, py::arg("input_ids"), py::arg("attention_mask") = py::none(),
            py::arg("token_type_ids") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0,
-           py::arg("skip_padding") = false, py::arg("first_only") = false)
+           py::arg("skip_padding") = false, py::arg("first_only") = false, py::arg("pick") = py::none())
       .def("forward_embeddings", &PyEncoderModel::forward_embeddings, py::arg("embeddings"),
            py::arg("attention_mask") = py::none(), py::arg("return_pooler") = false, py::arg("num_threads") = 0,
            py::arg("skip_padding") = false, py::arg("first_only") = false)

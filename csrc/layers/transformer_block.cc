@@ -154,14 +154,16 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   a.out_stride_b = t_new * qw;
   a.out_stride_h = D;
   a.out_stride_t = qw;
-  if (in.picked) {  // one query per sequence: its first or last token
+  if (in.picked) {  // one query per sequence: its first, its last, or the token pick_at names
     if (in.hook) throw std::logic_error("a picked-token pass runs no attention hook");
     if (in.entries && !cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");
     const long sequences = in.entries ? in.num_entries : a.batch;
-    auto pick = [&](long count) { return in.pick_last ? count - 1 : 0; };  // within the sequence
+    if (in.pick_at && cache) throw std::logic_error("a pass with a KV cache picks first or last tokens");
+    // The picked token's position within sequence (entry) s of `count` tokens.
+    auto pick = [&](long s, long count) { return in.pick_at ? in.pick_at[s] : in.pick_last ? count - 1 : 0; };
     // The residual input: each sequence's picked row of h.
     for (long s = 0; s < sequences; ++s) {
-      const long r = in.entries ? in.entries[s].offset + pick(in.entries[s].count) : s * t_new + pick(t_new);
+      const long r = in.entries ? in.entries[s].offset + pick(s, in.entries[s].count) : s * t_new + pick(s, t_new);
       std::memcpy(in.picked + s * c.hidden_size, h + r * c.hidden_size, c.hidden_size * sizeof(float));
     }
     a.q_len = 1;
@@ -172,24 +174,37 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
         AttentionArgs one = a;
         one.batch = 1;
         one.mask = nullptr;
-        one.q = qkv + (entry.offset + pick(entry.count)) * row;
+        one.q = qkv + (entry.offset + pick(s, entry.count)) * row;
         one.out = context + s * qw;
         if (cache) {  // causal over the row's cached slots and the new ones
           cache->view(in.layer, one, entry.row);
           one.kv_len = entry.start + entry.count;
           one.causal = true;
-          one.causal_offset = entry.start + pick(entry.count);
+          one.causal_offset = entry.start + pick(s, entry.count);
         } else {  // the entry's own tokens (a.causal, a.window kept)
           one.k = a.k + entry.offset * row;
           one.v = a.v + entry.offset * row;
           one.kv_len = entry.count;
-          one.causal_offset = pick(entry.count);
+          one.causal_offset = pick(s, entry.count);
         }
         attention(one);
       }
+    } else if (in.pick_at) {  // a position of its own per sequence: one attention each
+      for (long s = 0; s < sequences; ++s) {
+        AttentionArgs one = a;
+        one.batch = 1;
+        one.q = qkv + (s * t_new + pick(s, t_new)) * row;
+        one.k = a.k + s * a.k_stride_b;
+        one.v = a.v + s * a.v_stride_b;
+        if (a.mask) one.mask = a.mask + s * a.mask_stride_b + pick(s, t_new) * a.mask_stride_q;
+        one.causal_offset = a.causal_offset + pick(s, t_new);
+        one.out = context + s * qw;
+        attention(one);
+      }
     } else {
-      a.q = qkv + pick(t_new) * row;
-      a.causal_offset += pick(t_new);  // the query's position among the keys
+      a.q = qkv + pick(0, t_new) * row;
+      a.causal_offset += pick(0, t_new);  // the query's position among the keys
+      if (a.mask) a.mask += pick(0, t_new) * a.mask_stride_q;  // and its row of a per-query mask
       attention(a);
     }
     residual(c, out_, attn_norm_, context, in.picked, sequences, ws);

@@ -131,8 +131,11 @@ struct SelfAttentionInput {
   // from every token (and go to the cache), the queries and everything after attention from the
   // picked tokens only; picked [sequences, hidden] receives their rows of the layer's output and h
   // is left as it was.
+  // pick_at [sequences] (no KV cache): each sequence's own position of the token to carry on
+  // (within its entry for a ragged batch) instead of the first or last (CLIP's end-of-text token).
   float* picked = nullptr;
   bool pick_last = false;
+  const long* pick_at = nullptr;
 };
 
 class TransformerBlock {

@@ -136,18 +136,18 @@ const float* EncoderModel::rope_table(const std::vector<float>& inv_freq, long b
 
 void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
                            long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory,
-                           bool skip_padding, bool first_only) const {
+                           bool skip_padding, bool first_only, const long* pick) const {
   if (!complete()) throw std::logic_error("the encoder is missing layers");
   if (memory && !config_.transformer_xl_attention) throw std::logic_error("only Transformer-XL attention has memory");
   if (pooled && !has_pooler_) throw std::logic_error("this encoder has no pooler");
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
     run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding,
-        first_only, workspace_);
+        first_only, pick, workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
     run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding,
-        first_only, own);
+        first_only, pick, own);
   }
 }
 
@@ -160,11 +160,11 @@ void EncoderModel::forward_embeddings(const float* embeddings, const int64_t* at
   std::unique_lock<std::mutex> lock(workspace_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
     run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, first_only,
-        workspace_);
+        nullptr, workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
     run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, first_only,
-        own);
+        nullptr, own);
   }
 }
 
@@ -178,7 +178,8 @@ bool EncoderModel::unpadded_layout(const int64_t* attention_mask, long batch, lo
 
 void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
                        const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
-                       const EncoderMemory* memory, bool skip_padding, bool first_only, Workspace& ws) const {
+                       const EncoderMemory* memory, bool skip_padding, bool first_only, const long* pick,
+                       Workspace& ws) const {
   const long H = config_.hidden_size;
   const long rows = checked_multiply(batch, seq_len, "the tokens of a batch (batch × seq_len)");
   float* h = out;  // the hidden state lives in the output array from the start
@@ -233,8 +234,14 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
   // Padding removed (skip_padding): the layers run on the unpadded tokens only, packed [tokens, H],
   // one attention per sequence over its own tokens; the padded rows of out end up zero.
   long tokens = rows;
-  const bool unpad =
-      skip_padding && key_mask && unpadded_layout(attention_mask, batch, seq_len, pooled != nullptr || first_only, ws);
+  if (pick && pooled) throw std::logic_error("the pooler reads row 0: it cannot go with picked rows");
+  const bool one_row = first_only || pick;  // the last layer for one row per sequence
+  bool unpad = skip_padding && key_mask &&
+               unpadded_layout(attention_mask, batch, seq_len, pooled != nullptr || (first_only && !pick), ws);
+  if (unpad && pick) {  // every sequence needs its entry, and its picked row must be one of its tokens
+    unpad = static_cast<long>(ws.unpadded.entries.size()) == batch;
+    for (long b = 0; b < batch && unpad; ++b) unpad = attention_mask[b * seq_len + pick[b]] != 0;
+  }
   if (unpad) {
     const UnpaddedLayout& layout = ws.unpadded;
     tokens = layout.tokens();
@@ -273,22 +280,31 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     relative_xl.memory_len = memory_len;
   }
   const long repeats = config_.num_layers / config_.distinct_layers();  // > 1: shared layers (ALBERT)
-  // first_only: the last layer carries on each sequence's first token alone (plain attention only:
+  // first_only / pick: the last layer carries on one token per sequence alone (plain attention only:
   // the disentangled and Transformer-XL hooks score every query).
-  const bool first_rows = first_only && disentangled_.empty() && !config_.transformer_xl_attention;
+  const bool picked_rows = one_row && disentangled_.empty() && !config_.transformer_xl_attention;
+  auto picked_row = [&](long b) { return b * seq_len + (pick ? pick[b] : 0); };  // in out
   for (long l = 0; l < config_.num_layers; ++l) {
     const bool windowed = config_.windowed_layer(l);
     in.args.window = windowed ? config_.sliding_window : 0;
     in.rope = windowed ? local_rope : rope;
     const TransformerBlock& layer = layers_[l / repeats];
-    if (first_rows && l == config_.num_layers - 1) {
-      float* first = ws.first.reserve({batch, H});  // one entry per sequence (row 0 of each is unpadded)
+    if (picked_rows && l == config_.num_layers - 1) {
+      float* first = ws.first.reserve({batch, H});  // one entry per sequence when unpadded
       in.picked = first;
+      if (pick) {  // positions within each sequence, or within its entry when unpadded
+        ws.pick_at.resize(batch);
+        for (long b = 0; b < batch; ++b) {
+          const long start = unpad ? ws.unpadded.token_row[ws.unpadded.entries[b].offset] - b * seq_len : 0;
+          ws.pick_at[b] = pick[b] - start;
+        }
+        in.pick_at = ws.pick_at.data();
+      }
       layer.self_attention(config_, h, in, ws.block);
       layer.ffn(config_, first, batch, ws.block);
       if (config_.final_norm) final_norm_.apply(config_, first, first, batch);
       std::memset(out, 0, rows * H * sizeof(float));  // (h may be out: read for the last time above)
-      for (long b = 0; b < batch; ++b) std::memcpy(out + b * seq_len * H, first + b * H, H * sizeof(float));
+      for (long b = 0; b < batch; ++b) std::memcpy(out + picked_row(b) * H, first + b * H, H * sizeof(float));
       h = nullptr;
       break;
     }
@@ -312,7 +328,7 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     }
     layer.ffn(config_, h, tokens, ws.block);
   }
-  if (h == nullptr) {  // first_only: out holds the first rows already
+  if (h == nullptr) {  // one row per sequence: out holds them already
     h = out;
   } else if (config_.final_norm) {
     final_norm_.apply(config_, h, h, tokens);
@@ -326,8 +342,9 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     pooler_.apply(h, batch, seq_len * H, pooled, H);
     for (long i = 0; i < batch * H; ++i) pooled[i] = std::tanh(pooled[i]);
   }
-  if (first_only && !first_rows) {  // every row computed (attention hooks): only the first ones kept
-    for (long b = 0; b < batch; ++b) std::memset(out + (b * seq_len + 1) * H, 0, (seq_len - 1) * H * sizeof(float));
+  if (one_row && !picked_rows) {  // every row computed (attention hooks): only the picked ones kept
+    for (long r = 0; r < rows; ++r)
+      if (r != picked_row(r / seq_len)) std::memset(out + r * H, 0, H * sizeof(float));
   }
   if (skip_padding && key_mask && !unpad) {  // not removable here: computed, then zeroed all the same
     for (long r = 0; r < rows; ++r)

@@ -60,10 +60,12 @@ class EncoderModel {
   // first_only: only row 0 of each sequence of out is computed (the others are zero): the last
   // layer carries on the first tokens alone, its keys and values still from every token (for heads
   // and poolings that read the first token only; DeBERTa's disentangled and Transformer-XL
-  // attention compute every row, then zero the others).
+  // attention compute every row, then zero the others). pick [batch] (not null): the same for row
+  // pick[b] of sequence b instead of row 0 (0 ≤ pick[b] < seq_len; CLIP's end-of-text token, the
+  // last token).
   void forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids, long batch,
                long seq_len, float* out, float* pooled, const EncoderMemory* memory = nullptr,
-               bool skip_padding = false, bool first_only = false) const;
+               bool skip_padding = false, bool first_only = false, const long* pick = nullptr) const;
 
   // The stack on given input embeddings [batch, seq_len, embedding_width()] (hidden_size unless the
   // config has a narrower embedding_size) instead of token ids: no word, position or token type
@@ -87,7 +89,8 @@ class EncoderModel {
     ScratchBuffer packed;                           // [tokens, hidden]: the unpadded rows (skip_padding)
     ScratchBuffer packed_rope, packed_local_rope;  // cos | sin [tokens, head_dim] of those rows
     UnpaddedLayout unpadded;                       // the unpadded tokens' entries and rows
-    ScratchBuffer first;                           // [batch, hidden]: the last layer's first rows (first_only)
+    ScratchBuffer first;                           // [batch, hidden]: the last layer's picked rows (first_only)
+    std::vector<long> pick_at;                     // each sequence's picked position for the block
   };
 
   // Fills ws.unpadded from the mask and says whether the layers can run on the unpadded tokens
@@ -101,7 +104,7 @@ class EncoderModel {
   // embeddings (not null): the input embeddings instead of input_ids' (forward_embeddings).
   void run(const int64_t* input_ids, const float* embeddings, const int64_t* attention_mask,
            const int64_t* token_type_ids, long batch, long seq_len, float* out, float* pooled,
-           const EncoderMemory* memory, bool skip_padding, bool first_only, Workspace& ws) const;
+           const EncoderMemory* memory, bool skip_padding, bool first_only, const long* pick, Workspace& ws) const;
 
   TransformerConfig config_;
   EmbeddingTable word_embeddings_;

@@ -145,11 +145,12 @@ class EncoderModel:
     # The hidden states, or (hidden states, pooled output) with return_pooler. skip_padding: the
     # padded rows are zero and, where the layout allows, not computed (the layers run on the
     # unpadded tokens only). first_only: only row 0 of each sequence is computed (the last layer
-    # carries on the first tokens alone), the other rows are zero.
+    # carries on the first tokens alone), the other rows are zero; pick [batch]: row pick[b] of
+    # sequence b instead (not with return_pooler).
     def forward(self, input_ids: _I64, attention_mask: Optional[_I64] = None,
                 token_type_ids: Optional[_I64] = None, return_pooler: bool = False,
                 num_threads: int = 0, skip_padding: bool = False,
-                first_only: bool = False) -> Union[_F32, Tuple[_F32, _F32]]: ...
+                first_only: bool = False, pick: Optional[_I64] = None) -> Union[_F32, Tuple[_F32, _F32]]: ...
     # The stack on input embeddings [B, T, hidden] instead of token ids (no token or position
     # embedding added; embedding norm, layers, final norm, pooler as configured): the hidden states,
     # or (hidden states, pooled output) with return_pooler.

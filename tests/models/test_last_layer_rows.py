@@ -47,6 +47,9 @@ FAMILIES = {
                         intermediate_size=29, max_position_embeddings=48, global_attn_every_n_layers=3,
                         local_attention=5, global_rope_theta=500.0, local_rope_theta=30.0, pad_token_id=0,
                         bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)),
+    "mpnet": ("MPNetModel", "MPNetConfig",  # a relative position bias: a mask row per query
+              dict(vocab_size=71, hidden_size=45, num_hidden_layers=2, num_attention_heads=3, intermediate_size=53,
+                   max_position_embeddings=160, pad_token_id=1)),
     "deberta": PADDING_FAMILIES["deberta"],  # disentangled attention: every row computed, first kept
 }
 
@@ -89,6 +92,43 @@ def test_first_rows_match_transformers(models, name, layout, skip_padding):
     _close(ours[unpadded, 0], reference[unpadded, 0])
 
 
+@pytest.mark.parametrize("name", list(FAMILIES))
+@pytest.mark.parametrize("layout", ["none", "right", "left"])
+@pytest.mark.parametrize("skip_padding", [False, True])
+def test_picked_rows_match_transformers(models, name, layout, skip_padding):
+    """pick: a row of its own per sequence (here the last token, and a middle one)."""
+    directory, hf, config = models[name]
+    lengths = [13, 4, 9, 1]
+    mask = np.ones((4, 13), dtype=np.int64) if layout == "none" else _mask(lengths, 13, left=layout == "left")
+    ids = _ids(config, mask, seed=len(name) + 1)
+    reference, _ = _reference(hf, ids, mask)
+    core = cf.Encoder(directory)._live()
+    for pick in (np.array([12, 3, 8, 0]) if layout == "right" else np.full(4, 12), np.array([6, 2, 5, 0])):
+        ours = core.forward(ids, mask, None, False, 0, skip_padding, False, pick)
+        rows = np.arange(4)
+        others = np.ones((4, 13), dtype=bool)
+        others[rows, pick] = False
+        assert not ours[others].any(), "rows other than the picked ones must be exactly zero"
+        real = mask[rows, pick] == 1  # a padded row holds no defined value (and is zero under skip_padding)
+        if skip_padding:
+            assert not ours[rows[~real], pick[~real]].any()
+        _close(ours[rows[real], pick[real]], reference[rows[real], pick[real]])
+
+
+def test_pick_errors(models):
+    directory, _, config = models["bert"]
+    core = cf.Encoder(directory)._live()
+    ids = _ids(config, np.ones((2, 5), dtype=np.int64))
+    with pytest.raises(ValueError, match=r"pick must have shape \[batch 2\], got \[3\]"):
+        core.forward(ids, None, None, False, 0, False, False, np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"pick\[1\] = 5 is not a position of input_ids' 5 per row"):
+        core.forward(ids, None, None, False, 0, False, False, np.array([0, 5]))
+    with pytest.raises(ValueError, match=r"pick\[0\] = -1 is not a position"):
+        core.forward(ids, None, None, False, 0, False, False, np.array([-1, 0]))
+    with pytest.raises(ValueError, match="pick cannot go with return_pooler"):
+        core.forward(ids, None, None, True, 0, False, False, np.array([0, 1]))
+
+
 @pytest.mark.parametrize("skip_padding", [False, True])
 @pytest.mark.parametrize("left", [False, True])
 def test_pooler(models, skip_padding, left):
@@ -112,10 +152,13 @@ def test_causal_encoder(tmp_path):
     with torch.inference_mode():
         reference = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
     core = model._live_text()
+    last = mask.sum(axis=1) - 1
     for skip_padding in (False, True):
         ours = core.forward(ids, mask, None, False, 0, skip_padding, True)
         assert not ours[:, 1:].any()
         _close(ours[:, 0], reference[:, 0])
+        ours = core.forward(ids, mask, None, False, 0, skip_padding, False, last)  # the end-of-text rows
+        _close(ours[np.arange(3), last], reference[np.arange(3), last])
 
 
 def test_threads_and_int8(models):
@@ -162,16 +205,17 @@ def test_sequence_classifier_and_reranker(tmp_path):
     np.testing.assert_allclose(model.logits(ids, mask), logits, rtol=TOLERANCE, atol=TOLERANCE * np.abs(logits).max())
 
 
-def test_embed_cls_pooling(models):
-    """embed(pooling="cls") of token-id lists of mixed lengths: the first token of transformers'
-    last hidden state, L2-normalised."""
-    directory, hf, config = models["roberta"]
+@pytest.mark.parametrize("name, pooling, row", [("roberta", "cls", 0), ("modernbert", "last", -1)])
+def test_embed_first_and_last_token_pooling(models, name, pooling, row):
+    """embed(pooling="cls" / "last") of token-id lists of mixed lengths: each one's first / last
+    token of transformers' last hidden state, L2-normalised."""
+    directory, hf, config = models[name]
     lists = [_ids(config, np.ones((1, n), dtype=np.int64), seed=n)[0].tolist() for n in (17, 3, 9, 30)]
-    ours = cf.Encoder(directory).embed(lists, pooling="cls", batch_size=3)
+    ours = cf.Encoder(directory).embed(lists, pooling=pooling, batch_size=3)
     expected = []
     for ids in lists:
         reference, _ = _reference(hf, np.array([ids]), np.ones((1, len(ids)), dtype=np.int64))
-        expected.append(reference[0, 0] / np.linalg.norm(reference[0, 0]))
+        expected.append(reference[0, row] / np.linalg.norm(reference[0, row]))
     np.testing.assert_allclose(ours, np.array(expected), rtol=TOLERANCE, atol=1e-5)
 
 

@@ -203,20 +203,29 @@ class _TextTower(_ClipModel):
             return ids.argmax(axis=-1)
         return (ids == self.eos_token_id).argmax(axis=-1)
 
-    def text_hidden_states(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
-        """The text tower's last hidden state (after final_layer_norm) [B, T, hidden]."""
+    def _text_inputs(self, input_ids: TokenIds, attention_mask: Optional[TokenIds]) -> Tuple[np.ndarray, Any]:
+        """(ids, mask or None) as int64 [B, T], checked against the text tower."""
         ids = as_2d(input_ids, "input_ids", vocab_size=self.text_hparams.vocab_size)
         if ids.shape[1] > self.max_tokens:
             raise ValueError(f"input_ids has {ids.shape[1]} tokens per row, more than the text tower's "
                              f"max_position_embeddings ({self.max_tokens})")
         mask = None if attention_mask is None else as_2d(attention_mask, "attention_mask", allow_bool=True)
+        return ids, mask
+
+    def text_hidden_states(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
+        """The text tower's last hidden state (after final_layer_norm) [B, T, hidden]."""
+        ids, mask = self._text_inputs(input_ids, attention_mask)
         return self._live_text().forward(ids, mask, num_threads=self.num_threads)
 
     def _text_pooled(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """The hidden state at each row's end of text [B, hidden] (transformers' text pooler_output)."""
-        ids = as_2d(input_ids, "input_ids", vocab_size=self.text_hparams.vocab_size)
-        hidden = self.text_hidden_states(ids, attention_mask)
-        return np.ascontiguousarray(hidden[np.arange(len(ids)), self._pool_positions(ids)])
+        ids, mask = self._text_inputs(input_ids, attention_mask)
+        positions = np.ascontiguousarray(self._pool_positions(ids), dtype=np.int64)
+        # Only the end-of-text rows are read: the last layer runs for them alone, on the unpadded
+        # tokens when there is a mask (docs/encoders.md, "First-token outputs").
+        hidden = self._live_text().forward(ids, mask, None, False, self.num_threads, mask is not None, False,
+                                           positions)
+        return np.ascontiguousarray(hidden[np.arange(len(ids)), positions])
 
     def get_text_features(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None) -> np.ndarray:
         """text_projection(pooled) [B, projection_dim] for token ids [B, T] (padding on the right,

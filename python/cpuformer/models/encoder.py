@@ -99,18 +99,19 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
 
     def _forward(self, input_ids: TokenIds, attention_mask: Optional[TokenIds], token_type_ids: Optional[TokenIds],
                  return_pooler: bool, skip_padding: Optional[bool] = False,
-                 first_only: bool = False) -> Tuple[Any, Optional[np.ndarray]]:
+                 first_only: bool = False, pick: Optional[np.ndarray] = None) -> Tuple[Any, Optional[np.ndarray]]:
         """(what __call__ returns, the attention mask it used: int64 [B, T], None for all ones).
         skip_padding=None: skip it when every sequence's first position is unpadded (for callers
         that read only unpadded rows and row 0: sequence-level heads). first_only: the caller reads
         row 0 of each sequence only; the other rows come back zero (the last layer is computed for
-        the first tokens alone, docs/encoders.md "First-token outputs")."""
+        the first tokens alone, docs/encoders.md "First-token outputs"); pick (int64 [B]): row
+        pick[b] of sequence b instead."""
         model = self._live()
         ids, mask, types = _prepare_inputs(input_ids, attention_mask, token_type_ids, self.pad_token_id,
                                            self.config["vocab_size"])
         if skip_padding is None:
             skip_padding = mask is not None and bool(mask[:, 0].all())
-        return model.forward(ids, mask, types, return_pooler, self.num_threads, skip_padding, first_only), mask
+        return model.forward(ids, mask, types, return_pooler, self.num_threads, skip_padding, first_only, pick), mask
 
     def encode_with_memory(self, input_ids: TokenIds, attention_mask: Optional[TokenIds] = None,
                            token_type_ids: Optional[TokenIds] = None,
@@ -275,16 +276,20 @@ class Encoder(SpanMixin, TaskMixin, ModelBase):
             raise TypeError("embed() inputs must be all strings or all token-id lists, not a mix")
         else:
             sequences = [_id_list(x, i, self.config["vocab_size"]) for i, x in enumerate(inputs)]
-        first_token = pipeline.pooling == ("cls",) and (prompt_length == 0 or pipeline.include_prompt)
+        whole = prompt_length == 0 or pipeline.include_prompt  # pooling sees every token
+        first_token = pipeline.pooling == ("cls",) and whole
+        last_token = pipeline.pooling == ("lasttoken",) and whole
         result: Optional[np.ndarray] = None
         order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             ids, mask = _pad([sequences[i] for i in chunk], self.pad_token_id)
             # Pooling reads unpadded rows only (and row 0, unpadded unless a sequence is empty);
-            # CLS pooling reads row 0 alone (unless a left-out prompt moves it).
-            hidden, _ = self._forward(ids, mask, None, False, all(len(sequences[i]) > 0 for i in chunk),
-                                      first_only=first_token)
+            # CLS pooling reads row 0 alone, last-token pooling each sequence's last token (unless a
+            # left-out prompt moves them): the last layer runs for those rows alone.
+            lengths = [len(sequences[i]) for i in chunk]
+            pick = np.array(lengths, dtype=np.int64) - 1 if last_token and min(lengths) > 0 else None
+            hidden, _ = self._forward(ids, mask, None, False, min(lengths) > 0, first_only=first_token, pick=pick)
             pooled = pipeline.apply(hidden, mask, prompt_length, normalize_modules=normalize is None)
             if result is None:
                 result = np.empty((len(sequences), pooled.shape[1]), dtype=np.float32)
