@@ -154,11 +154,34 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   a.out_stride_b = t_new * qw;
   a.out_stride_h = D;
   a.out_stride_t = qw;
+  if ((in.entries || in.picked) && in.hook) throw std::logic_error("a ragged or picked-token pass runs no hook");
+  if (in.entries && !cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");
+  if (in.pick_at && cache) throw std::logic_error("a pass with a KV cache picks first or last tokens");
+  // Entry `entry`'s queries [first, first + q_len) (positions within the entry) into out. With a
+  // cache (decoding): causal over the row's cached slots and the new ones; without (an unpadded
+  // encoder batch): the entry's own tokens, read in place (a.causal, a.window kept).
+  auto attend_entry = [&](const RaggedEntry& entry, long first, long q_len, float* out) {
+    AttentionArgs one = a;
+    one.batch = 1;
+    one.q_len = q_len;
+    one.mask = nullptr;
+    one.q = qkv + (entry.offset + first) * row;
+    one.out = out;
+    if (cache) {
+      cache->view(in.layer, one, entry.row);
+      one.kv_len = entry.start + entry.count;
+      one.causal = true;
+      one.causal_offset = entry.start + first;
+    } else {
+      one.k = a.k + entry.offset * row;
+      one.v = a.v + entry.offset * row;
+      one.kv_len = entry.count;
+      one.causal_offset = first;
+    }
+    attention(one);
+  };
   if (in.picked) {  // one query per sequence: its first, its last, or the token pick_at names
-    if (in.hook) throw std::logic_error("a picked-token pass runs no attention hook");
-    if (in.entries && !cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");
     const long sequences = in.entries ? in.num_entries : a.batch;
-    if (in.pick_at && cache) throw std::logic_error("a pass with a KV cache picks first or last tokens");
     // The picked token's position within sequence (entry) s of `count` tokens.
     auto pick = [&](long s, long count) { return in.pick_at ? in.pick_at[s] : in.pick_last ? count - 1 : 0; };
     // The residual input: each sequence's picked row of h.
@@ -169,26 +192,8 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
     a.q_len = 1;
     a.out_stride_b = qw;
     if (in.entries) {
-      for (long s = 0; s < sequences; ++s) {
-        const RaggedEntry& entry = in.entries[s];
-        AttentionArgs one = a;
-        one.batch = 1;
-        one.mask = nullptr;
-        one.q = qkv + (entry.offset + pick(s, entry.count)) * row;
-        one.out = context + s * qw;
-        if (cache) {  // causal over the row's cached slots and the new ones
-          cache->view(in.layer, one, entry.row);
-          one.kv_len = entry.start + entry.count;
-          one.causal = true;
-          one.causal_offset = entry.start + pick(s, entry.count);
-        } else {  // the entry's own tokens (a.causal, a.window kept)
-          one.k = a.k + entry.offset * row;
-          one.v = a.v + entry.offset * row;
-          one.kv_len = entry.count;
-          one.causal_offset = pick(s, entry.count);
-        }
-        attention(one);
-      }
+      for (long s = 0; s < sequences; ++s)
+        attend_entry(in.entries[s], pick(s, in.entries[s].count), 1, context + s * qw);
     } else if (in.pick_at) {  // a position of its own per sequence: one attention each
       for (long s = 0; s < sequences; ++s) {
         AttentionArgs one = a;
@@ -211,28 +216,9 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
     return;
   }
   if (in.entries) {
-    if (in.hook) throw std::logic_error("a ragged batch runs no attention hook");
-    if (!cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");
     for (long e = 0; e < in.num_entries; ++e) {
       const RaggedEntry& entry = in.entries[e];
-      AttentionArgs one = a;
-      one.batch = 1;
-      one.q_len = entry.count;
-      if (cache) {  // decoding: causal over the row's cached slots and the new ones
-        cache->view(in.layer, one, entry.row);
-        one.kv_len = entry.start + entry.count;
-        one.causal = true;
-        one.causal_offset = entry.start;
-      } else {  // an unpadded encoder batch: the entry's own tokens, read in place (a.causal, a.window kept)
-        one.k = a.k + entry.offset * row;
-        one.v = a.v + entry.offset * row;
-        one.kv_len = entry.count;
-        one.causal_offset = 0;
-      }
-      one.mask = nullptr;
-      one.q = qkv + entry.offset * row;
-      one.out = context + entry.offset * qw;
-      attention(one);
+      attend_entry(entry, 0, entry.count, context + entry.offset * qw);
     }
   } else if (in.hook) {
     in.hook->attend(a);

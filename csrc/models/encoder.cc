@@ -290,8 +290,8 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
     in.rope = windowed ? local_rope : rope;
     const TransformerBlock& layer = layers_[l / repeats];
     if (picked_rows && l == config_.num_layers - 1) {
-      float* first = ws.first.reserve({batch, H});  // one entry per sequence when unpadded
-      in.picked = first;
+      float* picked = ws.picked.reserve({batch, H});  // one entry per sequence when unpadded
+      in.picked = picked;
       if (pick) {  // positions within each sequence, or within its entry when unpadded
         ws.pick_at.resize(batch);
         for (long b = 0; b < batch; ++b) {
@@ -301,10 +301,10 @@ void EncoderModel::run(const int64_t* input_ids, const float* embeddings, const 
         in.pick_at = ws.pick_at.data();
       }
       layer.self_attention(config_, h, in, ws.block);
-      layer.ffn(config_, first, batch, ws.block);
-      if (config_.final_norm) final_norm_.apply(config_, first, first, batch);
+      layer.ffn(config_, picked, batch, ws.block);
+      if (config_.final_norm) final_norm_.apply(config_, picked, picked, batch);
       std::memset(out, 0, rows * H * sizeof(float));  // (h may be out: read for the last time above)
-      for (long b = 0; b < batch; ++b) std::memcpy(out + picked_row(b) * H, first + b * H, H * sizeof(float));
+      for (long b = 0; b < batch; ++b) std::memcpy(out + picked_row(b) * H, picked + b * H, H * sizeof(float));
       h = nullptr;
       break;
     }

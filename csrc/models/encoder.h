@@ -89,7 +89,7 @@ class EncoderModel {
     ScratchBuffer packed;                           // [tokens, hidden]: the unpadded rows (skip_padding)
     ScratchBuffer packed_rope, packed_local_rope;  // cos | sin [tokens, head_dim] of those rows
     UnpaddedLayout unpadded;                       // the unpadded tokens' entries and rows
-    ScratchBuffer first;                           // [batch, hidden]: the last layer's picked rows (first_only)
+    ScratchBuffer picked;                          // [batch, hidden]: the last layer's picked rows
     std::vector<long> pick_at;                     // each sequence's picked position for the block
   };
 
