@@ -72,9 +72,13 @@ LLAMA = dict(vocab_size=32000, hidden_size=2048, num_hidden_layers=22, num_atten
 # ---- the work of a call ------------------------------------------------------------------------
 
 def weight_bytes(n: int, k: int, dtype: str) -> float:
-    """Bytes of an n x k weight stored in `dtype` (int8: a float32 scale per output row)."""
+    """Bytes of an n x k weight stored in `dtype` (int8: a float32 scale per output row; int4 at the
+    default settings: nibbles and a float16 scale per group of 32 input channels)."""
     if dtype == "int8":
         return n * k + 4.0 * n
+    if dtype == "int4":
+        groups = -(-k // 32)
+        return n * groups * (16 + 2.0)
     return n * k * {"float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
@@ -106,7 +110,7 @@ def call_phases(h, mode: str, load: dict, dtype: str) -> list:
     kv_width = (h.num_kv_heads or h.num_heads) * h.head_dim
     per_token = sum(n * k for n, k in layer_matrices(h)) * L
     layer_bytes = sum(weight_bytes(n, k, dtype) for n, k in layer_matrices(h)) * L
-    head_bytes = weight_bytes(V, d, dtype)
+    head_bytes = weight_bytes(V, d, "int8" if dtype == "int4" else dtype)  # int4 keeps an int8 LM head
     if mode == "encoder":
         B, T = load["batch"], load["length"]
         attention = 2 * attn_width * T * T * L * B

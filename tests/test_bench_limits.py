@@ -62,3 +62,14 @@ def test_bound_takes_the_slower_limit_of_each_phase():
     phases = [{"macs": 100.0, "bytes": 1.0}, {"macs": 1.0, "bytes": 1000.0}]
     # peak 200 ops/s (100 MAC/s), bandwidth 100 B/s: 1 s of compute, then 10 s of reading.
     assert m.bound_seconds(phases, 200.0, 100.0) == pytest.approx(1.0 + 10.0)
+
+
+def test_int4_counts_nibbles_and_group_scales_and_an_int8_lm_head():
+    m = _limits()
+    assert m.weight_bytes(768, 3072, "int4") == 768 * (3072 // 2 + 2 * 3072 // 32)
+    assert m.weight_bytes(768, 100, "int4") == 768 * 4 * (16 + 2)  # K padded to whole groups of 32
+    h = _hparams(LLAMA)
+    step = m.call_phases(h, "decoder", dict(batch=1, prompt=16, new=2), "int4")[1]
+    layers = 22 * sum(m.weight_bytes(n, k, "int4") for n, k in m.layer_matrices(h))
+    kv = 22 * 2 * 256 * 16 * 4
+    assert step["bytes"] == layers + m.weight_bytes(32000, 2048, "int8") + kv
