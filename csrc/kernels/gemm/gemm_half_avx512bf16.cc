@@ -90,8 +90,9 @@ struct Bf16Dot {
 #include "kernels/gemm/gemm_dot_tile_inl.h"
 
 // out[r·kNR + j] = Σ_p a[r·lda + p]·wp[p, j] in float32 for r < rows ≤ kMR, all kNR columns.
-void tile_kernel(long rows, const uint16_t* a, long lda, const uint16_t* wp, long kp, float* out) {
-  dot_tile<Bf16Dot>(rows, a, lda, wp, kp, out);
+void tile_kernel(long rows, const uint16_t* a, long lda, const uint16_t* wp, long kp, float* out, const char* ahead,
+                 long ahead_lines) {
+  dot_tile<Bf16Dot>(rows, a, lda, wp, kp, out, ahead, ahead_lines);
 }
 
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {
@@ -111,11 +112,14 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
       [&](long i, long copy) {
         convert_row(a + i * lda, k, kp, reinterpret_cast<uint16_t*>(scratch + copy * copy_floats) + i * kp);
       },
-      [&](long i0, long rows, long j0, long ncols, long copy) {
+      [&](long i0, long rows, long j0, long ncols, long copy, const PanelAhead& ahead) {
         const uint16_t* ab = reinterpret_cast<const uint16_t*>(scratch + copy * copy_floats);
         alignas(64) float acc[kMR * kNR];
         prefetch_tile_output(c + i0 * ldc + j0, ldc, rows, ncols);
-        tile_kernel(rows, ab + i0 * kp, kp, panels + j0 * kp, kp, acc);
+        long first_line = 0, lines = 0;
+        ahead.lines(kNR * kp * 2, &first_line, &lines);
+        tile_kernel(rows, ab + i0 * kp, kp, panels + j0 * kp, kp, acc,
+                    reinterpret_cast<const char*>(panels + ahead.j0 * kp) + 64 * first_line, lines);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
           finish_row(acc + r * kNR, epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,

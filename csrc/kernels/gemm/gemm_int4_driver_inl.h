@@ -59,7 +59,7 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         for (long g = 0; g < groups; ++g)
           x.values[i * groups + g] = int4_group_value(row + g * group_size, group_size, w.zero_point);
       },
-      [&](long i0, long rows, long j0, long ncols, long copy) {
+      [&](long i0, long rows, long j0, long ncols, long copy, const PanelAhead&) {
         const Copy x = copy_at(copy);
         const int8_t* qa = x.qa;
         const int32_t* values = x.values;

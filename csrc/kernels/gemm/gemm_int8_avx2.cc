@@ -53,7 +53,7 @@ __attribute__((always_inline)) inline void tile_rows(const uint8_t* a, long lda,
   }
 }
 
-void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out) {
+void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out, const char*, long) {
   switch (rows) {
     case 4: tile_rows<4>(a, lda, wp, kp, out); break;
     case 3: tile_rows<3>(a, lda, wp, kp, out); break;

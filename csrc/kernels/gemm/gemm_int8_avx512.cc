@@ -54,7 +54,7 @@ __attribute__((always_inline)) inline void tile_rows(const uint8_t* a, long lda,
     for (int v = 0; v < 4; ++v) _mm512_store_si512(out + r * kNR + 16 * v, acc[r][v]);
 }
 
-void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out) {
+void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out, const char*, long) {
   switch (rows) {
     case 4: tile_rows<4>(a, lda, wp, kp, out); break;
     case 3: tile_rows<3>(a, lda, wp, kp, out); break;

@@ -32,6 +32,7 @@ struct Vnni {
 
 #include "kernels/gemm/gemm_dot_tile_inl.h"
 
-void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out) {
-  dot_tile<Vnni>(rows, a, lda, wp, kp, out);
+void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out, const char* ahead,
+                 long ahead_lines) {
+  dot_tile<Vnni>(rows, a, lda, wp, kp, out, ahead, ahead_lines);
 }

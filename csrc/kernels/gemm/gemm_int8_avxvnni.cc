@@ -49,7 +49,7 @@ __attribute__((always_inline)) inline void tile_rows(const uint8_t* a, long lda,
   }
 }
 
-void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out) {
+void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out, const char*, long) {
   switch (rows) {
     case 6: tile_rows<6>(a, lda, wp, kp, out); break;
     case 5: tile_rows<5>(a, lda, wp, kp, out); break;

@@ -72,7 +72,7 @@ void tile_rows(const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* o
     for (int v = 0; v < 4; ++v) vst1q_s32(out + r * kNR + 4 * v, acc[r][v]);
 }
 
-void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out) {
+void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out, const char*, long) {
   switch (rows) {
     case 4: tile_rows<4>(a, lda, wp, kp, out); break;
     case 3: tile_rows<3>(a, lda, wp, kp, out); break;

@@ -32,7 +32,10 @@
 float quantize_row(const float* x, long k, long kp, uint8_t* out);
 // tile_kernel: out[r·kNR + j] = Σ_p a[r·lda + p] ⊙ wp[p, j] (wrapping int32; before the
 //   compensation) for r < rows ≤ kMR, all kNR columns; wp a packed panel, kp a multiple of kKGroup.
-void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out);
+//   While it runs it may pull the ahead_lines 64-byte lines at `ahead` (part of the panel a later
+//   tile reads from memory: PanelAhead in gemm_rowwise_inl.h) into L2; a level may ignore them.
+void tile_kernel(long rows, const uint8_t* a, long lda, const int8_t* wp, long kp, int32_t* out, const char* ahead,
+                 long ahead_lines);
 // finish_row_act<act>: c[j] = act(sa·scales[j]·float(acc[j] − comp[j]) + bias[j]) + residual[j],
 //   j < ncols (comp, bias, residual may be null; residual may alias c). The float operations are
 //   those of the scalar reference, in its order, unfused; the activation is the level's lane-wise
@@ -113,13 +116,16 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         float* base = scratch + copy * copy_floats;
         base[qa_floats + i] = quantize_row(a + i * lda, k, kp, reinterpret_cast<uint8_t*>(base) + i * kp);
       },
-      [&](long i0, long rows, long j0, long ncols, long copy) {
+      [&](long i0, long rows, long j0, long ncols, long copy, const PanelAhead& ahead) {
         const float* base = scratch + copy * copy_floats;
         const uint8_t* qa = reinterpret_cast<const uint8_t*>(base);
         const float* sa = base + qa_floats;
         alignas(64) int32_t acc[kMR * kNR];
         prefetch_tile_output(c + i0 * ldc + j0, ldc, rows, ncols);
-        tile_kernel(rows, qa + i0 * kp, kp, panels + j0 * kp, kp, acc);
+        long first_line = 0, lines = 0;
+        ahead.lines(kNR * kp, &first_line, &lines);
+        tile_kernel(rows, qa + i0 * kp, kp, panels + j0 * kp, kp, acc,
+                    reinterpret_cast<const char*>(panels + ahead.j0 * kp) + 64 * first_line, lines);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
           finish_row(acc + r * kNR, kUnsignedA ? comp + j0 : nullptr, sa[i], scales + j0,
