@@ -116,10 +116,8 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         const uint16_t* ab = reinterpret_cast<const uint16_t*>(scratch + copy * copy_floats);
         alignas(64) float acc[kMR * kNR];
         prefetch_tile_output(c + i0 * ldc + j0, ldc, rows, ncols);
-        long first_line = 0, lines = 0;
-        ahead.lines(kNR * kp * 2, &first_line, &lines);
-        tile_kernel(rows, ab + i0 * kp, kp, panels + j0 * kp, kp, acc,
-                    reinterpret_cast<const char*>(panels + ahead.j0 * kp) + 64 * first_line, lines);
+        const PanelLines next = ahead.lines(panels + ahead.j0 * kp, kNR * kp * 2);
+        tile_kernel(rows, ab + i0 * kp, kp, panels + j0 * kp, kp, acc, next.begin, next.count);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
           finish_row(acc + r * kNR, epilogue.bias ? epilogue.bias + j0 : nullptr, epilogue.activation,

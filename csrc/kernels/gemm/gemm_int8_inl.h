@@ -122,10 +122,8 @@ void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, lo
         const float* sa = base + qa_floats;
         alignas(64) int32_t acc[kMR * kNR];
         prefetch_tile_output(c + i0 * ldc + j0, ldc, rows, ncols);
-        long first_line = 0, lines = 0;
-        ahead.lines(kNR * kp, &first_line, &lines);
-        tile_kernel(rows, qa + i0 * kp, kp, panels + j0 * kp, kp, acc,
-                    reinterpret_cast<const char*>(panels + ahead.j0 * kp) + 64 * first_line, lines);
+        const PanelLines next = ahead.lines(panels + ahead.j0 * kp, kNR * kp);
+        tile_kernel(rows, qa + i0 * kp, kp, panels + j0 * kp, kp, acc, next.begin, next.count);
         for (long r = 0; r < rows; ++r) {
           const long i = i0 + r;
           finish_row(acc + r * kNR, kUnsignedA ? comp + j0 : nullptr, sa[i], scales + j0,

@@ -44,6 +44,24 @@ inline void prefetch_tile_output(const float* c, long ldc, long rows, long ncols
   }
 }
 
+// Lines of memory a tile pulls into L2 while it computes: `count` 64-byte lines from `begin`.
+struct PanelLines {
+  const char* begin;
+  long count;
+};
+
+// What a tile may pull into L2 while it computes: part `part` of `parts` of the panel at feature j0,
+// the next panel of the thread's run (parts == 0: nothing). See rowwise_gemm.
+struct PanelAhead {
+  long j0, part, parts;
+  // The part's lines, given where that panel starts and its size.
+  PanelLines lines(const void* panel, long panel_bytes) const {
+    if (parts == 0) return PanelLines{nullptr, 0};
+    const long total = panel_bytes / 64, first = total * part / parts;
+    return PanelLines{static_cast<const char*>(panel) + 64 * first, total * (part + 1) / parts - first};
+  }
+};
+
 // convert_row(i, copy) converts row i of A into copy `copy` (< rowwise_copies(m)); every row a
 // thread's tiles read is converted before they run. tile(i0, rows, j0, ncols, copy, ahead) computes
 // and stores c[i0, i0 + rows) × [j0, j0 + ncols) with rows ≤ kMR and ncols ≤ kNR (j0 a multiple of
@@ -59,22 +77,6 @@ inline void prefetch_tile_output(const float* c, long ldc, long rows, long ncols
 // (panel × row block) are dealt in contiguous ranges, panel-major: each thread streams its own
 // panels, each once per row block (for m ≤ kRowBlock exactly once: the GEMV case). Nothing here
 // allocates or throws: the callers allocate their scratch before calling.
-// What a tile may pull into L2 while it computes: part `part` of `parts` of the panel at feature j0,
-// the next panel of the thread's run (parts == 0: nothing). See rowwise_gemm.
-struct PanelAhead {
-  long j0, part, parts;
-  // The part as 64-byte lines of a panel of panel_bytes: the first and the count (0 when parts == 0).
-  void lines(long panel_bytes, long* first, long* count) const {
-    if (parts == 0) {
-      *first = *count = 0;
-      return;
-    }
-    const long total = panel_bytes / 64;
-    *first = total * part / parts;
-    *count = total * (part + 1) / parts - *first;
-  }
-};
-
 template <class ConvertRow, class Tile>
 void rowwise_gemm(long m, long n, long k, long min_macs_per_thread, const ConvertRow& convert_row, const Tile& tile) {
   const long panel_count = (n + kNR - 1) / kNR;
