@@ -73,10 +73,13 @@ bool product(std::initializer_list<long> dims, std::uint64_t element_bytes, std:
   return fits && value <= kMaxSize;
 }
 
-std::size_t bytes_within_limit(bool fits, std::uint64_t bytes, long double estimate, const std::string& what) {
+// `describe()` names the buffer in the message; it is only called when the size does not fit, so
+// that a check that passes (every scratch buffer a decode step reserves) formats no string.
+template <typename Describe>
+std::size_t bytes_within_limit(bool fits, std::uint64_t bytes, long double estimate, const Describe& describe) {
   const AllocationLimit limit = allocation_limit();
   if (fits && bytes <= limit.bytes) return static_cast<std::size_t>(bytes);
-  throw SizeError(what + " would need " + bytes_string(fits ? static_cast<long double>(bytes) : estimate) +
+  throw SizeError(describe() + " would need " + bytes_string(fits ? static_cast<long double>(bytes) : estimate) +
                   ", more than the " + bytes_string(static_cast<long double>(limit.bytes)) +
                   " this process can allocate (" + limit.source + ")");
 }
@@ -119,7 +122,7 @@ std::size_t checked_bytes(std::initializer_list<long> dims, std::size_t element_
   std::uint64_t bytes;
   long double estimate;
   const bool fits = product(dims, element_bytes, &bytes, &estimate, what);
-  return bytes_within_limit(fits, bytes, estimate, std::string(what) + " " + dims_string(dims));
+  return bytes_within_limit(fits, bytes, estimate, [&] { return std::string(what) + " " + dims_string(dims); });
 }
 
 std::size_t checked_buffer_bytes(std::size_t count, std::size_t element_bytes, const char* what) {
@@ -127,7 +130,8 @@ std::size_t checked_buffer_bytes(std::size_t count, std::size_t element_bytes, c
   const bool fits =
       !__builtin_mul_overflow(static_cast<std::uint64_t>(count), element_bytes, &bytes) && bytes <= kMaxSize;
   const long double estimate = static_cast<long double>(count) * static_cast<long double>(element_bytes);
-  return bytes_within_limit(fits, bytes, estimate, std::string(what) + " of " + std::to_string(count) + " elements");
+  return bytes_within_limit(fits, bytes, estimate,
+                            [&] { return std::string(what) + " of " + std::to_string(count) + " elements"; });
 }
 
 long checked_add(long a, long b, const char* what) {
