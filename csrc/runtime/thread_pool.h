@@ -61,6 +61,75 @@ class Team {
   int index_;
 };
 
+// A work split for a stream of like items that threads may get through at different speeds (the
+// panels of a decode step's GEMV: on a shared machine one thread's memory stream runs ~15 % slower
+// than the other's for long stretches, and a static split made the faster one wait ~10 µs per
+// projection). Each thread takes the items of its contiguous share from the front, in order, so
+// that its reads stay one sequential stream; a thread whose share is done takes the last unclaimed
+// item of the share with the most left. One per region, set up by the caller before run_team.
+class StealingRanges {
+ public:
+  static constexpr int kMaxThreads = 64;
+  // Shares [0, n) out among `threads` as Team::range does; false (use Team::range instead) when
+  // there are more threads than kMaxThreads or n does not fit 32 bits.
+  bool init(long n, int threads) {
+    if (threads < 1 || threads > kMaxThreads || n < 0 || n > 0x7FFFFFFFL) return false;
+    threads_ = threads;
+    for (int t = 0; t < threads; ++t) {
+      long begin, end;
+      split_range(n, threads, t, &begin, &end);
+      slots_[t].range.store(pack(begin, end), std::memory_order_relaxed);
+    }
+    return true;
+  }
+  // The calling thread's next item; false when every item is taken. *more: whether the item after
+  // it in the same share was still unclaimed then (false for a taken-over item), that is, whether
+  // this thread probably runs it next.
+  bool next(const Team& team, long* item, bool* more) {
+    std::atomic<uint64_t>& own = slots_[team.index()].range;
+    for (uint64_t cur = own.load(std::memory_order_relaxed); front(cur) < back(cur);) {
+      if (own.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) {
+        *item = front(cur);
+        *more = front(cur) + 1 < back(cur);
+        return true;
+      }
+    }
+    for (;;) {
+      int victim = -1;
+      long most = 0;
+      for (int t = 0; t < threads_; ++t) {
+        const uint64_t r = slots_[t].range.load(std::memory_order_relaxed);
+        if (back(r) - front(r) > most) {
+          most = back(r) - front(r);
+          victim = t;
+        }
+      }
+      if (victim < 0) return false;
+      std::atomic<uint64_t>& other = slots_[victim].range;
+      for (uint64_t cur = other.load(std::memory_order_relaxed); front(cur) < back(cur);) {
+        if (other.compare_exchange_weak(cur, cur - (uint64_t{1} << 32), std::memory_order_relaxed)) {
+          *item = back(cur) - 1;
+          *more = false;
+          return true;
+        }
+      }
+    }
+  }
+
+ private:
+  // A share's unclaimed items [front, back): front in the low 32 bits, back in the high.
+  static uint64_t pack(long front, long back) {
+    return static_cast<uint64_t>(front) | static_cast<uint64_t>(back) << 32;
+  }
+  static long front(uint64_t r) { return static_cast<long>(r & 0xFFFFFFFFu); }
+  static long back(uint64_t r) { return static_cast<long>(r >> 32); }
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> range;
+  };
+  Slot slots_[kMaxThreads];
+  int threads_ = 0;
+};
+
 using TeamFunction = void (*)(void* context, const Team& team);
 
 // True on a thread that is running fn of a team (a worker, or a caller inside run_team).

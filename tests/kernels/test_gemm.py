@@ -320,3 +320,19 @@ def test_row_converting_gemms_same_result_at_every_thread_count(rng, dtype, m):
     want, scale = reference(x, w, b, "gelu", r)
     # A loose check that it is this product (4-bit weights of a normal distribution err by ~9 %).
     assert np.abs(ys[0] - want).max() < (0.15 if dtype == "int4" else 0.05) * scale
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 3])
+def test_gemv_panels_taken_over_by_a_faster_thread(rng, dtype, m):
+    # Up to 4 rows, the threads share the 64-column panels out with stealing (StealingRanges in
+    # runtime/thread_pool.h): a thread whose own panels are done takes the last unclaimed one of
+    # another. More threads than this machine has cores are descheduled at random moments, so over
+    # many calls panels change hands at every point of the split; each panel must still be
+    # computed exactly once, the same way (1000 columns: the last panel is partial).
+    x, w, b = randn(rng, m, 512), randn(rng, 1000, 512), randn(rng, 1000)
+    lin = ops.Linear(w, b, None, dtype=dtype)
+    want = lin(x, num_threads=1)
+    for _ in range(20):
+        for threads in (3, 8):
+            np.testing.assert_array_equal(lin(x, num_threads=threads), want)
