@@ -322,17 +322,20 @@ def test_row_converting_gemms_same_result_at_every_thread_count(rng, dtype, m):
     assert np.abs(ys[0] - want).max() < (0.15 if dtype == "int4" else 0.05) * scale
 
 
-@pytest.mark.parametrize("dtype", ["int8", "int4", "bfloat16"])
-@pytest.mark.parametrize("m", [1, 3])
-def test_gemv_panels_taken_over_by_a_faster_thread(rng, dtype, m):
-    # Up to 4 rows, the threads share the 64-column panels out with stealing (StealingRanges in
-    # runtime/thread_pool.h): a thread whose own panels are done takes the last unclaimed one of
-    # another. More threads than this machine has cores are descheduled at random moments, so over
-    # many calls panels change hands at every point of the split; each panel must still be
-    # computed exactly once, the same way (1000 columns: the last panel is partial).
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8", "int4", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 3, 300])
+def test_panels_taken_over_by_a_faster_thread(rng, dtype, m):
+    # The decode GEMVs of every dtype, and the float32 / float16 blocked GEMM's phases, share their
+    # panels out with stealing (StealingRanges in runtime/thread_pool.h for the row-converting
+    # kernels, the ranges of gemm_driver_inl.h for float32 and the widening kernels): a thread whose
+    # own panels are done takes the last unclaimed one of another. More threads than this machine has
+    # cores are descheduled at random moments, so over many calls panels change hands at every
+    # point of the split; each must still be computed exactly once, the same way (1000 columns:
+    # the last panel is partial). 300 rows: the blocked GEMM (float32) and the row blocks of the
+    # row-converting GEMMs, whose static split must agree as well.
     x, w, b = randn(rng, m, 512), randn(rng, 1000, 512), randn(rng, 1000)
     lin = ops.Linear(w, b, None, dtype=dtype)
     want = lin(x, num_threads=1)
-    for _ in range(20):
+    for _ in range(20 if m <= 4 else 3):
         for threads in (3, 8):
             np.testing.assert_array_equal(lin(x, num_threads=threads), want)
