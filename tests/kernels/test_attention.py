@@ -340,6 +340,43 @@ def test_views_reversed_and_strided_rows(rng):
     assert_close(out, reference(q, k, v, causal=True))
 
 
+def guarded_float32(shape):
+    """A C-contiguous float32 array of `shape` whose last byte is the last before an unreadable page:
+    a kernel that reads one byte past it crashes the test."""
+    import ctypes
+    import mmap
+
+    nbytes = int(np.prod(shape)) * 4
+    page = mmap.PAGESIZE
+    total = -(-nbytes // page) * page + page
+    buffer = mmap.mmap(-1, total)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(address + total - page, page, 0) == 0  # PROT_NONE
+    data = np.frombuffer(buffer, dtype=np.uint8)[total - page - nbytes : total - page]
+    return data.view(np.float32).reshape(shape)
+
+
+@pytest.mark.parametrize("dim", [64, 17, 8])
+@pytest.mark.parametrize("kv_len", [1, 33, 70])
+@pytest.mark.parametrize("step", [1, 2])
+def test_decode_reads_no_key_past_the_cache(rng, dim, kv_len, step):
+    # A decode step (one query row per head: the single-row engine, which first reads each block's
+    # key rows line by line) over keys and values that end right at an unreadable page, rows
+    # contiguous (step 1) or every other row of the buffer (step 2).
+    heads = 3
+    q = rng.standard_normal((1, heads, 1, dim), dtype=np.float32)
+    k_buffer = guarded_float32((1, heads, kv_len * step, dim))
+    v_buffer = guarded_float32((1, heads, kv_len * step, dim))
+    k_buffer[...] = rng.standard_normal(k_buffer.shape, dtype=np.float32)
+    v_buffer[...] = rng.standard_normal(v_buffer.shape, dtype=np.float32)
+    k, v = k_buffer[:, :, step - 1 :: step], v_buffer[:, :, step - 1 :: step]
+    out = np.empty_like(q)
+    attention_views(q, k, v, out, causal=True)
+    assert_close(out, reference(q, k, v, causal=True))
+
+
 # ---- errors of cpuformer.ops.attention
 
 
