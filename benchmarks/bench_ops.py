@@ -15,6 +15,10 @@ operands in registers, which no GEMM can exceed. It replaces a peak computed fro
 vector width, which cpuinfo's nominal clock and CPUs that run 512-bit instructions on 256-bit
 units (Zen 4) make wrong.
 Attention: milliseconds of ``ops.attention`` against ``torch.nn.functional.scaled_dot_product_attention``.
+Decode attention: microseconds and GB/s of KV read of ``ops.attention`` for one query position over a
+float32 KV cache (a decode step's attention), multi-head (GPT-2) and grouped-query (Llama) shapes,
+with the cache hot (one layer's call repeated) and cold (calls rotating over layers whose caches fill
+400 MB, so each reads its keys and values from memory, as a decode step does after its weights).
 
 Every implementation runs in the same process on the same inputs. The samples of the
 implementations alternate in a few passes (so that load from other processes hits all of them
@@ -295,6 +299,52 @@ def format_attention_row(r: Dict[str, object]) -> str:
     return f"{r['case']:<32} {r['ms']['cpuformer']:>13.3f} {torch_col}"
 
 
+# ---- decode attention over a hot and a cold KV cache -------------------------------------------
+
+DECODE_ATTENTION_HEADS = [("MHA 12/12", 12, 12), ("GQA 32/4", 32, 4)]  # (name, H, Hkv); D = 64
+DECODE_ATTENTION_KEYS = (512, 2048)
+DECODE_ATTENTION_COLD_BYTES = 400e6
+
+
+def bench_decode_attention(rounds: int, min_time: float) -> List[Dict[str, object]]:
+    rng = np.random.default_rng(2)
+    rows = []
+    d = 64
+    for name, h, hkv in DECODE_ATTENTION_HEADS:
+        for tk in DECODE_ATTENTION_KEYS:
+            kv_bytes = 2 * hkv * tk * d * 4
+            layers = max(2, int(DECODE_ATTENTION_COLD_BYTES / kv_bytes))
+            q = rng.standard_normal((1, h, 1, d), dtype=np.float32)
+            caches = [(np.full((1, hkv, tk, d), 0.5, np.float32), np.full((1, hkv, tk, d), 0.5, np.float32))
+                      for _ in range(layers)]
+            turn = [0]
+
+            def cold() -> object:
+                k, v = caches[turn[0]]
+                turn[0] = (turn[0] + 1) % layers
+                return ops.attention(q, k, v, causal=True)
+
+            hot_k, hot_v = caches[0]
+            seconds = measure({"hot": lambda: ops.attention(q, hot_k, hot_v, causal=True), "cold": cold},
+                              rounds, min_time)
+            caches.clear()  # before the next case allocates its own
+            row = {"case": f"{name} Tk={tk}", "shape": {"B": 1, "H": h, "Hkv": hkv, "Tq": 1, "Tk": tk, "D": d},
+                   "kv_bytes": kv_bytes, "us": {mode: 1e6 * t for mode, t in seconds.items()},
+                   "gb_per_s": {mode: kv_bytes / t / 1e9 for mode, t in seconds.items()}}
+            rows.append(row)
+            print(format_decode_attention_row(row), flush=True)
+    return rows
+
+
+def decode_attention_header() -> str:
+    return f"{'case':<20} {'KV MB':>7} {'hot us':>9} {'hot GB/s':>9} {'cold us':>9} {'cold GB/s':>10}"
+
+
+def format_decode_attention_row(r: Dict[str, object]) -> str:
+    return (f"{r['case']:<20} {r['kv_bytes'] / 1e6:>7.2f} {r['us']['hot']:>9.1f} {r['gb_per_s']['hot']:>9.1f} "
+            f"{r['us']['cold']:>9.1f} {r['gb_per_s']['cold']:>10.1f}")
+
+
 # ---- main -------------------------------------------------------------------------------------
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -304,6 +354,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="samples per implementation (median)")
     parser.add_argument("--out", default=None, help="JSON path (default benchmarks/results/ops_<date>.json)")
     parser.add_argument("--skip-attention", action="store_true")
+    parser.add_argument("--skip-decode-attention", action="store_true",
+                        help="skip one-position attention over a hot and a cold KV cache")
     parser.add_argument("--skip-linear", action="store_true", help="skip the float32 Linear against the peers")
     parser.add_argument("--skip-dtypes", action="store_true", help="skip Linear by weight dtype")
     args = parser.parse_args(argv)
@@ -341,12 +393,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("\nAttention, milliseconds (lower is better); speedup = torch ms / cpuformer ms")
         print(attention_header())
         attention_rows = bench_attention(rounds, min_time)
+    decode_attention_rows: List[Dict[str, object]] = []
+    if not args.skip_decode_attention:
+        print("\nDecode attention (one query position, float32 KV cache), microseconds and GB/s of KV read; "
+              "hot = one layer's call repeated, cold = calls rotating over 400 MB of caches")
+        print(decode_attention_header())
+        decode_attention_rows = bench_decode_attention(rounds, min_time)
     if limits is not None:
         limits.unregister()
 
     result = {"machine": info, "rounds": rounds, "min_sample_seconds": min_time, "quick": args.quick,
               "linear": linear_rows, "linear_dtypes": dtype_rows,
-              "attention": attention_rows}
+              "attention": attention_rows, "decode_attention": decode_attention_rows}
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"ops_{datetime.date.today().isoformat()}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)

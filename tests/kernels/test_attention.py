@@ -361,20 +361,38 @@ def guarded_float32(shape):
 @pytest.mark.parametrize("dim", [64, 17, 8])
 @pytest.mark.parametrize("kv_len", [1, 33, 70])
 @pytest.mark.parametrize("step", [1, 2])
-def test_decode_reads_no_key_past_the_cache(rng, dim, kv_len, step):
-    # A decode step (one query row per head: the single-row engine, which first reads each block's
-    # key rows line by line) over keys and values that end right at an unreadable page, rows
-    # contiguous (step 1) or every other row of the buffer (step 2).
-    heads = 3
-    q = rng.standard_normal((1, heads, 1, dim), dtype=np.float32)
-    k_buffer = guarded_float32((1, heads, kv_len * step, dim))
-    v_buffer = guarded_float32((1, heads, kv_len * step, dim))
+@pytest.mark.parametrize("group", [1, 8])
+def test_decode_reads_no_key_past_the_cache(rng, dim, kv_len, step, group):
+    # A decode step over keys and values that end right at an unreadable page, rows contiguous
+    # (step 1) or every other row of the buffer (step 2). Both engines read each block's key rows
+    # line by line first: the single-row one (group 1: one query row per kv head) and the query-block
+    # one (group 8: a grouped-query step, 8 rows per kv head).
+    kv_heads = 3
+    q = rng.standard_normal((1, kv_heads * group, 1, dim), dtype=np.float32)
+    k_buffer = guarded_float32((1, kv_heads, kv_len * step, dim))
+    v_buffer = guarded_float32((1, kv_heads, kv_len * step, dim))
     k_buffer[...] = rng.standard_normal(k_buffer.shape, dtype=np.float32)
     v_buffer[...] = rng.standard_normal(v_buffer.shape, dtype=np.float32)
     k, v = k_buffer[:, :, step - 1 :: step], v_buffer[:, :, step - 1 :: step]
     out = np.empty_like(q)
     attention_views(q, k, v, out, causal=True)
     assert_close(out, reference(q, k, v, causal=True))
+
+
+@pytest.mark.parametrize("dim", [64, 17, 128])
+@pytest.mark.parametrize("kv_len", [5, 70, 300])
+def test_grouped_decode_rows_do_not_depend_on_their_tile(rng, dim, kv_len):
+    # A grouped-query decode step's 8 rows per kv head (AVX-512: scored in 8-lane vectors) get the
+    # bits they get as the first 8 of 16 rows (full-width vectors): the same products and sums in
+    # the same order for every row.
+    q16 = rng.standard_normal((1, 16, 1, dim), dtype=np.float32)
+    k = rng.standard_normal((1, 1, kv_len, dim), dtype=np.float32)
+    v = rng.standard_normal((1, 1, kv_len, dim), dtype=np.float32)
+    q8 = np.ascontiguousarray(q16[:, :8])
+    out8 = ops.attention(q8, k, v, causal=True, num_threads=1)
+    out16 = ops.attention(q16, k, v, causal=True, num_threads=1)
+    np.testing.assert_array_equal(out8, out16[:, :8])
+    assert_close(out8, reference(q8, k, v, causal=True))
 
 
 # ---- errors of cpuformer.ops.attention

@@ -140,6 +140,36 @@ inline void transpose(Vec* r) {
   }
 }
 
+// Scores of a wide-engine tile of at most 8 rows (a grouped-query decode step: 8 query heads per
+// kv head) in 8-lane vectors: wide_scores (attention_tiled_inl.h) with Qᵀ's lanes 0-7 only, lanes
+// 8-15 of s stored as +0 (what the zero query lanes of the missing rows give there). Same products
+// and sums in the same order for the rows, so the same bits; half the FMA work, where a 512-bit FMA
+// costs two 256-bit ones (Zen 4) or as much as one (then nothing is lost).
+#define CPUFORMER_ATTENTION_HALF_SCORES 1
+inline void wide_scores_half(const float* qt, long dim, const float* k, long k_stride, long nk, float* s, Vec* max) {
+  const float* kp[kScoreKeys];
+  for (int j = 0; j < kScoreKeys; ++j) kp[j] = k + (j < nk ? j : nk - 1) * k_stride;
+  __m256 even[kScoreKeys], odd[kScoreKeys];
+  for (int j = 0; j < kScoreKeys; ++j) even[j] = odd[j] = _mm256_setzero_ps();
+  long d = 0;
+  for (; d + 2 <= dim; d += 2) {
+    const __m256 q0 = _mm256_loadu_ps(qt + d * kLanes), q1 = _mm256_loadu_ps(qt + (d + 1) * kLanes);
+    for (int j = 0; j < kScoreKeys; ++j) {
+      even[j] = _mm256_fmadd_ps(q0, _mm256_broadcast_ss(kp[j] + d), even[j]);
+      odd[j] = _mm256_fmadd_ps(q1, _mm256_broadcast_ss(kp[j] + d + 1), odd[j]);
+    }
+  }
+  if (d < dim) {
+    const __m256 q0 = _mm256_loadu_ps(qt + d * kLanes);
+    for (int j = 0; j < kScoreKeys; ++j) even[j] = _mm256_fmadd_ps(q0, _mm256_broadcast_ss(kp[j] + d), even[j]);
+  }
+  for (int j = 0; j < kScoreKeys; ++j) {
+    const Vec score = _mm512_zextps256_ps512(_mm256_add_ps(even[j], odd[j]));
+    _mm512_storeu_ps(s + j * kLanes, score);
+    *max = _mm512_max_ps(*max, score);
+  }
+}
+
 inline Vec vgather(const float* base, IVec index) { return _mm512_i32gather_ps(index, base, 4); }
 
 // Lane t of the result is the sum of the lanes of acc[t]: 16 horizontal sums in 30 shuffles and
