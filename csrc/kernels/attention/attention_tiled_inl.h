@@ -181,19 +181,19 @@ inline void prefetch_kv_rows(const Tile& t, long dim, long k_stride, long v_stri
 }
 
 // Reads the float32 key rows [j0, j0 + n) (row stride `stride` floats, `dim` used), one load per
-// 64-byte line in address order, before the narrow engine computes their scores: its own order
-// (kLanes keys at a time, across their rows) defeats the hardware prefetchers, and a decode step's
-// keys come from memory. Software prefetches of the rows 1-4 blocks ahead (as prefetch_kv_rows
-// does for the other caches) gained nothing; this pass did. Measured on Zen 4, alternating builds:
-// ops.attention of one query row, 12 heads of 64 over cold keys, 1 thread ~10 → 20-27 GB/s and 2
-// threads 14-19 → 20-27 GB/s; a GPT-2 int8 decode step's attention 32-36 → 25 µs a layer (16-144
-// cached keys), and 8.4-9.2 → 6.7-7.4 ms a token at a 900-token prompt. The values need no such
-// pass (P·V reads them row after row: staging them too gained nothing), nor do reduced-precision
-// caches (no faster with it than with their prefetch_kv_rows requests). With the keys in L1/L2
-// already it costs ~15 % of the engine's time. The query-block engine (8 keys at a time across
-// their rows) uses it in the tiles that hold every query row of their kv head: a grouped-query
-// decode step over 2,048 cold keys (32/4 heads of 64), 1 thread 393-405 → 294-308 µs together with
-// wide_scores_half.
+// 64-byte line in address order, before an engine computes their scores: both walk across the rows
+// of several keys at a time (the narrow engine kLanes keys, the query-block engine kScoreKeys), an
+// order that defeats the hardware prefetchers, and a decode step's keys come from memory. Software
+// prefetches of the rows 1-4 blocks ahead (as prefetch_kv_rows does for the other caches) gained
+// nothing; this pass did. Measured on Zen 4, alternating builds: ops.attention of one query row,
+// 12 heads of 64 over cold keys, 1 thread ~10 → 20-27 GB/s and 2 threads 14-19 → 20-27 GB/s; a
+// GPT-2 int8 decode step's attention 32-36 → 25 µs a layer (16-144 cached keys), and 8.4-9.2 →
+// 6.7-7.4 ms a token at a 900-token prompt. The values need no such pass (P·V reads them row after
+// row: staging them too gained nothing), nor do reduced-precision caches (no faster with it than
+// with their prefetch_kv_rows requests). With the keys in L1/L2 already it costs ~15 % of the
+// engine's time. The query-block engine uses it in the tiles that hold every query row of their
+// kv head (run_wide's stage_keys): a grouped-query decode step over 2,048 cold keys (32/4 heads of
+// 64), 1 thread 393-405 → 294-308 µs together with wide_scores_half.
 inline void stage_key_rows(const float* k, long stride, long dim, long j0, long n) {
   const long row_bytes = dim * static_cast<long>(sizeof(float));
   const char* base = reinterpret_cast<const char*>(k + j0 * stride);
