@@ -281,6 +281,40 @@ PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
   return packed;
 }
 
+PackedWeights pack_weights_f32_blocks(const float* const* blocks, const long* rows, std::size_t count, long k) {
+  const GemmKernels& kernels = gemm_kernels();
+  const std::size_t row_bytes = static_cast<std::size_t>(k) * sizeof(float);
+  long n = 0;
+  bool in_place = true;
+  for (std::size_t i = 0; i < count; ++i) {
+    n += rows[i];
+    // A block packs into its own place when its panels hold only its rows (it fills its last one).
+    in_place = in_place && (i + 1 == count || kernels.packed_bytes_f32(rows[i], k) == rows[i] * row_bytes);
+  }
+  if (!in_place) {
+    LoadScratchScope scratch;
+    float* joined = load_scratch<float>(LoadSlot::kJoined, static_cast<std::size_t>(n) * k);
+    long row = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::copy(blocks[i], blocks[i] + rows[i] * k, joined + row * k);
+      row += rows[i];
+    }
+    return pack_weights_f32(joined, n, k, k);
+  }
+  PackedWeights packed;
+  packed.n = n;
+  packed.k = k;
+  packed.type = WeightType::kFloat32;
+  packed.isa = active_isa();
+  packed.data.resize(kernels.packed_bytes_f32(n, k));
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    kernels.pack_f32(blocks[i], rows[i], k, k, packed.data.data() + offset);
+    offset += rows[i] * row_bytes;
+  }
+  return packed;
+}
+
 PackedWeights pack_weights_s8(const int8_t* q, const float* scales, long n, long k, long ldq) {
   const Int8GemmKernels& kernels = int8_gemm_kernels();
   PackedWeights packed;

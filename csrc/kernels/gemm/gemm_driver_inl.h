@@ -98,7 +98,7 @@ std::size_t packed_bytes_w(long n, long k) {
   return static_cast<std::size_t>(ceil_div(n, kNR) * kNR * k) * sizeof(WElem);
 }
 
-void pack_w(const WElem* w, long n, long k, long ldw, uint8_t* out) {
+[[maybe_unused]] void pack_w(const WElem* w, long n, long k, long ldw, uint8_t* out) {
   WElem* packed = reinterpret_cast<WElem*>(out);
   const long panels = ceil_div(n, kNR);
   const int nt = threads_for(n * k / 8, panels);  // a copy: far cheaper per element than a multiply-add
