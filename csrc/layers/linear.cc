@@ -85,19 +85,13 @@ Linear::Linear(const std::vector<LinearPart>& parts, long k, const WeightFormat&
   LoadScratchScope scratch;
   const bool single = parts.size() == 1;
   if (stored == WeightType::kFloat32) {
-    if (single) {
-      packed_ = pack_weights(static_cast<const float*>(parts[0].weight.data), format, n, k, k);
-    } else if (type == WeightType::kFloat32) {
-      std::vector<const float*> blocks;
-      std::vector<long> rows;
-      for (const LinearPart& p : parts) {
-        blocks.push_back(static_cast<const float*>(p.weight.data));
-        rows.push_back(p.rows);
-      }
-      packed_ = pack_weights_f32_blocks(blocks.data(), rows.data(), parts.size(), k);
-    } else {
-      packed_ = pack_weights(join_rows<float>(parts, n, k), format, n, k, k);
+    std::vector<const float*> blocks;
+    std::vector<long> rows;
+    for (const LinearPart& p : parts) {
+      blocks.push_back(static_cast<const float*>(p.weight.data));
+      rows.push_back(p.rows);
     }
+    packed_ = pack_weights_blocks(blocks.data(), rows.data(), parts.size(), format, k, k);
   } else if (stored == WeightType::kInt4) {
     const long groups = int4_groups(k, format.group_size), half_kp = groups * format.group_size / 2;
     const uint8_t* u =

@@ -180,6 +180,29 @@ def test_nonfinite_weights_propagate(rng, dtype, m, k):
     check(x, np.delete(w, [3, 40, 65, 66], axis=0), dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_weights_round_as_the_reference(rng, dtype):
+    # Packing rounds float32 weights to 16 bits at the level's vector width
+    # (quantize_weights_inl.h): the bits of the scalar reference (ops.to_float16_bits /
+    # to_bfloat16_bits) at ties, just off them, in float16's subnormal range and up to its overflow
+    # boundary. With x = I each output is one weight, exactly (y = W^T).
+    n, k = 37, 67
+    low = rng.choice(np.array([0, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x0800, 0x17FF], dtype=np.uint32), n * k)
+    if dtype == "float16":
+        # float16 normals and subnormals: float32 exponents 103 (2^-24) to 142 (2^15)
+        exponent = rng.integers(103, 143, n * k).astype(np.uint32)
+    else:
+        exponent = rng.integers(1, 250, n * k).astype(np.uint32)  # float32 normals (vdpbf16ps flushes the rest)
+    mantissa = (rng.integers(0, 1 << 10, n * k).astype(np.uint32) << 13) | low
+    sign = rng.integers(0, 2, n * k).astype(np.uint32) << 31
+    bits = sign | (exponent << 23) | mantissa
+    if dtype == "float16":
+        bits[:4] = [0x477FEFFF, 0x477FE000, 0x477FE001, 0x33000001]  # below 65520; 2^-25 just above a tie
+    w = bits.view(np.float32).reshape(n, k)
+    y = ops.Linear(w, None, dtype=dtype)(np.eye(k, dtype=np.float32))
+    np.testing.assert_array_equal(y.T, widened(w, dtype))
+
+
 def test_float16_subnormal_weights(rng):
     # Subnormal float16 weights widen exactly (F16C handles them; a shift would not).
     m, k, n = 9, 200, 40

@@ -281,7 +281,11 @@ PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
   return packed;
 }
 
-PackedWeights pack_weights_f32_blocks(const float* const* blocks, const long* rows, std::size_t count, long k) {
+// float32 blocks of rows (the parts of a fused projection) packed as the one matrix they make one
+// after another: each block straight into its place when the blocks before it fill whole panels,
+// else (rows of one panel in two blocks) joined in load scratch first.
+static PackedWeights pack_weights_f32_blocks(const float* const* blocks, const long* rows, std::size_t count, long k,
+                                             long ldw) {
   const GemmKernels& kernels = gemm_kernels();
   const std::size_t row_bytes = static_cast<std::size_t>(k) * sizeof(float);
   long n = 0;
@@ -296,7 +300,8 @@ PackedWeights pack_weights_f32_blocks(const float* const* blocks, const long* ro
     float* joined = load_scratch<float>(LoadSlot::kJoined, static_cast<std::size_t>(n) * k);
     long row = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      std::copy(blocks[i], blocks[i] + rows[i] * k, joined + row * k);
+      for (long j = 0; j < rows[i]; ++j)
+        std::copy(blocks[i] + j * ldw, blocks[i] + j * ldw + k, joined + (row + j) * k);
       row += rows[i];
     }
     return pack_weights_f32(joined, n, k, k);
@@ -309,7 +314,7 @@ PackedWeights pack_weights_f32_blocks(const float* const* blocks, const long* ro
   packed.data.resize(kernels.packed_bytes_f32(n, k));
   std::size_t offset = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    kernels.pack_f32(blocks[i], rows[i], k, k, packed.data.data() + offset);
+    kernels.pack_f32(blocks[i], rows[i], k, ldw, packed.data.data() + offset);
     offset += rows[i] * row_bytes;
   }
   return packed;
@@ -377,41 +382,68 @@ PackedWeights pack_weights_s4(const uint8_t* u, const uint16_t* scales, const ui
   return packed;
 }
 
-PackedWeights pack_weights(const float* w, const WeightFormat& format, long n, long k, long ldw) {
+// Rows [0, n) of w (row stride ldw) rounded to float16 or bfloat16 into h [n, k] (float_to_half /
+// float_to_bfloat16 at the level's vector width), split across the threads by rows.
+static void convert_weights_16(const float* w, long n, long k, long ldw, WeightType type, uint16_t* h) {
+  const bool half = type == WeightType::kFloat16;
+  parallel_ranges(n, quantize_rows_per_thread(k),
+                  [&](long j0, long j1) { weight_quantizers().rows_16(w, j0, j1, k, ldw, half, h); });
+}
+
+PackedWeights pack_weights_blocks(const float* const* blocks, const long* rows, std::size_t count,
+                                  const WeightFormat& format, long k, long ldw) {
   const WeightType type = format.type;
+  if (type == WeightType::kFloat32) return pack_weights_f32_blocks(blocks, rows, count, k, ldw);
+  long n = 0;
+  for (std::size_t i = 0; i < count; ++i) n += rows[i];
   // The quantized or converted copy lives only until it is packed: load scratch, reused by the next
-  // weight of a model build (runtime/load_scratch.h).
+  // weight of a model build (runtime/load_scratch.h). Rows are quantized independently, so each
+  // block is written straight to its rows of it.
   LoadScratchScope scratch;
-  const std::size_t count = static_cast<std::size_t>(n) * k;
+  const std::size_t count_all = static_cast<std::size_t>(n) * k;
   switch (type) {
     case WeightType::kInt4: {
-      const std::size_t groups = static_cast<std::size_t>(int4_groups(k, format.group_size));
-      uint8_t* u = load_scratch<uint8_t>(LoadSlot::kConverted, n * groups * format.group_size / 2);
-      uint16_t* scales = load_scratch<uint16_t>(LoadSlot::kConvertedScales, n * groups);
-      uint8_t* zeros = format.zero_point ? load_scratch<uint8_t>(LoadSlot::kConvertedZeros, n * groups) : nullptr;
-      quantize_weights_s4(w, n, k, ldw, format.group_size, format.zero_point, u, scales, zeros);
+      const long groups = int4_groups(k, format.group_size), half_kp = groups * format.group_size / 2;
+      uint8_t* u = load_scratch<uint8_t>(LoadSlot::kConverted, static_cast<std::size_t>(n) * half_kp);
+      uint16_t* scales = load_scratch<uint16_t>(LoadSlot::kConvertedScales, static_cast<std::size_t>(n) * groups);
+      uint8_t* zeros = format.zero_point
+                           ? load_scratch<uint8_t>(LoadSlot::kConvertedZeros, static_cast<std::size_t>(n) * groups)
+                           : nullptr;
+      long row = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        quantize_weights_s4(blocks[i], rows[i], k, ldw, format.group_size, format.zero_point, u + row * half_kp,
+                            scales + row * groups, zeros ? zeros + row * groups : nullptr);
+        row += rows[i];
+      }
       return pack_weights_s4(u, scales, zeros, n, k, format.group_size);
     }
-    case WeightType::kFloat32: return pack_weights_f32(w, n, k, ldw);
     case WeightType::kInt8: {
-      int8_t* q = load_scratch<int8_t>(LoadSlot::kConverted, count);
+      int8_t* q = load_scratch<int8_t>(LoadSlot::kConverted, count_all);
       float* scales = load_scratch<float>(LoadSlot::kConvertedScales, n);
-      quantize_weights_s8(w, n, k, ldw, q, scales);
+      long row = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        quantize_weights_s8(blocks[i], rows[i], k, ldw, q + row * k, scales + row);
+        row += rows[i];
+      }
       return pack_weights_s8(q, scales, n, k, k);
     }
     case WeightType::kFloat16:
     case WeightType::kBFloat16: {
-      uint16_t* h = load_scratch<uint16_t>(LoadSlot::kConverted, count);
-      const bool half = type == WeightType::kFloat16;
-      for (long j = 0; j < n; ++j)
-        for (long p = 0; p < k; ++p) {
-          const float x = w[j * ldw + p];
-          h[j * k + p] = half ? float_to_half(x) : float_to_bfloat16(x);
-        }
+      uint16_t* h = load_scratch<uint16_t>(LoadSlot::kConverted, count_all);
+      long row = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        convert_weights_16(blocks[i], rows[i], k, ldw, type, h + row * k);
+        row += rows[i];
+      }
       return pack_weights_16(h, type, n, k, k);
     }
+    case WeightType::kFloat32: break;  // above
   }
   throw std::invalid_argument("unknown weight type");
+}
+
+PackedWeights pack_weights(const float* w, const WeightFormat& format, long n, long k, long ldw) {
+  return pack_weights_blocks(&w, &n, 1, format, k, ldw);
 }
 
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc, const GemmEpilogue& epilogue) {

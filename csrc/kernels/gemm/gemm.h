@@ -240,11 +240,6 @@ float bfloat16_to_float(uint16_t h);
 float* gemm_thread_scratch(std::size_t count);
 
 PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw);
-// float32 weights whose rows come in `count` blocks (a fused projection's parts: q, k and v), each
-// block `rows[i]` contiguous rows of k elements: packed as the one matrix the blocks make one after
-// another. Blocks that end on a panel boundary are packed straight into their place (no joined copy
-// of the model's largest matrices at load); otherwise they are joined in load scratch first.
-PackedWeights pack_weights_f32_blocks(const float* const* blocks, const long* rows, std::size_t count, long k);
 PackedWeights pack_weights_s8(const int8_t* q, const float* scales, long n, long k, long ldq);
 PackedWeights pack_weights_16(const uint16_t* w, WeightType type, long n, long k, long ldw);
 // u, scales, zeros as quantize_weights_s4 writes them; std::invalid_argument for a group size the
@@ -254,6 +249,13 @@ PackedWeights pack_weights_s4(const uint8_t* u, const uint16_t* scales, const ui
 // From float32 to any format: quantizes / rounds first (quantize_weights_s8, quantize_weights_s4,
 // float_to_half, float_to_bfloat16), then packs.
 PackedWeights pack_weights(const float* w, const WeightFormat& format, long n, long k, long ldw);
+// The same for float32 weights whose rows come in `count` blocks (a fused projection's parts: q, k
+// and v), block i `rows[i]` rows of k elements at row stride ldw: packed as the one matrix the
+// blocks make one after another. Each block is quantized or converted straight into its rows of the
+// copy that is packed; float32 blocks that end on a panel boundary are packed straight into their
+// place (no joined copy of the model's largest matrices at load).
+PackedWeights pack_weights_blocks(const float* const* blocks, const long* rows, std::size_t count,
+                                  const WeightFormat& format, long k, long ldw);
 // Dispatches on w.type.
 void gemm(const float* a, long m, long lda, const PackedWeights& w, float* c, long ldc,
           const GemmEpilogue& epilogue = {});

@@ -22,6 +22,7 @@ using WElem = float;
 #include "kernels/gemm/gemm_driver_inl.h"
 // Order matters: the kernels included next need the declarations of the driver above.
 #include "kernels/gemm/gemm_avx512_inl.h"
+#include "kernels/gemm/transpose_avx512_inl.h"
 
 using GemvFn = void (*)(const float*, long, const void*, long, float*, long, long, const TileEpilogue&);
 constexpr GemvFn kGemvs[kGemvMaxRows] = {
@@ -35,34 +36,6 @@ void gemv_kernel(long rows, const float* a, long lda, const float* wp, long k, W
 }
 
 const float* widen_slice(const float* src, long, WeightType) { return src; }
-
-// r[i] = row i of a 16 × 16 block in, column i of it out: unpack pairs of 32-bit and 64-bit
-// elements within 128-bit lanes, then gather the 128-bit lanes (4 × 16 shuffles).
-inline void transpose_16x16(__m512* r) {
-  __m512 t[16], u[16], v[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-    u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-    u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-    u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-    u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-  }
-  for (int i = 0; i < 2; ++i) {
-    for (int j = 0; j < 4; ++j) {
-      v[8 * i + j] = _mm512_shuffle_f32x4(u[8 * i + j], u[8 * i + 4 + j], 0x88);
-      v[8 * i + 4 + j] = _mm512_shuffle_f32x4(u[8 * i + j], u[8 * i + 4 + j], 0xdd);
-    }
-  }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0xdd);
-  }
-}
 
 // pack_w (gemm_driver_inl.h's layout) in 16 × 16 blocks transposed in registers: 16 rows of W are
 // read 64 bytes at a time and each k step's 16 features stored as one aligned vector, instead of

@@ -47,24 +47,38 @@ std::size_t packed_bytes(long n, long k, WeightType type) {
   return static_cast<std::size_t>(ceil_div(n, kNR) * kNR * ceil_div(k, 2) * 2) * sizeof(uint16_t);
 }
 
+#include "kernels/gemm/transpose_avx512_inl.h"
+
+// A k pair of a row is one 32-bit word, so a panel is a k-major transpose of words: 16 rows × 16
+// pairs at a time, loaded (an odd K's last pair with a zero high half by the load mask), transposed
+// in registers and stored one aligned vector per pair; panels split across the threads.
 void pack(const uint16_t* w, WeightType type, long n, long k, long ldw, uint8_t* out) {
   if (type != WeightType::kBFloat16) {
     widening().pack(w, type, n, k, ldw, out);
     return;
   }
-  const long np = ceil_div(n, kNR) * kNR, kp = ceil_div(k, 2) * 2;
-  uint16_t* panels = reinterpret_cast<uint16_t*>(out);
-  for (long p0 = 0; p0 < np; p0 += kNR) {
-    uint16_t* panel = panels + p0 * kp;
-    for (long jj = 0; jj < kNR; ++jj) {
-      const long j = p0 + jj;
-      for (long g = 0; g < kp / 2; ++g)
-        for (long t = 0; t < 2; ++t) {
-          const long p = 2 * g + t;
-          panel[(g * kNR + jj) * 2 + t] = j < n && p < k ? w[j * ldw + p] : uint16_t{0};
+  static_assert(kNR % 16 == 0, "whole 16-feature blocks per panel");
+  const long panels = ceil_div(n, kNR), pairs = ceil_div(k, 2);
+  float* words = reinterpret_cast<float*>(out);  // moved as float lanes, never computed with
+  parallel_ranges(panels, 1, [&](long p0, long p1) {
+    for (long p = p0; p < p1; ++p) {
+      float* panel = words + p * kNR * pairs;
+      for (long g0 = 0; g0 < pairs; g0 += 16) {
+        const long e0 = 2 * g0, elements = k - e0 < 32 ? k - e0 : 32, steps = pairs - g0 < 16 ? pairs - g0 : 16;
+        const __mmask32 mask = elements == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << elements) - 1);
+        for (long h = 0; h < kNR; h += 16) {
+          __m512 r[16];
+          for (long j = 0; j < 16; ++j) {
+            const long row = p * kNR + h + j;
+            r[j] =
+                row < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, w + row * ldw + e0)) : _mm512_setzero_ps();
+          }
+          transpose_16x16(r);
+          for (long g = 0; g < steps; ++g) _mm512_store_ps(panel + (g0 + g) * kNR + h, r[g]);
         }
+      }
     }
-  }
+  });
 }
 
 inline __m512bh as_bh(__m512i v) {

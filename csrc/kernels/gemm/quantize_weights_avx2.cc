@@ -23,7 +23,7 @@ inline float round_half_even(float v) { return std::nearbyint(v); }
 
 }  // namespace
 
-const WeightQuantizers kWeightQuantizers = {quantize_rows_s8, quantize_rows_s4};
+const WeightQuantizers kWeightQuantizers = {quantize_rows_s8, quantize_rows_s4, convert_rows_16};
 
 }  // namespace avx2
 }  // namespace cpuformer

@@ -147,3 +147,44 @@ void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long g
     for (long b = 0; b < kp / 2; ++b) out[b] = static_cast<uint8_t>(row[2 * b] | (row[2 * b + 1] << 4));
   }
 }
+
+// float_to_half (gemm.cc) without branches, so that a row vectorizes: the normal encoding rounded
+// half to even from the dropped 13 bits, the subnormal one from |x| · 2^24 rounded (exact: a power
+// of two), then overflow (≥ 65520 rounds to inf) and NaN (the quiet NaN 0x7E00) selected over them.
+inline uint16_t half_bits(float x) {
+  uint32_t f;
+  std::memcpy(&f, &x, 4);
+  const uint32_t sign = (f >> 16) & 0x8000u, abs = f & 0x7FFFFFFFu;
+  const uint32_t up = (abs & 0x1FFFu) + ((abs >> 13) & 1u) > 0x1000u ? 1u : 0u;
+  const uint32_t normal = (abs >> 13) - ((127u - 15u) << 10) + up;
+  const bool small = abs < 0x38800000u;
+  const uint32_t subnormal =
+      static_cast<uint32_t>(static_cast<int32_t>(round_half_even(float_of_bits(small ? abs : 0u) * 16777216.0f)));
+  uint32_t h = small ? subnormal : normal;
+  h = abs >= 0x477FF000u ? 0x7C00u : h;
+  h = abs > 0x7F800000u ? 0x7E00u : h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+// float_to_bfloat16 (gemm.cc) without branches: round half to even on the upper 16 bits; NaN keeps
+// its sign and upper payload, made quiet.
+inline uint16_t bfloat16_bits(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? (bits >> 16) | 0x0040u : rounded);
+}
+
+// Rows [j0, j1) of w (row stride ldw) as float16 (half) or bfloat16 bits into h [.., k], the bits of
+// float_to_half / float_to_bfloat16.
+void convert_rows_16(const float* w, long j0, long j1, long k, long ldw, bool half, uint16_t* h) {
+  for (long j = j0; j < j1; ++j) {
+    const float* src = w + j * ldw;
+    uint16_t* dst = h + j * k;
+    if (half) {
+      for (long p = 0; p < k; ++p) dst[p] = half_bits(src[p]);
+    } else {
+      for (long p = 0; p < k; ++p) dst[p] = bfloat16_bits(src[p]);
+    }
+  }
+}
