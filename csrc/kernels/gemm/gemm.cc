@@ -398,7 +398,7 @@ PackedWeights pack_weights_blocks(const float* const* blocks, const long* rows, 
   for (std::size_t i = 0; i < count; ++i) n += rows[i];
   // The quantized or converted copy lives only until it is packed: load scratch, reused by the next
   // weight of a model build (runtime/load_scratch.h). Rows are quantized independently, so each
-  // block is written straight to its rows of it.
+  // block is quantized straight into its own rows of that copy.
   LoadScratchScope scratch;
   const std::size_t count_all = static_cast<std::size_t>(n) * k;
   switch (type) {
