@@ -269,18 +269,6 @@ std::size_t packed_weight_bytes(long n, long k, const WeightFormat& format) {
   throw std::invalid_argument("packed_weight_bytes: unknown weight type");
 }
 
-PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
-  const GemmKernels& kernels = gemm_kernels();
-  PackedWeights packed;
-  packed.n = n;
-  packed.k = k;
-  packed.type = WeightType::kFloat32;
-  packed.isa = active_isa();
-  packed.data.resize(kernels.packed_bytes_f32(n, k));
-  kernels.pack_f32(w, n, k, ldw, packed.data.data());
-  return packed;
-}
-
 // float32 blocks of rows (the parts of a fused projection) packed as the one matrix they make one
 // after another: each block straight into its place when the blocks before it fill whole panels,
 // else (rows of one panel in two blocks) joined in load scratch first.
@@ -304,7 +292,8 @@ static PackedWeights pack_weights_f32_blocks(const float* const* blocks, const l
         std::copy(blocks[i] + j * ldw, blocks[i] + j * ldw + k, joined + (row + j) * k);
       row += rows[i];
     }
-    return pack_weights_f32(joined, n, k, k);
+    const float* whole = joined;
+    return pack_weights_f32_blocks(&whole, &n, 1, k, k);
   }
   PackedWeights packed;
   packed.n = n;
@@ -318,6 +307,10 @@ static PackedWeights pack_weights_f32_blocks(const float* const* blocks, const l
     offset += rows[i] * row_bytes;
   }
   return packed;
+}
+
+PackedWeights pack_weights_f32(const float* w, long n, long k, long ldw) {
+  return pack_weights_f32_blocks(&w, &n, 1, k, ldw);
 }
 
 PackedWeights pack_weights_s8(const int8_t* q, const float* scales, long n, long k, long ldq) {
