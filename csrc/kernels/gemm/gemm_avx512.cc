@@ -39,7 +39,7 @@ const float* widen_slice(const float* src, long, WeightType) { return src; }
 
 // pack_w (gemm_driver_inl.h's layout) in 16 × 16 blocks transposed in registers: 16 rows of W are
 // read 64 bytes at a time and each k step's 16 features stored as one aligned vector, instead of
-// one element at a time (a 1.1B float32 model packed at 4 GB/s of weights on two Zen 4 threads).
+// one element at a time (11,264 × 2,048 on two Zen 4 threads, alternating: 12.7-21.8 → 9.8-13.5 ms).
 void pack_w_f32(const float* w, long n, long k, long ldw, uint8_t* out) {
   static_assert(kNR % 16 == 0, "whole 16-feature halves per panel");
   float* packed = reinterpret_cast<float*>(out);
