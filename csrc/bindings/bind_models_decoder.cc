@@ -26,6 +26,7 @@
 #include "models/batch_decoder.h"
 #include "models/decoder.h"
 #include "models/generation.h"
+#include "models/kept_memory.h"
 #include "models/request_checks.h"
 #include "runtime/compute_slots.h"
 #include "runtime/threading.h"
@@ -141,6 +142,7 @@ class PyDecoderModel : private ModelBuilder {
   }
 
   long vocab_size() const { return model_->config().vocab_size; }
+  std::size_t kept_memory_bytes() const { return model_->kept_memory_bytes(); }
   long max_positions() const { return model_->config().max_positions; }
   const DecoderModel& model() const { return *model_; }
 
@@ -378,6 +380,7 @@ void register_models_decoder(py::module_& m) {
   m.def("generation_option_rule", &generation_option_rule, py::arg("name"));
   m.def("_kv_cache_reorder", &kv_cache_reorder, py::arg("k"), py::arg("v"), py::arg("source"), py::arg("num_threads"));
   m.def("_speculation_cost_guard", &speculation_cost_guard, py::arg("events"));
+  m.def("_set_kept_memory_limit", &set_kept_memory_limit, py::arg("bytes"));
   py::class_<PyDecoderModel>(m, "DecoderModel")
       .def(py::init<const py::dict&, const py::dict&, std::shared_ptr<PackedWeightsStore>>(), py::arg("config"),
            py::arg("tensors"), py::arg("packed") = py::none())
@@ -387,6 +390,7 @@ void register_models_decoder(py::module_& m) {
            py::arg("num_threads") = 0)
       .def("generate", &PyDecoderModel::generate, py::arg("prompts"), py::arg("options"),
            py::arg("callback") = py::none(), py::arg("num_threads") = 0, py::arg("assistant") = py::none())
+      .def_property_readonly("_kept_memory_bytes", &PyDecoderModel::kept_memory_bytes)
       .def_property_readonly("vocab_size", &PyDecoderModel::vocab_size)
       .def_property_readonly("max_positions", &PyDecoderModel::max_positions);
   py::class_<PyBatchDecoder>(m, "BatchDecoder")

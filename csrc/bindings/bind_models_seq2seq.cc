@@ -161,6 +161,7 @@ class PySeq2SeqModel : private ModelBuilder {
   }
 
   long vocab_size() const { return model_->config().vocab_size; }
+  std::size_t kept_memory_bytes() const { return model_->kept_memory_bytes(); }
   long max_positions() const { return model_->config().max_positions; }
 
  private:
@@ -226,6 +227,7 @@ void register_models_seq2seq(py::module_& m) {
            py::arg("attention_mask") = py::none(), py::arg("num_threads") = 0)
       .def("generate", &PySeq2SeqModel::generate, py::arg("sources"), py::arg("options"),
            py::arg("callback") = py::none(), py::arg("num_threads") = 0, py::arg("assistant") = py::none())
+      .def_property_readonly("_kept_memory_bytes", &PySeq2SeqModel::kept_memory_bytes)
       .def_property_readonly("vocab_size", &PySeq2SeqModel::vocab_size)
       .def_property_readonly("max_positions", &PySeq2SeqModel::max_positions);
 }

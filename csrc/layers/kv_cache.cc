@@ -37,14 +37,12 @@ void KvCache::reset(long layers, long rows, long kv_heads, long max_len, long he
   max_len_ = max_len;
   head_dim_ = head_dim;
   length_ = 0;
-  if (k_.size() < bytes) {
-    k_.resize(bytes);
-    v_.resize(bytes);
-  }
-  if (k_scale_.size() < scale_count) {
-    k_scale_.resize(scale_count);
-    v_scale_.resize(scale_count);
-  }
+  // Each buffer grows on its own: a cache that a model keeps for its next run (models/kept_memory.h)
+  // may have had one grown and the next refused (std::bad_alloc) in an earlier reset.
+  if (k_.size() < bytes) k_.resize(bytes);
+  if (v_.size() < bytes) v_.resize(bytes);
+  if (k_scale_.size() < scale_count) k_scale_.resize(scale_count);
+  if (v_scale_.size() < scale_count) v_scale_.resize(scale_count);
   if (mask_.size() < mask_count) mask_.resize(mask_count);
 }
 

@@ -30,6 +30,10 @@ class KvCache {
   void commit();
 
   KvType type() const { return type_; }
+  // Bytes of storage held (what reset() grew to), whatever the current shape uses.
+  std::size_t capacity_bytes() const {
+    return k_.size() + v_.size() + scratch_.size() + (k_scale_.size() + v_scale_.size() + mask_.size()) * sizeof(float);
+  }
   // Bytes of the keys, values and (int8) scales of the current shape.
   std::size_t bytes() const {
     return 2 * rows_total() *

@@ -13,6 +13,7 @@
 // attention arguments the model fills in.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -80,6 +81,10 @@ class AttentionHook {
 // Scratch space of the blocks of one call (buffers only grow).
 struct BlockWorkspace {
   ScratchBuffer x, sum, qkv, q, context, ffn;
+  std::size_t capacity_bytes() const {
+    return (x.capacity() + sum.capacity() + qkv.capacity() + q.capacity() + context.capacity() + ffn.capacity()) *
+           sizeof(float);
+  }
 };
 
 // One sequence of a ragged batch (continuous batching, models/batch_decoder.h): its `count` new

@@ -27,7 +27,7 @@ class ScratchBuffer {
     if (buffer_.size() < count) buffer_.resize(count);
     return buffer_.data();
   }
-  std::size_t capacity() const { return buffer_.size(); }
+  std::size_t capacity() const { return buffer_.size(); }  // floats
 
  private:
   AlignedBuffer<float> buffer_;

@@ -210,8 +210,9 @@ void DecoderModel::forward_ragged(KvCache& cache, Workspace& ws, const int64_t* 
 
 void DecoderModel::logits(const int64_t* ids, const int64_t* mask, long batch, long seq_len, float* out) const {
   if (!complete()) throw std::logic_error("the decoder is missing layers or its head");
-  KvCache cache;
-  Workspace ws;
+  BorrowedMemory<RunMemory> memory(kept_);
+  KvCache& cache = memory->cache;
+  Workspace& ws = memory->ws;
   cache.reset(config_.num_layers, batch, config_.num_kv_heads, seq_len, config_.head_dim);
   float* key_mask = cache.key_mask();
   for (long i = 0; i < batch * seq_len; ++i) key_mask[i] = (mask == nullptr || mask[i] != 0) ? 0.0f : kNegInf;

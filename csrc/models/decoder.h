@@ -15,6 +15,7 @@
 #include "layers/norm.h"
 #include "layers/transformer_block.h"
 #include "models/generation.h"
+#include "models/kept_memory.h"
 #include "models/model_tensors.h"
 #include "models/transformer_config.h"
 
@@ -35,6 +36,9 @@ class DecoderModel {
   // Logits of every position: ids/mask [B, T] (mask may be null = all ones) → logits [B, T, V].
   void logits(const int64_t* ids, const int64_t* mask, long batch, long seq_len, float* out) const;
 
+  // Bytes of the memory kept for the next generation run or logits() call (models/kept_memory.h).
+  std::size_t kept_memory_bytes() const { return kept_.bytes(); }
+
  private:
   friend class DecoderSession;
   friend class BatchDecoder;
@@ -43,6 +47,16 @@ class DecoderModel {
     ScratchBuffer h, x, rope;
     ScratchBuffer last;        // [sequences, hidden]: the last layer's rows of the last tokens
     std::vector<long> picked;  // the positions whose logits a pass returns
+  };
+  // The memory of a generation run or a logits() call, kept for the next (models/kept_memory.h).
+  struct RunMemory {
+    KvCache cache;
+    Workspace ws;
+    std::size_t capacity_bytes() const {
+      return cache.capacity_bytes() + ws.block.capacity_bytes() +
+             (ws.h.capacity() + ws.x.capacity() + ws.rope.capacity() + ws.last.capacity()) * sizeof(float) +
+             ws.picked.capacity() * sizeof(long);
+    }
   };
 
   // h [N, hidden] = the embeddings of ids at positions (RoPE: cos | sin into ws.rope, returned).
@@ -75,6 +89,7 @@ class DecoderModel {
   std::vector<TransformerBlock> layers_;
   NormWeights final_norm_;
   Linear lm_head_;
+  KeptMemory<RunMemory> kept_;
 };
 
 // One generation run's state: the KV cache, the key mask and each row's next position.
@@ -82,7 +97,7 @@ class DecoderSession : public StepModel {
  public:
   // kv_type: the element type of the KV cache.
   explicit DecoderSession(const DecoderModel& model, KvType kv_type = KvType::kFloat32)
-      : model_(model), kv_type_(kv_type) {}
+      : model_(model), kv_type_(kv_type), memory_(model.kept_), cache_(memory_->cache), ws_(memory_->ws) {}
   long vocab_size() const override { return model_.config_.vocab_size; }
   void reserve(long rows, long T, long max_new) override;
   void prefill(const int64_t* ids, const int64_t* mask, long rows, long T, long copies, long max_new,
@@ -96,8 +111,9 @@ class DecoderSession : public StepModel {
  private:
   const DecoderModel& model_;
   KvType kv_type_;
-  KvCache cache_;
-  DecoderModel::Workspace ws_;
+  BorrowedMemory<DecoderModel::RunMemory> memory_;  // the model's kept memory, or new
+  KvCache& cache_;
+  DecoderModel::Workspace& ws_;
   std::vector<long> next_position_;  // [rows]
   std::vector<long> positions_;      // scratch [rows, T]
 };

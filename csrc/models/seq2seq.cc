@@ -241,20 +241,22 @@ void Seq2SeqModel::run_decoder(KvCache& cache, const CrossState& cross, long cop
 
 void Seq2SeqModel::encode(const int64_t* src, const int64_t* src_mask, long batch, long src_len, float* out) const {
   if (!complete()) throw std::logic_error("the seq2seq model is missing layers or its head");
-  Workspace ws;
-  run_encoder(src, src_mask, batch, src_len, out, ws);
+  BorrowedMemory<RunMemory> memory(kept_);
+  run_encoder(src, src_mask, batch, src_len, out, memory->ws);
 }
 
 void Seq2SeqModel::logits(const int64_t* src, const int64_t* src_mask, long batch, long src_len, const int64_t* tgt,
                           long tgt_len, float* out) const {
   if (!complete()) throw std::logic_error("the seq2seq model is missing layers or its head");
-  Workspace ws;
-  std::vector<float> encoded(checked_bytes({batch, src_len, config_.hidden_size}, sizeof(float), "the encoder output") /
-                             sizeof(float));
+  BorrowedMemory<RunMemory> memory(kept_);
+  Workspace& ws = memory->ws;
+  std::vector<float>& encoded = memory->encoded;
+  encoded.resize(checked_bytes({batch, src_len, config_.hidden_size}, sizeof(float), "the encoder output") /
+                 sizeof(float));
   run_encoder(src, src_mask, batch, src_len, encoded.data(), ws);
-  CrossState cross;
+  CrossState& cross = memory->cross;
   prepare_cross(encoded.data(), src_mask, batch, src_len, cross);
-  KvCache cache;
+  KvCache& cache = memory->cache;
   cache.reset(config_.num_decoder_layers, batch, config_.num_heads, tgt_len, config_.head_dim);
   run_decoder(cache, cross, 1, tgt, batch, tgt_len, true, out, ws);
 }
@@ -292,8 +294,8 @@ void Seq2SeqSession::prefill(const int64_t* ids, const int64_t* mask, long rows,
       ++j;
     }
   }
-  std::vector<float> encoded(checked_bytes({sources, Ts, c.hidden_size}, sizeof(float), "the encoder output") /
-                             sizeof(float));
+  std::vector<float>& encoded = memory_->encoded;
+  encoded.resize(checked_bytes({sources, Ts, c.hidden_size}, sizeof(float), "the encoder output") / sizeof(float));
   m.run_encoder(src.data(), src_mask.data(), sources, Ts, encoded.data(), ws_);
   m.prepare_cross(encoded.data(), src_mask.data(), sources, Ts, cross_);
   if (copies_ == 1) {

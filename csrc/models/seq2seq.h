@@ -30,6 +30,7 @@
 #include "layers/norm.h"
 #include "layers/transformer_block.h"
 #include "models/generation.h"
+#include "models/kept_memory.h"
 #include "models/model_tensors.h"
 #include "models/transformer_config.h"
 
@@ -56,6 +57,10 @@ class Seq2SeqModel {
   void logits(const int64_t* src, const int64_t* src_mask, long batch, long src_len, const int64_t* tgt, long tgt_len,
               float* out) const;
 
+  // Bytes of the memory kept for the next generation run, encode() or logits() call
+  // (models/kept_memory.h).
+  std::size_t kept_memory_bytes() const { return kept_.bytes(); }
+
  private:
   friend class Seq2SeqSession;
   struct Workspace {
@@ -69,6 +74,20 @@ class Seq2SeqModel {
     long sources = 0, src_len = 0;
     std::vector<float> kv;          // [decoder_layers][sources·Ts, 2·inner]: per token k heads | v heads
     std::vector<float> key_mask;    // [sources, Ts] additive; empty when nothing is padded
+  };
+  // The memory of a generation run or a logits() call, kept for the next (models/kept_memory.h).
+  struct RunMemory {
+    KvCache cache;
+    CrossState cross;
+    Workspace ws;
+    std::vector<float> encoded;  // [sources, Ts, hidden]: the encoder output
+    std::size_t capacity_bytes() const {
+      return cache.capacity_bytes() + ws.block.capacity_bytes() +
+             (ws.h.capacity() + ws.x.capacity() + ws.bias.capacity() + ws.key_mask.capacity() + ws.packed.capacity() +
+              cross.kv.capacity() + cross.key_mask.capacity() + encoded.capacity()) *
+                 sizeof(float) +
+             (ws.unpadded.entries.capacity() * sizeof(RaggedEntry) + ws.unpadded.token_row.capacity() * sizeof(long));
+    }
   };
   struct Stack {
     const float* positions = nullptr;   // [offset + P, d] (position tables)
@@ -92,6 +111,7 @@ class Seq2SeqModel {
   EmbeddingTable word_embeddings_;
   Stack encoder_, decoder_;
   Linear lm_head_;
+  KeptMemory<RunMemory> kept_;
 };
 
 // One generation run: the encoder output's cross keys/values and the decoder's self-attention
@@ -100,7 +120,13 @@ class Seq2SeqSession : public StepModel {
  public:
   // kv_type: the element type of the decoder's self-attention cache.
   Seq2SeqSession(const Seq2SeqModel& model, int64_t decoder_start_token_id, KvType kv_type = KvType::kFloat32)
-      : model_(model), start_token_(decoder_start_token_id), kv_type_(kv_type) {}
+      : model_(model),
+        start_token_(decoder_start_token_id),
+        kv_type_(kv_type),
+        memory_(model.kept_),
+        cache_(memory_->cache),
+        cross_(memory_->cross),
+        ws_(memory_->ws) {}
   long vocab_size() const override { return model_.config_.vocab_size; }
   // ids/mask: the sources, left-padded by the loop; re-packed right-padded for the encoder.
   void reserve(long rows, long T, long max_new) override;
@@ -117,9 +143,10 @@ class Seq2SeqSession : public StepModel {
   int64_t start_token_;
   KvType kv_type_;
   long copies_ = 1;
-  KvCache cache_;
-  Seq2SeqModel::CrossState cross_;
-  Seq2SeqModel::Workspace ws_;
+  BorrowedMemory<Seq2SeqModel::RunMemory> memory_;  // the model's kept memory, or new
+  KvCache& cache_;
+  Seq2SeqModel::CrossState& cross_;
+  Seq2SeqModel::Workspace& ws_;
 };
 
 }  // namespace cpuformer
