@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "bindings/arrays.h"
 #include "bindings/gil.h"
@@ -181,9 +182,9 @@ View as_view(const py::object& obj, const char* name, bool contiguous_last = tru
 // full [B, H, Tq, Tk] view whose broadcast dimensions have stride 0, e.g. from
 // numpy.broadcast_to), writing into `out`, with every AttentionArgs option exposed. The models
 // call the kernel this way from C++; ops.attention copies instead.
-void attention_views(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj,
-                     const py::object& out_obj, bool causal, long causal_offset, long window,
-                     const py::object& mask_obj, float scale, bool bf16_products) {
+AttentionArgs views_args(const py::object& q_obj, const py::object& k_obj, const py::object& v_obj,
+                         const py::object& out_obj, bool causal, long causal_offset, long window,
+                         const py::object& mask_obj, float scale, bool bf16_products) {
   const View q = as_view(q_obj, "q"), k = as_view(k_obj, "k"), v = as_view(v_obj, "v");
   View out = as_view(out_obj, "out");
   const long B = q.shape[0], H = q.shape[1], Tq = q.shape[2], D = q.shape[3], Hkv = k.shape[1], Tk = k.shape[2];
@@ -237,8 +238,28 @@ void attention_views(const py::object& q_obj, const py::object& k_obj, const py:
     a.mask_stride_q = mask.stride[2];
     a.mask_stride_k = mask.stride[3];
   }
+  return a;
+}
+
+void attention_views(const py::object& q, const py::object& k, const py::object& v, const py::object& out, bool causal,
+                     long causal_offset, long window, const py::object& mask, float scale, bool bf16_products) {
+  const AttentionArgs a = views_args(q, k, v, out, causal, causal_offset, window, mask, scale, bf16_products);
   GilReleased release;
   attention(a);
+}
+
+// attention_many over calls given as _attention_views' arguments (q, k, v, out, causal,
+// causal_offset, window, mask, scale, bf16_products), one tuple each.
+void attention_views_many(const py::list& calls) {
+  std::vector<AttentionArgs> args;
+  for (const py::handle& call : calls) {
+    const py::tuple t = py::reinterpret_borrow<py::tuple>(call);
+    if (t.size() != 10) throw py::value_error("each call is a tuple of _attention_views' 10 arguments");
+    args.push_back(views_args(t[0], t[1], t[2], t[3], t[4].cast<bool>(), t[5].cast<long>(), t[6].cast<long>(), t[7],
+                              t[8].cast<float>(), t[9].cast<bool>()));
+  }
+  GilReleased release;
+  attention_many(args.data(), static_cast<long>(args.size()));
 }
 
 // Testing hook for reduced-precision KV caches: k and v [B, Hkv, Tk, D] float32 are written into a
@@ -302,6 +323,7 @@ void register_ops_attention(py::module_& m) {
   m.def("_attention_views", &attention_views, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
         py::arg("causal"), py::arg("causal_offset"), py::arg("window"), py::arg("mask"), py::arg("scale"),
         py::arg("bf16_products") = false);
+  m.def("_attention_views_many", &attention_views_many, py::arg("calls"));
 }
 
 }  // namespace bindings

@@ -157,10 +157,11 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
   if ((in.entries || in.picked) && in.hook) throw std::logic_error("a ragged or picked-token pass runs no hook");
   if (in.entries && !cache && a.mask) throw std::logic_error("an unpadded batch has no key mask");
   if (in.pick_at && cache) throw std::logic_error("a pass with a KV cache picks first or last tokens");
-  // Entry `entry`'s queries [first, first + q_len) (positions within the entry) into out. With a
-  // cache (decoding): causal over the row's cached slots and the new ones; without (an unpadded
-  // encoder batch): the entry's own tokens, read in place (a.causal, a.window kept).
-  auto attend_entry = [&](const RaggedEntry& entry, long first, long q_len, float* out) {
+  // The call for entry `entry`'s queries [first, first + q_len) (positions within the entry) into
+  // out. With a cache (decoding): causal over the row's cached slots and the new ones; without (an
+  // unpadded encoder batch): the entry's own tokens, read in place (a.causal, a.window kept). The
+  // calls of all entries run together (attention_many: one parallel region).
+  auto entry_call = [&](const RaggedEntry& entry, long first, long q_len, float* out) {
     AttentionArgs one = a;
     one.batch = 1;
     one.q_len = q_len;
@@ -178,7 +179,7 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
       one.kv_len = entry.count;
       one.causal_offset = first;
     }
-    attention(one);
+    return one;
   };
   if (in.picked) {  // one query per sequence: its first, its last, or the token pick_at names
     const long sequences = in.entries ? in.num_entries : a.batch;
@@ -192,9 +193,12 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
     a.q_len = 1;
     a.out_stride_b = qw;
     if (in.entries) {
+      ws.calls.clear();
       for (long s = 0; s < sequences; ++s)
-        attend_entry(in.entries[s], pick(s, in.entries[s].count), 1, context + s * qw);
+        ws.calls.push_back(entry_call(in.entries[s], pick(s, in.entries[s].count), 1, context + s * qw));
+      attention_many(ws.calls.data(), sequences);
     } else if (in.pick_at) {  // a position of its own per sequence: one attention each
+      ws.calls.clear();
       for (long s = 0; s < sequences; ++s) {
         AttentionArgs one = a;
         one.batch = 1;
@@ -204,8 +208,9 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
         if (a.mask) one.mask = a.mask + s * a.mask_stride_b + pick(s, t_new) * a.mask_stride_q;
         one.causal_offset = a.causal_offset + pick(s, t_new);
         one.out = context + s * qw;
-        attention(one);
+        ws.calls.push_back(one);
       }
+      attention_many(ws.calls.data(), sequences);
     } else {
       a.q = qkv + pick(0, t_new) * row;
       a.causal_offset += pick(0, t_new);  // the query's position among the keys
@@ -216,10 +221,12 @@ void TransformerBlock::self_attention(const TransformerConfig& c, float* h, Self
     return;
   }
   if (in.entries) {
+    ws.calls.clear();
     for (long e = 0; e < in.num_entries; ++e) {
       const RaggedEntry& entry = in.entries[e];
-      attend_entry(entry, 0, entry.count, context + entry.offset * qw);
+      ws.calls.push_back(entry_call(entry, 0, entry.count, context + entry.offset * qw));
     }
+    attention_many(ws.calls.data(), in.num_entries);
   } else if (in.hook) {
     in.hook->attend(a);
   } else {

@@ -81,9 +81,11 @@ class AttentionHook {
 // Scratch space of the blocks of one call (buffers only grow).
 struct BlockWorkspace {
   ScratchBuffer x, sum, qkv, q, context, ffn;
+  std::vector<AttentionArgs> calls;  // a ragged batch's attention calls, one per sequence
   std::size_t capacity_bytes() const {
     return (x.capacity() + sum.capacity() + qkv.capacity() + q.capacity() + context.capacity() + ffn.capacity()) *
-           sizeof(float);
+               sizeof(float) +
+           calls.capacity() * sizeof(AttentionArgs);
   }
 };
 

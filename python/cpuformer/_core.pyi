@@ -56,6 +56,9 @@ def attention(q: _F32, k: _F32, v: _F32, causal: bool = False,
 # q, k, v, out and mask are used as they are (no conversion): float32 NumPy arrays of 4 dimensions.
 def _attention_views(q: _F32, k: _F32, v: _F32, out: _F32, causal: bool, causal_offset: int, window: int,
                      mask: Optional[_F32], scale: float, bf16_products: bool = False) -> None: ...
+# _attention_views over several calls at once (the kernels' attention_many: one parallel region),
+# each a tuple of its 10 arguments.
+def _attention_views_many(calls: List[Tuple[Any, ...]]) -> None: ...
 # The cost-aware draft schedule fed ("step", seconds, 1, 0.0, 0) / ("round", seconds, emitted,
 # verification seconds, verified positions) events: the plain steps it wants before speculating
 # again, after each event.

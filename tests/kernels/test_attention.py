@@ -279,6 +279,34 @@ def test_views_into_fused_qkv_and_cache(rng, heads, kv_heads, dim):
     assert_close(out_buffer.transpose(0, 2, 1, 3), reference(q, k, v, causal=True))
 
 
+@pytest.mark.parametrize("heads,kv_heads,dim", [(12, 12, 64), (8, 2, 17), (32, 4, 64)])
+def test_many_calls_in_one_region_give_each_calls_bits(rng, heads, kv_heads, dim):
+    # attention_many (a ragged batch: one call per sequence) against the same calls one by one:
+    # decode rows over caches of other lengths (the longest split across keys), several query rows,
+    # a mask and a window; the outputs interleaved in one buffer.
+    shapes = [(1, 700, 699, 0, False), (1, 40, 39, 0, False), (5, 90, 85, 0, False), (3, 1300, 1297, 0, True),
+              (1, 64, 63, 16, False), (7, 7, 0, 0, False)]
+    calls, outs = [], []
+    buffer = np.full((len(shapes), 8, heads, dim), np.nan, dtype=np.float32)
+    for i, (q_len, kv_len, offset, window, masked) in enumerate(shapes):
+        q, k, v = make_qkv(rng, 1, heads, kv_heads, q_len, kv_len, dim)
+        mask = None
+        if masked:
+            mask = np.where(rng.random((1, heads, q_len, kv_len)) < 0.2, -np.inf, 0.0).astype(np.float32)
+        out = buffer[i, :q_len].transpose(1, 0, 2)[None]  # [1, H, Tq, D] views of [Tq, H, D] rows
+        calls.append((q, k, v, out, True, offset, window, mask, float(1.0 / np.sqrt(dim)), False))
+        outs.append(out)
+    _core._attention_views_many(calls)
+    together = [o.copy() for o in outs]
+    buffer[:] = np.nan
+    for call in calls:
+        _core._attention_views(*call)
+    for i, (a, b) in enumerate(zip(together, outs)):
+        np.testing.assert_array_equal(a, b, err_msg=str(shapes[i]))
+        q, k, v, _, _, offset, window, mask = calls[i][:8]
+        assert_close(a, reference(q, k, v, causal=True, causal_offset=offset, window=window, mask=mask))
+
+
 @pytest.mark.parametrize("offset,window", [(0, 0), (5, 0), (-3, 0), (12, 4), (0, 1), (30, 7), (2, 100)])
 def test_views_causal_offset_and_window(rng, offset, window):
     q, k, v = make_qkv(rng, 2, 8, 2, 20, 33, 24)

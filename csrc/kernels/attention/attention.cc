@@ -52,25 +52,43 @@ void widen_kv_row(const AttentionArgs& a, bool values, long b, long h, long t, f
   }
 }
 
-void attention(const AttentionArgs& args) {
-  if (args.batch <= 0 || args.heads <= 0 || args.q_len <= 0) return;
+namespace {
+
+// The kernels that run `args`: bf16_products takes the avx512 kernel compiled with AVX512-BF16
+// (the same kernel plus the vdpbf16ps engine), only inside the avx512 level (CPUFORMER_ISA=avx2 or
+// scalar never sees it). With AMX-BF16 and head_dim a multiple of 32 both products run on
+// TDPBF16PS tiles instead (attention_avx512amx.cc: the same operands, float32 sums in the tiles'
+// order).
+const AttentionKernels& kernels_for(const AttentionArgs& args) {
 #if CPUFORMER_X86_64
-  // bf16_products: the avx512 kernel compiled with AVX512-BF16 (the same kernel plus the vdpbf16ps
-  // engine), only inside the avx512 level (CPUFORMER_ISA=avx2 or scalar never sees it).
-  // With AMX-BF16 and head_dim a multiple of 32 both products run on TDPBF16PS tiles instead
-  // (attention_avx512amx.cc: the same operands, float32 sums in the tiles' order).
   static const bool bf16 = &attention_kernels() == &avx512::kAttentionKernels && cpu_features().avx512bf16;
   static const bool amx = bf16 && cpu_features().amx_bf16;
-  if (args.bf16_products && amx && args.head_dim % 32 == 0) {
-    avx512amx::kAttentionKernels.attention(args);
-    return;
-  }
-  if (args.bf16_products && bf16) {
-    avx512bf16::kAttentionKernels.attention(args);
-    return;
-  }
+  if (args.bf16_products && amx && args.head_dim % 32 == 0) return avx512amx::kAttentionKernels;
+  if (args.bf16_products && bf16) return avx512bf16::kAttentionKernels;
+#else
+  (void)args;
 #endif
-  attention_kernels().attention(args);
+  return attention_kernels();
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& args) {
+  if (args.batch <= 0 || args.heads <= 0 || args.q_len <= 0) return;
+  kernels_for(args).attention(args);
+}
+
+void attention_many(const AttentionArgs* calls, long count) {
+  // Together when every call has the level's own kernels (no bf16 engine) and one head_dim.
+  bool together = count > 1;
+  for (long c = 0; c < count && together; ++c) {
+    together = &kernels_for(calls[c]) == &attention_kernels() && calls[c].head_dim == calls[0].head_dim;
+  }
+  if (!together) {
+    for (long c = 0; c < count; ++c) attention(calls[c]);
+    return;
+  }
+  attention_kernels().attention_many(calls, count);
 }
 
 }  // namespace cpuformer

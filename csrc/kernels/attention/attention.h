@@ -75,10 +75,17 @@ void widen_kv_row(const AttentionArgs& a, bool values, long b, long h, long t, f
 struct AttentionKernels {
   // Multi-threaded over (batch, head, query blocks) and, for short queries, over key splits.
   void (*attention)(const AttentionArgs& args);
+  // calls[0, count) with outputs of those calls one after another, in one parallel region where the
+  // level can (the same head_dim in every call; no bf16_products engine).
+  void (*attention_many)(const AttentionArgs* calls, long count);
 };
 
 const AttentionKernels& attention_kernels();
 void attention(const AttentionArgs& args);
+// attention() of each of calls[0, count), their outputs those of the calls one after another (the
+// outputs must not overlap any call's inputs). The sequences of a ragged batch (one call each:
+// their own cache rows and lengths) run in one parallel region instead of one each.
+void attention_many(const AttentionArgs* calls, long count);
 
 // Scratch for the SIMD kernels: at least `floats` floats, 64-byte aligned, owned by the calling
 // thread and reused by its later calls, so a decode step allocates nothing once warmed up.

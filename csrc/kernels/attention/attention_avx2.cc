@@ -10,5 +10,5 @@
 #undef CPUFORMER_ATTENTION_ISA
 
 namespace cpuformer {
-namespace avx2 { const AttentionKernels kAttentionKernels = {attention_tiled}; }
+namespace avx2 { const AttentionKernels kAttentionKernels = {attention_tiled, attention_tiled_many}; }
 }  // namespace cpuformer

@@ -10,5 +10,5 @@
 #undef CPUFORMER_ATTENTION_ISA
 
 namespace cpuformer {
-namespace avx512 { const AttentionKernels kAttentionKernels = {attention_tiled}; }
+namespace avx512 { const AttentionKernels kAttentionKernels = {attention_tiled, attention_tiled_many}; }
 }  // namespace cpuformer

@@ -28,5 +28,5 @@ namespace attention_bf16 = ::cpuformer::avx512bf16::attention_bf16;
 #undef CPUFORMER_ATTENTION_ISA
 
 namespace cpuformer {
-namespace avx512amx { const AttentionKernels kAttentionKernels = {attention_tiled}; }
+namespace avx512amx { const AttentionKernels kAttentionKernels = {attention_tiled, attention_tiled_many}; }
 }  // namespace cpuformer

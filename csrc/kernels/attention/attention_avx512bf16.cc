@@ -23,5 +23,5 @@ namespace attention_simd = ::cpuformer::avx512::attention_simd;
 #undef CPUFORMER_ATTENTION_ISA
 
 namespace cpuformer {
-namespace avx512bf16 { const AttentionKernels kAttentionKernels = {attention_tiled}; }
+namespace avx512bf16 { const AttentionKernels kAttentionKernels = {attention_tiled, attention_tiled_many}; }
 }  // namespace cpuformer

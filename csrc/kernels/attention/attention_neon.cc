@@ -11,5 +11,5 @@
 #undef CPUFORMER_ATTENTION_ISA
 
 namespace cpuformer {
-namespace neon { const AttentionKernels kAttentionKernels = {attention_tiled}; }
+namespace neon { const AttentionKernels kAttentionKernels = {attention_tiled, attention_tiled_many}; }
 }  // namespace cpuformer

@@ -79,9 +79,16 @@ void attention(const AttentionArgs& a) {
   });
 }
 
+// The reference runs several calls one after another.
+void attention_each(const AttentionArgs* calls, long count) {
+  for (long c = 0; c < count; ++c) {
+    if (calls[c].batch > 0 && calls[c].heads > 0 && calls[c].q_len > 0) scalar::attention(calls[c]);
+  }
+}
+
 }  // namespace
 
-const AttentionKernels kAttentionKernels = {attention};
+const AttentionKernels kAttentionKernels = {attention, attention_each};
 
 }  // namespace scalar
 }  // namespace cpuformer

@@ -927,33 +927,98 @@ void merge_partials(const Tile& t, float* records, long splits, long dim, long d
   }
 }
 
-void attention_tiled(const AttentionArgs& a) {
-  const long group = a.heads / a.kv_heads;
-  const long tiles_per_head = (a.q_len * group + kLanes - 1) / kLanes;
-  const long units = a.batch * a.kv_heads * tiles_per_head;
-  const int threads = current_num_threads();
+// How one call's work is cut: units (batch × kv head × tiles of up to kLanes query rows), each over
+// `splits` ranges of its keys when the units are too few to keep `threads` threads busy (decode).
+// A call alone and among others (attention_tiled_many) is cut the same way, so its results are
+// the same bits.
+struct CallPlan {
+  long tiles_per_head = 0, units = 0, splits = 1, items = 0;
+  long item_work = 1;  // multiply-adds of one item, about
+  long work = 0;       // of the whole call: B·H·Tq·Tk·D
+};
 
-  // Decode-sized problems have fewer tiles than threads can share evenly: split the keys too.
-  long splits = 1;
-  if (units < 4L * threads) {
-    const long wanted = (4L * threads + units - 1) / units, most = a.kv_len / kMinSplitKeys;
-    splits = max_l(1, min_l(wanted, most));
+CallPlan plan_call(const AttentionArgs& a, int threads) {
+  CallPlan p;
+  if (a.batch <= 0 || a.heads <= 0 || a.q_len <= 0) return p;
+  const long group = a.heads / a.kv_heads;
+  p.tiles_per_head = (a.q_len * group + kLanes - 1) / kLanes;
+  p.units = a.batch * a.kv_heads * p.tiles_per_head;
+  if (p.units < 4L * threads) {
+    const long wanted = (4L * threads + p.units - 1) / p.units, most = a.kv_len / kMinSplitKeys;
+    p.splits = max_l(1, min_l(wanted, most));
   }
-  const long items = units * splits;
+  p.items = p.units * p.splits;
+  p.item_work = min_l(kLanes, a.q_len * group) * max_l(1, a.kv_len / p.splits) * a.head_dim;
+  p.work = a.batch * a.heads * a.q_len * a.kv_len * a.head_dim;
+  return p;
+}
+
+// Floats of one item's partial results (a split call's).
+inline long record_block_floats(long d_pad) { return kLanes * record_floats(d_pad); }
+
+// Item `item` of call a: its tile over its key range, the rows written (one split) or its partial
+// result written at `records`, the call's records (item's block). k16 / v16: the bf16 engine's
+// rounded keys and values of every (batch, kv head) of the call, bf16_unit elements each (null:
+// the float32 engines).
+void run_item(const AttentionArgs& a, const CallPlan& p, long item, const Workspace& w, long d_pad, float* records,
+              Tile& tile, [[maybe_unused]] const uint16_t* k16, [[maybe_unused]] const uint16_t* v16,
+              [[maybe_unused]] long bf16_unit) {
+  const long unit = item / p.splits, split = item % p.splits;
+  build_tile(a, unit, p.tiles_per_head, &tile);
+#ifdef CPUFORMER_ATTENTION_BF16
+  if (k16) {
+    tile.k16 = k16 + unit / p.tiles_per_head * bf16_unit;  // (build_tile's batch · kv_heads + kv head)
+    tile.v16 = v16 + unit / p.tiles_per_head * bf16_unit;
+  }
+#endif
+  long begin = tile.key_begin, end = tile.key_end;
+  if (p.splits > 1) {
+    const long n = end - begin, base = n / p.splits, extra = n % p.splits;
+    begin += split * base + (split < extra ? split : extra);
+    end = begin + base + (split < extra ? 1 : 0);
+  }
+  if (p.splits == 1) {  // start the output rows' cache misses now; they complete under the math
+    for (int r = 0; r < tile.rows; ++r)
+      for (long d = 0; d < a.head_dim; d += 64 / sizeof(float)) __builtin_prefetch(tile.out[r] + d, 1);
+  }
+  run_tile(a, tile, begin, end, w, d_pad);
+  if (p.splits == 1) write_rows(tile, w, a.head_dim, d_pad);
+  else write_partial(tile, w, d_pad, records + item * record_block_floats(d_pad));
+}
+
+// The output rows of unit `unit` of a split call from its items' partial results.
+void merge_unit(const AttentionArgs& a, const CallPlan& p, long unit, long d_pad, float* records, Tile& tile) {
+  build_tile(a, unit, p.tiles_per_head, &tile);
+  merge_partials(tile, records + unit * p.splits * record_block_floats(d_pad), p.splits, a.head_dim, d_pad);
+}
+
+// Items are dealt one at a time (balance: causal tiles differ in cost), except small ones
+// (beam-search and batched decode steps: one query row over a short cache), which go in chunks
+// of about kMinChunkWork multiply-adds: one at a time, the shared counter's cache line moved
+// between the cores for every item, as costly as such an item itself. The results do not depend
+// on the schedule (every item is computed by one thread, the same way).
+inline long items_per_chunk(long items, int nt, long item_work) {
+  return max_l(1, min_l(items / (4L * nt), kMinChunkWork / item_work));
+}
+
+void attention_tiled(const AttentionArgs& a) {
+  const int threads = current_num_threads();
+  const CallPlan plan = plan_call(a, threads);
+  const long items = plan.items;
   int nt = items < threads ? static_cast<int>(items) : threads;
-  if (a.batch * a.heads * a.q_len * a.kv_len * a.head_dim < kMinParallelWork) nt = 1;
+  if (plan.work < kMinParallelWork) nt = 1;
 
   const long d_pad = round_up(a.head_dim, kLanes);
   const long per_thread = workspace_floats(d_pad);
-  const long record_block = kLanes * record_floats(d_pad);  // one item's partial results
-  const long record_floats_all = splits > 1 ? items * record_block : 0;
+  const long record_floats_all = plan.splits > 1 ? items * record_block_floats(d_pad) : 0;
 #ifdef CPUFORMER_ATTENTION_BF16
   // bf16_products: every (batch, kv head)'s keys and value pairs rounded to bfloat16 once, before
   // the tiles (each of which reads them all): K [Tk2][D] and V [Tk2 / 2][D][2] per unit, Tk2 =
   // kv_len rounded up to even (the padding key is zero). Only where every head has a full tile of
   // query rows (the rounding is then a small part of the work), and not for key splits (decode).
+  const long group = a.heads / a.kv_heads;
   const bool bf16 = a.bf16_products && a.kv_type == KvType::kFloat32 && a.head_dim % kBf16DimStep == 0 &&
-                    a.q_len * group >= kLanes && splits == 1;
+                    a.q_len * group >= kLanes && plan.splits == 1;
 #ifdef CPUFORMER_ATTENTION_AMX
   // The tiles: K [Tk32][D] and Vᵀ [D][Tk32] (attention_amx_keys), for head_dim a multiple of 32
   // (attention() sends no other here; anything else would take the float32 engines).
@@ -963,22 +1028,14 @@ void attention_tiled(const AttentionArgs& a) {
 #endif
   const long bf16_floats = bf16 ? a.batch * a.kv_heads * bf16_unit : 0;   // K and V: 2 × uint16 each
 #else
-  const long bf16_floats = 0;
+  const long bf16_floats = 0, bf16_unit = 0;
 #endif
   float* scratch = attention_scratch(nt * per_thread + record_floats_all + bf16_floats);
   float* records = scratch + nt * per_thread;
-#ifdef CPUFORMER_ATTENTION_BF16
-  uint16_t* const k16 = reinterpret_cast<uint16_t*>(records + record_floats_all);
-  uint16_t* const v16 = k16 + a.batch * a.kv_heads * bf16_unit;
-#endif
+  uint16_t* const k16 = bf16_floats > 0 ? reinterpret_cast<uint16_t*>(records + record_floats_all) : nullptr;
+  uint16_t* const v16 = bf16_floats > 0 ? k16 + a.batch * a.kv_heads * bf16_unit : nullptr;
 
-  // Items are dealt one at a time (balance: causal tiles differ in cost), except small ones
-  // (beam-search and batched decode steps: one query row over a short cache), which go in chunks
-  // of about kMinChunkWork multiply-adds: one at a time, the shared counter's cache line moved
-  // between the cores for every item, as costly as such an item itself. The results do not depend
-  // on the schedule (every item is computed by one thread, the same way).
-  const long item_work = min_l(kLanes, a.q_len * group) * max_l(1, a.kv_len / splits) * a.head_dim;
-  const long chunk = max_l(1, min_l(items / (4L * nt), kMinChunkWork / item_work));
+  const long chunk = items_per_chunk(items, nt, plan.item_work);
   run_team(static_cast<int>(nt), [&](const Team& team) {
     const Workspace w = workspace_at(scratch + team.index() * per_thread, d_pad);
     Tile tile;
@@ -1006,40 +1063,83 @@ void attention_tiled(const AttentionArgs& a) {
 #endif
     long first, last;
     while (team.next_chunk(items, chunk, &first, &last)) {
-      for (long item = first; item < last; ++item) {
-        const long unit = item / splits, split = item % splits;
-        build_tile(a, unit, tiles_per_head, &tile);
-#ifdef CPUFORMER_ATTENTION_BF16
-        if (bf16) {
-          tile.k16 = k16 + unit / tiles_per_head * bf16_unit;  // (build_tile's batch · kv_heads + kv head)
-          tile.v16 = v16 + unit / tiles_per_head * bf16_unit;
-        }
-#endif
-        long begin = tile.key_begin, end = tile.key_end;
-        if (splits > 1) {
-          const long n = end - begin, base = n / splits, extra = n % splits;
-          begin += split * base + (split < extra ? split : extra);
-          end = begin + base + (split < extra ? 1 : 0);
-        }
-        if (splits == 1) {  // start the output rows' cache misses now; they complete under the math
-          for (int r = 0; r < tile.rows; ++r)
-            for (long d = 0; d < a.head_dim; d += 64 / sizeof(float)) __builtin_prefetch(tile.out[r] + d, 1);
-        }
-        run_tile(a, tile, begin, end, w, d_pad);
-        if (splits == 1) write_rows(tile, w, a.head_dim, d_pad);
-        else write_partial(tile, w, d_pad, records + item * record_block);
-      }
+      for (long item = first; item < last; ++item)
+        run_item(a, plan, item, w, d_pad, records, tile, k16, v16, bf16_unit);
     }
 #ifdef CPUFORMER_ATTENTION_AMX
     if (bf16) _tile_release();
 #endif
-    if (splits > 1) {
+    if (plan.splits > 1) {
       team.barrier();  // every partial result is written
       long u0, u1;
-      team.range(units, &u0, &u1);
-      for (long unit = u0; unit < u1; ++unit) {
-        build_tile(a, unit, tiles_per_head, &tile);
-        merge_partials(tile, records + unit * splits * record_block, splits, a.head_dim, d_pad);
+      team.range(plan.units, &u0, &u1);
+      for (long unit = u0; unit < u1; ++unit) merge_unit(a, plan, unit, d_pad, records, tile);
+    }
+  });
+}
+
+// Several calls in one parallel region: the sequences of a ragged batch, one call each (a decode
+// step of 16 sequences opened one region per sequence and layer). Their items are dealt from one
+// counter in call order, each cut and computed as it would be alone, so the outputs are those of
+// the calls one after another. Every call has the same head_dim and none takes the bf16 engines
+// (attention_many in attention.cc runs those one by one).
+void attention_tiled_many(const AttentionArgs* calls, long count) {
+  const int threads = current_num_threads();
+  long items = 0, split_units = 0, record_floats_all = 0, work = 0, item_work = 1;
+  const long d_pad = round_up(calls[0].head_dim, kLanes);
+  for (long c = 0; c < count; ++c) {
+    const CallPlan p = plan_call(calls[c], threads);
+    items += p.items;
+    work += p.work;
+    item_work = max_l(item_work, p.item_work);
+    if (p.splits > 1) {
+      split_units += p.units;
+      record_floats_all += p.items * record_block_floats(d_pad);
+    }
+  }
+  if (items == 0) return;
+  int nt = items < threads ? static_cast<int>(items) : threads;
+  if (work < kMinParallelWork) nt = 1;
+  const long per_thread = workspace_floats(d_pad);
+  float* scratch = attention_scratch(nt * per_thread + record_floats_all);
+  float* records = scratch + nt * per_thread;
+
+  const long chunk = items_per_chunk(items, nt, item_work);
+  run_team(static_cast<int>(nt), [&](const Team& team) {
+    const Workspace w = workspace_at(scratch + team.index() * per_thread, d_pad);
+    Tile tile;
+    // Each thread walks the calls forward (its chunks come in increasing order): call c, its plan,
+    // its first item and the start of its records.
+    long c = 0, item_base = 0, record_base = 0;
+    CallPlan p = plan_call(calls[0], threads);
+    long first, last;
+    while (team.next_chunk(items, chunk, &first, &last)) {
+      for (long item = first; item < last; ++item) {
+        while (item >= item_base + p.items) {
+          item_base += p.items;
+          if (p.splits > 1) record_base += p.items * record_block_floats(d_pad);
+          p = plan_call(calls[++c], threads);
+        }
+        run_item(calls[c], p, item - item_base, w, d_pad, records + record_base, tile, nullptr, nullptr, 0);
+      }
+    }
+    if (split_units > 0) {
+      team.barrier();  // every partial result is written
+      long u0, u1;
+      team.range(split_units, &u0, &u1);
+      long unit_base = 0;
+      record_base = 0;
+      c = 0;
+      p = plan_call(calls[0], threads);
+      for (long u = u0; u < u1; ++u) {
+        while (p.splits == 1 || u >= unit_base + p.units) {
+          if (p.splits > 1) {
+            unit_base += p.units;
+            record_base += p.items * record_block_floats(d_pad);
+          }
+          p = plan_call(calls[++c], threads);
+        }
+        merge_unit(calls[c], p, u - unit_base, d_pad, records + record_base, tile);
       }
     }
   });
