@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -38,8 +39,34 @@ void require_attention_keys(long keys, const char* name) {
   }
 }
 
-// Attention arguments for a C-contiguous q [B, H, Tq, D] over Tk keys of Hkv heads: shapes and q.
-AttentionArgs dense_query(const FloatArray& q, long Hkv, long Tk) {
+// q, k or v of ops.attention: a 4-D float32 array whose last dimension is contiguous, whose data is
+// float-aligned and whose strides are whole elements is read where it lies (slices and transposes:
+// q from a fused projection [B, T, H, D] transposed, k and v from a preallocated cache [B, Hkv,
+// Tmax, D] sliced to Tk); anything else is read from a C-contiguous copy (as_float32: its type
+// errors).
+py::array attention_operand(const py::object& obj, const char* name) {
+  if (py::isinstance<py::array>(obj)) {
+    const py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (a.dtype().is(py::dtype::of<float>()) && a.ndim() == 4 &&
+        reinterpret_cast<std::uintptr_t>(a.data()) % alignof(float) == 0) {
+      bool in_place = a.shape(3) == 1 || a.strides(3) == static_cast<py::ssize_t>(sizeof(float));
+      for (int d = 0; d < 4; ++d) {
+        in_place = in_place && (a.shape(d) == 1 || a.strides(d) % static_cast<py::ssize_t>(sizeof(float)) == 0);
+      }
+      if (in_place) return a;
+    }
+  }
+  return as_float32(obj, name);
+}
+
+// Element stride of dimension d of a 4-D operand (0 for a dimension of size 1: NumPy may give
+// those any stride).
+long element_stride(const py::array& a, int d) {
+  return a.shape(d) == 1 ? 0 : static_cast<long>(a.strides(d) / static_cast<py::ssize_t>(sizeof(float)));
+}
+
+// Attention arguments for q [B, H, Tq, D] (an attention_operand) over Tk keys of Hkv heads: shapes and q.
+AttentionArgs dense_query(const py::array& q, long Hkv, long Tk) {
   const long B = q.shape(0), H = q.shape(1), Tq = q.shape(2), D = q.shape(3);
   AttentionArgs a;
   a.batch = B;
@@ -48,10 +75,10 @@ AttentionArgs dense_query(const FloatArray& q, long Hkv, long Tk) {
   a.q_len = Tq;
   a.kv_len = Tk;
   a.head_dim = D;
-  a.q = q.data();
-  a.q_stride_b = H * Tq * D;
-  a.q_stride_h = Tq * D;
-  a.q_stride_t = D;
+  a.q = static_cast<const float*>(q.data());
+  a.q_stride_b = element_stride(q, 0);
+  a.q_stride_h = element_stride(q, 1);
+  a.q_stride_t = element_stride(q, 2);
   return a;
 }
 
@@ -65,7 +92,8 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
       if (a.ndim() == 4) require_attention_keys(static_cast<long>(a.shape(2)), kv == &k_obj ? "k" : "v");
     }
   }
-  FloatArray q = as_float32(q_obj, "q"), k = as_float32(k_obj, "k"), v = as_float32(v_obj, "v");
+  const py::array q = attention_operand(q_obj, "q"), k = attention_operand(k_obj, "k"),
+                  v = attention_operand(v_obj, "v");
   require_ndim(q, 4, "q", "[B, H, Tq, D]");
   require_ndim(k, 4, "k", "[B, Hkv, Tk, D]");
   require_ndim(v, 4, "v", "[B, Hkv, Tk, D]");
@@ -85,14 +113,14 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
                           ") must be a multiple of the number of key/value heads (" + std::to_string(Hkv) + ")");
   }
   AttentionArgs a = dense_query(q, Hkv, Tk);
-  a.k = k.data();
-  a.k_stride_b = Hkv * Tk * D;
-  a.k_stride_h = Tk * D;
-  a.k_stride_t = D;
-  a.v = v.data();
-  a.v_stride_b = Hkv * Tk * D;
-  a.v_stride_h = Tk * D;
-  a.v_stride_t = D;
+  a.k = static_cast<const float*>(k.data());
+  a.k_stride_b = element_stride(k, 0);
+  a.k_stride_h = element_stride(k, 1);
+  a.k_stride_t = element_stride(k, 2);
+  a.v = static_cast<const float*>(v.data());
+  a.v_stride_b = element_stride(v, 0);
+  a.v_stride_h = element_stride(v, 1);
+  a.v_stride_t = element_stride(v, 2);
   a.scale = 1.0f / std::sqrt(static_cast<float>(D));
   if (!scale_obj.is_none()) {
     // cast<float>() would raise RuntimeError for a str; a TypeError is the documented failure.

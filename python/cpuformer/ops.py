@@ -118,7 +118,9 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
     ``mask``: additive float32 or boolean (True = attend), broadcastable to [B, 1|H, Tq, Tk].
     ``scale`` defaults to 1/sqrt(D). A query that sees no key returns zeros. A key a query does not
     see (causal, or a -inf / False mask value) never affects it, even if its k or v hold NaN or inf.
-    ``num_threads``: 0 uses the calling thread's count (``get_num_threads()``)."""
+    ``num_threads``: 0 uses the calling thread's count (``get_num_threads()``).
+    q, k and v whose last dimension is contiguous (transposed slices of a fused projection, a KV
+    cache sliced to its length) are read in place; other layouts are copied first."""
     return _core.attention(q, k, v, bool(causal), mask, scale, num_threads)
 
 

@@ -244,13 +244,56 @@ def test_large_scores_and_large_negative_mask(rng):
     assert_close(ops.attention(q, k, v, mask=everything), reference(q, k, v, mask=everything))
 
 
-def test_non_contiguous_inputs_are_copied(rng):
+def test_non_contiguous_inputs(rng):
     base = rng.standard_normal((2, 21, 3, 4, 16), dtype=np.float32)  # [B, T, 3, H, D]
     q, k, v = (base[:, :, n].transpose(0, 2, 1, 3) for n in range(3))
     assert not q.flags.c_contiguous
     mask = np.asfortranarray(rng.standard_normal((2, 4, 21, 21)).astype(np.float32))
     out = ops.attention(q, k, v, causal=True, mask=mask)
     assert_close(out, reference(q, k, v, causal=True, mask=mask))
+
+
+def _views(rng):
+    """q, k, v views with a contiguous last dimension: a fused projection's transposed slice, a
+    preallocated cache sliced to its length, reversed keys, a broadcast (zero-stride) key axis."""
+    qkv = rng.standard_normal((2, 9, 3 * 4, 16), dtype=np.float32)  # [B, T, 3·H, D]
+    cache = rng.standard_normal((2, 2, 2, 64, 16), dtype=np.float32)  # [k|v, B, Hkv, Tmax, D]
+    row = rng.standard_normal((2, 2, 1, 16), dtype=np.float32)
+    q, k, v = (qkv[:, :, n * 4:(n + 1) * 4].transpose(0, 2, 1, 3) for n in range(3))
+    return [
+        (q, k, v),
+        (q, cache[0, :, :, :30], cache[1, :, :, :30]),
+        (q, cache[0, :, :, 40:10:-1], cache[1, :, :, 59:29:-1]),
+        (q, np.broadcast_to(row, (2, 2, 30, 16)), cache[1, :, :, :30]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_views_with_a_contiguous_last_dimension_give_the_copies_bits(rng, case):
+    q, k, v = _views(rng)[case]
+    assert not (q.flags.c_contiguous and k.flags.c_contiguous and v.flags.c_contiguous)
+    out = ops.attention(q, k, v, causal=True)
+    expected = ops.attention(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v), causal=True)
+    np.testing.assert_array_equal(out, expected)
+    assert_close(out, reference(q, k, v, causal=True))
+
+
+def test_views_are_read_in_place(rng):
+    # A cache of 64 MB sliced to 4,000 of its 8,192 positions is read where it lies: the call
+    # allocates its output (and scratch below a MB), not a copy of the keys and values.
+    import tracemalloc
+
+    cache = np.zeros((2, 1, 2, 8192, 512), dtype=np.float32)
+    k, v = cache[0, :, :, :4000], cache[1, :, :, :4000]
+    q = rng.standard_normal((1, 8, 1, 512), dtype=np.float32)
+    ops.attention(q, k, v)
+    tracemalloc.start()
+    try:
+        ops.attention(q, k, v)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
 
 
 # ---- the kernel on views, as the models call it (cpuformer._core._attention_views)
