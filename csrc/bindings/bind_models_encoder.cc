@@ -217,6 +217,7 @@ class PyEncoderModel : private ModelBuilder {
   }
 
   long hidden_size() const { return model_->config().hidden_size; }
+  std::size_t kept_memory_bytes() const { return model_->kept_memory_bytes(); }
   long max_seq_len() const { return model_->config().max_seq_len(); }
   bool has_pooler() const { return model_->has_pooler(); }
 
@@ -297,6 +298,7 @@ void register_models_encoder(py::module_& m) {
       .def("forward_memory", &PyEncoderModel::forward_memory, py::arg("input_ids"),
            py::arg("attention_mask") = py::none(), py::arg("token_type_ids") = py::none(),
            py::arg("memory") = py::none(), py::arg("num_threads") = 0)
+      .def_property_readonly("_kept_memory_bytes", &PyEncoderModel::kept_memory_bytes)
       .def_property_readonly("hidden_size", &PyEncoderModel::hidden_size)
       .def_property_readonly("max_seq_len", &PyEncoderModel::max_seq_len)
       .def_property_readonly("has_pooler", &PyEncoderModel::has_pooler);

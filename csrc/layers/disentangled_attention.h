@@ -22,6 +22,7 @@
 // scratch space stays near kDisentangledScratchFloats.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "layers/transformer_block.h"
@@ -41,6 +42,10 @@ long disentangled_relative_position(long relative, long position_buckets, long m
 struct DisentangledWorkspace {
   ScratchBuffer content_to_position, position_to_content, bias;  // [heads, rows, window] ×2, [seqs, heads, T, T]
   std::vector<long> index;                                       // δ per i - j + T - 1
+  std::size_t capacity_bytes() const {
+    return (content_to_position.capacity() + position_to_content.capacity() + bias.capacity()) * sizeof(float) +
+           index.capacity() * sizeof(long);
+  }
 };
 
 // The position projections of one layer.

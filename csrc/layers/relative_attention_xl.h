@@ -25,6 +25,7 @@
 // space near kRelativeAttentionXLScratchFloats.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -60,6 +61,11 @@ struct RelativeAttentionXLWorkspace {
   ScratchBuffer segment;     // [batch·q_len, heads, 2]: (q + s)·S[0], (q + s)·S[1]
   ScratchBuffer scores;      // [heads, tile rows, window]: q·P
   ScratchBuffer bias;        // [tile sequences, heads, tile queries, K]
+  std::size_t capacity_bytes() const {
+    return (projected.capacity() + positions.capacity() + position_bias.capacity() + keys.capacity() +
+            content.capacity() + segment.capacity() + scores.capacity() + bias.capacity()) *
+           sizeof(float);
+  }
 };
 
 // One layer's position projection and biases.

@@ -7,6 +7,7 @@
 
 #include "layers/relative_position.h"
 #include "layers/rope.h"
+#include "models/kept_memory.h"
 #include "runtime/checked_size.h"
 #include "runtime/threading.h"
 
@@ -134,6 +135,10 @@ const float* EncoderModel::rope_table(const std::vector<float>& inv_freq, long b
   return cos_sin;
 }
 
+void EncoderModel::keep_or_free(Workspace& ws) const {
+  if (ws.capacity_bytes() > kept_memory_limit()) ws = Workspace();
+}
+
 void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_mask, const int64_t* token_type_ids,
                            long batch, long seq_len, float* out, float* pooled, const EncoderMemory* memory,
                            bool skip_padding, bool first_only, const long* pick) const {
@@ -144,6 +149,7 @@ void EncoderModel::forward(const int64_t* input_ids, const int64_t* attention_ma
   if (lock.owns_lock()) {
     run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding,
         first_only, pick, workspace_);
+    keep_or_free(workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
     run(input_ids, nullptr, attention_mask, token_type_ids, batch, seq_len, out, pooled, memory, skip_padding,
@@ -161,6 +167,7 @@ void EncoderModel::forward_embeddings(const float* embeddings, const int64_t* at
   if (lock.owns_lock()) {
     run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, first_only,
         nullptr, workspace_);
+    keep_or_free(workspace_);
   } else {
     Workspace own;  // another thread is using the shared scratch space
     run(nullptr, embeddings, attention_mask, nullptr, batch, seq_len, out, pooled, nullptr, skip_padding, first_only,

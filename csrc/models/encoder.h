@@ -17,6 +17,7 @@
 // the block's attention hook.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -67,6 +68,12 @@ class EncoderModel {
                long seq_len, float* out, float* pooled, const EncoderMemory* memory = nullptr,
                bool skip_padding = false, bool first_only = false, const long* pick = nullptr) const;
 
+  // Bytes of the scratch space kept for the next call (models/kept_memory.h).
+  std::size_t kept_memory_bytes() const {
+    std::lock_guard<std::mutex> lock(workspace_mutex_);
+    return workspace_.capacity_bytes();
+  }
+
   // The stack on given input embeddings [batch, seq_len, embedding_width()] (hidden_size unless the
   // config has a narrower embedding_size) instead of token ids: no word, position or token type
   // embedding is added, the rest runs as in forward (embedding norm when configured, embed.project,
@@ -91,6 +98,15 @@ class EncoderModel {
     UnpaddedLayout unpadded;                       // the unpadded tokens' entries and rows
     ScratchBuffer picked;                          // [batch, hidden]: the last layer's picked rows
     std::vector<long> pick_at;                     // each sequence's picked position for the block
+    std::size_t capacity_bytes() const {
+      return block.capacity_bytes() + disentangled.capacity_bytes() + relative_xl.capacity_bytes() +
+             (key_mask.capacity() + embeddings.capacity() + relative_bias.capacity() + rope.capacity() +
+              local_rope.capacity() + sinusoids.capacity() + packed.capacity() + packed_rope.capacity() +
+              packed_local_rope.capacity() + picked.capacity()) *
+                 sizeof(float) +
+             unpadded.entries.capacity() * sizeof(RaggedEntry) +
+             (unpadded.token_row.capacity() + pick_at.capacity()) * sizeof(long);
+    }
   };
 
   // Fills ws.unpadded from the mask and says whether the layers can run on the unpadded tokens
@@ -122,6 +138,9 @@ class EncoderModel {
   bool has_pooler_ = false;
   Linear pooler_;
 
+  // The shared workspace, kept for the next call up to kept_memory_limit() bytes
+  // (models/kept_memory.h), freed after a call that grew it beyond.
+  void keep_or_free(Workspace& ws) const;
   mutable std::mutex workspace_mutex_;
   mutable Workspace workspace_;  // used by whichever call holds workspace_mutex_
 };

@@ -63,8 +63,9 @@ def _attention_views_many(calls: List[Tuple[Any, ...]]) -> None: ...
 # verification seconds, verified positions) events: the plain steps it wants before speculating
 # again, after each event.
 def _speculation_cost_guard(events: List[Tuple[str, float, int, float, int]]) -> List[int]: ...
-# Sets the most bytes a decoder or seq2seq model keeps from one generation run for the next
-# (default 512 MiB; csrc/models/kept_memory.h); returns the previous limit.
+# Sets the most bytes a model keeps from one call for the next (a decoder's or seq2seq model's
+# generation memory, an encoder's scratch space; default 512 MiB; csrc/models/kept_memory.h);
+# returns the previous limit.
 def _set_kept_memory_limit(bytes: int) -> int: ...
 # k and v stored in a KV cache of kv_dtype (0 float32, 1 float16, 2 bfloat16, 3 int8), q attending:
 # (out, k as stored, v as stored).
@@ -168,6 +169,8 @@ class EncoderModel:
     def forward_memory(self, input_ids: _I64, attention_mask: Optional[_I64] = None,
                        token_type_ids: Optional[_I64] = None, memory: Optional[Sequence[_F32]] = None,
                        num_threads: int = 0) -> Tuple[_F32, _F32]: ...
+    @property
+    def _kept_memory_bytes(self) -> int: ...
     @property
     def hidden_size(self) -> int: ...
     @property

@@ -1,8 +1,8 @@
 """Decoder and seq2seq models keep the KV cache and scratch memory of a generation run for their
-next call (csrc/models/kept_memory.h): every call must give what a model that never ran gives,
-whatever the earlier calls left in that memory (larger and smaller batches, prompts and
-max_new_tokens, other KV cache dtypes, beams, logits() and encode()); at most one set is kept, up
-to the limit; concurrent calls on one model each get their own memory."""
+next call, and encoders their scratch space (csrc/models/kept_memory.h): every call must give what
+a model that never ran gives, whatever the earlier calls left in that memory (larger and smaller
+batches, prompts and max_new_tokens, other KV cache dtypes, beams, logits() and encode()); at most
+one set is kept, up to the limit; concurrent calls on one model each get their own memory."""
 
 from __future__ import annotations
 
@@ -118,3 +118,28 @@ def test_concurrent_calls_on_one_model(directories, family):
     # At most one set is kept, whichever run gave its memory back first.
     assert 0 < model._model._kept_memory_bytes
     model.close()
+
+
+@pytest.mark.parametrize("family", ["bert", "deberta-v2", "xlnet"])
+def test_encoder_scratch_space_is_kept_up_to_the_limit(tmp_path, family):
+    _build(family, tmp_path)
+    model = cf.load(tmp_path)
+    fresh = cf.load(tmp_path)
+    rng = np.random.default_rng(3)
+    vocab = model.config["vocab_size"]
+    big = rng.integers(5, vocab - 2, (6, 40)).astype(np.int64)
+    small = rng.integers(5, vocab - 2, (2, 9)).astype(np.int64)
+    np.testing.assert_array_equal(model(big), fresh(big))
+    held = model._model._kept_memory_bytes
+    assert held > 0
+    np.testing.assert_array_equal(model(small), fresh(small))
+    assert model._model._kept_memory_bytes == held  # buffers only grow
+    previous = _core._set_kept_memory_limit(held - 1)
+    try:
+        np.testing.assert_array_equal(model(big), fresh(big))
+        assert model._model._kept_memory_bytes == 0  # freed after the call
+        np.testing.assert_array_equal(model(small), fresh(small))
+    finally:
+        _core._set_kept_memory_limit(previous)
+    model.close()
+    fresh.close()
