@@ -1,4 +1,6 @@
 // The weight quantizers at the avx512 level (AVX-512 vectors): quantize_weights_inl.h.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

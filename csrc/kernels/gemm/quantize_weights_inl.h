@@ -7,8 +7,9 @@
 // (quantize_weights_scalar.cc, _avx2.cc, _avx512.cc), so every level gives the same codes and
 // scales bit for bit.
 //
-// Include INSIDE the level's namespace, after <cstring>, <limits>, <stdexcept>, <string>,
-// <vector>, "kernels/gemm/gemm.h"; the including file defines
+// Include INSIDE the level's namespace, after <algorithm>, <cstring>, <limits>, <stdexcept>,
+// <string>, <vector>, "kernels/gemm/gemm.h" (and <immintrin.h> at a level compiled with AVX-512,
+// whose whole int4 groups of 32 take vector code); the including file defines
 //   float round_half_even(float v)   nearbyint in the default rounding mode (to nearest, ties to
 //                                    even); for |v| ≥ 2^22 and ±inf any value beyond ±2^21 of
 //                                    the same sign (every caller clamps it to its end code).
@@ -79,6 +80,77 @@ inline int round_nibble(float v, int offset) {
   return r < 0.0f ? 0 : (r > 15.0f ? 15 : static_cast<int>(r));
 }
 
+// The extremes of a group of len weights (see quantize_rows_s4): top over |x|'s bits, lo and hi
+// over order keys with lo ≤ 0 ≤ hi, and the first index whose |x| has the bits top (len if none).
+struct GroupExtremes {
+  uint32_t top = 0;
+  int32_t lo_key = 0, hi_key = 0, first = 0;
+};
+
+#if defined(__AVX512F__)
+// A whole group of 32 weights in two vectors (the default group size): the same integer
+// reductions and the same codes as the loops below, ~2× faster than the compiler's vectors of
+// those loops (the int4 quantization was ~half of a 1.1B int4 load on Zen 4).
+inline GroupExtremes group_extremes_32(const float* x) {
+  const __m512i b0 = _mm512_loadu_si512(x), b1 = _mm512_loadu_si512(x + 16);
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i a0 = _mm512_and_si512(b0, magnitude), a1 = _mm512_and_si512(b1, magnitude);
+  // order_key: the bits, the magnitude bits flipped for negative values.
+  const __m512i k0 = _mm512_xor_si512(b0, _mm512_and_si512(_mm512_srai_epi32(b0, 31), magnitude));
+  const __m512i k1 = _mm512_xor_si512(b1, _mm512_and_si512(_mm512_srai_epi32(b1, 31), magnitude));
+  GroupExtremes e;
+  e.top = _mm512_reduce_max_epu32(_mm512_max_epu32(a0, a1));
+  e.lo_key = std::min(0, _mm512_reduce_min_epi32(_mm512_min_epi32(k0, k1)));
+  e.hi_key = std::max(0, _mm512_reduce_max_epi32(_mm512_max_epi32(k0, k1)));
+  const __m512i top = _mm512_set1_epi32(static_cast<int32_t>(e.top));
+  const uint32_t hits = static_cast<uint32_t>(_mm512_cmpeq_epi32_mask(a0, top)) |
+                        (static_cast<uint32_t>(_mm512_cmpeq_epi32_mask(a1, top)) << 16);
+  e.first = hits != 0 ? __builtin_ctz(hits) : 32;
+  return e;
+}
+
+// codes[0, 32) = round_nibble(x[p] / s, z): the same operations on 16 lanes (vroundps to nearest
+// even is nearbyint in the default rounding mode; ±inf stays ±inf and clamps to an end code).
+inline void group_codes_32(const float* x, float s, int z, uint8_t* codes) {
+  const __m512 scale = _mm512_set1_ps(s), offset = _mm512_set1_ps(static_cast<float>(z));
+  const __m512 zero = _mm512_setzero_ps(), fifteen = _mm512_set1_ps(15.0f);
+  for (int h = 0; h < 2; ++h) {
+    const __m512 q = _mm512_div_ps(_mm512_loadu_ps(x + 16 * h), scale);
+    __m512 r = _mm512_add_ps(_mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), offset);
+    r = _mm512_min_ps(_mm512_max_ps(r, zero), fifteen);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(r)));
+  }
+}
+#endif
+
+inline GroupExtremes group_extremes(const float* x, int32_t len) {
+#if defined(__AVX512F__)
+  if (len == 32) return group_extremes_32(x);
+#endif
+  GroupExtremes e;
+  for (int32_t p = 0; p < len; ++p) {
+    const uint32_t a = abs_bits(x[p]);
+    e.top = a > e.top ? a : e.top;
+    const int32_t key = order_key(x[p]);
+    e.lo_key = key < e.lo_key ? key : e.lo_key;
+    e.hi_key = key > e.hi_key ? key : e.hi_key;
+  }
+  // The first index as a min reduction: no early exit, so it vectorizes.
+  e.first = len;
+  for (int32_t i = 0; i < len; ++i) {
+    const int32_t candidate = abs_bits(x[i]) == e.top ? i : len;
+    e.first = candidate < e.first ? candidate : e.first;
+  }
+  return e;
+}
+
+inline void group_codes(const float* x, int32_t len, float s, int z, uint8_t* codes) {
+#if defined(__AVX512F__)
+  if (len == 32) return group_codes_32(x, s, z, codes);
+#endif
+  for (int32_t p = 0; p < len; ++p) codes[p] = static_cast<uint8_t>(round_nibble(x[p] / s, z));
+}
+
 // Rows [j0, j1) of quantize_weights_s4 (group_size valid).
 void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long group_size, bool zero_point, uint8_t* u,
                       uint16_t* scales, uint8_t* zeros) {
@@ -88,21 +160,16 @@ void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long g
     const float* x = w + j * ldw;
     for (long g = 0; g < groups; ++g) {
       const long begin = g * group_size, end = std::min(k, begin + group_size);
+      const float* gx = x + begin;
+      const int32_t len = static_cast<int32_t>(end - begin);
       // The extremes as integer reductions (they vectorize; float ones with their NaN and signed-
       // zero rules did not, and kept lo in memory: ~75 % of an int4 load): top over |x|'s bits, lo
       // and hi over order keys, with lo ≤ 0 ≤ hi (zero is always representable). The keys order
       // −0 below +0 where the float comparisons kept whichever came first; every result below is
       // the same for either zero (they only enter as hi − lo and −lo / s, rounded).
-      uint32_t top = 0;
-      int32_t lo_key = 0, hi_key = 0;
-      for (long p = begin; p < end; ++p) {
-        const uint32_t a = abs_bits(x[p]);
-        top = a > top ? a : top;
-        const int32_t key = order_key(x[p]);
-        lo_key = key < lo_key ? key : lo_key;
-        hi_key = key > hi_key ? key : hi_key;
-      }
-      const float lo = float_of_key(lo_key), hi = float_of_key(hi_key);
+      const GroupExtremes e = group_extremes(gx, len);
+      const uint32_t top = e.top;
+      const float lo = float_of_key(e.lo_key), hi = float_of_key(e.hi_key);
       const bool finite = top <= kLargestFiniteBits;  // false for NaN and ±inf
       int z = 8;
       uint16_t scale = 0;
@@ -113,15 +180,7 @@ void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long g
       } else {
         // The first weight of the largest magnitude (its sign sets the scale's); +0 when every
         // weight is ±0 (the scale is then −0, whatever the zeros' signs).
-        // (the first index as a min reduction: no early exit, so it vectorizes).
-        const float* gx = x + begin;
-        const int32_t len = static_cast<int32_t>(end - begin);
-        int32_t first = len;
-        for (int32_t i = 0; i < len; ++i) {
-          const int32_t candidate = abs_bits(gx[i]) == top ? i : len;
-          first = candidate < first ? candidate : first;
-        }
-        const float extreme = top != 0 && first < len ? gx[first] : 0.0f;
+        const float extreme = top != 0 && e.first < len ? gx[e.first] : 0.0f;
         scale = float_to_half(extreme / -8.0f);
       }
       const float s = half_to_float(scale);
@@ -134,7 +193,7 @@ void quantize_rows_s4(const float* w, long j0, long j1, long k, long ldw, long g
       if (zero_point) z = usable ? round_nibble(-lo / s, 0) : 0;
       uint8_t* codes = row.data() + begin;
       if (usable) {
-        for (long p = begin; p < end; ++p) codes[p - begin] = static_cast<uint8_t>(round_nibble(x[p] / s, z));
+        group_codes(gx, len, s, z, codes);
       } else {
         std::memset(codes, z, static_cast<std::size_t>(end - begin));
       }
