@@ -3,8 +3,8 @@
 //
 // Fresh memory costs a page fault and the kernel's zeroing of each page at its first touch, on the
 // thread that touches it: ~8 GB/s on the Zen 4 development host (2026-11-29), so ~10 ms for the
-// 77 MB KV cache of GPT-2 124M with max_new_tokens=1024, which every write of the first token
-// reaches (each head's slots lie apart), and ~40 ms for the 300 MB one of 8 rows of 512 + 32
+// 77 MB KV cache of GPT-2 124M with max_new_tokens=1000, which the first token's writes reach
+// throughout (each head's slots lie apart), and ~40 ms for the 300 MB one of 8 rows of 512 + 1
 // tokens. A run that maps its memory anew pays that every call; kept memory is already mapped.
 //
 // A model keeps at most one set, and only up to kept_memory_limit() bytes (512 MiB unless set):

@@ -89,8 +89,8 @@ struct GroupExtremes {
 
 #if defined(__AVX512F__)
 // A whole group of 32 weights in two vectors (the default group size): the same integer
-// reductions and the same codes as the loops below, ~2× faster than the compiler's vectors of
-// those loops (the int4 quantization was ~half of a 1.1B int4 load on Zen 4).
+// reductions and the same codes as the loops below (the int4 quantization was ~half of a 1.1B
+// int4 load on Zen 4; ops.quantize_int4 of 5,632 × 2,048 went from 11.6-13.7 to 7.9-10.4 ms).
 inline GroupExtremes group_extremes_32(const float* x) {
   const __m512i b0 = _mm512_loadu_si512(x), b1 = _mm512_loadu_si512(x + 16);
   const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
