@@ -298,13 +298,19 @@ def test_op_num_threads_results_and_errors():
         np.testing.assert_array_equal(lin(x, num_threads=n), lin(x))
         np.testing.assert_array_equal(ops.attention(q, q, q, num_threads=n), ops.attention(q, q, q))
         np.testing.assert_array_equal(ops.layer_norm(x, x[0], num_threads=n), ops.layer_norm(x, x[0]))
-    message = r"num_threads must be >= 1 \(or 0 for the default\), got -1"
-    with pytest.raises(ValueError, match=message):
-        lin(x, num_threads=-1)
-    with pytest.raises(ValueError, match=message):
-        ops.attention(q, q, q, num_threads=-1)
-    with pytest.raises(ValueError, match=message):
-        ops.layer_norm(x, x[0], num_threads=-1)
+    calls = [lambda n: lin(x, num_threads=n), lambda n: ops.attention(q, q, q, num_threads=n),
+             lambda n: ops.layer_norm(x, x[0], num_threads=n)]
+    # Each bad value named in the error (not pybind11's dump of the signature and the arrays).
+    for value, message in [(-1, r"^num_threads must be an integer >= 0 \(0: the calling thread's count\), got -1$"),
+                           (1.5, r"^num_threads must be an integer >= 0 \(0: the calling thread's count\), got 1\.5$"),
+                           (True, r"^num_threads must be an integer >= 0 \(0: the calling thread's count\), got True$"),
+                           ("2", r"^num_threads must be an integer >= 0 \(0: the calling thread's count\), got '2'$"),
+                           (2 ** 31, r"^num_threads must be an integer >= 0 and <= 1024 \(0: the calling thread's "
+                                     r"count\), got 2147483648$")]:
+        for call in calls:
+            with pytest.raises(ValueError, match=message):
+                call(value)
+    np.testing.assert_array_equal(lin(x, num_threads=np.int64(2)), lin(x))
 
 
 @pytest.mark.parametrize("value,expected", [("high", "high"), ("highest", "highest"), ("", "highest")])

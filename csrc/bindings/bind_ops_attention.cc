@@ -129,6 +129,9 @@ py::array_t<float> attention_op(const py::object& q_obj, const py::object& k_obj
       PyErr_Clear();
       throw py::type_error("scale must be a real number or None, got " + type_name(scale_obj));
     }
+    // A NaN or infinite scale (or one beyond float32) would make every score NaN or ±inf.
+    if (!std::isfinite(static_cast<float>(s)))
+      throw py::value_error("scale must be finite, got " + std::string(py::str(scale_obj)));
     a.scale = static_cast<float>(s);
   }
   a.causal = causal;

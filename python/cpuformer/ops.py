@@ -12,9 +12,26 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _core
+from ._arguments import MAX_NUM_THREADS, check_integer
 
 __all__ = ["Linear", "linear", "peak_gops", "quantize_int8", "quantize_int4", "to_float16_bits", "to_bfloat16_bits",
            "attention", "layer_norm", "rms_norm", "gelu", "silu", "relu", "quick_gelu", "softmax", "silu_mul"]
+
+
+def _threads(num_threads: int) -> int:
+    """An op's ``num_threads`` checked here (pybind11 would report an int beyond C++'s, or a float,
+    by dumping the call's signature and arrays): an integer in [0, 1024], 0 the calling thread's
+    count."""
+    return check_integer("num_threads", num_threads, 0, MAX_NUM_THREADS, " (0: the calling thread's count)")
+
+
+def _int4_options(group_size: int, zero_point: bool) -> Tuple[int, bool]:
+    """int4's group_size and zero_point checked for their type here (the core checks the values)."""
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
+        raise ValueError(f"group_size must be 32, 64 or 128, got {group_size!r}")
+    if not isinstance(zero_point, (bool, np.bool_)):
+        raise TypeError(f"zero_point must be True or False, got {zero_point!r}")
+    return int(group_size), bool(zero_point)
 
 
 class Linear:
@@ -31,7 +48,7 @@ class Linear:
 
     def __init__(self, w: np.ndarray, bias: Optional[np.ndarray] = None, activation: Optional[str] = None,
                  dtype: str = "float32", group_size: int = 32, zero_point: bool = False):
-        self._impl = _core.Linear(w, bias, activation, dtype, group_size, zero_point)
+        self._impl = _core.Linear(w, bias, activation, dtype, *_int4_options(group_size, zero_point))
 
     @property
     def in_features(self) -> int:
@@ -58,7 +75,7 @@ class Linear:
     def __call__(self, x: np.ndarray, residual: Optional[np.ndarray] = None, num_threads: int = 0) -> np.ndarray:
         """``x @ w.T + bias`` (then the activation) ``+ residual``; ``num_threads`` threads (0: the
         calling thread's count, ``get_num_threads()``)."""
-        return self._impl(x, residual, num_threads)
+        return self._impl(x, residual, _threads(num_threads))
 
     def __repr__(self) -> str:
         return f"Linear(in_features={self.in_features}, out_features={self.out_features}, dtype={self.dtype!r})"
@@ -81,7 +98,9 @@ def peak_gops(dtype: str = "float32", seconds: float = 0.3) -> float:
     the best of three passes. A per-core width times the clock is unreliable (cpuinfo reports a
     nominal clock; Zen 4 runs 512-bit instructions on 256-bit units). On a shared or throttled
     machine the result moves like any timing."""
-    return _core.peak_gops(dtype, seconds)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)):
+        raise TypeError(f"seconds must be a real number, got {seconds!r}")
+    return _core.peak_gops(dtype, float(seconds))
 
 
 def quantize_int4(w: np.ndarray, group_size: int = 32,
@@ -92,7 +111,7 @@ def quantize_int4(w: np.ndarray, group_size: int = 32,
     u[j][2b + 1] in its high one; w[j][k] ≈ scales[j][g] · (u[j][k] − z) with g = k // group_size
     and z = zeros[j][g], or 8 when symmetric (the default). Rounding and the choice of scale:
     docs/precision.md."""
-    return _core.quantize_int4(w, group_size, zero_point)
+    return _core.quantize_int4(w, *_int4_options(group_size, zero_point))
 
 
 def quantize_int8(w: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -121,14 +140,14 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool = False,
     ``num_threads``: 0 uses the calling thread's count (``get_num_threads()``).
     q, k and v whose last dimension is contiguous (transposed slices of a fused projection, a KV
     cache sliced to its length) are read in place; other layouts are copied first."""
-    return _core.attention(q, k, v, bool(causal), mask, scale, num_threads)
+    return _core.attention(q, k, v, bool(causal), mask, scale, _threads(num_threads))
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray] = None, eps: float = 1e-5,
                residual: Optional[np.ndarray] = None, num_threads: int = 0) -> np.ndarray:
     """LayerNorm over the last dimension of ``x + residual`` (residual optional, fused);
     ``num_threads`` as for ``attention``."""
-    return _core.layer_norm(x, weight, bias, float(eps), residual, num_threads)
+    return _core.layer_norm(x, weight, bias, float(eps), residual, _threads(num_threads))
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6, residual: Optional[np.ndarray] = None) -> np.ndarray:

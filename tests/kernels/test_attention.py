@@ -4,6 +4,8 @@ Tolerance: max |out − ref| ≤ 1e-5 · max |ref| + 1e-6 (float32 scores and on
 float64 with an explicit softmax). Runs at every ISA level through tests/test_runtime.py.
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -483,6 +485,16 @@ def test_errors_type(rng):
         ops.attention(q, k, v, mask=np.zeros(4))
     with pytest.raises(TypeError, match="mask must have dtype float32, got int64"):
         ops.attention(q, k, v, mask=np.zeros(4, dtype=np.int64))
+
+
+@pytest.mark.parametrize("scale,shown", [(float("nan"), "nan"), (float("inf"), "inf"), (-float("inf"), "-inf"),
+                                         (1e40, "1e+40"), (np.float64(-1e39), "-1e+39")])
+def test_errors_scale_not_finite(rng, scale, shown):
+    q, k, v = make_qkv(rng, 1, 2, 2, 3, 4, 8)
+    with pytest.raises(ValueError, match=rf"^scale must be finite, got {re.escape(shown)}$"):
+        ops.attention(q, k, v, scale=scale)
+    ref = reference(q, k, v, scale=-2.5)  # any finite scale, negative included, is taken
+    np.testing.assert_allclose(ops.attention(q, k, v, scale=-2.5), ref, rtol=0, atol=1e-5 * np.abs(ref).max() + 1e-6)
 
 
 def test_errors_shape(rng):

@@ -10,6 +10,7 @@ each row block for wide N or few rows).
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -302,6 +303,12 @@ def test_peak_gops_measures_every_dtype(dtype, threads):
 def test_peak_gops_errors(dtype, seconds, message):
     with pytest.raises(ValueError, match=message):
         ops.peak_gops(dtype, seconds)
+
+
+@pytest.mark.parametrize("seconds", ["0.1", None, True])
+def test_peak_gops_seconds_of_another_type(seconds):
+    with pytest.raises(TypeError, match=rf"^seconds must be a real number, got {re.escape(repr(seconds))}$"):
+        ops.peak_gops("float32", seconds)
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int4", "bfloat16"])

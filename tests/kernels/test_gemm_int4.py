@@ -13,6 +13,8 @@ reruns this file with AVX512-VNNI and AVX-VNNI hidden, so both kernels of a leve
 the AVX2 vpmaddubsw kernel).
 """
 
+import re
+
 import numpy as np
 import pytest
 
@@ -221,6 +223,18 @@ def test_group_size_errors(rng, group_size):
         ops.Linear(w, None, dtype="int4", group_size=group_size)
     with pytest.raises(ValueError, match=rf"group_size must be 32, 64 or 128, got {group_size}$"):
         ops.quantize_int4(w, group_size)
+
+
+@pytest.mark.parametrize("group_size", [1.5, None, True, "32"])
+def test_group_size_of_another_type_is_named(rng, group_size):
+    w = randn(rng, 4, 64)
+    with pytest.raises(ValueError, match=rf"^group_size must be 32, 64 or 128, got {re.escape(repr(group_size))}$"):
+        ops.Linear(w, None, dtype="int4", group_size=group_size)
+    with pytest.raises(ValueError, match=rf"^group_size must be 32, 64 or 128, got {re.escape(repr(group_size))}$"):
+        ops.quantize_int4(w, group_size)
+    with pytest.raises(TypeError, match=r"^zero_point must be True or False, got 'yes'$"):
+        ops.quantize_int4(w, 32, zero_point="yes")
+    assert ops.quantize_int4(w, np.int64(64), zero_point=np.bool_(True))[2] is not None
 
 
 def test_group_size_is_ignored_by_other_dtypes(rng):
