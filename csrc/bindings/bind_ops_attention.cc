@@ -284,8 +284,10 @@ void attention_views(const py::object& q, const py::object& k, const py::object&
 void attention_views_many(const py::list& calls) {
   std::vector<AttentionArgs> args;
   for (const py::handle& call : calls) {
+    if (!py::isinstance<py::tuple>(call) || py::len(call) != 10)
+      throw py::type_error("each call must be a tuple of _attention_views' 10 arguments, got " +
+                           std::string(py::str(py::type::handle_of(call).attr("__name__"))));
     const py::tuple t = py::reinterpret_borrow<py::tuple>(call);
-    if (t.size() != 10) throw py::value_error("each call is a tuple of _attention_views' 10 arguments");
     args.push_back(views_args(t[0], t[1], t[2], t[3], t[4].cast<bool>(), t[5].cast<long>(), t[6].cast<long>(), t[7],
                               t[8].cast<float>(), t[9].cast<bool>()));
   }
