@@ -344,6 +344,70 @@ def test_request_errors(client):
     assert c.get("/health").status_code == 200  # still serving
 
 
+_WILD = [None, True, False, 0, 1, -1, 2 ** 31, 2 ** 63, 2 ** 64, -2 ** 63, 10 ** 30, 0.5, -0.0, 1e308, float("nan"),
+         float("inf"), -float("inf"), "", "a", "\x00", "é😀", "x" * 3000, [], [1], [[]], [[1, 2]], [None], ["a", 1], {},
+         {"a": 1}, [1.5], [-1], [VOCAB - 1], [VOCAB], [[VOCAB]], [True]]
+_FIELDS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+           "seed", "n", "stop", "stream", "stream_options", "logprobs", "echo", "suffix", "best_of",
+           "presence_penalty", "frequency_penalty", "logit_bias", "tools", "top_logprobs", "user", "input",
+           "encoding_format", "dimensions"]
+
+
+# Messages of Python's own TypeError/ValueError/KeyError/IndexError (not cpuformer's).
+_PYTHON_ERRORS = ["can only concatenate", "unsupported operand", "not subscriptable", "has no attribute",
+                  "index out of range", "unhashable type", "object of type", "argument of type", "object is not",
+                  "invalid literal", "takes no arguments", "positional argument", "not supported between",
+                  "must be str, not", "must be real number", "object cannot be interpreted"]
+
+
+def _wild(rng, depth=0):
+    r = rng.random()
+    if depth < 2 and r < 0.1:
+        return [_wild(rng, depth + 1) for _ in range(int(rng.integers(0, 4)))]
+    if depth < 2 and r < 0.15:
+        return {str(rng.choice(["role", "content", "type", "text", "x"])): _wild(rng, depth + 1)
+                for _ in range(int(rng.integers(0, 4)))}
+    return _WILD[int(rng.integers(len(_WILD)))]
+
+
+def test_random_bodies_get_an_answer_or_an_openai_error(client, enc_client):
+    """Valid requests with 1-3 fields replaced by random JSON values (NaN and ±Infinity included,
+    which Python's JSON reader accepts), and random messages: each answer is a 200 with a JSON
+    body or a stream without an error event, or a 4xx with the OpenAI error body — never a 500."""
+    rng = np.random.default_rng(0)
+    bases = {"/v1/completions": (client, {"model": "tiny-gpt", "prompt": "Hello there", "max_tokens": 3,
+                                          "temperature": 0}),
+             "/v1/chat/completions": (client, {"model": "tiny-gpt", "messages": [{"role": "user", "content": "Hi"}],
+                                               "max_tokens": 3, "temperature": 0}),
+             "/v1/embeddings": (enc_client, {"model": "bert", "input": "hello"})}
+    statuses = set()
+    for _ in range(300):
+        path = list(bases)[int(rng.integers(3))]
+        c, base = bases[path]
+        body = dict(base)
+        if path == "/v1/chat/completions" and rng.random() < 0.5:
+            body["messages"] = [{"role": rng.choice(["user", "system", "assistant", "tool"]) if rng.random() < 0.8
+                                 else _wild(rng), "content": "hi" if rng.random() < 0.5 else _wild(rng)}
+                                for _ in range(int(rng.integers(0, 4)))]
+        for _ in range(int(rng.integers(1, 4))):
+            body[_FIELDS[int(rng.integers(len(_FIELDS)))]] = _wild(rng)
+        raw = json.dumps(body if rng.random() < 0.95 else _wild(rng), allow_nan=True).encode()
+        response = c.post(path, content=raw, headers={"content-type": "application/json"})
+        statuses.add(response.status_code)
+        assert response.status_code in (200, 400, 404, 413, 429), (raw[:300], response.text[:300])
+        if response.status_code != 200:
+            error = response.json()
+            assert set(error) == {"error"} and isinstance(error["error"]["message"], str), (raw[:300], error)
+            # Library errors become 400s with their own message; Python's own would mean a slip.
+            assert not any(p in error["error"]["message"] for p in _PYTHON_ERRORS), (raw[:300], error)
+        elif "text/event-stream" in response.headers["content-type"]:
+            assert '"error"' not in response.text, (raw[:300], response.text[:300])
+        else:
+            assert isinstance(response.json(), dict)
+    assert {200, 400} <= statuses
+    assert client.get("/health").status_code == 200 and enc_client.get("/health").status_code == 200
+
+
 def test_body_limit(gen):
     app = serve.create_app(gen, max_body=1000)
     try:
