@@ -44,17 +44,23 @@ void require_attention_keys(long keys, const char* name) {
 // q from a fused projection [B, T, H, D] transposed, k and v from a preallocated cache [B, Hkv,
 // Tmax, D] sliced to Tk); anything else is read from a C-contiguous copy (as_float32: its type
 // errors).
+// Whether a is a 4-D float32 array the kernel can read where it lies: float-aligned data, strides of
+// whole elements (a dimension of size 1 may have any: NumPy gives those any stride) and, when
+// contiguous_last, a contiguous last dimension.
+bool kernel_layout(const py::array& a, bool contiguous_last) {
+  if (!a.dtype().is(py::dtype::of<float>()) || a.ndim() != 4 ||
+      reinterpret_cast<std::uintptr_t>(a.data()) % alignof(float) != 0)
+    return false;
+  for (int d = 0; d < 4; ++d) {
+    if (a.shape(d) != 1 && a.strides(d) % static_cast<py::ssize_t>(sizeof(float)) != 0) return false;
+  }
+  return !contiguous_last || a.shape(3) == 1 || a.strides(3) == static_cast<py::ssize_t>(sizeof(float));
+}
+
 py::array attention_operand(const py::object& obj, const char* name) {
   if (py::isinstance<py::array>(obj)) {
     const py::array a = py::reinterpret_borrow<py::array>(obj);
-    if (a.dtype().is(py::dtype::of<float>()) && a.ndim() == 4 &&
-        reinterpret_cast<std::uintptr_t>(a.data()) % alignof(float) == 0) {
-      bool in_place = a.shape(3) == 1 || a.strides(3) == static_cast<py::ssize_t>(sizeof(float));
-      for (int d = 0; d < 4; ++d) {
-        in_place = in_place && (a.shape(d) == 1 || a.strides(d) % static_cast<py::ssize_t>(sizeof(float)) == 0);
-      }
-      if (in_place) return a;
-    }
+    if (kernel_layout(a, true)) return a;
   }
   return as_float32(obj, name);
 }
@@ -194,18 +200,16 @@ struct View {
 View as_view(const py::object& obj, const char* name, bool contiguous_last = true) {
   const std::string expected = std::string(name) + " must be a 4-D float32 numpy.ndarray with " +
                                (contiguous_last ? "a contiguous last dimension and " : "") +
-                               "strides that are whole elements";
+                               "strides that are whole elements, float-aligned";
   if (!py::isinstance<py::array>(obj)) throw py::type_error(expected);
   View view{py::reinterpret_borrow<py::array>(obj), {}, {}};
   const py::array& a = view.array;
-  if (!a.dtype().is(py::dtype::of<float>()) || a.ndim() != 4) throw py::type_error(expected);
+  if (!kernel_layout(a, contiguous_last)) throw py::type_error(expected);
   for (int d = 0; d < 4; ++d) {
     view.shape[d] = a.shape(d);
-    if (a.strides(d) % static_cast<py::ssize_t>(sizeof(float)) != 0) throw py::type_error(expected);
-    view.stride[d] = a.strides(d) / static_cast<py::ssize_t>(sizeof(float));
+    view.stride[d] = a.shape(d) == 1 ? 0 : a.strides(d) / static_cast<py::ssize_t>(sizeof(float));
     if (view.shape[d] == 0) throw py::value_error(std::string(name) + " must not have an empty dimension");
   }
-  if (contiguous_last && view.stride[3] != 1 && view.shape[3] != 1) throw py::type_error(expected);
   return view;
 }
 

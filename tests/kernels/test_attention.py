@@ -559,6 +559,10 @@ def test_errors_views(rng):
     misaligned = np.zeros((1, 4, 3, 8 * 4 + 2), dtype=np.uint8)[..., 2:].view(np.float32)  # row stride 34 bytes
     with pytest.raises(TypeError, match="q " + bad_layout):
         attention_views(misaligned, k, v, out)
+    # Whole-element strides but data one byte off a float's alignment: refused as well.
+    shifted = np.zeros(q.size * 4 + 1, dtype=np.uint8)[1:].view(np.float32).reshape(q.shape)
+    with pytest.raises(TypeError, match=r"q .*strides that are whole elements, float-aligned"):
+        attention_views(shifted, k, v, out)
     with pytest.raises(TypeError,
                        match="mask must be a 4-D float32 numpy.ndarray with strides that are whole elements"):
         attention_views(q, k, v, out, mask=np.zeros((1, 4, 3, 5)))
