@@ -368,3 +368,33 @@ def test_cost_guard_decodes_plainly_while_speculation_loses():
     assert guard([("round", 1.0, 0, 0.5, 2)] * 4) == [0] * 4  # a round that emitted nothing is not judged
     with pytest.raises(ValueError, match="event kinds are 'step' and 'round', got 'walk'"):
         guard([("walk", 0.1, 1, 0.0, 0)])
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mistral"])
+def test_drafts_at_the_end_of_the_context(tmp_path, name):
+    """Prompt plus new tokens up to the model's last position (GPT-2's learned position table
+    ends there; Mistral's window of 8 slides over the rolled-back cache), drafts longer than the
+    room left, logits processors on: the tokens are plain decoding's."""
+    from .test_decoder import SMALL
+    from .test_decoder import _build as build_small
+
+    model_class, config_class, config = SMALL[name]
+    build_small(tmp_path, model_class, config_class, seed=90, **config)
+    model = cf.load(tmp_path)
+    context = model.max_positions
+    rng = np.random.default_rng(3)
+    for trial in range(8):
+        length = int(rng.integers(context - 12, context - 1))
+        part = [int(t) for t in rng.integers(3, model.vocab_size, 5)]
+        prompt = (part * context)[:length]  # repeats: prompt lookup finds drafts to propose
+        room = context - length
+        options = dict(max_new_tokens=room if trial % 2 == 0 else int(rng.integers(1, room + 1)), eos_token_id=[])
+        if trial % 4 == 1:
+            options["no_repeat_ngram_size"] = 3
+        elif trial % 4 == 3:
+            options["repetition_penalty"] = 1.3
+        plain = model.generate(prompt, **options)[0]
+        assert len(prompt) + len(plain) <= context
+        for spec in (dict(prompt_lookup_num_tokens=10), dict(assistant_model="int8", num_assistant_tokens=9),
+                     dict(assistant_model="int4", num_assistant_tokens=6)):
+            assert model.generate(prompt, **options, **spec)[0] == plain, (trial, options, spec)
