@@ -454,6 +454,19 @@ def test_missing_config(tmp_path):
         ModelDir(tmp_path / "model")
 
 
+def test_links_that_lead_nowhere(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(FileNotFoundError, match=r"model directory .*loop is a symbolic link that leads nowhere "
+                                                r"\(its target is missing, or the links form a loop\)$"):
+        ModelDir(tmp_path / "loop")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").symlink_to(tmp_path / "gone.json")
+    with pytest.raises(FileNotFoundError, match=r"model/config.json is a symbolic link that leads nowhere "
+                                                r"\(its target is missing, or the links form a loop\): a model "
+                                                r"directory needs config.json$"):
+        ModelDir(tmp_path / "model")
+
+
 def test_missing_weights(tmp_path):
     directory = make_dir(tmp_path / "model")
     with pytest.raises(FileNotFoundError, match=r"no weights in .*model: expected model.safetensors or "

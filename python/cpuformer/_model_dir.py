@@ -381,6 +381,14 @@ class _SafetensorsFile:
 # The model directory
 # --------------------------------------------------------------------------------------------
 
+def _absent(path: pathlib.Path) -> str:
+    """Why a path that exists() denies is missing: a symbolic link to nothing (dangling, or a loop)
+    is named as such rather than as a file that is not there."""
+    if path.is_symlink():
+        return "is a symbolic link that leads nowhere (its target is missing, or the links form a loop)"
+    return "does not exist"
+
+
 class ModelDir:
     """An opened Hugging Face model directory.
 
@@ -402,12 +410,12 @@ class ModelDir:
         self._closed = False
         self._weights_source = self.path / WEIGHTS_FILE  # or the index: named by "has no tensor" errors
         if not self.path.exists():
-            raise FileNotFoundError(f"model directory {self.path} does not exist")
+            raise FileNotFoundError(f"model directory {self.path} {_absent(self.path)}")
         if not self.path.is_dir():
             raise FileNotFoundError(f"model directory {self.path} is not a directory")
         config_path = self.path / CONFIG_FILE
         if not config_path.exists():
-            raise FileNotFoundError(f"{config_path} does not exist: a model directory needs {CONFIG_FILE}")
+            raise FileNotFoundError(f"{config_path} {_absent(config_path)}: a model directory needs {CONFIG_FILE}")
         self.config = _read_json_object(config_path)
         generation_path = self.path / GENERATION_CONFIG_FILE
         self.generation_config = _read_json_object(generation_path) if generation_path.exists() else {}
