@@ -39,11 +39,6 @@ void require_attention_keys(long keys, const char* name) {
   }
 }
 
-// q, k or v of ops.attention: a 4-D float32 array whose last dimension is contiguous, whose data is
-// float-aligned and whose strides are whole elements is read where it lies (slices and transposes:
-// q from a fused projection [B, T, H, D] transposed, k and v from a preallocated cache [B, Hkv,
-// Tmax, D] sliced to Tk); anything else is read from a C-contiguous copy (as_float32: its type
-// errors).
 // Whether a is a 4-D float32 array the kernel can read where it lies: float-aligned data, strides of
 // whole elements (a dimension of size 1 may have any: NumPy gives those any stride) and, when
 // contiguous_last, a contiguous last dimension.
@@ -57,6 +52,10 @@ bool kernel_layout(const py::array& a, bool contiguous_last) {
   return !contiguous_last || a.shape(3) == 1 || a.strides(3) == static_cast<py::ssize_t>(sizeof(float));
 }
 
+// q, k or v of ops.attention: an array in kernel_layout with a contiguous last dimension is read
+// where it lies (slices and transposes: q from a fused projection [B, T, H, D] transposed, k and v
+// from a preallocated cache [B, Hkv, Tmax, D] sliced to Tk); anything else is read from a
+// C-contiguous copy (as_float32: its type errors).
 py::array attention_operand(const py::object& obj, const char* name) {
   if (py::isinstance<py::array>(obj)) {
     const py::array a = py::reinterpret_borrow<py::array>(obj);
@@ -207,7 +206,7 @@ View as_view(const py::object& obj, const char* name, bool contiguous_last = tru
   if (!kernel_layout(a, contiguous_last)) throw py::type_error(expected);
   for (int d = 0; d < 4; ++d) {
     view.shape[d] = a.shape(d);
-    view.stride[d] = a.shape(d) == 1 ? 0 : a.strides(d) / static_cast<py::ssize_t>(sizeof(float));
+    view.stride[d] = element_stride(a, d);
     if (view.shape[d] == 0) throw py::value_error(std::string(name) + " must not have an empty dimension");
   }
   return view;

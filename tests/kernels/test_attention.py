@@ -348,12 +348,12 @@ def test_many_calls_in_one_region_give_each_calls_bits(rng, heads, kv_heads, dim
         _core._attention_views(*call)
     for i, (a, b) in enumerate(zip(together, outs)):
         np.testing.assert_array_equal(a, b, err_msg=str(shapes[i]))
+        q, k, v, _, _, offset, window, mask = calls[i][:8]
+        assert_close(a, reference(q, k, v, causal=True, causal_offset=offset, window=window, mask=mask))
     for bad, name in [([list(calls[0])], "list"), ([calls[0][:9]], "tuple"), ([None], "NoneType")]:
         with pytest.raises(TypeError, match=rf"^each call must be a tuple of _attention_views' 10 arguments, "
                                             rf"got {name}$"):
             _core._attention_views_many(bad)
-        q, k, v, _, _, offset, window, mask = calls[i][:8]
-        assert_close(a, reference(q, k, v, causal=True, causal_offset=offset, window=window, mask=mask))
 
 
 @pytest.mark.parametrize("offset,window", [(0, 0), (5, 0), (-3, 0), (12, 4), (0, 1), (30, 7), (2, 100)])
