@@ -9,9 +9,15 @@
 
 namespace cpuformer {
 
-long BatchDecoder::prefill_budget() const {
+long BatchDecoder::prefill_budget(long decoding) const {
   if (prefill_slowdown_ <= 0 || decode_step_seconds_ <= 0 || prefill_token_seconds_ <= 0) return prefill_chunk_;
-  const double tokens = (prefill_slowdown_ - 1) * decode_step_seconds_ / prefill_token_seconds_;
+  // A step may last about s times a decode-only step of every request present (running or
+  // waiting, up to the capacity): the measured decode-only step, plus one token's time for each
+  // present request that is not decoding yet. Prompt tokens use that room, so that when few
+  // sequences decode (a burst of arrivals) the prompts get more of each step instead of less.
+  const long present = std::min(capacity_, static_cast<long>(running_.size() + waiting_.size()));
+  const double tokens = (prefill_slowdown_ - 1) * decode_step_seconds_ / prefill_token_seconds_ +
+                        prefill_slowdown_ * static_cast<double>(std::max(present - decoding, 0L));
   const long floor = std::min(kMinPrefillTokens, prefill_chunk_);
   if (!(tokens < static_cast<double>(prefill_chunk_))) return prefill_chunk_;
   return std::max(floor, static_cast<long>(tokens));
@@ -182,7 +188,7 @@ std::vector<BatchEvent> BatchDecoder::step() {
     if (!running_[i].generated.empty()) feed(i, 1, true);
   }
   const long decoding = static_cast<long>(entries_.size());
-  long budget = decoding > 0 ? prefill_budget() : prefill_chunk_;
+  long budget = decoding > 0 ? prefill_budget(decoding) : prefill_chunk_;
   stats_.prefill_budget = budget;
   for (long i = 0; i < n && budget > 0; ++i) {  // prompts, first come first served
     Sequence& seq = running_[i];

@@ -9,7 +9,8 @@
 //     served (chunked prefill: a long prompt takes several steps, so the running streams keep
 //     their latency). With a prefill slowdown s > 0 (set_prefill_slowdown) and sequences
 //     decoding, the step takes fewer: as many as the measured cost of a prompt token lets the
-//     step last s times a decode-only step (at least kMinPrefillTokens);
+//     step last s times a decode-only step of every request present (at least
+//     kMinPrefillTokens);
 // and chooses the next token of every sequence whose pass reached its last token, with that
 // sequence's own options and random generator (seeded as generate() seeds a one-prompt run), so a
 // request's output is the one generate() gives it alone: greedy token for token, and sampling with
@@ -75,13 +76,17 @@ class BatchDecoder {
   // One forward pass and the tokens it chose (none when nothing is queued or running).
   std::vector<BatchEvent> step();
   // s > 0: while sequences are decoding, a step takes only as many prompt tokens as keep it
-  // within about s times a decode-only step, from running estimates of the time of a decode-only
-  // step and of one more prompt token (both measured on this machine as steps run); at least
-  // kMinPrefillTokens, at most prefill_chunk. 0 (the default): up to prefill_chunk every step.
+  // within about s times a decode-only step of every request present (running or waiting, up to
+  // the capacity), from running estimates of the time of a decode-only step and of one more
+  // prompt token (both measured on this machine as steps run): (s - 1) × decode step ÷ token
+  // cost + s × (present requests not decoding), at least kMinPrefillTokens, at most
+  // prefill_chunk. The second term keeps prompts flowing when few sequences decode (a budget
+  // that shrank with the decode step would starve admission: fewer decoders, a faster step, fewer
+  // prompt tokens). 0 (the default): up to prefill_chunk every step.
   // Only the schedule changes: every request's tokens stay those of generate() alone. Any other
   // value is safe (below 1: the floor; negative or NaN: off); Generator.batcher() accepts 0 or ≥ 1.
   void set_prefill_slowdown(double s) { prefill_slowdown_ = s; }
-  static constexpr long kMinPrefillTokens = 16;
+  static constexpr long kMinPrefillTokens = 4;
 
   long waiting() const { return static_cast<long>(waiting_.size()); }
   long running() const;
@@ -124,7 +129,7 @@ class BatchDecoder {
   double prefill_slowdown_ = 0;
   double decode_step_seconds_ = 0;    // running mean of decode-only steps (0: none seen yet)
   double prefill_token_seconds_ = 0;  // running mean of a prompt token's share of a mixed step
-  long prefill_budget() const;
+  long prefill_budget(long decoding) const;
   KvCache cache_;
   DecoderModel::Workspace ws_;
   std::vector<Slot> slots_;

@@ -1231,7 +1231,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default 64)")
     srv.add_argument("--prefill-slowdown", type=_slowdown, default=2.0, metavar="S",
                      help="decoders: while sequences decode, a step takes only as many prompt tokens as keep it "
-                          "within about S times a decode-only step, measured as the server runs (at least 16; "
+                          "within about S times a decode-only step of every request present, measured as the "
+                          "server runs (at least 4; lower: steadier inter-token latency, later first tokens; "
                           "0: always up to --prefill-chunk; default 2)")
     srv.add_argument("--kv-cache-dtype", default=None, choices=("float32", "float16", "bfloat16", "int8"),
                      help="decoders: the KV cache's element type (default float32)")

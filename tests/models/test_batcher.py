@@ -207,8 +207,9 @@ def test_strings_in(gens, tmp_path):
 
 def test_prefill_slowdown_shrinks_the_prompt_tokens_of_busy_steps(gens):
     # prefill_slowdown=1: once the batcher has timed a decode-only step and a step with prompt
-    # tokens, steps with sequences decoding take the floor of 16 prompt tokens (a step may then last
-    # about one decode-only step); before that, and when nothing decodes, up to prefill_chunk.
+    # tokens, steps with sequences decoding take the floor of 4 prompt tokens (a step may then last
+    # about one decode-only step of the two requests present, one more token than the decoding one
+    # alone); before that, and when nothing decodes, up to prefill_chunk.
     # prefill_slowdown=0 keeps prefill_chunk. Tokens stay those of generate() alone either way.
     gen = gens["gpt2"]  # max_positions 96
     rng = np.random.default_rng(5)
@@ -237,11 +238,56 @@ def test_prefill_slowdown_shrinks_the_prompt_tokens_of_busy_steps(gens):
         if slowdown == 0:
             assert budgets == {40} and max(chunks) == 40
         else:
-            assert budgets <= {16, 40} and 16 in budgets, budgets
-            assert 16 in chunks and max(chunks) <= 40
+            assert budgets <= {4, 40} and 4 in budgets, budgets
+            assert 4 in chunks and max(chunks) <= 40
     for bad in (0.5, -1, float("inf"), float("nan"), True, "2"):
         with pytest.raises(ValueError, match=r"prefill_slowdown must be 0 \(off\) or a finite number >= 1"):
             gen.batcher(prefill_slowdown=bad)
+
+
+def test_prefill_budget_grows_with_the_requests_not_yet_decoding(gens):
+    # The budget is (s - 1) × decode step ÷ prompt-token cost + s × (requests present, up to the
+    # capacity, that are not decoding): with s = 1, one sequence decoding and six prompts queued
+    # behind it, a step takes 6 prompt tokens, then 5 once the first prompt decodes, and so on
+    # down to the floor of 4 (prefill_chunk until both costs have been timed, which one-token
+    # requests next to the decoding one do first). Tokens stay those of generate() alone.
+    gen = gens["gpt2"]  # max_positions 96
+    rng = np.random.default_rng(7)
+    batcher = gen.batcher(capacity=8, prefill_chunk=40, prefill_slowdown=1)
+    short = [int(t) for t in rng.integers(3, gen.vocab_size, 4)]
+    warm = [int(t) for t in rng.integers(3, gen.vocab_size, 3)]
+    prompts = [[int(t) for t in rng.integers(3, gen.vocab_size, 30)] for _ in range(6)]
+    tokens = {batcher.submit(short, max_new_tokens=90, eos_token_id=[]): []}
+    for _ in range(5):  # the short request decodes alone: decode-only steps
+        for event in batcher.step():
+            tokens[event.request].append(event.token)
+    for _ in range(15):  # a one-token request next to it: a step with prompt tokens, timed
+        batcher.submit(warm, max_new_tokens=1, eos_token_id=[])
+        for _ in range(2):
+            for event in batcher.step():
+                tokens.setdefault(event.request, []).append(event.token)
+        if batcher.stats()["prefill_budget"] != 40:
+            break
+    tokens = {request: out for request, out in tokens.items() if len(out) > 1}  # the short one
+    for p in prompts:
+        tokens[batcher.submit(p, max_new_tokens=3, eos_token_id=[])] = []
+    trace = []
+    while batcher.running:
+        before = batcher.stats()["prefill_tokens"]
+        for event in batcher.step():
+            tokens[event.request].append(event.token)
+        stats = batcher.stats()
+        if stats["prefill_tokens"] > before:
+            trace.append((stats["prefill_budget"], stats["prefill_tokens"] - before))
+    got = list(tokens.values())
+    assert got[0] == gen.generate(short, max_new_tokens=90, eos_token_id=[])[0]
+    for p, out in zip(prompts, got[1:]):
+        assert out == gen.generate(p, max_new_tokens=3, eos_token_id=[])[0]
+    budgets = [b for b, _ in trace]
+    assert set(budgets) <= {4, 5, 6, 40} and 6 in budgets, trace
+    assert all(chunk <= budget for budget, chunk in trace), trace
+    timed = [b for b in budgets if b != 40]
+    assert timed == sorted(timed, reverse=True), trace  # fewer prompts waiting: fewer tokens
 
 
 def test_bad_input(gens, dirs):

@@ -34,8 +34,9 @@ class Batcher:
     prefill_chunk: the prompt tokens one step computes at most (a long prompt takes several steps,
     so running sequences keep producing tokens meanwhile). prefill_slowdown: 0 (the default), or s
     >= 1: while sequences are decoding, a step computes only as many prompt tokens as keep it
-    within about s times a decode-only step, as measured while the batcher runs (at least 16, at
-    most prefill_chunk; the tokens of every request are unchanged). kv_cache_dtype as generate()'s.
+    within about s times a decode-only step of every request present, as measured while the
+    batcher runs (at least 4, at most prefill_chunk; the tokens of every request are unchanged).
+    kv_cache_dtype as generate()'s.
     prefix_reuse: a request whose prompt begins like the tokens cached in a slot (a finished
     request's, or a running one's) reuses their keys and values instead of computing them.
     """
