@@ -190,8 +190,9 @@ class PyBatchDecoder {
                       });
   }
 
-  void add(long id, const std::vector<int64_t>& prompt, const py::dict& options) {
+  void add(long id, const std::vector<int64_t>& prompt, const py::dict& options, long logprobs, long prompt_logprobs) {
     if (prompt.empty()) throw py::value_error("the prompt is empty");
+    if (logprobs < -1 || prompt_logprobs < -1) throw py::value_error("logprobs must be >= -1 (-1: none)");
     model_->check_ids(prompt.data(), static_cast<long>(prompt.size()), "prompt token ids");
     GenerationOptions o = generation_options(options);
     const long V = model_->vocab_size();
@@ -208,7 +209,7 @@ class PyBatchDecoder {
                             std::to_string(batch_->max_len()) + " tokens");
     }
     locked([&] {
-      batch_->add(id, prompt, o);
+      batch_->add(id, prompt, o, logprobs, prompt_logprobs);
       return 0L;
     });
   }
@@ -217,7 +218,9 @@ class PyBatchDecoder {
     return locked([&] { return static_cast<long>(batch_->cancel(id)); }) != 0;
   }
 
-  // [(id, token, log_prob, finish reason "eos" | "length" | None)] of one forward pass.
+  // [(id, token, log_prob, finish reason "eos" | "length" | None, logprobs, prompt_logprobs)] of
+  // one forward pass; logprobs: (raw log-prob, [(token, log-prob)] most likely first) or None;
+  // prompt_logprobs: [(token, log-prob, [(token, log-prob)])] for prompt tokens 1.. or None.
   py::list step() {
     std::vector<BatchEvent> events;
     {
@@ -232,7 +235,14 @@ class PyBatchDecoder {
       py::object reason = py::none();
       if (e.finished)
         reason = py::str(e.reason == FinishReason::kEos ? "eos" : e.reason == FinishReason::kStop ? "stop" : "length");
-      out.append(py::make_tuple(e.id, e.token, e.log_prob, reason));
+      py::object logprobs = py::none(), prompt = py::none();
+      if (e.has_logprobs) logprobs = py::make_tuple(e.logprobs.log_prob, e.logprobs.top);
+      if (!e.prompt_logprobs.empty()) {
+        py::list scored;
+        for (const TokenLogProbs& s : e.prompt_logprobs) scored.append(py::make_tuple(s.token, s.log_prob, s.top));
+        prompt = std::move(scored);
+      }
+      out.append(py::make_tuple(e.id, e.token, e.log_prob, reason, logprobs, prompt));
     }
     return out;
   }
@@ -397,7 +407,8 @@ void register_models_decoder(py::module_& m) {
       .def(py::init<const py::object&, long, long, long, long, bool, int, double>(), py::arg("model"),
            py::arg("capacity"), py::arg("max_len"), py::arg("prefill_chunk"), py::arg("kv_cache_dtype") = 0,
            py::arg("prefix_reuse") = true, py::arg("num_threads") = 0, py::arg("prefill_slowdown") = 0.0)
-      .def("add", &PyBatchDecoder::add, py::arg("id"), py::arg("prompt"), py::arg("options"))
+      .def("add", &PyBatchDecoder::add, py::arg("id"), py::arg("prompt"), py::arg("options"), py::arg("logprobs") = -1,
+           py::arg("prompt_logprobs") = -1)
       .def("cancel", &PyBatchDecoder::cancel, py::arg("id"))
       .def("step", &PyBatchDecoder::step)
       .def("stats", &PyBatchDecoder::stats)

@@ -40,7 +40,8 @@ BatchDecoder::BatchDecoder(const DecoderModel& model, long capacity, long max_le
   slots_.resize(capacity);
 }
 
-void BatchDecoder::add(long id, std::vector<int64_t> prompt, const GenerationOptions& o) {
+void BatchDecoder::add(long id, std::vector<int64_t> prompt, const GenerationOptions& o, long logprobs,
+                       long prompt_logprobs) {
   if (prompt.empty() || static_cast<long>(prompt.size()) + o.max_new_tokens > max_len_ || o.max_new_tokens < 1) {
     throw std::logic_error("BatchDecoder::add: a request that does not fit (checked by the caller)");
   }
@@ -49,6 +50,8 @@ void BatchDecoder::add(long id, std::vector<int64_t> prompt, const GenerationOpt
   seq.prompt = std::move(prompt);
   seq.options = o;
   seq.rng.seed(o.seed);
+  seq.logprobs = logprobs;
+  seq.prompt_logprobs = prompt_logprobs;
   waiting_.push_back(std::move(seq));
 }
 
@@ -88,7 +91,7 @@ void BatchDecoder::admit() {
     long slot = -1, reused = -1;
     for (long s = 0; s < capacity_; ++s) {
       if (slots_[s].busy) continue;
-      const long n = prefix_reuse_ ? shared_prefix(seq, s) : 0;
+      const long n = prefix_reuse_ && seq.prompt_logprobs < 0 ? shared_prefix(seq, s) : 0;
       if (n > reused || (n == reused && age(s) < age(slot))) {
         slot = s;
         reused = n;
@@ -165,6 +168,7 @@ std::vector<BatchEvent> BatchDecoder::step() {
   token_entry_.clear();
   logit_tokens_.clear();
   logit_sequences_.clear();
+  logit_prompt_.clear();
   entries_.clear();
   fed_.clear();
   auto feed = [&](long i, long count, bool decoding) {
@@ -178,9 +182,18 @@ std::vector<BatchEvent> BatchDecoder::step() {
     }
     entries_.push_back({seq.slot, seq.computed, count, offset});
     fed_.push_back(i);
+    if (!decoding && seq.prompt_logprobs >= 0) {  // each prompt token after these positions
+      const long P = static_cast<long>(seq.prompt.size());
+      for (long t = 0; t < count && seq.computed + t + 1 < P; ++t) {
+        logit_tokens_.push_back(offset + t);
+        logit_sequences_.push_back(i);
+        logit_prompt_.push_back(seq.computed + t + 1);
+      }
+    }
     if (seq.computed + count == seq.length()) {  // its last token: the next one is chosen
       logit_tokens_.push_back(offset + count - 1);
       logit_sequences_.push_back(i);
+      logit_prompt_.push_back(-1);
     }
   };
   const long n = static_cast<long>(running_.size());
@@ -192,7 +205,7 @@ std::vector<BatchEvent> BatchDecoder::step() {
   stats_.prefill_budget = budget;
   for (long i = 0; i < n && budget > 0; ++i) {  // prompts, first come first served
     Sequence& seq = running_[i];
-    if (!seq.generated.empty() || (prefix_reuse_ && catch_up(i))) continue;
+    if (!seq.generated.empty() || (prefix_reuse_ && seq.prompt_logprobs < 0 && catch_up(i))) continue;
     const long count = std::min(budget, seq.length() - seq.computed);
     feed(i, count, false);
     budget -= count;
@@ -224,14 +237,37 @@ std::vector<BatchEvent> BatchDecoder::step() {
   std::vector<std::pair<long, FinishReason>> ended;
   for (long j = 0; j < count; ++j) {
     Sequence& seq = running_[logit_sequences_[j]];
+    float* row = logits_.data() + j * V;
+    if (logit_prompt_[j] >= 0) {  // a prompt token's log-probability
+      TokenLogProbs scored;
+      scored.token = seq.prompt[logit_prompt_[j]];
+      const float lse = log_sum_exp(row, V);
+      scored.log_prob = row[scored.token] - lse;
+      top_log_probs(row, V, seq.prompt_logprobs, lse, &scored);
+      seq.prompt_scores.push_back(std::move(scored));
+      continue;
+    }
     const GenerationOptions& o = seq.options;
     BatchEvent event;
     event.id = seq.id;
-    event.token = chooser_.choose(o, seq.prompt, seq.generated, static_cast<long>(seq.generated.size()),
-                                  logits_.data() + j * V, V, seq.rng, o.return_log_probs ? &event.log_prob : nullptr);
+    float lse = 0.0f;
+    if (seq.logprobs >= 0) {  // the raw distribution, before the chooser processes the row
+      lse = log_sum_exp(row, V);
+      top_log_probs(row, V, seq.logprobs, lse, &event.logprobs);
+      raw_.assign(row, row + V);
+    }
+    event.token = chooser_.choose(o, seq.prompt, seq.generated, static_cast<long>(seq.generated.size()), row, V,
+                                  seq.rng, o.return_log_probs ? &event.log_prob : nullptr);
+    if (seq.logprobs >= 0) {
+      event.has_logprobs = true;
+      event.logprobs.token = event.token;
+      event.logprobs.log_prob = raw_[event.token] - lse;
+    }
+    if (seq.prompt_logprobs >= 0 && seq.generated.empty()) event.prompt_logprobs = std::move(seq.prompt_scores);
     seq.generated.push_back(event.token);
-    events.push_back(event);
-    if (is_eos_token(o, event.token)) {
+    const int64_t token = event.token;
+    events.push_back(std::move(event));
+    if (is_eos_token(o, token)) {
       ended.push_back({logit_sequences_[j], FinishReason::kEos});
     } else if (static_cast<long>(seq.generated.size()) >= o.max_new_tokens) {
       ended.push_back({logit_sequences_[j], FinishReason::kLength});

@@ -39,13 +39,19 @@
 namespace cpuformer {
 
 // What one step produced for one request: a token (token ≥ 0) with its log-probability (when the
-// request asked for them), and whether the request ended with it.
+// request asked for them), and whether the request ended with it. With logprobs ≥ 0 (add()):
+// the token's log-probability under the model's raw distribution and its `logprobs` most likely
+// tokens (logprobs.token == token); with prompt_logprobs ≥ 0, the request's first event also
+// carries prompt tokens 1 .. P-1, each under the distribution of the positions before it.
 struct BatchEvent {
   long id = 0;
   int64_t token = -1;
   float log_prob = 0.0f;
   bool finished = false;
   FinishReason reason = FinishReason::kLength;
+  bool has_logprobs = false;
+  TokenLogProbs logprobs;
+  std::vector<TokenLogProbs> prompt_logprobs;
 };
 
 struct BatchStats {
@@ -69,8 +75,11 @@ class BatchDecoder {
   // Queues a request: prompt ids in [0, V), prompt.size() + o.max_new_tokens ≤ max_len, options
   // as generate() takes them for greedy search or sampling of one sequence (num_beams 1, one
   // return sequence, no speculation): checked by the caller. ids are the caller's (unique among
-  // the requests not yet ended).
-  void add(long id, std::vector<int64_t> prompt, const GenerationOptions& o);
+  // the requests not yet ended). logprobs / prompt_logprobs ≥ 0: the raw log-probabilities of
+  // the chosen tokens / of the prompt's tokens, with that many most likely alternatives
+  // (BatchEvent); a request with prompt_logprobs computes its whole prompt (no prefix reuse).
+  void add(long id, std::vector<int64_t> prompt, const GenerationOptions& o, long logprobs = -1,
+           long prompt_logprobs = -1);
   // Ends a request now (waiting or running): true if it was there. Its slot is free at once.
   bool cancel(long id);
   // One forward pass and the tokens it chose (none when nothing is queued or running).
@@ -100,6 +109,8 @@ class BatchDecoder {
     long computed = 0;  // tokens of prompt + generated whose keys and values are in the slot
     GenerationOptions options;
     std::mt19937_64 rng;
+    long logprobs = -1, prompt_logprobs = -1;  // add()'s
+    std::vector<TokenLogProbs> prompt_scores;  // prompt_logprobs so far (until the first token)
     long token(long i) const {
       const long p = static_cast<long>(prompt.size());
       return i < p ? prompt[i] : generated[i - p];
@@ -141,6 +152,8 @@ class BatchDecoder {
   // Scratch of a pass.
   std::vector<int64_t> ids_;
   std::vector<long> positions_, token_entry_, logit_tokens_, logit_sequences_;
+  std::vector<long> logit_prompt_;  // per logit row: the prompt token it scores, -1: choose the next
+  std::vector<float> raw_;           // a logit row before the chooser processes it
   std::vector<long> fed_;  // the running_ index of each entry
   std::vector<RaggedEntry> entries_;
   std::vector<float> logits_;

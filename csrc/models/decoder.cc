@@ -189,9 +189,14 @@ void DecoderModel::forward_ragged(KvCache& cache, Workspace& ws, const int64_t* 
   in.num_entries = E;
   in.token_entry = token_entry;
   const long L = static_cast<long>(layers_.size());
-  // Logits are read at entries' last tokens only: the last layer carries on one token per entry
-  // (unless every entry is one token already).
-  const bool pick_last = N > E;
+  // Logits read at entries' last tokens only (the usual case): the last layer carries on one token
+  // per entry (unless every entry is one token already). A logit token inside an entry (a
+  // prompt's log-probabilities) needs the whole last layer.
+  bool pick_last = N > E;
+  for (long i = 0; i < count && pick_last; ++i) {
+    const RaggedEntry& e = entries[token_entry[logit_tokens[i]]];
+    pick_last = logit_tokens[i] == e.offset + e.count - 1;
+  }
   for (long l = 0; l < L; ++l) {
     in.layer = l;
     if (pick_last && l == L - 1) {

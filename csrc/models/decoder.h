@@ -76,8 +76,8 @@ class DecoderModel {
                bool all_positions, float* logits) const;
   // A ragged batch (layers/transformer_block.h, RaggedEntry): the packed tokens ids/positions [N]
   // of entries [E] (token_entry [N]: each token's entry) through the layers; logits [count, V] of
-  // the packed tokens logit_tokens [count] (the last token of each entry that needs one). The last
-  // layer runs for the last token of each entry alone.
+  // the packed tokens logit_tokens [count] (the last token of each entry that needs one, and any
+  // others). When every logit token is its entry's last, the last layer runs for those alone.
   void forward_ragged(KvCache& cache, Workspace& ws, const int64_t* ids, const long* positions, long N,
                       const RaggedEntry* entries, long E, const long* token_entry, const long* logit_tokens, long count,
                       float* logits) const;

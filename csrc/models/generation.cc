@@ -753,6 +753,33 @@ int64_t TokenChooser::choose(const GenerationOptions& o, const std::vector<int64
 
 bool is_eos_token(const GenerationOptions& o, int64_t token) { return is_eos(o, token); }
 
+float log_sum_exp(const float* x, long n) {
+  const VectorMathKernels& vm = vector_math_kernels();
+  const float m = vm.max_value(x, n);
+  if (!std::isfinite(m)) return m;  // every logit -inf (or +inf somewhere): nothing to normalise
+  return m + static_cast<float>(std::log(vm.sum_exp(x, n, m)));
+}
+
+void top_log_probs(const float* x, long V, long n, float lse, TokenLogProbs* out) {
+  std::vector<std::pair<int64_t, float>>& top = out->top;
+  top.clear();
+  if (n <= 0) return;
+  const long keep = std::min(n, V);
+  top.reserve(static_cast<std::size_t>(keep) + 1);
+  // One pass keeping the best `keep` in order: a logit enters only above the current last (a
+  // strict > keeps the lower id first among equal values).
+  for (long i = 0; i < V; ++i) {
+    const float v = x[i];
+    if (!(v == v)) continue;  // NaN
+    if (static_cast<long>(top.size()) == keep && !(v > top.back().second)) continue;
+    auto at = std::upper_bound(top.begin(), top.end(), v,
+                               [](float value, const std::pair<int64_t, float>& e) { return value > e.second; });
+    top.insert(at, {static_cast<int64_t>(i), v});
+    if (static_cast<long>(top.size()) > keep) top.pop_back();
+  }
+  for (auto& e : top) e.second -= lse;
+}
+
 // The first index of the largest score, NaN never winning (0 when x[0] is NaN): the result of
 // `if (x[i] > x[best]) best = i` over i, found with the vectorised row reductions (a max, then
 // the first element that reaches it) instead of that dependent scalar loop. Greedy decoding runs

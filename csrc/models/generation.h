@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace cpuformer {
@@ -196,6 +197,23 @@ class TokenChooser {
 
 // Whether token is one of o's EOS ids.
 bool is_eos_token(const GenerationOptions& o, int64_t token);
+
+// A token's log-probability under the model's own distribution (log_softmax of the raw logits,
+// before any processor or warper) and the n most likely tokens of that distribution: what an
+// OpenAI-style `logprobs` reports.
+struct TokenLogProbs {
+  int64_t token = -1;
+  float log_prob = 0.0f;
+  std::vector<std::pair<int64_t, float>> top;  // highest first; equal values: lower id first
+};
+
+// log(Σ exp(x[i])) over x[0, n), n >= 1 (SIMD max and exp, a double sum); -inf when every x[i]
+// is -inf.
+float log_sum_exp(const float* x, long n);
+
+// Fills out->top with the n most likely tokens of raw logits x[0, V) (log_sum_exp lse), as
+// (token, x[token] - lse); NaN logits are never listed. Does not set out->token / log_prob.
+void top_log_probs(const float* x, long V, long n, float lse, TokenLogProbs* out);
 
 // Greedy decoding's choice: the first index of the largest of scores[0, n), NaN never chosen (0 when
 // scores[0] is NaN) — exactly `best = 0; for i: if (scores[i] > scores[best]) best = i`, computed

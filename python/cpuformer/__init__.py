@@ -67,7 +67,7 @@ from . import ops  # noqa: E402
 from ._tokenizer import Tokenizer  # noqa: E402
 from .api import convert, load  # noqa: E402
 from .models import CLIP, CLIPText, CLIPVision, Encoder, Generator, ImageClassifier, ImageEncoder, Seq2Seq  # noqa: E402
-from .models._batcher import Batcher, BatchEvent  # noqa: E402
+from .models._batcher import Batcher, BatchEvent, TokenLogProb  # noqa: E402
 from .models._result import GenerationResult, GenerationStream  # noqa: E402
 
 # One version string, pyproject.toml's, compiled into _core (CMakeLists.txt): the same in a source
@@ -123,4 +123,4 @@ if _env_precision:
 __all__ = ["BatchEvent", "Batcher", "CLIP", "CLIPText", "CLIPVision", "Encoder", "GenerationResult",
            "GenerationStream", "Generator", "ImageClassifier", "ImageEncoder", "Seq2Seq", "Tokenizer", "__version__",
            "convert", "cpu_info", "get_float32_matmul_precision", "get_num_threads", "load", "ops",
-           "set_float32_matmul_precision", "set_num_threads"]
+           "set_float32_matmul_precision", "set_num_threads", "TokenLogProb"]

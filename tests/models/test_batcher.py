@@ -290,6 +290,88 @@ def test_prefill_budget_grows_with_the_requests_not_yet_decoding(gens):
     assert timed == sorted(timed, reverse=True), trace  # fewer prompts waiting: fewer tokens
 
 
+def _reference_log_probs(directory, ids):
+    """log_softmax of transformers' logits for one sequence [T, V] (float64)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    return torch.log_softmax(logits, -1).numpy()
+
+
+def _check_token_log_prob(got, token, reference, n):
+    # got: a TokenLogProb for `token` under reference [V]; its n alternatives are the n most likely
+    # (compared by value: near-equal logits may order differently between two computations).
+    assert got.token == token
+    assert abs(got.log_prob - reference[token]) < 1e-4, (got.log_prob, reference[token])
+    assert len(got.top) == n
+    values = [lp for _, lp in got.top]
+    assert values == sorted(values, reverse=True)
+    for t, lp in got.top:
+        assert abs(lp - reference[t]) < 1e-4
+    np.testing.assert_allclose(values, np.sort(reference)[::-1][:n], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_logprobs_are_the_models_raw_distribution(gens, dirs, name):
+    # logprobs=n: each chosen token's log-probability under log_softmax of the raw logits, and the
+    # n most likely tokens, against transformers on prompt + output; whatever processors chose
+    # the token (repetition penalty, temperature, top-k) — and the tokens stay generate()'s.
+    # prompt_logprobs=n: every prompt token after the first, on the first event, also when the
+    # prompt's prefix is cached in a slot (it is then computed anyway) and when the prompt takes
+    # several chunks next to decoding sequences.
+    gen = gens[name]
+    rng = np.random.default_rng(11)
+    prompts = [[int(t) for t in rng.integers(3, gen.vocab_size, n)] for n in (20, 5, 37)]
+    prompts.append(prompts[0][:12] + [int(t) for t in rng.integers(3, gen.vocab_size, 6)])  # a cached prefix
+    options = [dict(max_new_tokens=6, logprobs=5, prompt_logprobs=3),
+               dict(max_new_tokens=5, do_sample=True, temperature=0.7, top_k=40, repetition_penalty=1.3, seed=3,
+                    logprobs=0),
+               dict(max_new_tokens=4, prompt_logprobs=1),
+               dict(max_new_tokens=3, logprobs=2, prompt_logprobs=2)]
+    batcher = gen.batcher(capacity=2, prefill_chunk=8)
+    events = {}
+    ids = {}
+    for i, (prompt, option) in enumerate(zip(prompts, options)):
+        ids[batcher.submit(prompt, eos_token_id=[], **option)] = i
+        events[i] = []
+        if i in (1, 2):  # later arrivals join running sequences
+            for event in batcher.step():
+                events[ids[event.request]].append(event)
+    while batcher.running or batcher.waiting:
+        for event in batcher.step():
+            events[ids[event.request]].append(event)
+    for i, (prompt, option) in enumerate(zip(prompts, options)):
+        got = events[i]
+        tokens = [e.token for e in got]
+        plain = {k: v for k, v in option.items() if "logprobs" not in k}
+        assert tokens == gen.generate(prompt, eos_token_id=[], **plain)[0]
+        reference = _reference_log_probs(dirs[name], prompt + tokens)
+        n = option.get("logprobs")
+        for k, event in enumerate(got):
+            if n is None:
+                assert event.logprobs is None
+            else:
+                _check_token_log_prob(event.logprobs, event.token, reference[len(prompt) - 1 + k], n)
+        n = option.get("prompt_logprobs")
+        if n is None:
+            assert all(e.prompt_logprobs is None for e in got)
+            continue
+        assert all(e.prompt_logprobs is None for e in got[1:])
+        scored = got[0].prompt_logprobs
+        assert len(scored) == len(prompt) - 1
+        for position, entry in enumerate(scored, start=1):
+            _check_token_log_prob(entry, prompt[position], reference[position - 1], n)
+
+
+def test_logprobs_bad_input(gens):
+    batcher = gens["gpt2"].batcher(capacity=1)
+    for name in ("logprobs", "prompt_logprobs"):
+        for bad in (-1, 21, True, 1.0, "2"):
+            with pytest.raises(ValueError, match=rf"{name} must be an integer >= 0(?: and <= 20)? or None, got "):
+                batcher.submit([5, 6], **{name: bad})
+    assert batcher.waiting == 0
+
+
 def test_bad_input(gens, dirs):
     gen = gens["gpt2"]  # max_positions 96
     with pytest.raises(ValueError, match="capacity must be"):

@@ -9,16 +9,36 @@ retires sequences as they end. Each request's tokens are the ones ``generate()``
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from .._arguments import check_integer
+
+#: Most alternatives ``logprobs`` / ``prompt_logprobs`` report per token (OpenAI's top_logprobs limit).
+MAX_LOGPROBS = 20
+
+
+class TokenLogProb(NamedTuple):
+    """A token's log-probability under the model's own distribution (log_softmax of the raw
+    logits: before repetition penalty, temperature, top-k / top-p or any other processor) and the
+    ``top`` most likely tokens of that distribution as (token, log-probability), most likely first
+    (equal values: lower id first)."""
+    token: int
+    log_prob: float
+    top: List[Tuple[int, float]]
 
 
 class BatchEvent(NamedTuple):
     """A token chosen for a request by Batcher.step(). finish_reason: None while the request
-    runs, "eos" or "length" when this token ended it."""
+    runs, "eos" or "length" when this token ended it. logprobs: with submit(logprobs=n), the
+    token's TokenLogProb (n alternatives). prompt_logprobs: with submit(prompt_logprobs=n), on the
+    request's first event, a TokenLogProb for each prompt token after the first (each under the
+    distribution of the positions before it)."""
     request: int
     token: int
     log_prob: Optional[float]
     finish_reason: Optional[str]
+    logprobs: Optional[TokenLogProb] = None
+    prompt_logprobs: Optional[List[TokenLogProb]] = None
 
 
 class Batcher:
@@ -82,9 +102,15 @@ class Batcher:
                do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                repetition_penalty: float = 1.0, eos_token_id: Union[None, int, Sequence[int]] = None,
                seed: Optional[int] = None, return_log_probs: bool = False,
-               bad_words_ids: Optional[Sequence[Sequence[int]]] = None, no_repeat_ngram_size: int = 0) -> int:
+               bad_words_ids: Optional[Sequence[Sequence[int]]] = None, no_repeat_ngram_size: int = 0,
+               logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None) -> int:
         """Queues one prompt (token ids, or a string with tokenizer.json) with generate()'s options
-        for greedy search or sampling; returns the request's id (an int, unique in this Batcher)."""
+        for greedy search or sampling; returns the request's id (an int, unique in this Batcher).
+        logprobs / prompt_logprobs (0..20, None: off): each event's BatchEvent.logprobs, and the
+        first event's BatchEvent.prompt_logprobs, with that many alternatives per token (a request
+        with prompt_logprobs computes its whole prompt: no prefix reuse)."""
+        wants = [-1 if n is None else check_integer(name, n, 0, MAX_LOGPROBS, " or None")
+                 for name, n in (("logprobs", logprobs), ("prompt_logprobs", prompt_logprobs))]
         ids, options = self._gen._request(prompt, max_new_tokens, min_new_tokens, do_sample, temperature, top_k,
                                           top_p, repetition_penalty, eos_token_id, seed, return_log_probs,
                                           bad_words_ids, no_repeat_ngram_size)
@@ -94,7 +120,7 @@ class Batcher:
         request = next(self._ids)
         self._log_probs[request] = bool(return_log_probs)
         try:
-            self._core.add(request, ids, options)
+            self._core.add(request, ids, options, *wants)
         except BaseException:
             self._log_probs.pop(request, None)
             raise
@@ -111,11 +137,13 @@ class Batcher:
         chose, in no particular order (empty when there is nothing to run)."""
         self._gen._live()
         out = []
-        for request, token, log_prob, reason in self._core.step():
+        for request, token, log_prob, reason, logprobs, prompt in self._core.step():
             wants = self._log_probs.get(request, False)
             if reason is not None:
                 self._log_probs.pop(request, None)
-            out.append(BatchEvent(request, token, log_prob if wants else None, reason))
+            out.append(BatchEvent(request, token, log_prob if wants else None, reason,
+                                  None if logprobs is None else TokenLogProb(token, *logprobs),
+                                  None if prompt is None else [TokenLogProb(*p) for p in prompt]))
         return out
 
     def run(self, prompts: Sequence[Union[str, Sequence[int]]], **options: Any) -> List[List[int]]:
