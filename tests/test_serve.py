@@ -289,6 +289,122 @@ def test_streamed_chat_and_usage(client, gen):
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
 
 
+# ---- log-probabilities ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reference(gen_dir):
+    """log_softmax of transformers' logits for a token sequence [T, V]."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(gen_dir), torch_dtype=torch.float32).eval()
+
+    def log_probs(ids):
+        with torch.no_grad():
+            return torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1).numpy()
+    return log_probs
+
+
+def _check_completion_logprobs(gen, logprobs, ids, first, reference, n):
+    """logprobs (the completions shape) of tokens ids[first:] under the reference of ids; entry 0 is
+    the prompt's first token when first == 0."""
+    strings = [gen.tokenizer.decode([t], skip_special_tokens=False) for t in ids[first:]]
+    assert logprobs["tokens"] == strings
+    for k, (t, lp, top) in enumerate(zip(ids[first:], logprobs["token_logprobs"], logprobs["top_logprobs"])):
+        position = first + k
+        if position == 0:
+            assert lp is None and top is None
+            continue
+        row = reference[position - 1]
+        assert abs(lp - row[t]) < 1e-4, (position, lp, row[t])
+        # the n most likely by text (two ids of one text: one entry), the chosen token's added
+        expected = {gen.tokenizer.decode([int(b)], skip_special_tokens=False): row[b] for b in np.argsort(-row)[:n]}
+        expected.setdefault(strings[k], row[t])
+        assert set(top) == set(expected), (top, expected)
+        for text, value in top.items():
+            assert abs(value - expected[text]) < 1e-4
+
+
+def test_completion_logprobs_are_the_models(client, gen, reference):
+    prompt = "The cat sat"
+    ids = gen.tokenizer.encode(prompt)
+    # Greedy, sampled (the raw distribution, not the tempered one), with a stop string.
+    sampled = dict(temperature=1.0, seed=9)
+    text = complete(client, prompt=prompt, max_tokens=12, **sampled).json()["choices"][0]["text"]
+    stop = next(text[k] for k in range(3, len(text)) if text.find(text[k]) == k)  # first seen at k >= 3
+    for options in (dict(), dict(temperature=0.8, top_k=20, seed=4), dict(sampled, stop=stop)):
+        plain = complete(client, prompt=prompt, max_tokens=12, **options).json()["choices"][0]
+        body = complete(client, prompt=prompt, max_tokens=12, logprobs=3, **options).json()
+        (choice,) = body["choices"]
+        assert choice["text"] == plain["text"] and choice["finish_reason"] == plain["finish_reason"]
+        logprobs = choice["logprobs"]
+        sampling = {k: v for k, v in options.items() if k != "stop"}
+        generated = gen.generate(ids, max_new_tokens=12, **(dict(sampling, do_sample=True) if sampling else {}))[0]
+        kept = len(logprobs["tokens"])
+        assert kept == (len(generated) if "stop" not in options else kept) and 0 < kept <= len(generated)
+        tokens = ids + generated[:kept]
+        _check_completion_logprobs(gen, logprobs, tokens, len(ids), reference(tokens), 3)
+        offsets = logprobs["text_offset"]
+        assert offsets == sorted(offsets) and offsets[0] == 0 and all(o < len(choice["text"]) + 1 for o in offsets)
+        for t, text, offset in zip(generated, logprobs["tokens"], offsets):  # whole, shown tokens
+            if "\ufffd" not in text and gen.tokenizer.decode([t]) == text:
+                assert choice["text"][offset:offset + len(text)] == text[:len(choice["text"]) - offset]
+        if "stop" in options:  # only tokens that begin before the cut
+            assert choice["finish_reason"] == "stop" and all(o < len(choice["text"]) for o in offsets)
+    # echo: the prompt's text and its tokens first (the first one has no log-probability)
+    body = complete(client, prompt=prompt, max_tokens=4, logprobs=2, echo=True).json()
+    (choice,) = body["choices"]
+    answer = complete(client, prompt=prompt, max_tokens=4).json()["choices"][0]["text"]
+    assert choice["text"] == gen.tokenizer.decode(ids) + answer
+    generated = gen.generate(ids, max_new_tokens=4)[0]
+    tokens = ids + generated
+    _check_completion_logprobs(gen, choice["logprobs"], tokens, 0, reference(tokens), 2)
+    assert choice["logprobs"]["text_offset"][len(ids)] == len(gen.tokenizer.decode(ids))
+    assert body["usage"]["completion_tokens"] == len(generated)
+    plain = complete(client, prompt=prompt, max_tokens=4, echo=True).json()["choices"][0]
+    assert plain["text"] == choice["text"] and plain["logprobs"] is None
+    # a stream carries each piece's tokens: together, the whole answer's
+    whole = complete(client, prompt=prompt, max_tokens=12, logprobs=2, echo=True).json()["choices"][0]
+    response = client.post("/v1/completions", json=dict(model="tiny-gpt", prompt=prompt, max_tokens=12,
+                                                         temperature=0, logprobs=2, echo=True, stream=True))
+    chunks = [c["choices"][0] for c in events(response.text)]
+    assert "".join(c["text"] for c in chunks) == whole["text"]
+    joined = {key: [v for c in chunks if c["logprobs"] for v in c["logprobs"][key]] for key in whole["logprobs"]}
+    assert joined == whole["logprobs"]
+
+
+def test_chat_logprobs(client, gen, reference):
+    messages = [{"role": "user", "content": "Hello there"}]
+    request = dict(model="tiny-gpt", messages=messages, max_tokens=10, temperature=0)
+    plain = client.post("/v1/chat/completions", json=request).json()["choices"][0]
+    assert plain["logprobs"] is None
+    choice = client.post("/v1/chat/completions", json=dict(request, logprobs=True, top_logprobs=2)).json()["choices"][0]
+    assert choice["message"] == plain["message"]
+    content = choice["logprobs"]["content"]
+    assert choice["logprobs"]["refusal"] is None
+    ids = gen.tokenizer.encode(gen.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+    generated = gen.generate(ids, max_new_tokens=10)[0]
+    rows = reference(ids + generated)
+    assert len(content) == len(generated)
+    for k, (entry, token) in enumerate(zip(content, generated)):
+        row = rows[len(ids) - 1 + k]
+        assert entry["token"] == gen.tokenizer.decode([token], skip_special_tokens=False)
+        assert abs(entry["logprob"] - row[token]) < 1e-4
+        assert len(entry["top_logprobs"]) == 2
+        np.testing.assert_allclose([t["logprob"] for t in entry["top_logprobs"]], np.sort(row)[::-1][:2], atol=1e-4)
+        for alternative in entry["top_logprobs"] + [entry]:
+            assert alternative["bytes"] is not None
+    # the bytes join to the text (whole characters or not); the end-of-text token decodes to nothing
+    shown = [e for e, t in zip(content, generated) if gen.tokenizer.decode([t])]
+    assert bytes(b for e in shown for b in e["bytes"]).decode() == plain["message"]["content"]
+    only = client.post("/v1/chat/completions", json=dict(request, logprobs=True)).json()["choices"][0]["logprobs"]
+    assert [e["top_logprobs"] for e in only["content"]] == [[]] * len(content)
+    response = client.post("/v1/chat/completions", json=dict(request, logprobs=True, top_logprobs=2, stream=True))
+    streamed = [e for c in events(response.text) if c["choices"] and c["choices"][0]["logprobs"]
+                for e in c["choices"][0]["logprobs"]["content"]]
+    assert streamed == content
+
+
 # ---- errors ---------------------------------------------------------------------------------------
 
 
@@ -321,9 +437,19 @@ def test_request_errors(client):
     error_of(complete(c, prompt="a", stream="yes"), 400, "stream must be true or false", "stream")
     error_of(complete(c, prompt="a", stream=True, n=2), 400, "stream: true takes one prompt and n = 1", "n")
     error_of(complete(c, prompt=["a", "b"], stream=True), 400, "stream: true takes one prompt and n = 1", "prompt")
-    error_of(complete(c, prompt="a", logprobs=2), 400, "logprobs is not supported by cpuformer serve", "logprobs",
-             "unsupported_parameter")
-    error_of(complete(c, prompt="a", echo=True), 400, "echo is not supported", "echo", "unsupported_parameter")
+    error_of(complete(c, prompt="a", logprobs=21), 400, "logprobs must be <= 20, got 21", "logprobs")
+    error_of(complete(c, prompt="a", logprobs=-1), 400, "logprobs must be >= 0, got -1", "logprobs")
+    error_of(complete(c, prompt="a", logprobs=True), 400, "logprobs must be an integer, got True", "logprobs")
+    error_of(complete(c, prompt="a", echo="yes"), 400, "echo must be true or false, got 'yes'", "echo")
+    chat = dict(model="tiny-gpt", messages=[{"role": "user", "content": "a"}], max_tokens=2)
+    error_of(c.post("/v1/chat/completions", json=dict(chat, echo=True)), 400,
+             "echo is not supported by cpuformer serve", "echo", "unsupported_parameter")
+    error_of(c.post("/v1/chat/completions", json=dict(chat, logprobs=2)), 400, "logprobs must be true or false, got 2",
+             "logprobs")
+    error_of(c.post("/v1/chat/completions", json=dict(chat, top_logprobs=2)), 400, "top_logprobs needs logprobs: true",
+             "top_logprobs")
+    error_of(c.post("/v1/chat/completions", json=dict(chat, logprobs=True, top_logprobs=21)), 400,
+             "top_logprobs must be <= 20, got 21", "top_logprobs")
     assert complete(c, prompt="").status_code == 200  # this tokenizer adds BOS: one token
     error_of(complete(c, prompt=[]), 400, "prompt must be a non-empty string, a list of token ids", "prompt")
     error_of(complete(c, prompt=7), 400, "prompt must be a non-empty string, a list of token ids", "prompt")
@@ -783,6 +909,14 @@ def test_openai_client(live, enc_live, gen, enc):
     streamed = "".join(c.choices[0].text for c in client.completions.create(
         model="tiny-gpt", prompt="The cat sat", max_tokens=10, temperature=0, stream=True))
     assert streamed == completion.choices[0].text
+    scored = client.completions.create(model="tiny-gpt", prompt="The cat sat", max_tokens=10, temperature=0,
+                                       logprobs=2, echo=True)
+    assert scored.choices[0].text.endswith(completion.choices[0].text)
+    assert scored.choices[0].logprobs.token_logprobs[0] is None and len(scored.choices[0].logprobs.tokens) > 10
+    scored = client.chat.completions.create(model="tiny-gpt", messages=messages, max_tokens=10, temperature=0,
+                                            logprobs=True, top_logprobs=3)
+    assert len(scored.choices[0].logprobs.content) == chat.usage.completion_tokens
+    assert all(len(t.top_logprobs) == 3 and t.logprob <= 0 for t in scored.choices[0].logprobs.content)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="gpt-4", prompt="a", max_tokens=2)
     with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):

@@ -28,7 +28,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
+from ._logprobs import Offsets, Scored, TokenText, chat_logprobs, completion_logprobs
 from .models import Encoder, Generator
+from .models._batcher import MAX_LOGPROBS
 from .models._text import StopWatch, TextPieces, cut_at_stop
 
 #: Default request-body limit in bytes (--max-body).
@@ -153,8 +155,9 @@ class _Job:
                  ids: Optional[List[int]] = None, options: Optional[Dict[str, Any]] = None,
                  put: Optional[Callable[[Any], None]] = None):
         # "generate": one sequence (ids, generate() options with stop) through the Batcher; its
-        # result is (text, finish_reason, completion tokens), or with put, put(piece) per text piece
-        # then put((finish_reason, completion tokens)). "embed": inputs, batched. "run": run().
+        # result is (text, finish_reason, completion tokens, scored tokens or None), or with put,
+        # put(piece) per text piece (a _Piece with logprobs) then put((finish_reason, completion
+        # tokens)). "embed": inputs, batched. "run": run().
         self.kind = kind
         self.run = run
         self.inputs = inputs or []
@@ -168,27 +171,92 @@ class _Job:
         self.callbacks: List[Callable[[], None]] = []
 
 
-class _Sequence:
-    """A generate job in the Batcher: its text so far and its stop strings."""
+class _Piece:
+    """A streamed text piece with the log-probabilities of the tokens that arrived with it (not
+    a tuple: a stream's last item, (finish_reason, tokens), is one)."""
 
-    def __init__(self, job: _Job, decode: Callable[[List[int]], str]) -> None:
+    def __init__(self, text: str, scored: List[Scored]) -> None:
+        self.text, self.scored = text, scored
+
+
+class _Sequence:
+    """A generate job in the Batcher: its text so far and its stop strings; with ``logprobs``, its
+    tokens scored (docs/serving.md, "Log-probabilities"); with ``echo``, its prompt first."""
+
+    def __init__(self, job: _Job, decode: Callable[[List[int]], str], text: Optional[TokenText]) -> None:
         self.job = job
+        self.decode = decode
         self.stops = job.options.get("stop") or ()
         self.tokens: List[int] = []
         # Streams cut text pieces as tokens arrive; a whole answer only watches for a stop string.
         self.pieces = TextPieces(decode, self.stops) if job.put is not None else None
         self.watch = StopWatch(decode, self.stops) if job.put is None and self.stops else None
+        self.echo = bool(job.options.get("echo"))
+        self.prompt_text = ""
+        self.text = text if job.options.get("logprobs") is not None else None
+        self.offsets = Offsets(decode) if self.text is not None else None
+        self.scored: List[Scored] = []  # a whole answer's (the echoed prompt's first)
+        self.pending: List[Scored] = []  # a stream's, not yet sent
 
-    def add(self, token: int) -> bool:
-        """Takes the next token; True when a stop string has ended the text."""
+    def add(self, event: Any) -> bool:
+        """Takes the next token (a BatchEvent); True when a stop string has ended the text."""
+        token = event.token
+        if not self.tokens and self.echo:
+            self._echo(event.prompt_logprobs)
         self.tokens.append(token)
+        if self.text is not None and self.offsets is not None and event.logprobs is not None:
+            entry = self.text.scored(token, event.logprobs.log_prob, event.logprobs.top, self.offsets.next(token))
+            (self.scored if self.pieces is None else self.pending).append(entry)
         if self.pieces is not None:
             piece = self.pieces.add(token)
             if piece:
-                assert self.job.put is not None
-                self.job.put(piece)
+                self._put(piece)
             return self.pieces.stopped
         return self.watch is not None and self.watch.add(token)
+
+    def _echo(self, prompt_logprobs: Optional[List[Any]]) -> None:
+        ids = self.job.ids
+        self.prompt_text = self.decode(ids)
+        scored: List[Scored] = []
+        if self.text is not None and self.offsets is not None:
+            offsets = Offsets(self.decode)
+            first = self.text.scored(ids[0], None, [], offsets.next(ids[0]))
+            scored = [first] + [self.text.scored(e.token, e.log_prob, e.top, offsets.next(e.token))
+                                for e in prompt_logprobs or []]
+            self.offsets.start = len(self.prompt_text)
+        if self.pieces is not None:
+            self.pending = scored
+            self._put(self.prompt_text)
+        else:
+            self.scored = scored
+
+    def _put(self, piece: str) -> None:
+        assert self.job.put is not None
+        if self.text is None:
+            self.job.put(piece)
+        else:
+            self.job.put(_Piece(piece, self.pending))
+            self.pending = []
+
+    def rest(self) -> None:
+        """A stream's last piece (the text held back, and scored tokens not sent yet)."""
+        assert self.pieces is not None
+        piece = self.pieces.finish()
+        if piece or self.pending:
+            self._put(piece)
+
+    def answer(self) -> Tuple[str, Optional[List[Scored]]]:
+        """A whole answer's text (cut at a stop string; the prompt first with echo) and its
+        scored tokens (those that begin before a stop string's cut), or None without logprobs."""
+        text = self.decode(self.tokens)
+        cut = False
+        if self.stops:
+            text, cut = cut_at_stop(text, self.stops)
+        text = self.prompt_text + text
+        if self.text is None:
+            return text, None
+        scored = [s for s in self.scored if s.offset < len(text)] if cut else self.scored
+        return text, scored
 
 
 class Engine:
@@ -209,6 +277,12 @@ class Engine:
                                      kv_cache_dtype=kv_cache_dtype, prefill_slowdown=prefill_slowdown) \
             if isinstance(model, Generator) else None
         self._running: Dict[int, _Sequence] = {}
+        self.token_text: Optional[TokenText] = None  # logprobs' token texts (a tokenizer is needed)
+        if self.batcher is not None:
+            try:
+                self.token_text = TokenText(model.tokenizer)
+            except ValueError:
+                pass
         self._waiting = 0  # requests in the Batcher's queue (read by other threads; the worker writes it)
         self._jobs: "collections.deque[_Job]" = collections.deque()
         self._cond = threading.Condition()
@@ -290,13 +364,13 @@ class Engine:
             if job.cancelled.is_set():
                 self._finish(job)
                 continue
-            options = {k: v for k, v in job.options.items() if k != "stop"}
+            options = {k: v for k, v in job.options.items() if k not in ("stop", "echo")}
             try:
                 request = batcher.submit(job.ids, **options)
             except Exception as error:  # handed to the request
                 self._finish(job, error=error)
                 continue
-            self._running[request] = _Sequence(job, self.model._decode)
+            self._running[request] = _Sequence(job, self.model._decode, self.token_text)
         for request, seq in list(self._running.items()):
             if seq.job.cancelled.is_set():  # the client went away
                 batcher.cancel(request)
@@ -321,7 +395,7 @@ class Engine:
         self.metrics.prefix_reused_tokens = stats["reused_tokens"]
         for event in events:
             seq = self._running[event.request]
-            reason = "stop" if seq.add(event.token) else event.finish_reason
+            reason = "stop" if seq.add(event) else event.finish_reason
             if reason is None:
                 continue
             if event.finish_reason is None:
@@ -330,18 +404,13 @@ class Engine:
             self.metrics.add(generated_tokens=len(seq.tokens), prompt_tokens=len(seq.job.ids))
             finish = _FINISH.get(reason, reason)
             if seq.pieces is not None:
-                rest = seq.pieces.finish()
-                if rest:
-                    assert seq.job.put is not None
-                    seq.job.put(rest)
+                seq.rest()
                 assert seq.job.put is not None
                 seq.job.put((finish, len(seq.tokens)))
                 self._finish(seq.job)
             else:
-                text = self.model._decode(seq.tokens)
-                if seq.stops:
-                    text = cut_at_stop(text, seq.stops)[0]
-                self._finish(seq.job, result=(text, finish, len(seq.tokens)))
+                text, scored = seq.answer()
+                self._finish(seq.job, result=(text, finish, len(seq.tokens), scored))
 
     def _run_one(self, job: _Job) -> None:
         if job.cancelled.is_set():
@@ -505,12 +574,13 @@ class _Server:
     # -- generation ----------------------------------------------------------------------------
 
     def generation_options(self, body: Dict[str, Any], chat: bool, prompt_len: int) -> Dict[str, Any]:
-        for key, default in (("echo", False), ("logprobs", None), ("suffix", None), ("best_of", 1),
-                             ("presence_penalty", 0), ("frequency_penalty", 0), ("logit_bias", None),
-                             ("tools", None), ("top_logprobs", None)):
+        unsupported = [("suffix", None), ("best_of", 1), ("presence_penalty", 0), ("frequency_penalty", 0),
+                       ("logit_bias", None), ("tools", None)]
+        for key, default in unsupported + ([("echo", False)] if chat else []):
             value = body.get(key)
-            if value is not None and value != default and not (key == "logprobs" and value is False):
+            if value is not None and value != default:
                 raise _bad(f"{key} is not supported by cpuformer serve", key, code="unsupported_parameter")
+        logprobs, echo = self.logprob_options(body, chat)
         room = self.context - prompt_len
         key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = _integer(body, key, room if chat else 16)
@@ -532,7 +602,35 @@ class _Server:
         options: Dict[str, Any] = dict(max_new_tokens=max_tokens, stop=stop or None)
         if temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+        if echo:
+            options["echo"] = True
+        if logprobs is not None:
+            self.tokenizer()  # token texts need it (400 without one)
+            options["logprobs"] = logprobs
+            if echo:
+                options["prompt_logprobs"] = logprobs
         return options
+
+    def logprob_options(self, body: Dict[str, Any], chat: bool) -> Tuple[Optional[int], bool]:
+        """(alternatives per token, or None for no log-probabilities; echo). Completions:
+        ``logprobs`` 0..20 and ``echo``; chat: ``logprobs: true`` with ``top_logprobs`` 0..20."""
+        if chat:
+            wanted = body.get("logprobs")
+            if wanted is not None and not isinstance(wanted, bool):
+                raise _bad(f"logprobs must be true or false, got {wanted!r}", "logprobs")
+            top = _integer(body, "top_logprobs", None, 0)
+            if top is not None and top > MAX_LOGPROBS:
+                raise _bad(f"top_logprobs must be <= {MAX_LOGPROBS}, got {top}", "top_logprobs")
+            if top is not None and not wanted:
+                raise _bad("top_logprobs needs logprobs: true", "top_logprobs")
+            return ((top or 0) if wanted else None), False
+        logprobs = _integer(body, "logprobs", None, 0)
+        if logprobs is not None and logprobs > MAX_LOGPROBS:
+            raise _bad(f"logprobs must be <= {MAX_LOGPROBS}, got {logprobs}", "logprobs")
+        echo = body.get("echo")
+        if echo is not None and not isinstance(echo, bool):
+            raise _bad(f"echo must be true or false, got {echo!r}", "echo")
+        return logprobs, bool(echo)
 
     def check_context(self, ids: List[int], param: str) -> None:
         limit = self.context
@@ -774,13 +872,14 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             raise APIError(499, "the client closed the connection", code="client_disconnected")
         choices = []
         completion = 0
-        for index, (text, reason, count) in enumerate(answers):
+        for index, (text, reason, count, scored) in enumerate(answers):
             completion += count
+            logprobs = None if scored is None else chat_logprobs(scored) if chat else completion_logprobs(scored)
             if chat:
                 choices.append({"index": index, "message": {"role": "assistant", "content": text},
-                                "logprobs": None, "finish_reason": reason})
+                                "logprobs": logprobs, "finish_reason": reason})
             else:
-                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": reason})
+                choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason})
         prompt_tokens = sum(len(p) for p in prompts) * n
         return {"id": ident, "object": kind, "created": created, "model": model_name, "choices": choices,
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
@@ -824,10 +923,15 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                                                                  "completion_tokens": count,
                                                                  "total_tokens": len(ids) + count}})
                         continue
+                    logprobs = None
+                    if isinstance(item, _Piece):
+                        item, scored = item.text, item.scored
+                        logprobs = chat_logprobs(scored) if chat else completion_logprobs(scored)
                     if chat:
-                        yield chunk({"index": 0, "delta": {"content": item}, "logprobs": None, "finish_reason": None})
+                        yield chunk({"index": 0, "delta": {"content": item}, "logprobs": logprobs,
+                                     "finish_reason": None})
                     else:
-                        yield chunk({"index": 0, "text": item, "logprobs": None, "finish_reason": None})
+                        yield chunk({"index": 0, "text": item, "logprobs": logprobs, "finish_reason": None})
                     if await request.is_disconnected():
                         break
                 yield b"data: [DONE]\n\n"
