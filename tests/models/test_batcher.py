@@ -205,6 +205,20 @@ def test_strings_in(gens, tmp_path):
          gen.generate(gen.tokenizer.encode("the cat"), max_new_tokens=4)[0]]
 
 
+def _run_to_the_end(batcher, tokens):
+    """Steps until nothing runs, appending each request's tokens to tokens[request]; (the step's
+    prompt-token budget, prompt tokens computed) of each step that computed some."""
+    trace = []
+    while batcher.running:
+        before = batcher.stats()["prefill_tokens"]
+        for event in batcher.step():
+            tokens[event.request].append(event.token)
+        stats = batcher.stats()
+        if stats["prefill_tokens"] > before:
+            trace.append((stats["prefill_budget"], stats["prefill_tokens"] - before))
+    return trace
+
+
 def test_prefill_slowdown_shrinks_the_prompt_tokens_of_busy_steps(gens):
     # prefill_slowdown=1: once the batcher has timed a decode-only step and a step with prompt
     # tokens, steps with sequences decoding take the floor of 4 prompt tokens (a step may then last
@@ -224,14 +238,9 @@ def test_prefill_slowdown_shrinks_the_prompt_tokens_of_busy_steps(gens):
                 for event in batcher.step():
                     tokens[event.request].append(event.token)
             tokens[batcher.submit(long, max_new_tokens=3, eos_token_id=[])] = []
-            while batcher.running:
-                before = batcher.stats()["prefill_tokens"]
-                for event in batcher.step():
-                    tokens[event.request].append(event.token)
-                stats = batcher.stats()
-                if stats["prefill_tokens"] > before:
-                    budgets.add(stats["prefill_budget"])
-                    chunks.append(stats["prefill_tokens"] - before)
+            for budget, chunk in _run_to_the_end(batcher, tokens):
+                budgets.add(budget)
+                chunks.append(chunk)
             got = list(tokens.values())
             assert got[0] == gen.generate(short, max_new_tokens=20, eos_token_id=[])[0]
             assert got[1] == gen.generate(long, max_new_tokens=3, eos_token_id=[])[0]
@@ -271,14 +280,7 @@ def test_prefill_budget_grows_with_the_requests_not_yet_decoding(gens):
     tokens = {request: out for request, out in tokens.items() if len(out) > 1}  # the short one
     for p in prompts:
         tokens[batcher.submit(p, max_new_tokens=3, eos_token_id=[])] = []
-    trace = []
-    while batcher.running:
-        before = batcher.stats()["prefill_tokens"]
-        for event in batcher.step():
-            tokens[event.request].append(event.token)
-        stats = batcher.stats()
-        if stats["prefill_tokens"] > before:
-            trace.append((stats["prefill_budget"], stats["prefill_tokens"] - before))
+    trace = _run_to_the_end(batcher, tokens)
     got = list(tokens.values())
     assert got[0] == gen.generate(short, max_new_tokens=90, eos_token_id=[])[0]
     for p, out in zip(prompts, got[1:]):
