@@ -363,6 +363,14 @@ def test_completion_logprobs_are_the_models(client, gen, reference):
     assert body["usage"]["completion_tokens"] == len(generated)
     plain = complete(client, prompt=prompt, max_tokens=4, echo=True).json()["choices"][0]
     assert plain["text"] == choice["text"] and plain["logprobs"] is None
+    # echo with a stop string: every prompt token, then the generated ones before the cut
+    cut = complete(client, prompt=prompt, max_tokens=12, stop=stop, **sampled).json()["choices"][0]
+    echoed = complete(client, prompt=prompt, max_tokens=12, stop=stop, logprobs=1, echo=True, **sampled).json()
+    (choice,) = echoed["choices"]
+    kept = complete(client, prompt=prompt, max_tokens=12, stop=stop, logprobs=1, **sampled).json()
+    assert choice["text"] == gen.tokenizer.decode(ids) + cut["text"]
+    assert choice["logprobs"]["tokens"] == [gen.tokenizer.decode([t], skip_special_tokens=False) for t in ids] + \
+        kept["choices"][0]["logprobs"]["tokens"]
     # a stream carries each piece's tokens: together, the whole answer's
     whole = complete(client, prompt=prompt, max_tokens=12, logprobs=2, echo=True).json()["choices"][0]
     response = client.post("/v1/completions", json=dict(model="tiny-gpt", prompt=prompt, max_tokens=12,

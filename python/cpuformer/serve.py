@@ -255,8 +255,10 @@ class _Sequence:
         text = self.prompt_text + text
         if self.text is None:
             return text, None
-        scored = [s for s in self.scored if s.offset < len(text)] if cut else self.scored
-        return text, scored
+        if cut:  # the echoed prompt's tokens stay; generated ones that begin at or after the cut go
+            prompt = len(self.job.ids) if self.echo else 0
+            return text, self.scored[:prompt] + [s for s in self.scored[prompt:] if s.offset < len(text)]
+        return text, self.scored
 
 
 class Engine:
