@@ -325,6 +325,12 @@ def _check_completion_logprobs(gen, logprobs, ids, first, reference, n):
             assert abs(value - expected[text]) < 1e-4
 
 
+def completion_logprobs_of(client, ids):
+    """The echoed prompt's part of a completion's logprobs (max_tokens 1, logprobs 2)."""
+    whole = complete(client, prompt=ids, max_tokens=1, logprobs=2, echo=True).json()["choices"][0]["logprobs"]
+    return {key: values[:len(ids)] for key, values in whole.items()}
+
+
 def test_completion_logprobs_are_the_models(client, gen, reference):
     prompt = "The cat sat"
     ids = gen.tokenizer.encode(prompt)
@@ -363,6 +369,13 @@ def test_completion_logprobs_are_the_models(client, gen, reference):
     assert body["usage"]["completion_tokens"] == len(generated)
     plain = complete(client, prompt=prompt, max_tokens=4, echo=True).json()["choices"][0]
     assert plain["text"] == choice["text"] and plain["logprobs"] is None
+    # max_tokens 0 with echo: the prompt alone, scored (what a harness asks to score a text)
+    scoring = complete(client, prompt=[ids, ids[:2]], max_tokens=0, logprobs=2, echo=True).json()
+    for choice, prompt_ids in zip(scoring["choices"], [ids, ids[:2]]):
+        assert choice["text"] == gen.tokenizer.decode(prompt_ids) and choice["finish_reason"] == "length"
+        assert choice["logprobs"] == completion_logprobs_of(client, prompt_ids)
+    assert scoring["usage"]["completion_tokens"] == 0
+    assert complete(client, prompt=prompt, max_tokens=0, echo=True).json()["choices"][0]["logprobs"] is None
     # echo with a stop string: every prompt token, then the generated ones before the cut
     cut = complete(client, prompt=prompt, max_tokens=12, stop=stop, **sampled).json()["choices"][0]
     echoed = complete(client, prompt=prompt, max_tokens=12, stop=stop, logprobs=1, echo=True, **sampled).json()
@@ -432,8 +445,13 @@ def test_request_errors(client):
     error_of(c.post("/v1/chat/completions", json={"model": "tiny-gpt", "messages": [
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}), 400,
         "only text content parts are supported", "messages")
-    error_of(complete(c, prompt="a", max_tokens=0), 400, "max_tokens must be at least 1, got 0", "max_tokens")
-    error_of(complete(c, prompt="a", max_tokens=-3), 400, "max_tokens must be at least 1, got -3", "max_tokens")
+    error_of(complete(c, prompt="a", max_tokens=0), 400,
+             "max_tokens must be at least 1 (0 only with echo: true), got 0", "max_tokens")
+    error_of(complete(c, prompt="a", max_tokens=-3), 400, "max_tokens must be at least 1 (0 only with echo: true), "
+             "got -3", "max_tokens")
+    error_of(complete(c, prompt="a", max_tokens=-1, echo=True), 400, "max_tokens must be at least 1", "max_tokens")
+    error_of(complete(c, prompt="a", max_tokens=0, echo=True, stream=True), 400,
+             "max_tokens: 0 (scoring the prompt) is not supported with stream: true", "max_tokens")
     error_of(complete(c, prompt="a", max_tokens="5"), 400, "max_tokens must be an integer, got '5'", "max_tokens")
     error_of(complete(c, prompt="a", temperature=-1), 400, "temperature must be >= 0, got -1.0", "temperature")
     error_of(complete(c, prompt="a", temperature="hot"), 400, "temperature must be a number", "temperature")
@@ -927,7 +945,7 @@ def test_openai_client(live, enc_live, gen, enc):
     assert all(len(t.top_logprobs) == 3 and t.logprob <= 0 for t in scored.choices[0].logprobs.content)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="gpt-4", prompt="a", max_tokens=2)
-    with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):
+    with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):  # 0 without echo
         client.completions.create(model="tiny-gpt", prompt="a", max_tokens=0)
 
     embedder = openai.OpenAI(base_url=enc_live.url + "/v1", api_key="none", max_retries=0)

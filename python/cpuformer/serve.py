@@ -366,7 +366,7 @@ class Engine:
             if job.cancelled.is_set():
                 self._finish(job)
                 continue
-            options = {k: v for k, v in job.options.items() if k not in ("stop", "echo")}
+            options = {k: v for k, v in job.options.items() if k not in ("stop", "echo", "score_only")}
             try:
                 request = batcher.submit(job.ids, **options)
             except Exception as error:  # handed to the request
@@ -586,8 +586,9 @@ class _Server:
         room = self.context - prompt_len
         key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = _integer(body, key, room if chat else 16)
-        if max_tokens <= 0:
-            raise _bad(f"{key} must be at least 1, got {max_tokens}", key)
+        score_only = max_tokens == 0 and echo  # the prompt's text and log-probabilities, nothing generated
+        if max_tokens <= 0 and not score_only:
+            raise _bad(f"{key} must be at least 1 (0 only with echo: true), got {max_tokens}", key)
         temperature = _float(body, "temperature", 1.0)
         if temperature < 0:
             raise _bad(f"temperature must be >= 0, got {temperature}", "temperature")
@@ -601,7 +602,9 @@ class _Server:
             stop = [stop]
         if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
             raise _bad(f"stop must be a non-empty string or a list of them, got {stop!r}", "stop")
-        options: Dict[str, Any] = dict(max_new_tokens=max_tokens, stop=stop or None)
+        options: Dict[str, Any] = dict(max_new_tokens=max(max_tokens, 1), stop=stop or None)
+        if score_only:  # one token is chosen (the batcher's unit of work) and left out of the answer
+            options["score_only"] = True
         if temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
         if echo:
@@ -859,6 +862,8 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         if stream:
             if n != 1 or len(prompts) != 1:
                 raise _bad("stream: true takes one prompt and n = 1", "n" if n != 1 else "prompt")
+            if options.get("score_only"):
+                raise _bad("max_tokens: 0 (scoring the prompt) is not supported with stream: true", "max_tokens")
             return streamed(request, prompts[0], options, chat, ident, created, body)
         if len(prompts) * n > max_queue:
             raise _bad(f"this request asks for {len(prompts) * n} completions (prompts × n); at most {max_queue} "
@@ -872,6 +877,9 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             watcher.cancel()
         if any(answer is None for answer in answers):  # cancelled: the client has gone
             raise APIError(499, "the client closed the connection", code="client_disconnected")
+        if options.get("score_only"):  # the prompt alone: drop the one token chosen after it
+            answers = [(server.model._decode(job.ids), "length", 0, None if scored is None else scored[:len(job.ids)])
+                       for job, (_text, _reason, _count, scored) in zip(jobs, answers)]
         choices = []
         completion = 0
         for index, (text, reason, count, scored) in enumerate(answers):
