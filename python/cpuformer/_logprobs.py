@@ -88,29 +88,54 @@ class TokenText:
                       offset, alternatives)
 
 
+def _agreed(before: str, after: str) -> str:
+    """The text two successive decodes agree on; when the first ended in U+FFFD that the second
+    changes, without those (the token after may complete that character)."""
+    agreed = os.path.commonprefix([before, after])
+    return agreed if agreed == before else agreed.rstrip("\ufffd")
+
+
 class Offsets:
     """Where each token of a sequence begins in the text the sequence decodes to: fed token by
     token, ``next(token)`` returns the token's character offset (plus ``start``) — the length of
-    the text that the decodes before and after it agree on; when the decode before it ended in
-    U+FFFD that the token changes, without those (a token that completes a character begins
-    where that character does); never less than the offset before it."""
+    the text that the decodes before and after it agree on (_agreed: a token that completes a
+    character begins where that character does); never less than the offset before it.
 
-    def __init__(self, decode: Callable[[List[int]], str], start: int = 0) -> None:
+    Linear, not quadratic, in the sequence's length: the decodes start at an anchor at most
+    2 × ``window`` tokens back, one token before the token the anchor's coordinates are measured
+    from (a decoder may change its first token's text, e.g. drop a leading space), and positions
+    are shifted by that token's offset. A character split around the anchor (U+FFFD in the anchor
+    pair's decode) keeps the old anchor one more token."""
+
+    def __init__(self, decode: Callable[[List[int]], str], start: int = 0, window: int = 64) -> None:
         self.decode = decode
         self.start = start
+        self.window = max(1, window)
         self.tokens: List[int] = []
+        self.found: List[int] = []  # each token's offset (without start)
+        self.anchor = 0  # decodes start at this token
+        self.shift = 0  # offset = position in the anchored decode + shift
         self.previous = ""
         self.settled = 0
 
     def next(self, token: int) -> int:
         self.tokens.append(int(token))
-        decoded = self.decode(self.tokens)
-        agreed = os.path.commonprefix([self.previous, decoded])
-        if agreed != self.previous:  # the decode changed its end: a U+FFFD it ended with may be the
-            agreed = agreed.rstrip("\ufffd")  # character this token completes
-        self.settled = max(self.settled, len(agreed))
+        decoded = self.decode(self.tokens[self.anchor:])
+        self.settled = max(self.settled, len(_agreed(self.previous, decoded)) + self.shift)
         self.previous = decoded
+        self.found.append(self.settled)
+        if len(self.tokens) - self.anchor > 2 * self.window:
+            self._move_anchor()
         return self.start + self.settled
+
+    def _move_anchor(self) -> None:
+        first = len(self.tokens) - self.window  # positions are measured from this token's start
+        before, after = self.decode(self.tokens[first - 1:first]), self.decode(self.tokens[first - 1:first + 1])
+        if "\ufffd" in after:
+            return
+        self.shift = self.found[first] - len(_agreed(before, after))
+        self.anchor = first - 1
+        self.previous = self.decode(self.tokens[self.anchor:])
 
 
 def completion_logprobs(scored: Sequence[Scored]) -> Dict[str, Any]:
