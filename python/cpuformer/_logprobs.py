@@ -9,9 +9,10 @@ OpenAI response shapes (legacy completions: parallel lists; chat: one object per
 from __future__ import annotations
 
 import math
-import os
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from .models._text import IncrementalDecode, common_prefix
 
 #: What a log-probability that is not a finite number is reported as (JSON has no -Infinity).
 FLOOR = -9999.0
@@ -91,7 +92,7 @@ class TokenText:
 def _agreed(before: str, after: str) -> str:
     """The text two successive decodes agree on; when the first ended in U+FFFD that the second
     changes, without those (the token after may complete that character)."""
-    agreed = os.path.commonprefix([before, after])
+    agreed = common_prefix(before, after)
     return agreed if agreed == before else agreed.rstrip("\ufffd")
 
 
@@ -99,43 +100,20 @@ class Offsets:
     """Where each token of a sequence begins in the text the sequence decodes to: fed token by
     token, ``next(token)`` returns the token's character offset (plus ``start``) — the length of
     the text that the decodes before and after it agree on (_agreed: a token that completes a
-    character begins where that character does); never less than the offset before it.
-
-    Linear, not quadratic, in the sequence's length: the decodes start at an anchor at most
-    2 × ``window`` tokens back, one token before the token the anchor's coordinates are measured
-    from (a decoder may change its first token's text, e.g. drop a leading space), and positions
-    are shifted by that token's offset. A character split around the anchor (U+FFFD in the anchor
-    pair's decode) keeps the old anchor one more token."""
+    character begins where that character does); never less than the offset before it. The
+    decodes come from an IncrementalDecode (linear in the length; ``window`` as there)."""
 
     def __init__(self, decode: Callable[[List[int]], str], start: int = 0, window: int = 64) -> None:
-        self.decode = decode
         self.start = start
-        self.window = max(1, window)
-        self.tokens: List[int] = []
-        self.found: List[int] = []  # each token's offset (without start)
-        self.anchor = 0  # decodes start at this token
-        self.shift = 0  # offset = position in the anchored decode + shift
+        self.text = IncrementalDecode(decode, window)
         self.previous = ""
         self.settled = 0
 
     def next(self, token: int) -> int:
-        self.tokens.append(int(token))
-        decoded = self.decode(self.tokens[self.anchor:])
-        self.settled = max(self.settled, len(_agreed(self.previous, decoded)) + self.shift)
+        decoded = self.text.append(token)
+        self.settled = max(self.settled, len(_agreed(self.previous, decoded)))
         self.previous = decoded
-        self.found.append(self.settled)
-        if len(self.tokens) - self.anchor > 2 * self.window:
-            self._move_anchor()
         return self.start + self.settled
-
-    def _move_anchor(self) -> None:
-        first = len(self.tokens) - self.window  # positions are measured from this token's start
-        before, after = self.decode(self.tokens[first - 1:first]), self.decode(self.tokens[first - 1:first + 1])
-        if "\ufffd" in after:
-            return
-        self.shift = self.found[first] - len(_agreed(before, after))
-        self.anchor = first - 1
-        self.previous = self.decode(self.tokens[self.anchor:])
 
 
 def completion_logprobs(scored: Sequence[Scored]) -> Dict[str, Any]:

@@ -3,7 +3,6 @@ tokenizer, strings or token ids in, text or token ids out)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -138,6 +137,62 @@ class StopWatch:
         return self.stopped
 
 
+def common_prefix(a: str, b: str) -> str:
+    """The longest common prefix of two strings, by slice comparisons (C speed): successive
+    decodes of a growing text share all but their last characters, which os.path.commonprefix
+    would walk one Python iteration per character."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return a[:n]
+    low, high = 0, n  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return a[:low]
+
+
+class IncrementalDecode:
+    """decode(tokens) of a growing token list, token by token, in time linear in its length:
+    ``append(token)`` returns the decode of every token so far. The text before an anchor at most
+    2 × ``window`` tokens back is kept as a string and only the tokens from the anchor on are
+    decoded: full text = kept prefix + the anchored decode from the position where the anchor's
+    next token begins. The anchored decode starts one token early, because a decoder may change
+    its first token's text (drop a leading space, a WordPiece cleanup), and a new anchor is taken
+    only where the kept prefix + the anchored decode reproduce the text exactly (not inside a
+    UTF-8 character, whose bytes decode to U+FFFD)."""
+
+    def __init__(self, decode: Callable[[List[int]], str], window: int = 64) -> None:
+        self.decode = decode
+        self.window = max(1, window)
+        self.tokens: List[int] = []
+        self.anchor = 0  # decodes start at this token
+        self.kept = ""  # the text before ...
+        self.cut = 0  # ... this position of the anchored decode
+        self.text = ""
+
+    def append(self, token: int) -> str:
+        self.tokens.append(int(token))
+        self.text = self.kept + self.decode(self.tokens[self.anchor:])[self.cut:]
+        if len(self.tokens) - self.anchor > 2 * self.window:
+            self._move_anchor()
+        return self.text
+
+    def _move_anchor(self) -> None:
+        first = len(self.tokens) - self.window  # the kept text ends where this token's text begins
+        anchor = first - 1
+        before, after = self.decode(self.tokens[anchor:first]), self.decode(self.tokens[anchor:first + 1])
+        cut = len(common_prefix(before, after))
+        whole = self.decode(self.tokens[anchor:])
+        # where the token begins in the whole text: what the whole text's tail from it is
+        kept = len(self.text) - (len(whole) - cut)
+        if "\ufffd" in after or kept < 0 or self.text[kept:] != whole[cut:]:
+            return  # no clean boundary here: keep the old anchor one more token
+        self.anchor, self.kept, self.cut = anchor, self.text[:kept], cut
+
+
 class TextPieces:
     """One sequence's text pieces, fed token by token: add(token) returns the text that became
     final with it ("" if none) — text the decodes of the first n-1 and the first n tokens agree on
@@ -148,16 +203,17 @@ class TextPieces:
     out to begin one is held back until the next token says, and ``stopped`` turns True (add()
     then returns the last piece, and the sequence should end)."""
 
-    def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str] = ()) -> None:
+    def __init__(self, decode: Callable[[List[int]], str], stops: Sequence[str] = (), window: int = 64) -> None:
         self.decode, self.stops = decode, list(stops)
         self.produced: List[int] = []
         self.emitted = self.previous = ""
         self.stopped = False
+        self.text = IncrementalDecode(decode, window)  # each add()'s decode, linear in the length
 
     def add(self, token: int) -> str:
         self.produced.append(int(token))
-        decoded = self.decode(self.produced)
-        final = os.path.commonprefix([self.previous, decoded]).rstrip("\ufffd")
+        decoded = self.text.append(token)
+        final = common_prefix(self.previous, decoded).rstrip("\ufffd")
         self.previous = decoded
         if self.stops:
             cut, found = cut_at_stop(decoded, self.stops)
@@ -173,7 +229,7 @@ class TextPieces:
         text = self.decode(self.produced)
         if self.stops:
             text = cut_at_stop(text, self.stops)[0]
-        rest = text[len(os.path.commonprefix([self.emitted, text])):]
+        rest = text[len(common_prefix(self.emitted, text)):]
         self.emitted = text
         return rest
 
