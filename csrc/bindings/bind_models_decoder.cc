@@ -196,6 +196,7 @@ class PyBatchDecoder {
     model_->check_ids(prompt.data(), static_cast<long>(prompt.size()), "prompt token ids");
     GenerationOptions o = generation_options(options);
     const long V = model_->vocab_size();
+    check_penalties_and_bias(o, V);
     for (int64_t e : o.eos_token_ids) {
       if (e < 0 || e >= V) throw py::value_error("eos_token_id " + std::to_string(e) + " is out of range");
     }
@@ -388,6 +389,19 @@ void register_models_decoder(py::module_& m) {
       py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("repetition_penalty") = 1.0,
       py::arg("num_beams") = 1, py::arg("length_penalty") = 1.0, py::arg("no_repeat_ngram_size") = 0);
   m.def("generation_option_rule", &generation_option_rule, py::arg("name"));
+  m.def(
+      "check_penalties_and_bias",
+      [](double presence_penalty, double frequency_penalty, const std::vector<int64_t>& logit_bias_ids,
+         const std::vector<double>& logit_bias_values, long vocab_size) {
+        GenerationOptions o;
+        o.presence_penalty = static_cast<float>(presence_penalty);
+        o.frequency_penalty = static_cast<float>(frequency_penalty);
+        o.logit_bias_ids = logit_bias_ids;
+        o.logit_bias_values.assign(logit_bias_values.begin(), logit_bias_values.end());
+        check_penalties_and_bias(o, vocab_size);
+      },
+      py::arg("presence_penalty"), py::arg("frequency_penalty"), py::arg("logit_bias_ids"),
+      py::arg("logit_bias_values"), py::arg("vocab_size"));
   m.def("_kv_cache_reorder", &kv_cache_reorder, py::arg("k"), py::arg("v"), py::arg("source"), py::arg("num_threads"));
   m.def("_speculation_cost_guard", &speculation_cost_guard, py::arg("events"));
   m.def("_set_kept_memory_limit", &set_kept_memory_limit, py::arg("bytes"));

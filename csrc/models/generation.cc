@@ -36,6 +36,27 @@ void repetition_penalty(float penalty, const std::vector<int64_t>& prompt, const
   for (int64_t t : seen) scores[t] = scores[t] < 0 ? scores[t] * penalty : scores[t] / penalty;
 }
 
+// OpenAI's logit_bias: a fixed amount added to chosen tokens' scores (transformers'
+// SequenceBiasLogitsProcessor with one-token sequences).
+void logit_bias(const GenerationOptions& o, float* scores) {
+  for (size_t i = 0; i < o.logit_bias_ids.size(); ++i) scores[o.logit_bias_ids[i]] += o.logit_bias_values[i];
+}
+
+// OpenAI's presence and frequency penalties over the generated tokens (vLLM's reading: the
+// prompt does not count): score -= count × frequency_penalty + (count > 0) × presence_penalty.
+void presence_frequency_penalties(const GenerationOptions& o, const std::vector<int64_t>& generated, float* scores,
+                                  std::vector<int64_t>& seq) {
+  if ((o.presence_penalty == 0.0f && o.frequency_penalty == 0.0f) || generated.empty()) return;
+  seq.assign(generated.begin(), generated.end());
+  std::sort(seq.begin(), seq.end());
+  for (size_t i = 0; i < seq.size();) {
+    size_t j = i;
+    while (j < seq.size() && seq[j] == seq[i]) ++j;
+    scores[seq[i]] -= static_cast<float>(j - i) * o.frequency_penalty + o.presence_penalty;
+    i = j;
+  }
+}
+
 // NoRepeatNGramLogitsProcessor over history + generated: a token that would repeat an n-gram
 // already present gets -inf.
 void no_repeat_ngram(long n, const std::vector<int64_t>& history, const std::vector<int64_t>& generated, float* scores,
@@ -219,12 +240,14 @@ struct Request {
   std::string prefill() const { return inputs() + " (with num_beams " + std::to_string(options.num_beams) + ")"; }
 };
 
-// The logits processors in transformers' order (repetition penalty, no-repeat n-grams, bad
-// words, min new tokens, forced BOS/EOS), on raw logits (greedy, sampling) or log-probabilities
-// (beam search).
+// The logits processors in transformers' order (logit bias as its sequence_bias, repetition
+// penalty, then OpenAI's presence / frequency penalties, no-repeat n-grams, bad words, min new
+// tokens, forced BOS/EOS), on raw logits (greedy, sampling) or log-probabilities (beam search).
 void process(const GenerationOptions& o, const std::vector<int64_t>& history, const std::vector<int64_t>& generated,
              long step, float* scores, long V, std::vector<int64_t>& seq) {
+  logit_bias(o, scores);
   repetition_penalty(o.repetition_penalty, history, generated, scores);
+  presence_frequency_penalties(o, generated, scores, seq);
   no_repeat_ngram(o.no_repeat_ngram_size, history, generated, scores, seq);
   suppress_tokens(o, history, generated, scores);
   suppress_eos(o, step, scores);

@@ -1,6 +1,7 @@
 // The token-generation loop, independent of the model: greedy search, sampling (temperature,
-// top-k, top-p), repetition penalty, min/max new tokens, several EOS ids, beam search, per-token
-// log-probabilities and a per-token callback (streaming). Semantics follow Hugging Face's
+// top-k, top-p), repetition penalty, presence / frequency penalties and logit bias, min/max new
+// tokens, several EOS ids, beam search, per-token log-probabilities and a per-token callback
+// (streaming). Semantics follow Hugging Face's
 // generate() (logits processors in its order; beam search as transformers' _beam_search).
 //
 // The loop drives a StepModel: anything that turns "the current tokens" into next-token logits
@@ -54,6 +55,14 @@ struct GenerationOptions {
   long top_k = 0;         // 0: off
   float top_p = 1.0f;     // 1: off
   float repetition_penalty = 1.0f;
+  // OpenAI's penalties, over the tokens generated so far (not the prompt): a token's score loses
+  // frequency_penalty for each time it was generated and presence_penalty once if it was.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // OpenAI's logit_bias: scores[logit_bias_ids[i]] += logit_bias_values[i] (same lengths, ids in
+  // [0, V), values finite: check_sampling_penalties).
+  std::vector<int64_t> logit_bias_ids;
+  std::vector<float> logit_bias_values;
   long no_repeat_ngram_size = 0;  // 0: off
   long num_beams = 1;
   // beam search: the best n finished hypotheses per prompt; sampling: n samples per prompt
@@ -88,6 +97,10 @@ struct GenerationOptions {
     v("top_k", top_k);
     v("top_p", top_p);
     v("repetition_penalty", repetition_penalty);
+    v("presence_penalty", presence_penalty);
+    v("frequency_penalty", frequency_penalty);
+    v("logit_bias_ids", logit_bias_ids);
+    v("logit_bias_values", logit_bias_values);
     v("no_repeat_ngram_size", no_repeat_ngram_size);
     v("num_beams", num_beams);
     v("num_return_sequences", num_return_sequences);

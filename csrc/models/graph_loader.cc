@@ -67,6 +67,12 @@ struct OptionValues {
       for (const Json& x : v->array()) field.push_back(x.integer());
     }
   }
+  void operator()(const char* name, std::vector<float>& field) {
+    if (const Json* v = value(name)) {
+      field.clear();
+      for (const Json& x : v->array()) field.push_back(static_cast<float>(x.number()));
+    }
+  }
   void operator()(const char* name, std::vector<std::vector<int64_t>>& field) {
     if (const Json* v = value(name)) {
       field.clear();

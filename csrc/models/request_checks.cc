@@ -47,6 +47,7 @@ std::string generation_option_rule(const std::string& name) {
     return "an integer >= 0";
   }
   if (name == "top_k") return "an integer >= 0 (0 disables it)";
+  if (name == "presence_penalty" || name == "frequency_penalty") return "a number in [-2, 2]";
   if (name == "num_beams") return "an integer >= 1";
   if (name == "temperature" || name == "top_p" || name == "repetition_penalty" || name == "length_penalty") {
     return "a finite number";
@@ -140,8 +141,35 @@ void check_token_ids(const TransformerConfig& c, const int64_t* ids, long n, con
   }
 }
 
+void check_penalties_and_bias(const GenerationOptions& o, long V) {
+  for (const auto& [name, value] : {std::pair<const char*, float>{"presence_penalty", o.presence_penalty},
+                                    std::pair<const char*, float>{"frequency_penalty", o.frequency_penalty}}) {
+    if (!(value >= -2.0f && value <= 2.0f)) {
+      throw std::invalid_argument(std::string(name) + " must be " + generation_option_rule(name) + ", got " +
+                                  python_float_repr(value));
+    }
+  }
+  if (o.logit_bias_ids.size() != o.logit_bias_values.size()) {
+    throw std::invalid_argument("logit_bias: " + std::to_string(o.logit_bias_ids.size()) + " token ids but " +
+                                std::to_string(o.logit_bias_values.size()) + " values");
+  }
+  for (size_t i = 0; i < o.logit_bias_ids.size(); ++i) {
+    const int64_t t = o.logit_bias_ids[i];
+    if (t < 0 || t >= V) {
+      throw std::invalid_argument("logit_bias token id " + std::to_string(t) +
+                                  " is out of range; token ids must be in [0, " + std::to_string(V) + ") (vocab_size)");
+    }
+    const float b = o.logit_bias_values[i];
+    if (!(b >= -100.0f && b <= 100.0f)) {
+      throw std::invalid_argument("logit_bias of token " + std::to_string(t) +
+                                  " must be a number in [-100, 100], got " + python_float_repr(b));
+    }
+  }
+}
+
 void check_decoder_generation(const TransformerConfig& c, const std::vector<std::vector<int64_t>>& prompts,
                               GenerationOptions& o) {
+  check_penalties_and_bias(o, c.vocab_size);
   if (prompts.empty()) throw std::invalid_argument("generate() needs at least one prompt");
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (prompts[i].empty()) throw std::invalid_argument("prompt " + std::to_string(i) + " is empty");
@@ -166,6 +194,7 @@ void check_decoder_generation(const TransformerConfig& c, const std::vector<std:
 void check_seq2seq_generation(const TransformerConfig& c, const std::vector<std::vector<int64_t>>& sources,
                               GenerationOptions& o, int64_t start) {
   if (sources.empty()) throw std::invalid_argument("generate() needs at least one source");
+  check_penalties_and_bias(o, c.vocab_size);
   for (size_t i = 0; i < sources.size(); ++i) {
     if (sources[i].empty()) throw std::invalid_argument("source " + std::to_string(i) + " is empty");
     check_token_ids(c, sources[i].data(), static_cast<long>(sources[i].size()), "source token ids");

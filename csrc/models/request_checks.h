@@ -61,6 +61,11 @@ void check_encoder_inputs(const TransformerConfig& c, const int64_t* ids, const 
 // Every id of ids [n] in [0, V); what names them ("prompt token ids").
 void check_token_ids(const TransformerConfig& c, const int64_t* ids, long n, const char* what);
 
+// presence_penalty and frequency_penalty in [-2, 2] (OpenAI's range), and logit_bias: as many
+// values as ids, ids in [0, V), values in [-100, 100]. Every generating front end calls it
+// (check_decoder_generation, check_seq2seq_generation, the continuous batcher's requests).
+void check_penalties_and_bias(const GenerationOptions& o, long V);
+
 // A decoder's generate(): non-empty prompts of valid ids, EOS ids in range, prompt + max_new_tokens
 // within max_positions. An out-of-range pad id becomes 0 (it is only fed for finished rows).
 void check_decoder_generation(const TransformerConfig& c, const std::vector<std::vector<int64_t>>& prompts,

@@ -191,6 +191,10 @@ def check_generation_request(max_new_tokens: int = 20, min_new_tokens: int = 0, 
                              no_repeat_ngram_size: int = 0) -> None: ...
 # What option `name` must be, as the messages say it ("an integer >= 0", "a finite number").
 def generation_option_rule(name: str) -> str: ...
+# presence_penalty / frequency_penalty in [-2, 2], logit_bias ids in [0, vocab_size) with values in
+# [-100, 100] (ValueError otherwise; models/request_checks.h).
+def check_penalties_and_bias(presence_penalty: float, frequency_penalty: float, logit_bias_ids: List[int],
+                             logit_bias_values: List[float], vocab_size: int) -> None: ...
 
 class DecoderModel:
     def __init__(self, config: Dict[str, Any], tensors: Dict[str, Any],

@@ -9,7 +9,7 @@ retires sequences as they end. Each request's tokens are the ones ``generate()``
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from .._arguments import check_integer
 
@@ -103,17 +103,21 @@ class Batcher:
                repetition_penalty: float = 1.0, eos_token_id: Union[None, int, Sequence[int]] = None,
                seed: Optional[int] = None, return_log_probs: bool = False,
                bad_words_ids: Optional[Sequence[Sequence[int]]] = None, no_repeat_ngram_size: int = 0,
-               logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None) -> int:
+               logprobs: Optional[int] = None, prompt_logprobs: Optional[int] = None,
+               presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+               logit_bias: Optional[Mapping[int, float]] = None) -> int:
         """Queues one prompt (token ids, or a string with tokenizer.json) with generate()'s options
         for greedy search or sampling; returns the request's id (an int, unique in this Batcher).
         logprobs / prompt_logprobs (0..20, None: off): each event's BatchEvent.logprobs, and the
         first event's BatchEvent.prompt_logprobs, with that many alternatives per token (a request
-        with prompt_logprobs computes its whole prompt: no prefix reuse)."""
+        with prompt_logprobs computes its whole prompt: no prefix reuse). presence_penalty,
+        frequency_penalty and logit_bias as in generate()."""
         wants = [-1 if n is None else check_integer(name, n, 0, MAX_LOGPROBS, " or None")
                  for name, n in (("logprobs", logprobs), ("prompt_logprobs", prompt_logprobs))]
         ids, options = self._gen._request(prompt, max_new_tokens, min_new_tokens, do_sample, temperature, top_k,
                                           top_p, repetition_penalty, eos_token_id, seed, return_log_probs,
-                                          bad_words_ids, no_repeat_ngram_size)
+                                          bad_words_ids, no_repeat_ngram_size, presence_penalty,
+                                          frequency_penalty, logit_bias)
         if len(ids) + options["max_new_tokens"] > self.max_length:
             raise ValueError(f"prompt length {len(ids)} + max_new_tokens {options['max_new_tokens']} exceeds "
                              f"the batcher's max_length of {self.max_length} tokens")

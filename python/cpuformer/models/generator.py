@@ -108,6 +108,32 @@ def sequence_options(options: Dict[str, Any], num_return_sequences: Any, no_repe
     options.update(num_return_sequences=int(n), no_repeat_ngram_size=int(ngram))
 
 
+def penalty_options(options: Dict[str, Any], vocab_size: int, presence_penalty: Any, frequency_penalty: Any,
+                    logit_bias: Optional[Mapping[int, float]]) -> None:
+    """Adds OpenAI's presence / frequency penalties and logit_bias ({token id: bias}) to options;
+    their ranges ([-2, 2]; ids in the vocabulary, biases in [-100, 100]) are the C++ checks'
+    (_core.check_penalties_and_bias), which every generating call repeats."""
+    ids: List[int] = []
+    values: List[float] = []
+    if logit_bias is not None:
+        if not isinstance(logit_bias, Mapping):
+            raise TypeError(f"logit_bias must be a dict of token id -> bias, got {type(logit_bias).__name__}")
+        for token, bias in logit_bias.items():
+            if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or \
+                    not -INT64_MAX - 1 <= token <= INT64_MAX:
+                raise ValueError(f"logit_bias keys must be token ids (integers), got {token!r}")
+            if isinstance(bias, bool) or not isinstance(bias, (int, float, np.floating, np.integer)) or \
+                    (isinstance(bias, (int, np.integer)) and abs(bias) > 100):  # (beyond float: OverflowError)
+                raise ValueError(f"logit_bias of token {token} must be a number in [-100, 100], got {bias!r}")
+            ids.append(int(token))
+            values.append(float(bias))
+    presence = option_number("presence_penalty", presence_penalty)
+    frequency = option_number("frequency_penalty", frequency_penalty)
+    _core.check_penalties_and_bias(presence, frequency, ids, values, vocab_size)
+    options.update(presence_penalty=presence, frequency_penalty=frequency, logit_bias_ids=ids,
+                   logit_bias_values=values)
+
+
 class Generator(TextMixin, ModelBase):
     """A decoder-only causal LM loaded from a Hugging Face model directory.
 
@@ -218,7 +244,8 @@ class Generator(TextMixin, ModelBase):
                  kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
                  stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False,
                  num_return_sequences: int = 1, no_repeat_ngram_size: int = 0,
-                 return_scores: bool = False) -> Generated:
+                 return_scores: bool = False, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 logit_bias: Optional[Mapping[int, float]] = None) -> Generated:
         """New tokens for each prompt (list[list[int]]; EOS included when produced).
 
         prompts: a list of token ids (one prompt), a list of token-id lists (a batch; left-padded
@@ -247,6 +274,10 @@ class Generator(TextMixin, ModelBase):
         prompt; prompt i's sequences are results [i·n, i·n + n) (a list of texts even for one
         string prompt when n > 1). no_repeat_ngram_size: bans a token that would repeat an n-gram
         of the prompt and output (transformers' NoRepeatNGramLogitsProcessor).
+        presence_penalty / frequency_penalty (in [-2, 2], OpenAI's): each token's logit loses
+        presence_penalty once it has been generated and frequency_penalty for every time it has
+        (the prompt does not count); logit_bias: {token id: bias in [-100, 100]} added to the
+        logits at every step (docs/decoders.md, "Penalties and logit bias").
         return_scores=True returns a list of cpuformer.GenerationResult, one per returned sequence
         (token_ids, text, finish_reason, log_probs, score) instead of the tokens or texts
         (docs/decoders.md, "Results, scores and finish reasons"); with return_stats, (results, stats).
@@ -257,6 +288,7 @@ class Generator(TextMixin, ModelBase):
                                 repetition_penalty, num_beams, length_penalty, early_stopping, eos_token_id, seed,
                                 log_probs_needed(return_log_probs, return_scores))
         sequence_options(options, num_return_sequences, no_repeat_ngram_size)
+        penalty_options(options, self.vocab_size, presence_penalty, frequency_penalty, logit_bias)
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         self._add_options(options, kv_cache_dtype, bad_words_ids)
@@ -288,7 +320,8 @@ class Generator(TextMixin, ModelBase):
 
     def _request(self, prompt, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p,
                  repetition_penalty, eos_token_id, seed, return_log_probs, bad_words_ids,
-                 no_repeat_ngram_size) -> Tuple[List[int], Dict[str, Any]]:
+                 no_repeat_ngram_size, presence_penalty=0.0, frequency_penalty=0.0,
+                 logit_bias=None) -> Tuple[List[int], Dict[str, Any]]:
         """One Batcher request's token ids and C++ options (greedy search or sampling, checked)."""
         self._live()
         ids, _ = self._prompts(prompt)
@@ -299,6 +332,7 @@ class Generator(TextMixin, ModelBase):
         if options["max_new_tokens"] < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         sequence_options(options, 1, no_repeat_ngram_size)
+        penalty_options(options, self.vocab_size, presence_penalty, frequency_penalty, logit_bias)
         self._add_options(options, None, bad_words_ids)  # (the batcher's cache has its own type)
         return ids[0], options
 
@@ -359,12 +393,14 @@ class Generator(TextMixin, ModelBase):
         speculative: Dict[str, Any] = dict(assistant_model=None, num_assistant_tokens=None,
                                            prompt_lookup_num_tokens=None, max_matching_ngram_size=None,
                                            num_assistant_tokens_schedule="heuristic")
-        unknown = set(kwargs) - set(defaults) - set(speculative) - {"kv_cache_dtype", "bad_words_ids", "stop",
-                                                                     "no_repeat_ngram_size"}
+        penalties = dict(presence_penalty=0.0, frequency_penalty=0.0, logit_bias=None)
+        unknown = set(kwargs) - set(defaults) - set(speculative) - set(penalties) - {
+            "kv_cache_dtype", "bad_words_ids", "stop", "no_repeat_ngram_size"}
         if unknown:
             raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
-        for key in speculative:
-            speculative[key] = kwargs.pop(key, speculative[key])
+        for group in (speculative, penalties):
+            for key in group:
+                group[key] = kwargs.pop(key, group[key])
         kv_cache_dtype = kwargs.pop("kv_cache_dtype", None)
         bad_words_ids = kwargs.pop("bad_words_ids", None)
         stops = self._check_stop(kwargs.pop("stop", None))
@@ -372,6 +408,7 @@ class Generator(TextMixin, ModelBase):
         defaults.update(kwargs)
         options = self._options(return_log_probs=False, **defaults)
         sequence_options(options, 1, no_repeat_ngram_size)
+        penalty_options(options, self.vocab_size, **penalties)
         draft = speculation(self, ids, options, **speculative)
         self._add_options(options, kv_cache_dtype, bad_words_ids)
         return GenerationStream(lambda state: self._stream(model, ids, options, kind == "str", state, draft, stops))

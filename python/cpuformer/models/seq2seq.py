@@ -22,7 +22,7 @@ from ._languages import apply_languages
 from ._result import log_probs_needed
 from ._speculative import speculation
 from ._text import TextMixin
-from .generator import Generator, check_bad_words, kv_cache_code, sequence_options
+from .generator import Generator, check_bad_words, kv_cache_code, penalty_options, sequence_options
 
 PathLike = Union[str, os.PathLike]
 
@@ -100,9 +100,11 @@ class Seq2Seq(TextMixin, ModelBase):
 
     # ---- generation ------------------------------------------------------------------------
 
-    def _options(self, num_return_sequences, no_repeat_ngram_size, bad_words_ids=None, **kwargs) -> Dict[str, Any]:
+    def _options(self, num_return_sequences, no_repeat_ngram_size, bad_words_ids=None, presence_penalty=0.0,
+                 frequency_penalty=0.0, logit_bias=None, **kwargs) -> Dict[str, Any]:
         options = self._generator_options(**kwargs)
         sequence_options(options, num_return_sequences, no_repeat_ngram_size)
+        penalty_options(options, self.vocab_size, presence_penalty, frequency_penalty, logit_bias)
         options.update(decoder_start_token_id=int(self.decoder_start_token_id),
                        forced_bos_token_id=self.forced_bos_token_id, forced_eos_token_id=self.forced_eos_token_id,
                        bad_words_ids=self.bad_words_ids + check_bad_words(bad_words_ids, self.vocab_size))
@@ -119,7 +121,8 @@ class Seq2Seq(TextMixin, ModelBase):
                  kv_cache_dtype: Optional[str] = None, bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
                  stop: Union[None, str, Sequence[str]] = None, return_stats: bool = False,
                  return_scores: bool = False, tgt_lang: Optional[str] = None,
-                 src_lang: Optional[str] = None) -> Generated:
+                 src_lang: Optional[str] = None, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 logit_bias: Optional[Mapping[int, float]] = None) -> Generated:
         """Target tokens for each source (list[list[int]]; the decoder start token excluded, EOS
         included when produced), as transformers' generate() on the same model.
 
@@ -133,7 +136,8 @@ class Seq2Seq(TextMixin, ModelBase):
         prompt_lookup_num_tokens= n-gram lookup in the source and the output), return_stats and
         kv_cache_dtype (the decoder's self-attention cache) and stop strings as Generator.generate.
         num_return_sequences also takes n > 1 with sampling (n samples per source); return_scores=True
-        returns a list of cpuformer.GenerationResult as Generator.generate does.
+        returns a list of cpuformer.GenerationResult as Generator.generate does; presence_penalty,
+        frequency_penalty and logit_bias as Generator.generate (over the target's new tokens).
         tgt_lang / src_lang: language codes of a multilingual translation model (NLLB "fra_Latn",
         mBART-50 "fr_XX", M2M100 "fr", Marian "fra"; models/_languages.py): tgt_lang forces the
         target language's token first (Marian: prefixes it to the source), src_lang encodes string
@@ -141,8 +145,8 @@ class Seq2Seq(TextMixin, ModelBase):
         """
         model = self._live()
         ids, kind, forced_bos = apply_languages(self, sources, tgt_lang, src_lang)
-        options = self._options(num_return_sequences, no_repeat_ngram_size, bad_words_ids,
-                                max_new_tokens=max_new_tokens,
+        options = self._options(num_return_sequences, no_repeat_ngram_size, bad_words_ids, presence_penalty,
+                                frequency_penalty, logit_bias, max_new_tokens=max_new_tokens,
                                 min_new_tokens=min_new_tokens, do_sample=do_sample, temperature=temperature,
                                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, num_beams=num_beams,
                                 length_penalty=length_penalty, early_stopping=early_stopping,
