@@ -258,6 +258,29 @@ def test_chat_is_generator_chat(client, gen):
                                                                 max_new_tokens=5)
 
 
+def test_penalties_and_logit_bias_are_generates(client, gen):
+    """presence_penalty, frequency_penalty and logit_bias (token ids as JSON's string keys) reach
+    the batcher: a greedy answer is generate()'s with the same options, and they change it."""
+    prompt = "Once upon a time"
+    plain = gen.generate(prompt, max_new_tokens=16)
+    first = gen.generate(prompt, max_new_tokens=1, return_scores=True)[0].token_ids[0]
+    options = dict(presence_penalty=1.5, frequency_penalty=0.75, logit_bias={first: -100.0, 7: 2.5})
+    expected = gen.generate(prompt, max_new_tokens=16, **options)
+    assert expected != plain
+    body = complete(client, prompt=prompt, max_tokens=16, presence_penalty=1.5, frequency_penalty=0.75,
+                    logit_bias={str(first): -100, "7": 2.5}).json()
+    assert body["choices"][0]["text"] == expected
+    messages = [{"role": "user", "content": "Hello there"}]
+    chat = client.post("/v1/chat/completions", json=dict(model="tiny-gpt", messages=messages, max_tokens=8,
+                                                         temperature=0, logit_bias={str(first): 100})).json()
+    assert chat["choices"][0]["message"]["content"] == gen.chat(messages, max_new_tokens=8,
+                                                                logit_bias={first: 100.0})
+    sampled = dict(prompt=prompt, max_tokens=12, temperature=0.8, seed=3, presence_penalty=-1, frequency_penalty=2)
+    assert complete(client, **sampled).json()["choices"][0]["text"] == gen.generate(
+        prompt, max_new_tokens=12, do_sample=True, temperature=0.8, seed=3, presence_penalty=-1.0,
+        frequency_penalty=2.0)
+
+
 def test_streamed_completion_joins_to_the_text(client, gen):
     for prompt in PROMPTS[:3]:
         plain = complete(client, prompt=prompt, max_tokens=15).json()["choices"][0]
@@ -467,7 +490,24 @@ def test_request_errors(client):
     error_of(complete(c, prompt="a", logprobs=-1), 400, "logprobs must be >= 0, got -1", "logprobs")
     error_of(complete(c, prompt="a", logprobs=True), 400, "logprobs must be an integer, got True", "logprobs")
     error_of(complete(c, prompt="a", echo="yes"), 400, "echo must be true or false, got 'yes'", "echo")
+    for key in ("presence_penalty", "frequency_penalty"):
+        error_of(complete(c, prompt="a", **{key: 2.5}), 400, f"{key} must be in [-2, 2], got 2.5", key)
+        error_of(complete(c, prompt="a", **{key: "high"}), 400, f"{key} must be a number, got 'high'", key)
+    error_of(complete(c, prompt="a", logit_bias=[[5, 1]]), 400,
+             "logit_bias must be an object of token ids to numbers, got [[5, 1]]", "logit_bias")
+    error_of(complete(c, prompt="a", logit_bias={"cat": 1}), 400, "logit_bias keys must be token ids (digits), got "
+             "'cat'", "logit_bias")
+    error_of(complete(c, prompt="a", logit_bias={"-5": 1}), 400, "logit_bias keys must be token ids (digits), got "
+             "'-5'", "logit_bias")
+    error_of(complete(c, prompt="a", logit_bias={str(VOCAB): 1}), 400,
+             f"logit_bias token id {VOCAB} is out of range [0, {VOCAB})", "logit_bias")
+    error_of(complete(c, prompt="a", logit_bias={"5": 101}), 400,
+             "logit_bias of token 5 must be a number in [-100, 100], got 101", "logit_bias")
+    error_of(complete(c, prompt="a", logit_bias={"5": True}), 400,
+             "logit_bias of token 5 must be a number in [-100, 100], got True", "logit_bias")
     chat = dict(model="tiny-gpt", messages=[{"role": "user", "content": "a"}], max_tokens=2)
+    error_of(c.post("/v1/chat/completions", json=dict(chat, logit_bias={"5": -101})), 400,
+             "logit_bias of token 5 must be a number in [-100, 100], got -101", "logit_bias")
     error_of(c.post("/v1/chat/completions", json=dict(chat, echo=True)), 400,
              "echo is not supported by cpuformer serve", "echo", "unsupported_parameter")
     error_of(c.post("/v1/chat/completions", json=dict(chat, logprobs=2)), 400, "logprobs must be true or false, got 2",
@@ -766,6 +806,158 @@ def test_concurrent_embeddings_are_batched(enc):
         np.testing.assert_allclose(got, enc.embed(x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def ce(enc_dir, tmp_path_factory):
+    """A tiny random cross-encoder (BertForSequenceClassification, one label) on the tiny
+    encoder's vocabulary and tokenizer, its scores spread apart."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with open(os.path.join(enc_dir, "config.json")) as f:
+        config = json.load(f)
+    torch.manual_seed(3)
+    model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], num_labels=1,
+        num_hidden_layers=config["num_hidden_layers"], num_attention_heads=config["num_attention_heads"],
+        intermediate_size=config["intermediate_size"], max_position_embeddings=config["max_position_embeddings"]))
+    with torch.no_grad():
+        model.classifier.weight.normal_(0.0, 8.0)
+    directory = tmp_path_factory.mktemp("serve") / "tiny-ce"
+    model.save_pretrained(directory)
+    with open(os.path.join(enc_dir, "tokenizer.json"), "rb") as src, open(directory / "tokenizer.json", "wb") as dst:
+        dst.write(src.read())
+    with cf.load(directory) as loaded:
+        yield loaded
+
+
+DOCUMENTS = ["t7 t8 t9", "t1", "t20 t21 t22 t23 t24", "t5 t6", "t11 t3 t3 t9", "t40 t41"]
+
+
+def test_rerank_is_score_sorted(ce):
+    """/v1/rerank (and /rerank, /v2/rerank) answer Cohere's and Jina's shape: the documents by
+    Encoder.score of (query, document), highest first; top_n, return_documents, {"text"} items."""
+    expected = ce.score([("t5 t9", d) for d in DOCUMENTS])
+    assert np.ptp(expected) > 1e-3  # spread: the order means something
+    order = [int(i) for i in np.argsort(-expected, kind="stable")]
+    app = serve.create_app(ce, model_name="ce")
+    try:
+        with TestClient(app) as c:
+            for path in ("/v1/rerank", "/rerank", "/v2/rerank"):
+                body = c.post(path, json={"model": "ce", "query": "t5 t9", "documents": DOCUMENTS}).json()
+                assert [r["index"] for r in body["results"]] == order
+                np.testing.assert_allclose([r["relevance_score"] for r in body["results"]], expected[order],
+                                           rtol=1e-5, atol=1e-6)
+                assert [r["document"]["text"] for r in body["results"]] == [DOCUMENTS[i] for i in order]
+                assert body["model"] == "ce" and body["id"].startswith("rerank-")
+                tokens = sum(len(ids) for ids in ce.tokenizer.encode_batch([("t5 t9", d) for d in DOCUMENTS]))
+                assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+            body = c.post("/v1/rerank", json={"model": "ce", "query": "t5 t9", "top_n": 2, "return_documents": False,
+                                              "documents": [{"text": d} for d in DOCUMENTS]}).json()
+            assert body["results"] == [{"index": i, "relevance_score": pytest.approx(float(expected[i]), rel=1e-5,
+                                                                                      abs=1e-6)} for i in order[:2]]
+            assert len(c.post("/v1/rerank", json={"model": "ce", "query": "q", "documents": ["a"],
+                                                   "top_n": 50}).json()["results"]) == 1
+            # a cross-encoder still embeds (its base model's pooled states)
+            assert c.post("/v1/embeddings", json={"model": "ce", "input": "t5"}).status_code == 200
+            error_of(c.post("/v1/completions", json={"model": "ce", "prompt": "a"}), 400,
+                     "(use /v1/embeddings and /v1/rerank)", "model", "wrong_model_kind")
+            rerank = dict(model="ce", query="q", documents=["a"])
+            error_of(c.post("/v1/rerank", json=dict(rerank, query="")), 400, "query must be a non-empty string, got ''",
+                     "query")
+            error_of(c.post("/v1/rerank", json=dict(rerank, query=["q"])), 400, "query must be a non-empty string",
+                     "query")
+            error_of(c.post("/v1/rerank", json=dict(rerank, documents=[])), 400,
+                     "documents must be a non-empty list of strings", "documents")
+            error_of(c.post("/v1/rerank", json=dict(rerank, documents="a")), 400,
+                     "documents must be a non-empty list of strings", "documents")
+            error_of(c.post("/v1/rerank", json=dict(rerank, documents=["a", 5])), 400,
+                     "documents[1] must be a non-empty string or an object with a non-empty 'text', got 5", "documents")
+            error_of(c.post("/v1/rerank", json=dict(rerank, documents=[{"txt": "a"}])), 400,
+                     "documents[0] must be a non-empty string or an object", "documents")
+            error_of(c.post("/v1/rerank", json=dict(rerank, documents=["a"] * 2049)), 400,
+                     "documents holds 2049 items; at most 2048 per request", "documents")
+            error_of(c.post("/v1/rerank", json=dict(rerank, top_n=0)), 400, "top_n must be >= 1, got 0", "top_n")
+            error_of(c.post("/v1/rerank", json=dict(rerank, top_n="2")), 400, "top_n must be an integer, got '2'",
+                     "top_n")
+            error_of(c.post("/v1/rerank", json=dict(rerank, return_documents="no")), 400,
+                     "return_documents must be true or false, got 'no'", "return_documents")
+            error_of(c.post("/v1/rerank", json=dict(rerank, model="other")), 404, "the model 'other' does not exist",
+                     "model", "model_not_found")
+            metrics = c.get("/metrics").text
+            assert 'cpuformer_requests_total{endpoint="/v1/rerank",status="200"}' in metrics
+    finally:
+        app.state.close()
+
+
+def test_random_rerank_bodies_get_an_answer_or_an_error(ce):
+    rng = np.random.default_rng(1)
+    fields = ["model", "query", "documents", "top_n", "return_documents", "user"]
+    app = serve.create_app(ce, model_name="ce")
+    try:
+        with TestClient(app) as c:
+            for _ in range(150):
+                body = {"model": "ce", "query": "t5", "documents": ["t1 t2", "t3"]}
+                for _ in range(int(rng.integers(1, 3))):
+                    body[fields[int(rng.integers(len(fields)))]] = _wild(rng)
+                raw = json.dumps(body if rng.random() < 0.95 else _wild(rng), allow_nan=True).encode()
+                response = c.post("/v1/rerank", content=raw, headers={"content-type": "application/json"})
+                assert response.status_code in (200, 400, 404), (raw[:300], response.text[:300])
+                if response.status_code != 200:
+                    message = response.json()["error"]["message"]
+                    assert not any(p in message for p in _PYTHON_ERRORS), (raw[:300], message)
+                else:
+                    assert isinstance(response.json()["results"], list)
+            assert c.get("/health").status_code == 200
+    finally:
+        app.state.close()
+
+
+def test_rerank_needs_a_cross_encoder(client, enc_client):
+    body = dict(model="tiny-gpt", query="q", documents=["a"])
+    error_of(client.post("/v1/rerank", json=body), 400, "/v1/rerank needs a cross-encoder (a "
+             "...ForSequenceClassification checkpoint with one label); 'tiny-gpt' is a Generator (use /v1/completions "
+             "and /v1/chat/completions)", "model", "wrong_model_kind")
+    error_of(enc_client.post("/rerank", json=dict(body, model="bert")), 400, "'bert' is an Encoder without a one-label "
+             "sequence-classification head (use /v1/embeddings)", "model", "wrong_model_kind")
+
+
+def test_concurrent_reranks_are_batched(ce):
+    """Rerank requests that wait while the worker is busy go into one score call; each gets its
+    own documents' scores."""
+    app = serve.create_app(ce, model_name="ce", max_batch=64)
+    release = threading.Event()
+    queries = [f"t{i} t{i + 3}" for i in range(8)]
+    try:
+        with Running(app) as running:
+            engine = app.state.engine
+            engine.submit(serve._Job("run", lambda: release.wait(30)))  # holds the worker
+            results = {}
+
+            def send(i):
+                with httpx.Client(base_url=running.url, timeout=60) as h:
+                    results[i] = h.post("/v1/rerank", json={"model": "ce", "query": queries[i],
+                                                            "documents": DOCUMENTS[:i % 4 + 2]}).json()
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(queries))]
+            for t in threads:
+                t.start()
+            deadline = time.time() + 30
+            while engine.depth < len(queries):
+                assert time.time() < deadline, engine.depth
+                time.sleep(0.01)
+            release.set()
+            for t in threads:
+                t.join(60)
+            text = httpx.get(running.url + "/metrics").text
+    finally:
+        release.set()
+    assert metric(text, "cpuformer_batch_size_count") == 1  # one score call for all eight requests
+    assert metric(text, "cpuformer_batch_size_sum") == sum(i % 4 + 2 for i in range(len(queries)))
+    for i, query in enumerate(queries):
+        expected = ce.score([(query, d) for d in DOCUMENTS[:i % 4 + 2]])
+        got = {r["index"]: r["relevance_score"] for r in results[i]["results"]}
+        np.testing.assert_allclose([got[j] for j in range(len(expected))], expected, rtol=1e-5, atol=1e-6)
+
+
 def test_a_failing_input_does_not_fail_its_batch():
     """When a batched embed call fails, each request is embedded alone: only the bad one fails."""
     calls = []
@@ -943,6 +1135,10 @@ def test_openai_client(live, enc_live, gen, enc):
                                             logprobs=True, top_logprobs=3)
     assert len(scored.choices[0].logprobs.content) == chat.usage.completion_tokens
     assert all(len(t.top_logprobs) == 3 and t.logprob <= 0 for t in scored.choices[0].logprobs.content)
+    penalised = client.completions.create(model="tiny-gpt", prompt="The cat sat", max_tokens=10, temperature=0,
+                                          presence_penalty=1.0, frequency_penalty=0.5, logit_bias={"7": 3})
+    assert penalised.choices[0].text == gen.generate("The cat sat", max_new_tokens=10, presence_penalty=1.0,
+                                                     frequency_penalty=0.5, logit_bias={7: 3})
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="gpt-4", prompt="a", max_tokens=2)
     with pytest.raises(openai.BadRequestError, match="max_tokens must be at least 1"):  # 0 without echo

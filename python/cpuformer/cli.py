@@ -533,7 +533,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     kind, name = _model_kind(args.model_dir)
     if kind not in ("decoder", "encoder"):
         raise UserError(f"{args.model_dir} holds {name}, {KIND_TEXT[kind]}; `cpuformer serve` serves decoders "
-                        "(completions, chat) and encoders (embeddings)")
+                        "(completions, chat) and encoders (embeddings; rerank for cross-encoders)")
     with _open_model(args.model_dir, kind, "serve", args.dtype, args.threads, _quantization(args)) as model:
         serve.serve(model, host=args.host, port=args.port, model_name=args.model_name, max_batch=args.max_batch,
                     max_queue=args.max_queue, max_body=args.max_body, log_level=args.log_level,
@@ -1212,7 +1212,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     srv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server for a model (needs cpuformer[serve])",
                          description="Serves a decoder (/v1/completions, /v1/chat/completions) or an encoder "
-                                     "(/v1/embeddings) model directory over an OpenAI-compatible HTTP API, with "
+                                     "(/v1/embeddings; a cross-encoder also /v1/rerank) model directory over an "
+                                     "OpenAI-compatible HTTP API, with "
                                      "/v1/models, /health and /metrics (docs/serving.md). Needs FastAPI and "
                                      "uvicorn: pip install \"cpuformer[serve]\".")
     srv.add_argument("model_dir", metavar="MODEL_DIR", help="Hugging Face model directory")

@@ -7,8 +7,9 @@ Shape: the HTTP handlers check and tokenize each request on the event loop's sid
 to the Engine, which owns the model: one request queue (at most ``max_queue`` waiting requests; a
 full queue is answered 429 at once) and one worker thread. A decoder's sequences run through a
 continuous Batcher (the C++ BatchDecoder: up to ``max_batch`` sequences share every forward pass,
-joining and leaving at token boundaries); an encoder's embedding jobs that wait together are
-embedded in one Encoder.embed call of up to ``max_batch`` inputs (dynamic batching).
+joining and leaving at token boundaries); an encoder's embedding jobs (a cross-encoder's rerank
+jobs) that wait together run in one Encoder.embed (Encoder.score) call of up to ``max_batch``
+inputs (dynamic batching).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from .models._text import StopWatch, TextPieces, cut_at_stop
 
 #: Default request-body limit in bytes (--max-body).
 MAX_BODY = 10 * 1024 * 1024
-_ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings")
+_RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
+_ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
+              *_RERANK_PATHS)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
@@ -127,11 +130,11 @@ class Metrics:
                      "# HELP cpuformer_worker_busy 1 while the worker runs a job.",
                      "# TYPE cpuformer_worker_busy gauge",
                      f"cpuformer_worker_busy {int(busy)}",
-                     "# HELP cpuformer_batch_size Sequences per model call (embeddings: inputs per embed call).",
+                     "# HELP cpuformer_batch_size Sequences per model call (embeddings, rerank: inputs per call).",
                      "# TYPE cpuformer_batch_size histogram", *self.batch.lines("cpuformer_batch_size")]
             for name, value, text in (
                     ("cpuformer_generated_tokens_total", self.generated_tokens, "Tokens generated."),
-                    ("cpuformer_prompt_tokens_total", self.prompt_tokens, "Prompt (and embedding input) tokens."),
+                    ("cpuformer_prompt_tokens_total", self.prompt_tokens, "Prompt (embedding, rerank input) tokens."),
                     ("cpuformer_cancelled_total", self.cancelled, "Generations stopped by a client disconnect."),
                     ("cpuformer_rejected_total", self.rejected, "Requests refused with 429 (queue full)."),
                     ("cpuformer_prefix_reused_tokens_total", self.prefix_reused_tokens,
@@ -157,7 +160,8 @@ class _Job:
         # "generate": one sequence (ids, generate() options with stop) through the Batcher; its
         # result is (text, finish_reason, completion tokens, scored tokens or None), or with put,
         # put(piece) per text piece (a _Piece with logprobs) then put((finish_reason, completion
-        # tokens)). "embed": inputs, batched. "run": run().
+        # tokens)). "embed": inputs, batched; "score": (query, document) pairs, batched.
+        # "run": run().
         self.kind = kind
         self.run = run
         self.inputs = inputs or []
@@ -169,6 +173,9 @@ class _Job:
         self.result: Any = None
         self.error: Optional[BaseException] = None
         self.callbacks: List[Callable[[], None]] = []
+
+
+_BATCHED = ("embed", "score")  # job kinds whose waiting jobs run in one call
 
 
 class _Piece:
@@ -336,12 +343,11 @@ class Engine:
                     jobs, self._jobs = list(self._jobs), collections.deque()
                 else:
                     jobs = [self._jobs.popleft()]
-                    if jobs[0].kind == "embed":  # dynamic batching: the embed jobs that wait, same input type
+                    if jobs[0].kind in _BATCHED:  # dynamic batching: the jobs of that kind that wait
                         size = len(jobs[0].inputs)
-                        kind = isinstance(jobs[0].inputs[0], str)
-                        while self._jobs and self._jobs[0].kind == "embed" and \
-                                isinstance(self._jobs[0].inputs[0], str) == kind and \
-                                size + len(self._jobs[0].inputs) <= self.max_batch:
+                        kind = (jobs[0].kind, isinstance(jobs[0].inputs[0], str))  # (embed: same input type)
+                        while self._jobs and (self._jobs[0].kind, isinstance(self._jobs[0].inputs[0], str)) == kind \
+                                and size + len(self._jobs[0].inputs) <= self.max_batch:
                             size += len(self._jobs[0].inputs)
                             jobs.append(self._jobs.popleft())
                 self.busy = True
@@ -349,8 +355,8 @@ class Engine:
             try:
                 if self.batcher is not None:
                     self._generation_step(jobs)
-                elif jobs[0].kind == "embed":
-                    self._run_embeddings([j for j in jobs if not j.cancelled.is_set()])
+                elif jobs[0].kind in _BATCHED:
+                    self._run_batched([j for j in jobs if not j.cancelled.is_set()])
                 else:
                     self._run_one(jobs[0])
             finally:
@@ -423,18 +429,21 @@ class Engine:
         except BaseException as error:  # handed to the request
             self._finish(job, error=error)
 
-    def _run_embeddings(self, jobs: List[_Job]) -> None:
+    def _run_batched(self, jobs: List[_Job]) -> None:
+        """The inputs of every job in one Encoder.embed (embed jobs) or Encoder.score (score jobs)
+        call; each job gets its rows."""
         if not jobs:
             return
+        method = self.model.embed if jobs[0].kind == "embed" else self.model.score
         inputs = [x for job in jobs for x in job.inputs]
         self.metrics.observe_batch(len(inputs))
         try:
-            vectors = self.model.embed(inputs, batch_size=max(self.max_batch, 1))
+            vectors = method(inputs, batch_size=max(self.max_batch, 1))
         except BaseException as error:
             if len(jobs) == 1:
                 return self._finish(jobs[0], error=error)
             for job in jobs:  # one bad input must not fail the others: run each alone
-                self._run_one(_with_run(job, lambda job=job: self.model.embed(job.inputs, batch_size=self.max_batch)))
+                self._run_one(_with_run(job, lambda job=job: method(job.inputs, batch_size=self.max_batch)))
             return
         start = 0
         for job in jobs:
@@ -547,6 +556,8 @@ class _Server:
                 raise ValueError(f"cpuformer serve needs a decoder's tokenizer (the API answers with text): {error}") \
                     from None
         self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
+        # A cross-encoder (one score per pair) also answers /v1/rerank.
+        self.reranker = self.encoder and model.task == "sequence_classification" and len(model.labels) == 1
         self.metrics = Metrics()
         try:
             self.engine = Engine(model, max_batch, max_queue, self.metrics, **engine)
@@ -566,18 +577,25 @@ class _Server:
         if name != self.model_name:
             raise APIError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
+        other = "/v1/completions and /v1/chat/completions" if self.decoder else \
+            "/v1/embeddings and /v1/rerank" if self.reranker else "/v1/embeddings"
+        if endpoint in _RERANK_PATHS:
+            if not self.reranker:
+                what = f"a {type(self.model).__name__}" if not self.encoder else \
+                    "an Encoder without a one-label sequence-classification head"
+                raise _bad(f"{endpoint} needs a cross-encoder (a ...ForSequenceClassification checkpoint with one "
+                           f"label); {self.model_name!r} is {what} (use {other})", "model", code="wrong_model_kind")
+            return
         wants = "an encoder (embedding) model" if endpoint == "/v1/embeddings" else "a decoder (text generation) model"
         fits = self.encoder if endpoint == "/v1/embeddings" else self.decoder
         if not fits:
-            other = "/v1/completions and /v1/chat/completions" if self.decoder else "/v1/embeddings"
             raise _bad(f"{endpoint} needs {wants}; {self.model_name!r} is a {type(self.model).__name__} "
                        f"(use {other})", "model", code="wrong_model_kind")
 
     # -- generation ----------------------------------------------------------------------------
 
     def generation_options(self, body: Dict[str, Any], chat: bool, prompt_len: int) -> Dict[str, Any]:
-        unsupported = [("suffix", None), ("best_of", 1), ("presence_penalty", 0), ("frequency_penalty", 0),
-                       ("logit_bias", None), ("tools", None)]
+        unsupported = [("suffix", None), ("best_of", 1), ("tools", None)]
         for key, default in unsupported + ([("echo", False)] if chat else []):
             value = body.get(key)
             if value is not None and value != default:
@@ -607,6 +625,15 @@ class _Server:
             options["score_only"] = True
         if temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
+        for key in ("presence_penalty", "frequency_penalty"):
+            penalty = _float(body, key, 0.0)
+            if not -2 <= penalty <= 2:
+                raise _bad(f"{key} must be in [-2, 2], got {penalty}", key)
+            if penalty:
+                options[key] = penalty
+        bias = self.logit_bias(body.get("logit_bias"))
+        if bias:
+            options["logit_bias"] = bias
         if echo:
             options["echo"] = True
         if logprobs is not None:
@@ -615,6 +642,27 @@ class _Server:
             if echo:
                 options["prompt_logprobs"] = logprobs
         return options
+
+    def logit_bias(self, value: Any) -> Dict[int, float]:
+        """OpenAI's ``logit_bias``: an object of token ids (as strings: JSON's keys) to biases in
+        [-100, 100], added to those tokens' logits at every step."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise _bad(f"logit_bias must be an object of token ids to numbers, got {value!r}", "logit_bias")
+        bias: Dict[int, float] = {}
+        vocab = self.model.vocab_size
+        for key, number in value.items():
+            if not (key.isascii() and key.isdigit()):
+                raise _bad(f"logit_bias keys must be token ids (digits), got {key!r}", "logit_bias")
+            token = int(key)
+            if token >= vocab:
+                raise _bad(f"logit_bias token id {token} is out of range [0, {vocab})", "logit_bias")
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or not -100 <= number <= 100:
+                raise _bad(f"logit_bias of token {token} must be a number in [-100, 100], got {number!r}",
+                           "logit_bias")
+            bias[token] = float(number)
+        return bias
 
     def logprob_options(self, body: Dict[str, Any], chat: bool) -> Tuple[Optional[int], bool]:
         """(alternatives per token, or None for no log-probabilities; echo). Completions:
@@ -736,6 +784,36 @@ class _Server:
             raise _bad(f"dimensions must be {self.dimensions} (the model's; no truncation), "
                        f"got {dimensions!r}", "dimensions")
         return inputs, tokens
+
+
+    # -- rerank ----------------------------------------------------------------------------------
+
+    def rerank_inputs(self, body: Dict[str, Any]) -> Tuple[List[Tuple[str, str]], Optional[int], bool, int]:
+        """(the (query, document) pairs, top_n or None, return_documents, tokens) of a rerank
+        request: ``query`` a string, ``documents`` strings or {"text": ...} objects (Cohere's and
+        Jina's shapes)."""
+        query = body.get("query")
+        if not isinstance(query, str) or not query:
+            raise _bad(f"query must be a non-empty string, got {query!r}", "query")
+        documents = body.get("documents")
+        if not isinstance(documents, list) or not documents:
+            raise _bad("documents must be a non-empty list of strings", "documents")
+        if len(documents) > 2048:
+            raise _bad(f"documents holds {len(documents)} items; at most 2048 per request", "documents")
+        texts = []
+        for i, document in enumerate(documents):
+            text = document.get("text") if isinstance(document, dict) else document
+            if not isinstance(text, str) or not text:
+                raise _bad(f"documents[{i}] must be a non-empty string or an object with a non-empty 'text', "
+                           f"got {document!r}", "documents")
+            texts.append(text)
+        top_n = _integer(body, "top_n", None, 1)
+        returned = body.get("return_documents", True)
+        if not isinstance(returned, bool):
+            raise _bad(f"return_documents must be true or false, got {returned!r}", "return_documents")
+        pairs = [(query, text) for text in texts]
+        tokens = sum(min(len(ids), self.model.max_tokens) for ids in self.tokenizer().encode_batch(pairs))
+        return pairs, top_n, returned, tokens
 
 
 async def _read_body(request: Any, max_body: int) -> bytes:
@@ -981,9 +1059,30 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
                                    separators=(",", ":")), media_type="application/json")
 
+    def reranker(path: str) -> Callable[[Any], Any]:
+        async def rerank(request: Any) -> Any:
+            with _bad_input(model_path, model_name):
+                return await reranking(request, path)
+        return rerank
+
+    async def reranking(request: Any, path: str) -> Any:
+        def prepare(raw: bytes) -> Tuple[List[Tuple[str, str]], Optional[int], bool, int]:
+            body = _parse_json(raw)
+            server.check_model(body, path)
+            return server.rerank_inputs(body)
+
+        pairs, top_n, returned, tokens = await run_in_threadpool(prepare, await _read_body(request, max_body))
+        scores = await _wait(server.engine.submit(_Job("score", inputs=pairs)))
+        server.metrics.add(prompt_tokens=tokens)
+        order = sorted(range(len(pairs)), key=lambda i: -float(scores[i]))[:top_n]
+        results = [dict({"index": i, "relevance_score": float(scores[i])},
+                        **({"document": {"text": pairs[i][1]}} if returned else {})) for i in order]
+        return {"id": f"rerank-{uuid.uuid4().hex}", "model": model_name, "results": results,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
     # The annotation FastAPI reads to pass the Request (this module's annotations are strings).
     for path, handler in (("/v1/completions", completions), ("/v1/chat/completions", chat_completions),
-                          ("/v1/embeddings", embeddings)):
+                          ("/v1/embeddings", embeddings), *((p, reranker(p)) for p in _RERANK_PATHS)):
         handler.__annotations__["request"] = fastapi.Request
         app.post(path)(handler)
     return _Timed(app, server.metrics)
