@@ -32,7 +32,7 @@ LAYERS = [
     {"models"},
     {"api"},
     {""},  # the package itself (cpuformer/__init__.py)
-    {"cli", "_bench", "__main__", "serve", "_logprobs", "ray"},
+    {"cli", "_bench", "__main__", "serve", "_logprobs", "_tools", "ray"},
 ]
 
 

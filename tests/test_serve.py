@@ -9,6 +9,7 @@ import base64
 import builtins
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -542,6 +543,7 @@ _WILD = [None, True, False, 0, 1, -1, 2 ** 31, 2 ** 63, 2 ** 64, -2 ** 63, 10 **
 _FIELDS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
            "seed", "n", "stop", "stream", "stream_options", "logprobs", "echo", "suffix", "best_of",
            "presence_penalty", "frequency_penalty", "logit_bias", "tools", "top_logprobs", "user", "input",
+           "tool_choice", "parallel_tool_calls", "response_format",
            "encoding_format", "dimensions"]
 
 
@@ -956,6 +958,204 @@ def test_concurrent_reranks_are_batched(ce):
         expected = ce.score([(query, d) for d in DOCUMENTS[:i % 4 + 2]])
         got = {r["index"]: r["relevance_score"] for r in results[i]["results"]}
         np.testing.assert_allclose([got[j] for j in range(len(expected))], expected, rtol=1e-5, atol=1e-6)
+
+
+# A hermes-style template (as Qwen2.5's): the tools in the system turn, calls as <tool_call> blocks.
+HERMES = (
+    "{%- if tools %}<|im_start|>system\nYou may call these functions:\n<tools>\n"
+    "{%- for t in tools %}{{ t | tojson }}\n{% endfor %}</tools>\n"
+    "Answer a call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call><|im_end|>\n{% endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' and m.tool_calls %}<|im_start|>assistant\n"
+    "{%- for c in m.tool_calls %}<tool_call>{\"name\": \"{{ c.function.name }}\", \"arguments\": "
+    "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}<|im_end|>\n"
+    "{%- elif m.role == 'tool' %}<|im_start|>user\n<tool_response>{{ m.content }}</tool_response><|im_end|>\n"
+    "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                          "required": ["city"]}}}]
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def tool_gen(gen_dir, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("serve") / "tiny-tools"
+    shutil.copytree(gen_dir, directory)
+    write_config(directory, HERMES)
+    with cf.load(directory) as model:
+        yield model
+
+
+class Scripted:
+    """An app's batcher whose requests produce a script's tokens (then end with EOS) instead of the
+    random model's: what a trained model would write. The real batcher runs underneath (EOS
+    disabled, so it does not end a request first)."""
+
+    def __init__(self, batcher, tokens):
+        self.batcher, self.tokens, self.at = batcher, tokens, {}
+
+    def __getattr__(self, name):
+        return getattr(self.batcher, name)
+
+    def submit(self, ids, **options):
+        request = self.batcher.submit(ids, **dict(options, eos_token_id=[]))
+        self.at[request] = 0
+        return request
+
+    def step(self):
+        out = []
+        for event in self.batcher.step():
+            i = self.at[event.request]
+            self.at[event.request] = i + 1
+            last = i == len(self.tokens) - 1
+            if last:
+                self.batcher.cancel(event.request)
+            out.append(event._replace(token=self.tokens[i], finish_reason="eos" if last else None))
+        return out
+
+
+def scripted_app(model, reply, **options):
+    app = serve.create_app(model, model_name="tiny-gpt", **options)
+    engine = app.state.engine
+    engine.batcher = Scripted(engine.batcher, model.tokenizer.encode(reply, add_special_tokens=False))
+    return app
+
+
+def test_tool_calls(tool_gen):
+    """A reply in the template's call format comes back as OpenAI tool_calls (finish_reason
+    "tool_calls"), streamed or not; text before the call is the content; a plain reply stays
+    content; the conversation continues with the call and its result."""
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    chat = dict(model="tiny-gpt", messages=messages, tools=TOOLS, max_tokens=200, temperature=0)
+    for reply, content in ((CALL, None), ("Let me see." + CALL, "Let me see.")):
+        app = scripted_app(tool_gen, reply)
+        with TestClient(app) as c:
+            body = c.post("/v1/chat/completions", json=chat).json()
+            (choice,) = body["choices"]
+            assert choice["finish_reason"] == "tool_calls"
+            message = choice["message"]
+            assert message["content"] == content and message["role"] == "assistant"
+            (call,) = message["tool_calls"]
+            assert call["type"] == "function" and call["id"].startswith("call_")
+            assert call["function"]["name"] == "get_weather"
+            assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+            chunks = events(c.post("/v1/chat/completions", json=dict(chat, stream=True)).text)
+            deltas = [ch["choices"][0]["delta"] for ch in chunks]
+            streamed = "".join(d.get("content") or "" for d in deltas)
+            assert streamed.strip() == (content or "")
+            calls = [t for d in deltas for t in d.get("tool_calls", [])]
+            got = [(t["index"], t["function"]["name"], json.loads(t["function"]["arguments"])) for t in calls]
+            assert got == [(0, "get_weather", {"city": "Paris"})]
+            assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        app.state.close()
+    app = scripted_app(tool_gen, "It is sunny.")
+    with TestClient(app) as c:
+        body = c.post("/v1/chat/completions", json=chat).json()
+        assert body["choices"][0]["message"] == {"role": "assistant", "content": "It is sunny."}
+        assert body["choices"][0]["finish_reason"] == "stop"
+        chunks = events(c.post("/v1/chat/completions", json=dict(chat, stream=True)).text)
+        assert "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks) == "It is sunny."
+    app.state.close()
+    # two calls; parallel_tool_calls: false keeps the first
+    app = scripted_app(tool_gen, CALL + CALL.replace("Paris", "Rome"))
+    with TestClient(app) as c:
+        calls = c.post("/v1/chat/completions", json=chat).json()["choices"][0]["message"]["tool_calls"]
+        assert [json.loads(t["function"]["arguments"])["city"] for t in calls] == ["Paris", "Rome"]
+        calls = c.post("/v1/chat/completions", json=dict(chat, parallel_tool_calls=False)).json()
+        assert len(calls["choices"][0]["message"]["tool_calls"]) == 1
+    app.state.close()
+
+
+def test_tool_conversation_renders_as_transformers(tool_gen):
+    """The prompt with tools, an assistant turn's calls (arguments as JSON text, content null) and
+    a tool result is transformers' apply_chat_template of the same conversation (arguments as
+    objects, as its templates read them)."""
+    transformers = pytest.importorskip("transformers")
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}]
+    app = serve.create_app(tool_gen, model_name="tiny-gpt")
+    try:
+        server = app.state.server
+        ids = server.chat_prompt({"messages": json.loads(json.dumps(messages))}, TOOLS)
+        hf = transformers.AutoTokenizer.from_pretrained(str(tool_gen._model_dir.path))
+        objects = json.loads(json.dumps(messages))
+        objects[1]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}
+        text = hf.apply_chat_template(objects, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+        assert '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' in text
+        assert tool_gen.tokenizer.decode(ids, skip_special_tokens=False) == text
+        with TestClient(app) as c:
+            body = c.post("/v1/chat/completions", json=dict(model="tiny-gpt", messages=messages, tools=TOOLS,
+                                                             max_tokens=3, temperature=0))
+            assert body.status_code == 200
+            assert body.json()["usage"]["prompt_tokens"] == len(ids)
+    finally:
+        app.state.close()
+
+
+def test_tool_errors(tool_gen, client):
+    chat = dict(model="tiny-gpt", messages=[{"role": "user", "content": "a"}], max_tokens=2, tools=TOOLS)
+    app = serve.create_app(tool_gen, model_name="tiny-gpt")
+    try:
+        with TestClient(app) as c:
+            for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+                error_of(c.post("/v1/chat/completions", json=dict(chat, tool_choice=choice)), 400,
+                         "is not supported (it needs decoding constrained to a call", "tool_choice",
+                         "unsupported_parameter")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, tools=[])), 400, "tools must be a non-empty list",
+                     "tools")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, tools=[{"type": "code"}])), 400,
+                     'tools[0] must be {"type": "function", "function": {...}}', "tools")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, tools=[{"type": "function", "function": {}}])),
+                     400, "tools[0].function.name must be a non-empty string", "tools")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, tools=[
+                {"type": "function", "function": {"name": "f", "parameters": [1]}}])), 400,
+                "tools[0].function.parameters must be a JSON-schema object", "tools")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, parallel_tool_calls="yes")), 400,
+                     "parallel_tool_calls must be true or false, got 'yes'", "parallel_tool_calls")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, tools=None, tool_choice="required")), 400,
+                     "tool_choice needs tools", "tool_choice")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, stream=True, logprobs=True)), 400,
+                     "logprobs with tools are not supported with stream: true", "logprobs")
+            bad_call = [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]
+            error_of(c.post("/v1/chat/completions", json=dict(chat, messages=bad_call)), 400,
+                     "a tool call's function.arguments must be JSON text, got '{not json'", "messages")
+            # tool_choice "none": the tools stay out of the prompt, the reply is content
+            assert c.post("/v1/chat/completions", json=dict(chat, tool_choice="none")).status_code == 200
+            error_of(c.post("/v1/chat/completions", json=dict(chat, response_format={"type": "json_object"})), 400,
+                     "response_format {'type': 'json_object'} is not supported by cpuformer serve", "response_format",
+                     "unsupported_parameter")
+            assert c.post("/v1/chat/completions", json=dict(chat, response_format={"type": "text"})).status_code == 200
+            error_of(c.post("/v1/completions", json=dict(model="tiny-gpt", prompt="a", tools=TOOLS)), 400,
+                     "tools is not supported by cpuformer serve", "tools", "unsupported_parameter")
+    finally:
+        app.state.close()
+    # a template without a call format (ChatML): refused, unless the server is told the format
+    error_of(client.post("/v1/chat/completions", json=chat), 400, "tools need a chat template that asks for tool "
+             "calls in a format cpuformer serve reads (hermes, llama3_json, mistral); this model's does not name one; "
+             "start the server with --tool-call-parser FORMAT", "tools", "unsupported_parameter")
+    with pytest.raises(ValueError, match="tool_call_parser must be 'auto', 'none' or one of hermes, llama3_json, "
+                                         "mistral, got 'xml'"):
+        serve.create_app(tool_gen, tool_call_parser="xml")
+
+
+def test_a_forced_tool_format_and_the_openai_client(gen, live):
+    app = scripted_app(gen, CALL, tool_call_parser="hermes")  # the ChatML model, told the format
+    try:
+        with Running(app) as running:
+            client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0)
+            reply = client.chat.completions.create(model="tiny-gpt", messages=[{"role": "user", "content": "a"}],
+                                                   tools=TOOLS, max_tokens=200)
+            (call,) = reply.choices[0].message.tool_calls
+            assert call.function.name == "get_weather" and json.loads(call.function.arguments) == {"city": "Paris"}
+            assert reply.choices[0].finish_reason == "tool_calls"
+    finally:
+        app.state.close()
 
 
 def test_a_failing_input_does_not_fail_its_batch():

@@ -538,7 +538,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         serve.serve(model, host=args.host, port=args.port, model_name=args.model_name, max_batch=args.max_batch,
                     max_queue=args.max_queue, max_body=args.max_body, log_level=args.log_level,
                     max_length=args.max_length, prefill_chunk=args.prefill_chunk, kv_cache_dtype=args.kv_cache_dtype,
-                    prefill_slowdown=args.prefill_slowdown)
+                    prefill_slowdown=args.prefill_slowdown, tool_call_parser=args.tool_call_parser)
     return 0
 
 
@@ -1237,6 +1237,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "0: always up to --prefill-chunk; default 2)")
     srv.add_argument("--kv-cache-dtype", default=None, choices=("float32", "float16", "bfloat16", "int8"),
                      help="decoders: the KV cache's element type (default float32)")
+    srv.add_argument("--tool-call-parser", default="auto", choices=("auto", "none", "hermes", "llama3_json", "mistral"),
+                     help="the format chat replies write tool calls in (default auto: read off the chat template)")
     srv.add_argument("--max-queue", type=_positive_int, default=64, metavar="N",
                      help="most requests waiting for the model; more are answered 429 (default 64)")
     srv.add_argument("--max-body", type=_positive_int, default=10 * 1024 * 1024, metavar="BYTES",

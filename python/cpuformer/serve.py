@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from ._logprobs import Offsets, Scored, TokenText, chat_logprobs, completion_logprobs
+from ._tools import FORMATS, ToolCall, ToolStream, detect_format, parse_tool_calls
 from .models import Encoder, Generator
 from .models._batcher import MAX_LOGPROBS
 from .models._text import StopWatch, TextPieces, cut_at_stop
@@ -541,9 +542,14 @@ def _token_list(value: Any, vocab_size: int, param: str) -> List[int]:
 class _Server:
     """The request handlers' logic, independent of FastAPI's request objects."""
 
-    def __init__(self, model: Any, model_name: str, max_batch: int, max_queue: int, **engine: Any) -> None:
+    def __init__(self, model: Any, model_name: str, max_batch: int, max_queue: int, tool_call_parser: str = "auto",
+                 **engine: Any) -> None:
+        if tool_call_parser not in ("auto", "none") + FORMATS:
+            raise ValueError(f"tool_call_parser must be 'auto', 'none' or one of {', '.join(FORMATS)}, "
+                             f"got {tool_call_parser!r}")
         self.model = model
         self.model_name = model_name
+        self.tool_call_parser = tool_call_parser
         self.decoder = isinstance(model, Generator)
         self.encoder = isinstance(model, Encoder)
         if not (self.decoder or self.encoder):
@@ -595,11 +601,15 @@ class _Server:
     # -- generation ----------------------------------------------------------------------------
 
     def generation_options(self, body: Dict[str, Any], chat: bool, prompt_len: int) -> Dict[str, Any]:
-        unsupported = [("suffix", None), ("best_of", 1), ("tools", None)]
-        for key, default in unsupported + ([("echo", False)] if chat else []):
+        unsupported = [("suffix", None), ("best_of", 1)]
+        for key, default in unsupported + ([("echo", False)] if chat else [("tools", None)]):
             value = body.get(key)
             if value is not None and value != default:
                 raise _bad(f"{key} is not supported by cpuformer serve", key, code="unsupported_parameter")
+        response_format = body.get("response_format")
+        if response_format is not None and response_format != {"type": "text"}:
+            raise _bad(f"response_format {response_format!r} is not supported by cpuformer serve (it needs "
+                       "constrained decoding); only {'type': 'text'}", "response_format", code="unsupported_parameter")
         logprobs, echo = self.logprob_options(body, chat)
         room = self.context - prompt_len
         key = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
@@ -715,7 +725,59 @@ class _Server:
             out.append(ids)
         return out
 
-    def chat_prompt(self, body: Dict[str, Any]) -> List[int]:
+    def tool_request(self, body: Dict[str, Any]) -> Tuple[Optional[List[Dict[str, Any]]], Optional[str], bool]:
+        """(the tools to render in the prompt or None, the format to read calls back in or None,
+        parallel_tool_calls) of a chat request (docs/serving.md, "Tool calls")."""
+        tools, choice = body.get("tools"), body.get("tool_choice")
+        parallel = body.get("parallel_tool_calls", True)
+        if not isinstance(parallel, bool):
+            raise _bad(f"parallel_tool_calls must be true or false, got {parallel!r}", "parallel_tool_calls")
+        if tools is None:
+            if choice not in (None, "none", "auto"):
+                raise _bad("tool_choice needs tools", "tool_choice")
+            return None, None, parallel
+        if not isinstance(tools, list) or not tools:
+            raise _bad(f"tools must be a non-empty list of {{type: function, function: {{name, ...}}}} objects, "
+                       f"got {tools!r}", "tools")
+        for i, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
+                raise _bad(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}, got {tool!r}",
+                           "tools")
+            if not isinstance(function.get("name"), str) or not function["name"]:
+                raise _bad(f"tools[{i}].function.name must be a non-empty string", "tools")
+            if not isinstance(function.get("parameters", {}), dict):
+                raise _bad(f"tools[{i}].function.parameters must be a JSON-schema object", "tools")
+        if choice == "none":
+            return None, None, parallel
+        if choice not in (None, "auto"):
+            raise _bad(f"tool_choice {choice!r} is not supported (it needs decoding constrained to a call, which "
+                       "cpuformer serve does not do); use 'auto' or 'none'", "tool_choice",
+                       code="unsupported_parameter")
+        return tools, self.tool_format(tools), parallel
+
+    def tool_format(self, tools: List[Dict[str, Any]]) -> str:
+        """The format the model writes tool calls in: --tool-call-parser, or read off the chat
+        template's tool instructions."""
+        if self.tool_call_parser in FORMATS:
+            return self.tool_call_parser
+        fmt = None
+        if self.tool_call_parser == "auto":
+            from .models._chat import ChatTemplate
+
+            try:
+                fmt = detect_format(ChatTemplate.from_directory(self.model._model_dir.path).template(tools))
+            except ValueError:
+                fmt = None
+        if fmt is None:
+            raise _bad("tools need a chat template that asks for tool calls in a format cpuformer serve reads "
+                       f"({', '.join(FORMATS)}); this model's does not name one"
+                       + (" (--tool-call-parser none)" if self.tool_call_parser == "none" else
+                          "; start the server with --tool-call-parser FORMAT if its model writes one of them"),
+                       "tools", code="unsupported_parameter")
+        return fmt
+
+    def chat_prompt(self, body: Dict[str, Any], tools: Optional[List[Dict[str, Any]]] = None) -> List[int]:
         messages = body.get("messages")
         if messages is None:
             raise _bad("you must provide a messages parameter", "messages")
@@ -726,8 +788,11 @@ class _Server:
                 if not all(isinstance(p, dict) and p.get("type") == "text" for p in m["content"]):
                     raise _bad("only text content parts are supported", "messages")
                 m["content"] = "".join(str(p.get("text", "")) for p in m["content"])
+        for m in messages:  # an assistant turn's calls, as chat templates read them: arguments as objects
+            if isinstance(m, dict) and isinstance(m.get("tool_calls"), list):
+                m["tool_calls"] = [_template_call(c) for c in m["tool_calls"]]
         try:
-            text = self.model.apply_chat_template(messages, add_generation_prompt=True)
+            text = self.model.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
         except ImportError as error:
             raise APIError(500, str(error), "server_error") from None
         ids = self.tokenizer().encode(text, add_special_tokens=False)
@@ -816,6 +881,26 @@ class _Server:
         return pairs, top_n, returned, tokens
 
 
+def _template_call(call: Any) -> Any:
+    """An OpenAI tool call of an assistant message as chat templates expect it: the function's
+    ``arguments`` JSON text parsed into an object (templates write it with ``tojson``)."""
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except ValueError:
+        raise _bad(f"a tool call's function.arguments must be JSON text, got {function['arguments']!r}",
+                   "messages") from None
+    return dict(call, function=dict(function, arguments=arguments))
+
+
+def _tool_calls(calls: List[ToolCall], parallel: bool) -> List[Dict[str, Any]]:
+    """OpenAI's ``tool_calls`` of a message (the first call alone without parallel_tool_calls)."""
+    return [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}} for c in calls[:None if parallel else 1]]
+
+
 async def _read_body(request: Any, max_body: int) -> bytes:
     """The request body, refused with 413 as soon as it is known to exceed max_body bytes."""
     length = request.headers.get("content-length")
@@ -864,13 +949,15 @@ def _sse(data: Any) -> bytes:
 
 def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32, max_queue: int = 64,
                max_body: int = MAX_BODY, max_length: Optional[int] = None, prefill_chunk: int = 64,
-               kv_cache_dtype: Optional[str] = None, prefill_slowdown: float = 2.0) -> Any:
+               kv_cache_dtype: Optional[str] = None, prefill_slowdown: float = 2.0,
+               tool_call_parser: str = "auto") -> Any:
     """A FastAPI app serving ``model`` (a loaded Generator or Encoder; docs/serving.md).
     ``app.state.engine`` is its Engine; ``app.state.close()`` stops the worker. A decoder's
     sequences run in a continuous Batcher of max_batch slots of max_length positions (default:
     the model's context), computing at most prefill_chunk prompt tokens per step, and while
     sequences decode only as many as keep a step within about prefill_slowdown times a
-    decode-only step (0: off)."""
+    decode-only step (0: off). tool_call_parser: the format chat replies write tool calls in
+    ("hermes", "llama3_json", "mistral"), "auto" (read off the chat template) or "none"."""
     fastapi, _ = _require()
     from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
     from starlette.concurrency import run_in_threadpool
@@ -884,7 +971,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
     if isinstance(model, Generator):
         engine = dict(max_length=max_length, prefill_chunk=prefill_chunk, kv_cache_dtype=kv_cache_dtype,
                       prefill_slowdown=prefill_slowdown)
-    server = _Server(model, model_name, max_batch, max_queue, **engine)
+    server = _Server(model, model_name, max_batch, max_queue, tool_call_parser, **engine)
     model_path = str(model._model_dir.path)
     app = fastapi.FastAPI(title="cpuformer", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.server = server
@@ -918,22 +1005,27 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         return PlainTextResponse(server.metrics.render(server.engine.depth, server.engine.busy),
                                  media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    def prepare(raw: bytes, chat: bool) -> Tuple[Dict[str, Any], List[List[int]], int, Dict[str, Any], bool]:
+    def prepare(raw: bytes, chat: bool) -> Tuple[Dict[str, Any], List[List[int]], int, Dict[str, Any], bool,
+                                                 Tuple[Optional[str], bool]]:
         """Parses, checks and tokenizes a generation request (in a thread: a large body does not hold
-        up the event loop)."""
+        up the event loop); the last item is (the tool-call format to read replies in or None,
+        parallel_tool_calls)."""
         body = _parse_json(raw)
         server.check_model(body, "/v1/chat/completions" if chat else "/v1/completions")
-        prompts = [server.chat_prompt(body)] if chat else server.completion_prompts(body)
+        tools, tool_format, parallel = server.tool_request(body) if chat else (None, None, True)
+        prompts = [server.chat_prompt(body, tools)] if chat else server.completion_prompts(body)
         n = _integer(body, "n", 1, 1)
         options = server.generation_options(body, chat, max(len(p) for p in prompts))
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise _bad(f"stream must be true or false, got {stream!r}", "stream")
-        return body, prompts, n, options, stream
+        if stream and tool_format is not None and options.get("logprobs") is not None:
+            raise _bad("logprobs with tools are not supported with stream: true", "logprobs")
+        return body, prompts, n, options, stream, (tool_format, parallel)
 
     async def generation(request: Any, chat: bool) -> Any:
-        body, prompts, n, options, stream = await run_in_threadpool(prepare, await _read_body(request, max_body),
-                                                                    chat)
+        body, prompts, n, options, stream, tools = await run_in_threadpool(
+            prepare, await _read_body(request, max_body), chat)
         kind = "chat.completion" if chat else "text_completion"
         ident = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
@@ -942,7 +1034,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                 raise _bad("stream: true takes one prompt and n = 1", "n" if n != 1 else "prompt")
             if options.get("score_only"):
                 raise _bad("max_tokens: 0 (scoring the prompt) is not supported with stream: true", "max_tokens")
-            return streamed(request, prompts[0], options, chat, ident, created, body)
+            return streamed(request, prompts[0], options, chat, ident, created, body, tools)
         if len(prompts) * n > max_queue:
             raise _bad(f"this request asks for {len(prompts) * n} completions (prompts × n); at most {max_queue} "
                        "(--max-queue)", "n")
@@ -964,8 +1056,12 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             completion += count
             logprobs = None if scored is None else chat_logprobs(scored) if chat else completion_logprobs(scored)
             if chat:
-                choices.append({"index": index, "message": {"role": "assistant", "content": text},
-                                "logprobs": logprobs, "finish_reason": reason})
+                message: Dict[str, Any] = {"role": "assistant", "content": text}
+                content, calls = parse_tool_calls(tools[0], text) if tools[0] is not None else (text, [])
+                if calls:
+                    message = {"role": "assistant", "content": content, "tool_calls": _tool_calls(calls, tools[1])}
+                    reason = "tool_calls"
+                choices.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": reason})
             else:
                 choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason})
         prompt_tokens = sum(len(p) for p in prompts) * n
@@ -974,7 +1070,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                           "total_tokens": prompt_tokens + completion}}
 
     def streamed(request: Any, ids: List[int], options: Dict[str, Any], chat: bool, ident: str, created: int,
-                 body: Dict[str, Any]) -> Any:
+                 body: Dict[str, Any], tools: Tuple[Optional[str], bool] = (None, True)) -> Any:
         loop = asyncio.get_running_loop()
         queue: "asyncio.Queue[Any]" = asyncio.Queue()
         job = _Job("generate", ids=ids, options=options, put=lambda x: loop.call_soon_threadsafe(queue.put_nowait, x))
@@ -987,6 +1083,8 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         def chunk(choice: Dict[str, Any]) -> bytes:
             head = {"id": ident, "object": kind, "created": created, "model": model_name, "choices": [choice]}
             return _sse(dict(head, usage=None) if usage else head)
+
+        held = ToolStream(tools[0]) if tools[0] is not None else None
 
         async def events() -> Any:
             try:
@@ -1003,6 +1101,16 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                         break
                     if isinstance(item, tuple):
                         reason, count = item
+                        if held is not None:  # the held end of the reply: content, or the tool calls
+                            rest, calls = held.finish()
+                            if rest:
+                                yield chunk({"index": 0, "delta": {"content": rest}, "logprobs": None,
+                                             "finish_reason": None})
+                            if calls:
+                                deltas = [dict(call, index=i) for i, call in enumerate(_tool_calls(calls, tools[1]))]
+                                yield chunk({"index": 0, "delta": {"tool_calls": deltas}, "logprobs": None,
+                                             "finish_reason": None})
+                                reason = "tool_calls"
                         end = {"index": 0, "logprobs": None, "finish_reason": reason}
                         yield chunk(dict(end, delta={}) if chat else dict(end, text=""))
                         if usage:
@@ -1015,6 +1123,10 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                     if isinstance(item, _Piece):
                         item, scored = item.text, item.scored
                         logprobs = chat_logprobs(scored) if chat else completion_logprobs(scored)
+                    if held is not None:  # (no logprobs with tools in a stream)
+                        item = held.feed(item)
+                        if not item:
+                            continue
                     if chat:
                         yield chunk({"index": 0, "delta": {"content": item}, "logprobs": logprobs,
                                      "finish_reason": None})
@@ -1117,11 +1229,11 @@ class _Timed:
 def serve(model: Any, host: str = "127.0.0.1", port: int = 8000, model_name: Optional[str] = None,
           max_batch: int = 32, max_queue: int = 64, max_body: int = MAX_BODY, log_level: str = "info",
           max_length: Optional[int] = None, prefill_chunk: int = 64, kv_cache_dtype: Optional[str] = None,
-          prefill_slowdown: float = 2.0) -> None:
+          prefill_slowdown: float = 2.0, tool_call_parser: str = "auto") -> None:
     """Serves ``model`` with uvicorn until interrupted (``cpuformer serve``)."""
     _, uvicorn = _require()
     app = create_app(model, model_name, max_batch, max_queue, max_body, max_length, prefill_chunk, kv_cache_dtype,
-                     prefill_slowdown)
+                     prefill_slowdown, tool_call_parser)
     # The worker thread takes the GIL back after every step, while the event loop's thread sends
     # the step's tokens: a 1 ms switch interval (not 5) keeps that wait short. (Process-wide,
     # hence here, in the server's own process, and not in create_app.)

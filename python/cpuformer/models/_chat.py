@@ -165,8 +165,9 @@ def _plain(value: Any) -> Any:
 
 
 def check_messages(messages: Any) -> List[Dict[str, Any]]:
-    """A conversation: a non-empty list of {"role": ..., "content": str} dicts, roles in ROLES.
-    Other keys are passed to the template; keys whose value is None are dropped (as transformers)."""
+    """A conversation: a non-empty list of {"role": ..., "content": str} dicts, roles in ROLES (an
+    assistant turn with "tool_calls" may have no content). Other keys are passed to the template;
+    keys whose value is None are dropped (as transformers)."""
     if not isinstance(messages, (list, tuple)):
         raise TypeError(f"messages must be a list of {{'role': ..., 'content': ...}} dicts, got "
                         f"{type(messages).__name__}")
@@ -181,7 +182,7 @@ def check_messages(messages: Any) -> List[Dict[str, Any]]:
             raise TypeError(f"message {i} needs a 'role' string, got {_describe(role)}")
         if role not in ROLES:
             raise ValueError(f"message {i} has the unknown role {role!r}; roles are {', '.join(ROLES)}")
-        if not isinstance(content, str):
+        if not isinstance(content, str) and not (content is None and message.get("tool_calls")):
             raise TypeError(f"message {i} ({role}) needs a 'content' string, got {_describe(content)}")
         message = {key: value for key, value in message.items() if value is not None}
         reasoning = next((message[key] for key in _REASONING_FIELDS if message.get(key) is not None), None)
