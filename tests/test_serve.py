@@ -1106,6 +1106,9 @@ def test_tool_errors(tool_gen, client):
                 error_of(c.post("/v1/chat/completions", json=dict(chat, tool_choice=choice)), 400,
                          "is not supported (it needs decoding constrained to a call", "tool_choice",
                          "unsupported_parameter")
+            error_of(c.post("/v1/chat/completions", json=dict(chat, tool_choice="maybe")), 400,
+                     "tool_choice must be 'auto', 'none', 'required' or {\"type\": \"function\", ...}, got 'maybe'",
+                     "tool_choice")
             error_of(c.post("/v1/chat/completions", json=dict(chat, tools=[])), 400, "tools must be a non-empty list",
                      "tools")
             error_of(c.post("/v1/chat/completions", json=dict(chat, tools=[{"type": "code"}])), 400,

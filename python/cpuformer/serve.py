@@ -750,10 +750,13 @@ class _Server:
                 raise _bad(f"tools[{i}].function.parameters must be a JSON-schema object", "tools")
         if choice == "none":
             return None, None, parallel
-        if choice not in (None, "auto"):
+        if choice == "required" or (isinstance(choice, dict) and choice.get("type") == "function"):
             raise _bad(f"tool_choice {choice!r} is not supported (it needs decoding constrained to a call, which "
                        "cpuformer serve does not do); use 'auto' or 'none'", "tool_choice",
                        code="unsupported_parameter")
+        if choice not in (None, "auto"):
+            raise _bad(f"tool_choice must be 'auto', 'none', 'required' or {{\"type\": \"function\", ...}}, got "
+                       f"{choice!r}", "tool_choice")
         return tools, self.tool_format(tools), parallel
 
     def tool_format(self, tools: List[Dict[str, Any]]) -> str:
