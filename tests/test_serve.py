@@ -27,6 +27,7 @@ from test_cli import PACKAGE_PARENT, TINY, assert_user_error, run_cli
 
 import cpuformer as cf
 from cpuformer import _bench, cli, serve
+from cpuformer._model_dir import save_safetensors
 
 VOCAB = 400
 CONTEXT = 4096
@@ -651,11 +652,116 @@ def test_decoder_without_tokenizer_is_refused(tmp_path):
             serve.create_app(model)
 
 
-def test_seq2seq_is_refused(tmp_path):
-    directory = _bench.build_model("seq2seq", TINY["seq2seq"], str(tmp_path / "m"))
+@pytest.fixture(scope="module")
+def s2s(tmp_path_factory):
+    directory = _bench.build_model("seq2seq", TINY["seq2seq"], str(tmp_path_factory.mktemp("serve") / "tiny-marian"))
     with cf.load(directory) as model:
-        with pytest.raises(ValueError, match="cpuformer serve serves decoders .* and encoders .*, not a Seq2Seq"):
-            serve.create_app(model)
+        yield model
+
+
+def test_seq2seq_completions(s2s):
+    """An encoder-decoder model answers /v1/completions: each prompt a source, the text
+    Seq2Seq.generate's with the same options (greedy, beams as the num_beams extension, seeded
+    sampling); streamed as one chunk; chat is refused."""
+    sources = ["t5 t6 t7", "t9 t10", "t11 t12 t13 t14"]
+    app = serve.create_app(s2s, model_name="marian")
+    try:
+        with TestClient(app) as c:
+            def texts(**body):
+                answer = c.post("/v1/completions", json=dict(dict(model="marian", temperature=0), **body))
+                assert answer.status_code == 200, answer.text
+                return [choice["text"] for choice in answer.json()["choices"]]
+
+            assert texts(prompt=sources, max_tokens=12) == s2s.generate(sources, max_new_tokens=12)
+            assert texts(prompt=sources[0]) == [s2s.generate(sources[0], max_new_tokens=63)]  # (64 positions)
+            ids = s2s.tokenizer.encode(sources[1])
+            assert texts(prompt=ids, max_tokens=12) == [s2s.tokenizer.decode(s2s.generate(ids, max_new_tokens=12)[0],
+                                                                              skip_special_tokens=True)]
+            assert texts(prompt=sources[0], max_tokens=12, n=2) == [s2s.generate(sources[0], max_new_tokens=12)] * 2
+            assert texts(prompt=sources[0], max_tokens=12, num_beams=3, n=2) == s2s.generate(
+                sources[0], max_new_tokens=12, num_beams=3, num_return_sequences=2)
+            assert texts(prompt=sources[2], max_tokens=12, temperature=0.9, seed=5, n=2) == s2s.generate(
+                sources[2], max_new_tokens=12, do_sample=True, temperature=0.9, seed=5, num_return_sequences=2)
+            assert texts(prompt=sources[0], max_tokens=12, logit_bias={"91": -100}) == [
+                s2s.generate(sources[0], max_new_tokens=12, logit_bias={91: -100.0})]
+            body = c.post("/v1/completions", json=dict(model="marian", prompt=sources[0], max_tokens=12,
+                                                       temperature=0)).json()
+            result = s2s.generate(sources[0], max_new_tokens=12, return_scores=True)[0]
+            assert body["choices"][0]["finish_reason"] == {"eos": "stop"}.get(result.finish_reason,
+                                                                              result.finish_reason)
+            n_prompt = len(s2s.tokenizer.encode(sources[0]))
+            assert body["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": len(result.token_ids),
+                                     "total_tokens": n_prompt + len(result.token_ids)}
+            chunks = events(c.post("/v1/completions", json=dict(model="marian", prompt=sources[0], max_tokens=12,
+                                                                temperature=0, stream=True)).text)
+            assert "".join(ch["choices"][0]["text"] for ch in chunks) == body["choices"][0]["text"]
+            assert chunks[-1]["choices"][0]["finish_reason"] == body["choices"][0]["finish_reason"]
+            base = dict(model="marian", prompt="t5", max_tokens=4)
+            error_of(c.post("/v1/completions", json=dict(base, logprobs=2)), 400,
+                     "logprobs is not supported for encoder-decoder models", "logprobs", "unsupported_parameter")
+            error_of(c.post("/v1/completions", json=dict(base, echo=True)), 400,
+                     "echo is not supported for encoder-decoder models", "echo", "unsupported_parameter")
+            error_of(c.post("/v1/completions", json=dict(base, num_beams=2, temperature=0.5)), 400,
+                     "num_beams > 1 is beam search: it needs temperature: 0", "num_beams")
+            error_of(c.post("/v1/completions", json=dict(base, num_beams=2, n=3, temperature=0)), 400,
+                     "n (3) must be at most num_beams (2)", "n")
+            error_of(c.post("/v1/completions", json=dict(base, num_beams=0)), 400, "num_beams must be >= 1, got 0",
+                     "num_beams")
+            error_of(c.post("/v1/completions", json=dict(base, tgt_lang=5)), 400,
+                     "tgt_lang must be a language code string, got 5", "tgt_lang")
+            error_of(c.post("/v1/completions", json=dict(base, prompt=[])), 400, "prompt must be a non-empty string",
+                     "prompt")
+            error_of(c.post("/v1/completions", json=dict(base, prompt=["a", ""])), 400,
+                     "prompt must be a non-empty string", "prompt")
+            error_of(c.post("/v1/completions", json=dict(base, prompt=[1, 999])), 400,
+                     "token id 999 in prompt is out of range [0, 200)", "prompt")
+            error_of(c.post("/v1/completions", json=dict(base, max_tokens=500)), 400, "max_new_tokens")
+            error_of(c.post("/v1/completions", json=dict(base, prompt=" ".join(["t5"] * 100))), 400, "source 0")
+            error_of(c.post("/v1/chat/completions", json=dict(model="marian", messages=[{"role": "user",
+                                                                                          "content": "a"}])),
+                     400, "/v1/chat/completions needs a decoder (text generation) model; 'marian' is a Seq2Seq (use "
+                     "/v1/completions)", "model", "wrong_model_kind")
+            error_of(c.post("/v1/embeddings", json=dict(model="marian", input="a")), 400, "(use /v1/completions)",
+                     "model", "wrong_model_kind")
+            assert c.get("/health").status_code == 200
+    finally:
+        app.state.close()
+
+
+def test_concurrent_seq2seq_requests_share_a_generate_call(s2s):
+    """Completions with the same options that wait while the worker is busy run as one batch of
+    sources (one generate call); each gets its own outputs, those of the source alone."""
+    app = serve.create_app(s2s, model_name="marian", max_batch=64)
+    release = threading.Event()
+    prompts = [[f"t{i} t{i + 1}"] * (1 + i % 2) for i in range(6)]
+    try:
+        with Running(app) as running:
+            engine = app.state.engine
+            engine.submit(serve._Job("run", lambda: release.wait(30)))  # holds the worker
+            results = {}
+
+            def send(i):
+                with httpx.Client(base_url=running.url, timeout=60) as h:
+                    results[i] = h.post("/v1/completions", json={"model": "marian", "prompt": prompts[i],
+                                                                 "max_tokens": 10, "temperature": 0}).json()
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(prompts))]
+            for t in threads:
+                t.start()
+            deadline = time.time() + 30
+            while engine.depth < len(prompts):
+                assert time.time() < deadline, engine.depth
+                time.sleep(0.01)
+            release.set()
+            for t in threads:
+                t.join(60)
+            text = httpx.get(running.url + "/metrics").text
+    finally:
+        release.set()
+    assert metric(text, "cpuformer_batch_size_count") == 1
+    assert metric(text, "cpuformer_batch_size_sum") == sum(len(p) for p in prompts)
+    for i, p in enumerate(prompts):
+        assert [c["text"] for c in results[i]["choices"]] == s2s.generate(p, max_new_tokens=10)
 
 
 def test_max_length_bounds_each_request(gen):
@@ -1391,8 +1497,12 @@ def test_cli_serve_end_to_end(gen_dir):
 
 
 def test_cli_serve_errors(gen_dir, tmp_path, monkeypatch, capsys):
-    directory = _bench.build_model("seq2seq", TINY["seq2seq"], str(tmp_path / "s2s"))
-    assert_user_error(run_cli("serve", directory), "serve", "holds", "`cpuformer serve` serves decoders")
+    vision = tmp_path / "vit"
+    vision.mkdir()
+    (vision / "config.json").write_text(json.dumps({"architectures": ["ViTForImageClassification"],
+                                                    "model_type": "vit"}))
+    save_safetensors(str(vision / "model.safetensors"), {"w": np.zeros(1, np.float32)})
+    assert_user_error(run_cli("serve", str(vision)), "serve", "holds", "`cpuformer serve` serves decoders")
     assert_user_error(run_cli("serve", str(tmp_path / "missing")), "serve", "does not exist")
     out = run_cli("serve", "--help")
     assert out.returncode == 0 and "--max-queue" in out.stdout and "cpuformer[serve]" in out.stdout

@@ -531,9 +531,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as error:
         raise UserError(str(error)) from None
     kind, name = _model_kind(args.model_dir)
-    if kind not in ("decoder", "encoder"):
+    if kind not in ("decoder", "encoder", "seq2seq"):
         raise UserError(f"{args.model_dir} holds {name}, {KIND_TEXT[kind]}; `cpuformer serve` serves decoders "
-                        "(completions, chat) and encoders (embeddings; rerank for cross-encoders)")
+                        "(completions, chat), encoder-decoders (completions) and encoders (embeddings; rerank for "
+                        "cross-encoders)")
     with _open_model(args.model_dir, kind, "serve", args.dtype, args.threads, _quantization(args)) as model:
         serve.serve(model, host=args.host, port=args.port, model_name=args.model_name, max_batch=args.max_batch,
                     max_queue=args.max_queue, max_body=args.max_body, log_level=args.log_level,
@@ -1211,7 +1212,8 @@ def build_parser() -> argparse.ArgumentParser:
     chat.set_defaults(func=_cmd_chat)
 
     srv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server for a model (needs cpuformer[serve])",
-                         description="Serves a decoder (/v1/completions, /v1/chat/completions) or an encoder "
+                         description="Serves a decoder (/v1/completions, /v1/chat/completions), an "
+                                     "encoder-decoder (/v1/completions: translation, summarization) or an encoder "
                                      "(/v1/embeddings; a cross-encoder also /v1/rerank) model directory over an "
                                      "OpenAI-compatible HTTP API, with "
                                      "/v1/models, /health and /metrics (docs/serving.md). Needs FastAPI and "

@@ -8,8 +8,9 @@ to the Engine, which owns the model: one request queue (at most ``max_queue`` wa
 full queue is answered 429 at once) and one worker thread. A decoder's sequences run through a
 continuous Batcher (the C++ BatchDecoder: up to ``max_batch`` sequences share every forward pass,
 joining and leaving at token boundaries); an encoder's embedding jobs (a cross-encoder's rerank
-jobs) that wait together run in one Encoder.embed (Encoder.score) call of up to ``max_batch``
-inputs (dynamic batching).
+jobs, an encoder-decoder's completions with the same options) that wait together run in one
+Encoder.embed (Encoder.score, Seq2Seq.generate) call of up to ``max_batch`` inputs (dynamic
+batching).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import numpy as np
 
 from ._logprobs import Offsets, Scored, TokenText, chat_logprobs, completion_logprobs
 from ._tools import FORMATS, ToolCall, ToolStream, detect_format, parse_tool_calls
-from .models import Encoder, Generator
+from .models import Encoder, Generator, Seq2Seq
 from .models._batcher import MAX_LOGPROBS
 from .models._text import StopWatch, TextPieces, cut_at_stop
 
@@ -161,7 +162,9 @@ class _Job:
         # "generate": one sequence (ids, generate() options with stop) through the Batcher; its
         # result is (text, finish_reason, completion tokens, scored tokens or None), or with put,
         # put(piece) per text piece (a _Piece with logprobs) then put((finish_reason, completion
-        # tokens)). "embed": inputs, batched; "score": (query, document) pairs, batched.
+        # tokens)). "embed": inputs, batched; "score": (query, document) pairs, batched;
+        # "translate": an encoder-decoder's sources (options: Seq2Seq.generate's), batched with
+        # the waiting ones of the same options; its result, a GenerationResult per output.
         # "run": run().
         self.kind = kind
         self.run = run
@@ -175,8 +178,14 @@ class _Job:
         self.error: Optional[BaseException] = None
         self.callbacks: List[Callable[[], None]] = []
 
+    def key(self) -> Any:
+        """Jobs of one batched call share this: the kind, strings or token ids, and (translate)
+        the generation options."""
+        options = json.dumps(self.options, sort_keys=True) if self.kind == "translate" else None
+        return self.kind, isinstance(self.inputs[0], str), options
 
-_BATCHED = ("embed", "score")  # job kinds whose waiting jobs run in one call
+
+_BATCHED = ("embed", "score", "translate")  # job kinds whose waiting jobs run in one call
 
 
 class _Piece:
@@ -344,10 +353,9 @@ class Engine:
                     jobs, self._jobs = list(self._jobs), collections.deque()
                 else:
                     jobs = [self._jobs.popleft()]
-                    if jobs[0].kind in _BATCHED:  # dynamic batching: the jobs of that kind that wait
+                    if jobs[0].kind in _BATCHED:  # dynamic batching: the jobs that wait and go together
                         size = len(jobs[0].inputs)
-                        kind = (jobs[0].kind, isinstance(jobs[0].inputs[0], str))  # (embed: same input type)
-                        while self._jobs and (self._jobs[0].kind, isinstance(self._jobs[0].inputs[0], str)) == kind \
+                        while self._jobs and self._jobs[0].key() == jobs[0].key() \
                                 and size + len(self._jobs[0].inputs) <= self.max_batch:
                             size += len(self._jobs[0].inputs)
                             jobs.append(self._jobs.popleft())
@@ -435,21 +443,30 @@ class Engine:
         call; each job gets its rows."""
         if not jobs:
             return
-        method = self.model.embed if jobs[0].kind == "embed" else self.model.score
+        kind, options, batch = jobs[0].kind, jobs[0].options, max(self.max_batch, 1)
+
+        def call(inputs: List[Any]) -> Any:
+            if kind == "embed":
+                return self.model.embed(inputs, batch_size=batch)
+            if kind == "score":
+                return self.model.score(inputs, batch_size=batch)
+            return self.model.generate(inputs, return_scores=True, **options)  # translate
+
+        per_input = options.get("num_return_sequences", 1) if kind == "translate" else 1
         inputs = [x for job in jobs for x in job.inputs]
         self.metrics.observe_batch(len(inputs))
         try:
-            vectors = method(inputs, batch_size=max(self.max_batch, 1))
+            outputs = call(inputs)
         except BaseException as error:
             if len(jobs) == 1:
                 return self._finish(jobs[0], error=error)
             for job in jobs:  # one bad input must not fail the others: run each alone
-                self._run_one(_with_run(job, lambda job=job: method(job.inputs, batch_size=self.max_batch)))
+                self._run_one(_with_run(job, lambda job=job: call(job.inputs)))
             return
         start = 0
         for job in jobs:
-            self._finish(job, result=vectors[start:start + len(job.inputs)])
-            start += len(job.inputs)
+            self._finish(job, result=outputs[start:start + len(job.inputs) * per_input])
+            start += len(job.inputs) * per_input
 
     @staticmethod
     def _finish(job: _Job, result: Any = None, error: Optional[BaseException] = None) -> None:
@@ -552,10 +569,12 @@ class _Server:
         self.tool_call_parser = tool_call_parser
         self.decoder = isinstance(model, Generator)
         self.encoder = isinstance(model, Encoder)
-        if not (self.decoder or self.encoder):
-            raise ValueError(f"cpuformer serve serves decoders (cpuformer.Generator: completions, chat) and encoders "
-                             f"(cpuformer.Encoder: embeddings), not a {type(model).__name__}")
-        if self.decoder:
+        self.seq2seq = isinstance(model, Seq2Seq)
+        if not (self.decoder or self.encoder or self.seq2seq):
+            raise ValueError(f"cpuformer serve serves decoders (cpuformer.Generator: completions, chat), "
+                             f"encoder-decoders (cpuformer.Seq2Seq: completions) and encoders (cpuformer.Encoder: "
+                             f"embeddings), not a {type(model).__name__}")
+        if self.decoder or self.seq2seq:
             try:
                 _ = model.tokenizer
             except ValueError as error:
@@ -583,8 +602,8 @@ class _Server:
         if name != self.model_name:
             raise APIError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
-        other = "/v1/completions and /v1/chat/completions" if self.decoder else \
-            "/v1/embeddings and /v1/rerank" if self.reranker else "/v1/embeddings"
+        other = "/v1/completions and /v1/chat/completions" if self.decoder else "/v1/completions" if self.seq2seq \
+            else "/v1/embeddings and /v1/rerank" if self.reranker else "/v1/embeddings"
         if endpoint in _RERANK_PATHS:
             if not self.reranker:
                 what = f"a {type(self.model).__name__}" if not self.encoder else \
@@ -593,7 +612,8 @@ class _Server:
                            f"label); {self.model_name!r} is {what} (use {other})", "model", code="wrong_model_kind")
             return
         wants = "an encoder (embedding) model" if endpoint == "/v1/embeddings" else "a decoder (text generation) model"
-        fits = self.encoder if endpoint == "/v1/embeddings" else self.decoder
+        fits = self.encoder if endpoint == "/v1/embeddings" else self.decoder or (
+            self.seq2seq and endpoint == "/v1/completions")
         if not fits:
             raise _bad(f"{endpoint} needs {wants}; {self.model_name!r} is a {type(self.model).__name__} "
                        f"(use {other})", "model", code="wrong_model_kind")
@@ -652,6 +672,40 @@ class _Server:
             if echo:
                 options["prompt_logprobs"] = logprobs
         return options
+
+    def translation_request(self, body: Dict[str, Any]) -> Tuple[List[Any], int, Dict[str, Any]]:
+        """(sources, n, Seq2Seq.generate options) of a completions request to an encoder-decoder
+        model (docs/serving.md, "Encoder-decoder models"): the prompt is the source; max_tokens
+        defaults to 256 (at most the model's positions); num_beams, tgt_lang and src_lang are
+        extensions."""
+        for key in ("logprobs", "echo"):
+            if body.get(key) not in (None, False):
+                raise _bad(f"{key} is not supported for encoder-decoder models", key, code="unsupported_parameter")
+        if body.get("max_tokens") is None:
+            body = dict(body, max_tokens=min(256, (self.model.max_positions or 257) - 1))  # (after the start token)
+        options = self.generation_options(body, False, 0)
+        prompt = body.get("prompt")
+        sources = [prompt] if isinstance(prompt, str) or (
+            isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt)) else prompt
+        if not isinstance(sources, list) or not sources or not all(
+                (isinstance(x, str) and x) or (isinstance(x, list) and x) for x in sources):
+            raise _bad("prompt must be a non-empty string, a list of token ids or a list of those", "prompt")
+        sources = [x if isinstance(x, str) else _token_list(x, self.model.vocab_size, "prompt") for x in sources]
+        n = _integer(body, "n", 1, 1)
+        beams = _integer(body, "num_beams", 1, 1)
+        if beams > 1 and options.get("do_sample"):
+            raise _bad("num_beams > 1 is beam search: it needs temperature: 0", "num_beams")
+        if beams > 1 and n > beams:
+            raise _bad(f"n ({n}) must be at most num_beams ({beams}): the n best beams", "n")
+        generate: Dict[str, Any] = {k: v for k, v in options.items() if k not in ("logprobs", "echo", "score_only")}
+        generate.update(num_beams=beams, num_return_sequences=n if beams > 1 or options.get("do_sample") else 1)
+        for key in ("tgt_lang", "src_lang"):
+            value = body.get(key)
+            if value is not None and not isinstance(value, str):
+                raise _bad(f"{key} must be a language code string, got {value!r}", key)
+            if value is not None:
+                generate[key] = value
+        return sources, n, generate
 
     def logit_bias(self, value: Any) -> Dict[int, float]:
         """OpenAI's ``logit_bias``: an object of token ids (as strings: JSON's keys) to biases in
@@ -954,7 +1008,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                max_body: int = MAX_BODY, max_length: Optional[int] = None, prefill_chunk: int = 64,
                kv_cache_dtype: Optional[str] = None, prefill_slowdown: float = 2.0,
                tool_call_parser: str = "auto") -> Any:
-    """A FastAPI app serving ``model`` (a loaded Generator or Encoder; docs/serving.md).
+    """A FastAPI app serving ``model`` (a loaded Generator, Seq2Seq or Encoder; docs/serving.md).
     ``app.state.engine`` is its Engine; ``app.state.close()`` stops the worker. A decoder's
     sequences run in a continuous Batcher of max_batch slots of max_length positions (default:
     the model's context), computing at most prefill_chunk prompt tokens per step, and while
@@ -1146,7 +1200,65 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
 
     async def completions(request: Any) -> Any:
         with _bad_input(model_path, model_name):
+            if server.seq2seq:
+                return await translation(request)
             return await generation(request, False)
+
+    async def translation(request: Any) -> Any:
+        """/v1/completions on an encoder-decoder model: each prompt a source, its completion the
+        model's output (requests with the same options that wait together share one generate call)."""
+        def prepare_sources(raw: bytes) -> Tuple[Dict[str, Any], List[Any], int, Dict[str, Any], bool]:
+            body = _parse_json(raw)
+            server.check_model(body, "/v1/completions")
+            stream = body.get("stream", False)
+            if not isinstance(stream, bool):
+                raise _bad(f"stream must be true or false, got {stream!r}", "stream")
+            sources, n, options = server.translation_request(body)
+            if len(sources) > max_queue * server.engine.max_batch:
+                raise _bad(f"prompt holds {len(sources)} sources; at most {max_queue * server.engine.max_batch}",
+                           "prompt")
+            return body, sources, n, options, stream
+
+        body, sources, n, options, stream = await run_in_threadpool(prepare_sources,
+                                                                    await _read_body(request, max_body))
+        ident, created = "cmpl-" + uuid.uuid4().hex, int(time.time())
+        job = server.engine.submit(_Job("translate", inputs=sources, options=options))
+        watcher = asyncio.ensure_future(_cancel_on_disconnect(request, [job]))
+        try:
+            results = await _wait(job)
+        finally:
+            watcher.cancel()
+        if results is None:
+            raise APIError(499, "the client closed the connection", code="client_disconnected")
+        per_source = options["num_return_sequences"]
+        outputs = [results[i * per_source + (j if per_source > 1 else 0)] for i in range(len(sources))
+                   for j in range(n)]
+        prompt_tokens = sum(len(server.model.tokenizer.encode(x)) if isinstance(x, str) else len(x)
+                            for x in sources) * n
+        completion = sum(len(r.token_ids) for r in outputs)
+        server.metrics.add(generated_tokens=completion, prompt_tokens=prompt_tokens)
+        choices = [{"index": i, "text": r.text if r.text is not None else server.decode(r.token_ids), "logprobs": None,
+                    "finish_reason": _FINISH.get(r.finish_reason, r.finish_reason)} for i, r in enumerate(outputs)]
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+                 "total_tokens": prompt_tokens + completion}
+        answer = {"id": ident, "object": "text_completion", "created": created, "model": model_name,
+                  "choices": choices, "usage": usage}
+        if not stream:
+            return answer
+        stream_options = body.get("stream_options") or {}
+        include = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+
+        def chunks() -> Iterator[bytes]:  # the whole output in one chunk per choice, then the end
+            head = {"id": ident, "object": "text_completion", "created": created, "model": model_name}
+            for c in choices:
+                yield _sse(dict(head, choices=[dict(c, finish_reason=None)], **({"usage": None} if include else {})))
+                yield _sse(dict(head, choices=[dict(c, text="")], **({"usage": None} if include else {})))
+            if include:
+                yield _sse(dict(head, choices=[], usage=usage))
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(chunks(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def chat_completions(request: Any) -> Any:
         with _bad_input(model_path, model_name):
