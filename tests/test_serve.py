@@ -283,6 +283,52 @@ def test_penalties_and_logit_bias_are_generates(client, gen):
         frequency_penalty=2.0)
 
 
+def test_vllm_extensions(client, gen):
+    """repetition_penalty, min_tokens and ignore_eos (vLLM's names) are generate()'s options."""
+    prompt = "Once upon a time"
+    body = complete(client, prompt=prompt, max_tokens=16, repetition_penalty=1.8).json()
+    assert body["choices"][0]["text"] == gen.generate(prompt, max_new_tokens=16, repetition_penalty=1.8)
+    eos = gen.eos_token_ids[0]
+    forced = complete(client, prompt=prompt, max_tokens=3, logit_bias={str(eos): 100}).json()["choices"][0]
+    assert forced["finish_reason"] == "stop"  # EOS at once
+    late = complete(client, prompt=prompt, max_tokens=6, logit_bias={str(eos): 100}, min_tokens=4).json()
+    assert late["usage"]["completion_tokens"] == 5 and late["choices"][0]["finish_reason"] == "stop"
+    assert late["choices"][0]["text"] == gen.generate(prompt, max_new_tokens=6, min_new_tokens=4,
+                                                      logit_bias={eos: 100.0})
+    never = complete(client, prompt=prompt, max_tokens=6, logit_bias={str(eos): 100}, ignore_eos=True).json()
+    assert never["usage"]["completion_tokens"] == 6 and never["choices"][0]["finish_reason"] == "length"
+    error_of(complete(client, prompt="a", repetition_penalty=0), 400, "repetition_penalty must be > 0, got 0.0",
+             "repetition_penalty")
+    error_of(complete(client, prompt="a", max_tokens=3, min_tokens=4), 400,
+             "min_tokens (4) must be at most max_tokens (3)", "min_tokens")
+    error_of(complete(client, prompt="a", min_tokens=-1), 400, "min_tokens must be >= 0, got -1", "min_tokens")
+    error_of(complete(client, prompt="a", ignore_eos=1), 400, "ignore_eos must be true or false, got 1", "ignore_eos")
+
+
+def test_tokenize_and_detokenize(client, gen, enc_client, enc):
+    text = "The cat sat"
+    body = client.post("/tokenize", json={"model": "tiny-gpt", "prompt": text}).json()
+    assert body == {"tokens": gen.tokenizer.encode(text), "count": len(gen.tokenizer.encode(text)),
+                    "max_model_len": CONTEXT}
+    assert client.post("/tokenize", json={"prompt": text}).json()["tokens"] == body["tokens"]  # model optional
+    assert client.post("/detokenize", json={"tokens": body["tokens"]}).json() == {
+        "prompt": gen.tokenizer.decode(body["tokens"], skip_special_tokens=True)}
+    messages = [{"role": "user", "content": "Hello there"}]
+    ids = gen.tokenizer.encode(gen.apply_chat_template(messages, add_generation_prompt=True), add_special_tokens=False)
+    assert client.post("/tokenize", json={"messages": messages}).json()["tokens"] == ids
+    assert enc_client.post("/tokenize", json={"prompt": "t5 t6"}).json()["tokens"] == enc.tokenizer.encode("t5 t6")
+    error_of(client.post("/tokenize", json={"prompt": 5}), 400, "prompt must be a string (or send messages), got 5",
+             "prompt")
+    error_of(client.post("/tokenize", json={"model": "x", "prompt": "a"}), 404, "the model 'x' does not exist",
+             "model", "model_not_found")
+    error_of(enc_client.post("/tokenize", json={"messages": messages}), 400,
+             "messages need a decoder with a chat template", "messages")
+    error_of(client.post("/detokenize", json={"tokens": [1, VOCAB]}), 400,
+             f"token id {VOCAB} in tokens is out of range [0, {VOCAB})", "tokens")
+    error_of(client.post("/detokenize", json={"tokens": "1 2"}), 400, "tokens must be a list of token ids", "tokens")
+    error_of(client.post("/detokenize", content=b"{"), 400, "the request body is not valid JSON")
+
+
 def test_streamed_completion_joins_to_the_text(client, gen):
     for prompt in PROMPTS[:3]:
         plain = complete(client, prompt=prompt, max_tokens=15).json()["choices"][0]
@@ -544,7 +590,8 @@ _WILD = [None, True, False, 0, 1, -1, 2 ** 31, 2 ** 63, 2 ** 64, -2 ** 63, 10 **
 _FIELDS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
            "seed", "n", "stop", "stream", "stream_options", "logprobs", "echo", "suffix", "best_of",
            "presence_penalty", "frequency_penalty", "logit_bias", "tools", "top_logprobs", "user", "input",
-           "tool_choice", "parallel_tool_calls", "response_format",
+           "tool_choice", "parallel_tool_calls", "response_format", "repetition_penalty", "min_tokens", "ignore_eos",
+           "tokens",
            "encoding_format", "dimensions"]
 
 
@@ -574,10 +621,12 @@ def test_random_bodies_get_an_answer_or_an_openai_error(client, enc_client):
                                           "temperature": 0}),
              "/v1/chat/completions": (client, {"model": "tiny-gpt", "messages": [{"role": "user", "content": "Hi"}],
                                                "max_tokens": 3, "temperature": 0}),
-             "/v1/embeddings": (enc_client, {"model": "bert", "input": "hello"})}
+             "/v1/embeddings": (enc_client, {"model": "bert", "input": "hello"}),
+             "/tokenize": (client, {"model": "tiny-gpt", "prompt": "Hello there"}),
+             "/detokenize": (client, {"model": "tiny-gpt", "tokens": [5, 6, 7]})}
     statuses = set()
-    for _ in range(300):
-        path = list(bases)[int(rng.integers(3))]
+    for _ in range(400):
+        path = list(bases)[int(rng.integers(len(bases)))]
         c, base = bases[path]
         body = dict(base)
         if path == "/v1/chat/completions" and rng.random() < 0.5:

@@ -40,7 +40,7 @@ from .models._text import StopWatch, TextPieces, cut_at_stop
 MAX_BODY = 10 * 1024 * 1024
 _RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
 _ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-              *_RERANK_PATHS)
+              "/tokenize", "/detokenize", *_RERANK_PATHS)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
@@ -655,15 +655,31 @@ class _Server:
             options["score_only"] = True
         if temperature > 0:
             options.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed)
-        for key in ("presence_penalty", "frequency_penalty"):
-            penalty = _float(body, key, 0.0)
+        for name in ("presence_penalty", "frequency_penalty"):
+            penalty = _float(body, name, 0.0)
             if not -2 <= penalty <= 2:
-                raise _bad(f"{key} must be in [-2, 2], got {penalty}", key)
+                raise _bad(f"{name} must be in [-2, 2], got {penalty}", name)
             if penalty:
-                options[key] = penalty
+                options[name] = penalty
         bias = self.logit_bias(body.get("logit_bias"))
         if bias:
             options["logit_bias"] = bias
+        # vLLM's extensions of the same names
+        repetition = _float(body, "repetition_penalty", 1.0)
+        if repetition <= 0:
+            raise _bad(f"repetition_penalty must be > 0, got {repetition}", "repetition_penalty")
+        if repetition != 1.0:
+            options["repetition_penalty"] = repetition
+        min_tokens = _integer(body, "min_tokens", 0, 0)
+        if min_tokens > max_tokens:
+            raise _bad(f"min_tokens ({min_tokens}) must be at most {key} ({max_tokens})", "min_tokens")
+        if min_tokens:
+            options["min_new_tokens"] = min_tokens
+        ignore_eos = body.get("ignore_eos", False)
+        if not isinstance(ignore_eos, bool):
+            raise _bad(f"ignore_eos must be true or false, got {ignore_eos!r}", "ignore_eos")
+        if ignore_eos:
+            options["eos_token_id"] = []
         if echo:
             options["echo"] = True
         if logprobs is not None:
@@ -834,7 +850,8 @@ class _Server:
                        "tools", code="unsupported_parameter")
         return fmt
 
-    def chat_prompt(self, body: Dict[str, Any], tools: Optional[List[Dict[str, Any]]] = None) -> List[int]:
+    def chat_prompt(self, body: Dict[str, Any], tools: Optional[List[Dict[str, Any]]] = None,
+                    check: bool = True) -> List[int]:
         messages = body.get("messages")
         if messages is None:
             raise _bad("you must provide a messages parameter", "messages")
@@ -855,7 +872,8 @@ class _Server:
         ids = self.tokenizer().encode(text, add_special_tokens=False)
         if not ids:
             raise _bad("the chat template rendered the messages as empty text", "messages")
-        self.check_context(ids, "messages")
+        if check:
+            self.check_context(ids, "messages")
         return ids
 
     def tokenizer(self) -> Any:
@@ -907,6 +925,35 @@ class _Server:
                        f"got {dimensions!r}", "dimensions")
         return inputs, tokens
 
+
+    # -- tokenize --------------------------------------------------------------------------------
+
+    def tokenize(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """/tokenize: the token ids a completions ``prompt`` (or embeddings input) or a chat's
+        ``messages`` become, as the other endpoints encode them (vLLM's shape)."""
+        if "messages" in body:
+            if not self.decoder:
+                raise _bad("messages need a decoder with a chat template", "messages")
+            ids = self.chat_prompt(dict(body), None, check=False)
+        else:
+            prompt = body.get("prompt")
+            if not isinstance(prompt, str):
+                raise _bad(f"prompt must be a string (or send messages), got {prompt!r}", "prompt")
+            ids = self.tokenizer().encode(prompt)
+        limit = self.context if self.decoder else (
+            self.model.max_positions if self.seq2seq else self.model.max_tokens)
+        return {"tokens": list(ids), "count": len(ids), "max_model_len": limit}
+
+    def detokenize(self, body: Dict[str, Any]) -> Dict[str, Any]:
+        """/detokenize: the text of token ids, special tokens left out (as completions' text)."""
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise _bad(f"tokens must be a list of token ids, got {tokens!r}", "tokens")
+        vocab = self.model.vocab_size if not self.encoder else self.model.config["vocab_size"]
+        bad = [t for t in tokens if not 0 <= t < vocab]
+        if bad:
+            raise _bad(f"token id {bad[0]} in tokens is out of range [0, {vocab})", "tokens")
+        return {"prompt": self.tokenizer().decode(tokens, skip_special_tokens=True)}
 
     # -- rerank ----------------------------------------------------------------------------------
 
@@ -1286,6 +1333,23 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
                                    separators=(",", ":")), media_type="application/json")
 
+    async def tokenize(request: Any) -> Any:
+        with _bad_input(model_path, model_name):
+            return await run_in_threadpool(lambda raw: server.tokenize(_checked(raw)), await _read_body(request,
+                                                                                                        max_body))
+
+    async def detokenize(request: Any) -> Any:
+        with _bad_input(model_path, model_name):
+            return await run_in_threadpool(lambda raw: server.detokenize(_checked(raw)), await _read_body(request,
+                                                                                                          max_body))
+
+    def _checked(raw: bytes) -> Dict[str, Any]:
+        """The body, its model checked if it names one (vLLM's /tokenize makes it optional)."""
+        body = _parse_json(raw)
+        if body.get("model") is not None and body["model"] != model_name:
+            server.check_model(body, "/tokenize")
+        return body
+
     def reranker(path: str) -> Callable[[Any], Any]:
         async def rerank(request: Any) -> Any:
             with _bad_input(model_path, model_name):
@@ -1309,7 +1373,8 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
 
     # The annotation FastAPI reads to pass the Request (this module's annotations are strings).
     for path, handler in (("/v1/completions", completions), ("/v1/chat/completions", chat_completions),
-                          ("/v1/embeddings", embeddings), *((p, reranker(p)) for p in _RERANK_PATHS)):
+                          ("/v1/embeddings", embeddings), ("/tokenize", tokenize), ("/detokenize", detokenize),
+                          *((p, reranker(p)) for p in _RERANK_PATHS)):
         handler.__annotations__["request"] = fastapi.Request
         app.post(path)(handler)
     return _Timed(app, server.metrics)
