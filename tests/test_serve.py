@@ -722,6 +722,8 @@ def test_seq2seq_completions(s2s):
                 return [choice["text"] for choice in answer.json()["choices"]]
 
             assert texts(prompt=sources, max_tokens=12) == s2s.generate(sources, max_new_tokens=12)
+            many = [f"t{i} t{i + 2}" for i in range(70)]  # more than --max-batch (32): several generate calls
+            assert texts(prompt=many, max_tokens=6) == s2s.generate(many, max_new_tokens=6)
             assert texts(prompt=sources[0]) == [s2s.generate(sources[0], max_new_tokens=63)]  # (64 positions)
             ids = s2s.tokenizer.encode(sources[1])
             assert texts(prompt=ids, max_tokens=12) == [s2s.tokenizer.decode(s2s.generate(ids, max_new_tokens=12)[0],

@@ -450,7 +450,10 @@ class Engine:
                 return self.model.embed(inputs, batch_size=batch)
             if kind == "score":
                 return self.model.score(inputs, batch_size=batch)
-            return self.model.generate(inputs, return_scores=True, **options)  # translate
+            out: List[Any] = []  # translate: at most max_batch sources per generate call (bounded memory)
+            for start in range(0, len(inputs), batch):
+                out += self.model.generate(inputs[start:start + batch], return_scores=True, **options)
+            return out
 
         per_input = options.get("num_return_sequences", 1) if kind == "translate" else 1
         inputs = [x for job in jobs for x in job.inputs]
