@@ -1284,7 +1284,13 @@ def test_tool_errors(tool_gen, client):
             bad_call = [{"role": "assistant", "content": None, "tool_calls": [
                 {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]
             error_of(c.post("/v1/chat/completions", json=dict(chat, messages=bad_call)), 400,
-                     "a tool call's function.arguments must be JSON text, got '{not json'", "messages")
+                     "messages[0]: a tool call's function.arguments must be JSON text, got '{not json'", "messages")
+            for calls in (5, [5], [{"function": {"arguments": "{}"}}], [{"function": {"name": "f", "arguments": 5}}]):
+                bad_calls = [{"role": "user", "content": "a"}, {"role": "assistant", "content": None,
+                                                                 "tool_calls": calls}]
+                error_of(c.post("/v1/chat/completions", json=dict(chat, messages=bad_calls)), 400,
+                         'messages[1].tool_calls must be a list of {"type": "function", "function": {"name", '
+                         '"arguments"}} objects', "messages")
             # tool_choice "none": the tools stay out of the prompt, the reply is content
             assert c.post("/v1/chat/completions", json=dict(chat, tool_choice="none")).status_code == 200
             error_of(c.post("/v1/chat/completions", json=dict(chat, response_format={"type": "json_object"})), 400,
@@ -1302,6 +1308,38 @@ def test_tool_errors(tool_gen, client):
     with pytest.raises(ValueError, match="tool_call_parser must be 'auto', 'none' or one of hermes, llama3_json, "
                                          "mistral, got 'xml'"):
         serve.create_app(tool_gen, tool_call_parser="xml")
+
+
+def test_random_tool_bodies_get_an_answer_or_an_error(tool_gen):
+    """Chats with tools, malformed tool calls in the history and random tool fields: a 200 or a
+    400 with cpuformer's message (never a 500, never Python's own error text)."""
+    rng = np.random.default_rng(2)
+    fields = ["tools", "tool_choice", "parallel_tool_calls", "stream", "response_format"]
+    app = serve.create_app(tool_gen, model_name="tiny-gpt")
+    try:
+        with TestClient(app) as c:
+            for _ in range(200):
+                body = {"model": "tiny-gpt", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS,
+                        "max_tokens": 3}
+                r = rng.random()
+                if r < 0.3:
+                    body["messages"] += [{"role": "assistant", "content": _wild(rng), "tool_calls": _wild(rng)},
+                                         {"role": "tool", "content": _wild(rng), "tool_call_id": _wild(rng)}]
+                elif r < 0.5:
+                    body["messages"].append({"role": "assistant", "content": None, "tool_calls": [
+                        {"id": "a", "type": "function", "function": {"name": _wild(rng), "arguments": _wild(rng)}}]})
+                for _ in range(int(rng.integers(0, 3))):
+                    body[fields[int(rng.integers(len(fields)))]] = _wild(rng)
+                if rng.random() < 0.3:
+                    body["tools"] = [{"type": "function", "function": _wild(rng)}]
+                raw = json.dumps(body, allow_nan=True).encode()
+                response = c.post("/v1/chat/completions", content=raw, headers={"content-type": "application/json"})
+                assert response.status_code in (200, 400), (raw[:300], response.text[:300])
+                if response.status_code == 400:
+                    message = response.json()["error"]["message"]
+                    assert not any(p in message for p in _PYTHON_ERRORS + ["has no attribute"]), (raw[:300], message)
+    finally:
+        app.state.close()
 
 
 def test_a_forced_tool_format_and_the_openai_client(gen, live):

@@ -865,9 +865,9 @@ class _Server:
                 if not all(isinstance(p, dict) and p.get("type") == "text" for p in m["content"]):
                     raise _bad("only text content parts are supported", "messages")
                 m["content"] = "".join(str(p.get("text", "")) for p in m["content"])
-        for m in messages:  # an assistant turn's calls, as chat templates read them: arguments as objects
-            if isinstance(m, dict) and isinstance(m.get("tool_calls"), list):
-                m["tool_calls"] = [_template_call(c) for c in m["tool_calls"]]
+        for i, m in enumerate(messages):  # an assistant turn's calls, as chat templates read them
+            if isinstance(m, dict) and m.get("tool_calls") is not None:
+                m["tool_calls"] = [_template_call(c, i) for c in _listed_calls(m["tool_calls"], i)]
         try:
             text = self.model.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
         except ImportError as error:
@@ -988,17 +988,27 @@ class _Server:
         return pairs, top_n, returned, tokens
 
 
-def _template_call(call: Any) -> Any:
+def _listed_calls(calls: Any, index: int) -> List[Dict[str, Any]]:
+    """A message's ``tool_calls``: a list of {"type": "function", "function": {"name", "arguments"}}."""
+    if not isinstance(calls, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
+            and c["function"]["name"] and isinstance(c["function"].get("arguments", "{}"), (str, dict)) for c in calls):
+        raise _bad(f"messages[{index}].tool_calls must be a list of {{\"type\": \"function\", \"function\": "
+                   f"{{\"name\", \"arguments\"}}}} objects, got {calls!r}", "messages")
+    return calls
+
+
+def _template_call(call: Dict[str, Any], index: int) -> Dict[str, Any]:
     """An OpenAI tool call of an assistant message as chat templates expect it: the function's
     ``arguments`` JSON text parsed into an object (templates write it with ``tojson``)."""
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("arguments"), str):
+    function = call["function"]
+    if not isinstance(function.get("arguments"), str):
         return call
     try:
         arguments = json.loads(function["arguments"])
     except ValueError:
-        raise _bad(f"a tool call's function.arguments must be JSON text, got {function['arguments']!r}",
-                   "messages") from None
+        raise _bad(f"messages[{index}]: a tool call's function.arguments must be JSON text, got "
+                   f"{function['arguments']!r}", "messages") from None
     return dict(call, function=dict(function, arguments=arguments))
 
 
