@@ -779,28 +779,25 @@ def test_seq2seq_completions(s2s):
         app.state.close()
 
 
-def test_concurrent_seq2seq_requests_share_a_generate_call(s2s):
-    """Completions with the same options that wait while the worker is busy run as one batch of
-    sources (one generate call); each gets its own outputs, those of the source alone."""
-    app = serve.create_app(s2s, model_name="marian", max_batch=64)
+def sent_while_busy(app, path, bodies):
+    """Each body POSTed to ``path`` by its own client while the worker is held busy, released once
+    all wait in the queue: (the answers in order, the /metrics text after them)."""
     release = threading.Event()
-    prompts = [[f"t{i} t{i + 1}"] * (1 + i % 2) for i in range(6)]
+    results = {}
     try:
         with Running(app) as running:
             engine = app.state.engine
             engine.submit(serve._Job("run", lambda: release.wait(30)))  # holds the worker
-            results = {}
 
             def send(i):
                 with httpx.Client(base_url=running.url, timeout=60) as h:
-                    results[i] = h.post("/v1/completions", json={"model": "marian", "prompt": prompts[i],
-                                                                 "max_tokens": 10, "temperature": 0}).json()
+                    results[i] = h.post(path, json=bodies[i]).json()
 
-            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(prompts))]
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
             for t in threads:
                 t.start()
             deadline = time.time() + 30
-            while engine.depth < len(prompts):
+            while engine.depth < len(bodies):
                 assert time.time() < deadline, engine.depth
                 time.sleep(0.01)
             release.set()
@@ -809,6 +806,16 @@ def test_concurrent_seq2seq_requests_share_a_generate_call(s2s):
             text = httpx.get(running.url + "/metrics").text
     finally:
         release.set()
+    return [results[i] for i in range(len(bodies))], text
+
+
+def test_concurrent_seq2seq_requests_share_a_generate_call(s2s):
+    """Completions with the same options that wait while the worker is busy run as one batch of
+    sources (one generate call); each gets its own outputs, those of the source alone."""
+    prompts = [[f"t{i} t{i + 1}"] * (1 + i % 2) for i in range(6)]
+    results, text = sent_while_busy(serve.create_app(s2s, model_name="marian", max_batch=64), "/v1/completions",
+                                    [{"model": "marian", "prompt": p, "max_tokens": 10, "temperature": 0}
+                                     for p in prompts])
     assert metric(text, "cpuformer_batch_size_count") == 1
     assert metric(text, "cpuformer_batch_size_sum") == sum(len(p) for p in prompts)
     for i, p in enumerate(prompts):
@@ -931,32 +938,9 @@ def test_concurrent_embeddings_are_batched(enc):
     """Requests that wait while the worker is busy go into one embed call; each gets its rows,
     equal to the one-by-one embeddings within float tolerance (padding to the batch's longest
     input changes the matrix shapes, not the math)."""
-    app = serve.create_app(enc, model_name="bert", max_batch=64)
-    release = threading.Event()
     inputs = [[f"t{i} t{i + 1}"] + [f"t{i + 2}"] * (i % 3) for i in range(12)]
-    try:
-        with Running(app) as running:
-            engine = app.state.engine
-            engine.submit(serve._Job("run", lambda: release.wait(30)))  # holds the worker
-            results = {}
-
-            def send(i):
-                with httpx.Client(base_url=running.url, timeout=60) as h:
-                    results[i] = h.post("/v1/embeddings", json={"model": "bert", "input": inputs[i]}).json()
-
-            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(inputs))]
-            for t in threads:
-                t.start()
-            deadline = time.time() + 30
-            while engine.depth < len(inputs):
-                assert time.time() < deadline, engine.depth
-                time.sleep(0.01)
-            release.set()
-            for t in threads:
-                t.join(60)
-            text = httpx.get(running.url + "/metrics").text
-    finally:
-        release.set()
+    results, text = sent_while_busy(serve.create_app(enc, model_name="bert", max_batch=64), "/v1/embeddings",
+                                    [{"model": "bert", "input": x} for x in inputs])
     sizes = sum(len(x) for x in inputs)
     assert metric(text, "cpuformer_batch_size_count") == 1  # one embed call for all twelve requests
     assert metric(text, "cpuformer_batch_size_sum") == sizes
@@ -1082,33 +1066,10 @@ def test_rerank_needs_a_cross_encoder(client, enc_client):
 def test_concurrent_reranks_are_batched(ce):
     """Rerank requests that wait while the worker is busy go into one score call; each gets its
     own documents' scores."""
-    app = serve.create_app(ce, model_name="ce", max_batch=64)
-    release = threading.Event()
     queries = [f"t{i} t{i + 3}" for i in range(8)]
-    try:
-        with Running(app) as running:
-            engine = app.state.engine
-            engine.submit(serve._Job("run", lambda: release.wait(30)))  # holds the worker
-            results = {}
-
-            def send(i):
-                with httpx.Client(base_url=running.url, timeout=60) as h:
-                    results[i] = h.post("/v1/rerank", json={"model": "ce", "query": queries[i],
-                                                            "documents": DOCUMENTS[:i % 4 + 2]}).json()
-
-            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(queries))]
-            for t in threads:
-                t.start()
-            deadline = time.time() + 30
-            while engine.depth < len(queries):
-                assert time.time() < deadline, engine.depth
-                time.sleep(0.01)
-            release.set()
-            for t in threads:
-                t.join(60)
-            text = httpx.get(running.url + "/metrics").text
-    finally:
-        release.set()
+    results, text = sent_while_busy(serve.create_app(ce, model_name="ce", max_batch=64), "/v1/rerank",
+                                    [{"model": "ce", "query": q, "documents": DOCUMENTS[:i % 4 + 2]}
+                                     for i, q in enumerate(queries)])
     assert metric(text, "cpuformer_batch_size_count") == 1  # one score call for all eight requests
     assert metric(text, "cpuformer_batch_size_sum") == sum(i % 4 + 2 for i in range(len(queries)))
     for i, query in enumerate(queries):
