@@ -909,6 +909,35 @@ def test_embeddings_match_the_api(enc_client, enc):
     encoded = embed(enc_client, input=texts, encoding_format="base64").json()["data"]
     vectors = np.array([np.frombuffer(base64.b64decode(d["embedding"]), "<f4") for d in encoded])
     np.testing.assert_allclose(vectors, enc.embed(texts), atol=1e-5)
+    # dimensions: the first components, normalized again (this model's embeddings are unit vectors)
+    full = enc.embed(texts)
+    assert np.allclose(np.linalg.norm(full, axis=1), 1, atol=1e-5)
+    short = np.array([d["embedding"] for d in embed(enc_client, input=texts, dimensions=8).json()["data"]])
+    np.testing.assert_allclose(short, full[:, :8] / np.linalg.norm(full[:, :8], axis=1, keepdims=True), atol=1e-5)
+    assert np.array(embed(enc_client, input=texts, dimensions=32).json()["data"][0]["embedding"]).shape == (32,)
+
+
+def test_shortened_embeddings_of_a_model_without_normalize(enc_dir, tmp_path):
+    """A sentence-transformers directory without a Normalize module: dimensions keeps the first
+    components as they are (the vectors were not unit length to begin with)."""
+    directory = tmp_path / "unnormalized"
+    shutil.copytree(enc_dir, directory)
+    (directory / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (directory / "1_Pooling").mkdir()
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                     "pooling_mode_mean_tokens": True}))
+    with cf.load(directory) as model:
+        full = model.embed(["t5 t6", "t7"])
+        assert np.linalg.norm(full[0]) > 1.5
+        app = serve.create_app(model, model_name="u")
+        try:
+            with TestClient(app) as c:
+                short = c.post("/v1/embeddings", json={"model": "u", "input": ["t5 t6", "t7"], "dimensions": 5}).json()
+            np.testing.assert_allclose([d["embedding"] for d in short["data"]], full[:, :5], atol=1e-5)
+        finally:
+            app.state.close()
 
 
 def test_embedding_errors(enc_client):
@@ -923,8 +952,10 @@ def test_embedding_errors(enc_client):
              "context_length_exceeded")
     error_of(embed(c, input="a", encoding_format="int8"), 400, "encoding_format must be 'float' or 'base64'",
              "encoding_format")
-    error_of(embed(c, input="a", dimensions=8), 400, "dimensions must be 32 (the model's; no truncation), got 8",
+    error_of(embed(c, input="a", dimensions=33), 400, "dimensions must be at most 32 (the model's), got 33",
              "dimensions")
+    error_of(embed(c, input="a", dimensions=0), 400, "dimensions must be >= 1, got 0", "dimensions")
+    error_of(embed(c, input="a", dimensions="8"), 400, "dimensions must be an integer, got '8'", "dimensions")
     error_of(embed(c, model="other", input="a"), 404, "the model 'other' does not exist", "model", "model_not_found")
     error_of(c.post("/v1/completions", json={"model": "bert", "prompt": "a"}), 400,
              "/v1/completions needs a decoder (text generation) model; 'bert' is a Encoder (use /v1/embeddings)",

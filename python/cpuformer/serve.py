@@ -583,7 +583,10 @@ class _Server:
             except ValueError as error:
                 raise ValueError(f"cpuformer serve needs a decoder's tokenizer (the API answers with text): {error}") \
                     from None
-        self.dimensions = int(model.embed([[0]]).shape[1]) if self.encoder else 0  # one token: the output width
+        probe = model.embed([[0]]) if self.encoder else np.zeros((1, 0), np.float32)  # one token
+        self.dimensions = int(probe.shape[1])  # the output width
+        # Unit-length outputs (a Normalize module): a shortened vector (dimensions) is normalized again.
+        self.normalized = bool(self.encoder and abs(float(np.linalg.norm(probe[0])) - 1.0) < 1e-3)
         # A cross-encoder (one score per pair) also answers /v1/rerank.
         self.reranker = self.encoder and model.task == "sequence_classification" and len(model.labels) == 1
         self.metrics = Metrics()
@@ -890,7 +893,7 @@ class _Server:
 
     # -- embeddings ------------------------------------------------------------------------------
 
-    def embedding_inputs(self, body: Dict[str, Any]) -> Tuple[List[Any], int]:
+    def embedding_inputs(self, body: Dict[str, Any]) -> Tuple[List[Any], int, int]:
         if "input" not in body:
             raise _bad("you must provide an input parameter", "input")
         value = body["input"]
@@ -922,11 +925,10 @@ class _Server:
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
             raise _bad(f"encoding_format must be 'float' or 'base64', got {encoding!r}", "encoding_format")
-        dimensions = body.get("dimensions")
-        if dimensions is not None and dimensions != self.dimensions:
-            raise _bad(f"dimensions must be {self.dimensions} (the model's; no truncation), "
-                       f"got {dimensions!r}", "dimensions")
-        return inputs, tokens
+        dimensions = _integer(body, "dimensions", self.dimensions, 1)
+        if dimensions > self.dimensions:
+            raise _bad(f"dimensions must be at most {self.dimensions} (the model's), got {dimensions}", "dimensions")
+        return inputs, tokens, dimensions
 
 
     # -- tokenize --------------------------------------------------------------------------------
@@ -1329,13 +1331,17 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             return await embedding(request)
 
     async def embedding(request: Any) -> Any:
-        def prepare(raw: bytes) -> Tuple[Dict[str, Any], List[Any], int]:
+        def prepare(raw: bytes) -> Tuple[Dict[str, Any], List[Any], int, int]:
             body = _parse_json(raw)
             server.check_model(body, "/v1/embeddings")
             return (body, *server.embedding_inputs(body))
 
-        body, inputs, tokens = await run_in_threadpool(prepare, await _read_body(request, max_body))
+        body, inputs, tokens, dimensions = await run_in_threadpool(prepare, await _read_body(request, max_body))
         vectors = await _wait(server.engine.submit(_Job("embed", inputs=inputs)))
+        if dimensions < server.dimensions:  # the first components (Matryoshka), at unit length if the model's are
+            vectors = np.asarray(vectors, np.float32)[:, :dimensions]
+            if server.normalized:
+                vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         server.metrics.add(prompt_tokens=tokens)
         base64_out = body.get("encoding_format") == "base64"
         data = [{"object": "embedding", "index": i,
