@@ -744,9 +744,20 @@ def test_seq2seq_completions(s2s):
             assert body["usage"] == {"prompt_tokens": n_prompt, "completion_tokens": len(result.token_ids),
                                      "total_tokens": n_prompt + len(result.token_ids)}
             chunks = events(c.post("/v1/completions", json=dict(model="marian", prompt=sources[0], max_tokens=12,
-                                                                temperature=0, stream=True)).text)
-            assert "".join(ch["choices"][0]["text"] for ch in chunks) == body["choices"][0]["text"]
-            assert chunks[-1]["choices"][0]["finish_reason"] == body["choices"][0]["finish_reason"]
+                                                                temperature=0, stream=True,
+                                                                stream_options={"include_usage": True})).text)
+            texts_streamed = [ch["choices"][0]["text"] for ch in chunks if ch["choices"]]
+            assert "".join(texts_streamed) == body["choices"][0]["text"]
+            assert len([t for t in texts_streamed if t]) > 3  # piece by piece (Seq2Seq.stream), not one chunk
+            assert chunks[-2]["choices"][0]["finish_reason"] == body["choices"][0]["finish_reason"]
+            assert chunks[-1]["usage"] == body["usage"]
+            pieces = list(s2s.stream(sources[0], max_new_tokens=12))
+            assert texts_streamed[:len(pieces)] == pieces
+            # token ids or several choices: each completion as one chunk
+            chunks = events(c.post("/v1/completions", json=dict(model="marian", prompt=[sources[0], sources[1]],
+                                                                max_tokens=12, temperature=0, stream=True)).text)
+            assert [ch["choices"][0]["text"] for ch in chunks if ch["choices"][0]["finish_reason"] is None] == \
+                s2s.generate(sources[:2], max_new_tokens=12)
             base = dict(model="marian", prompt="t5", max_tokens=4)
             error_of(c.post("/v1/completions", json=dict(base, logprobs=2)), 400,
                      "logprobs is not supported for encoder-decoder models", "logprobs", "unsupported_parameter")
@@ -766,8 +777,13 @@ def test_seq2seq_completions(s2s):
                      "prompt must be a non-empty string", "prompt")
             error_of(c.post("/v1/completions", json=dict(base, prompt=[1, 999])), 400,
                      "token id 999 in prompt is out of range [0, 200)", "prompt")
-            error_of(c.post("/v1/completions", json=dict(base, max_tokens=500)), 400, "max_new_tokens")
-            error_of(c.post("/v1/completions", json=dict(base, prompt=" ".join(["t5"] * 100))), 400, "source 0")
+            for extra in ({}, {"stream": True}):
+                error_of(c.post("/v1/completions", json=dict(base, max_tokens=500, **extra)), 400,
+                         "max_tokens 500 exceeds this model's maximum of 63 target tokens", "max_tokens",
+                         "context_length_exceeded")
+                error_of(c.post("/v1/completions", json=dict(base, prompt=" ".join(["t5"] * 100), **extra)), 400,
+                         "this model's maximum source length is 64 tokens; a prompt has 100", "prompt",
+                         "context_length_exceeded")
             error_of(c.post("/v1/chat/completions", json=dict(model="marian", messages=[{"role": "user",
                                                                                           "content": "a"}])),
                      400, "/v1/chat/completions needs a decoder (text generation) model; 'marian' is a Seq2Seq (use "

@@ -713,6 +713,15 @@ class _Server:
                 (isinstance(x, str) and x) or (isinstance(x, list) and x) for x in sources):
             raise _bad("prompt must be a non-empty string, a list of token ids or a list of those", "prompt")
         sources = [x if isinstance(x, str) else _token_list(x, self.model.vocab_size, "prompt") for x in sources]
+        limit = self.model.max_positions  # (None: relative positions, no limit)
+        if limit and options["max_new_tokens"] > limit - 1:
+            raise _bad(f"max_tokens {options['max_new_tokens']} exceeds this model's maximum of {limit - 1} target "
+                       "tokens (after the decoder start token)", "max_tokens", code="context_length_exceeded")
+        for x in sources:
+            length = len(self.tokenizer().encode(x)) if isinstance(x, str) else len(x)
+            if limit and length > limit:
+                raise _bad(f"this model's maximum source length is {limit} tokens; a prompt has {length}",
+                           "prompt", code="context_length_exceeded")
         n = _integer(body, "n", 1, 1)
         beams = _integer(body, "num_beams", 1, 1)
         if beams > 1 and options.get("do_sample"):
@@ -1284,6 +1293,8 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         body, sources, n, options, stream = await run_in_threadpool(prepare_sources,
                                                                     await _read_body(request, max_body))
         ident, created = "cmpl-" + uuid.uuid4().hex, int(time.time())
+        if stream and n == 1 and len(sources) == 1 and isinstance(sources[0], str):
+            return streamed_translation(request, body, sources[0], options, ident, created)
         job = server.engine.submit(_Job("translate", inputs=sources, options=options))
         watcher = asyncio.ensure_future(_cancel_on_disconnect(request, [job]))
         try:
@@ -1351,6 +1362,67 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         return Response(json.dumps({"object": "list", "data": data, "model": model_name,
                                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
                                    separators=(",", ":")), media_type="application/json")
+
+    def streamed_translation(request: Any, body: Dict[str, Any], source: str, options: Dict[str, Any], ident: str,
+                             created: int) -> Any:
+        """One source's completion as Seq2Seq.stream's text pieces (the worker runs the stream,
+        alone, while the client reads it)."""
+        loop = asyncio.get_running_loop()
+        queue: "asyncio.Queue[Any]" = asyncio.Queue()
+
+        def put(item: Any) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def run() -> Tuple[Optional[str], int]:
+            pieces = server.model.stream(source, **{k: v for k, v in options.items() if k != "num_return_sequences"})
+            try:
+                for piece in pieces:
+                    if job.cancelled.is_set():
+                        break
+                    put(piece)
+            finally:
+                pieces.close()
+            return pieces.finish_reason, pieces.num_tokens
+
+        job = _Job("run", run)
+        job.callbacks.append(lambda: put(job))
+        server.engine.submit(job)
+        stream_options = body.get("stream_options") or {}
+        include = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
+        head = {"id": ident, "object": "text_completion", "created": created, "model": model_name}
+        prompt_tokens = len(server.model.tokenizer.encode(source))
+
+        def chunk(text: str, reason: Optional[str]) -> bytes:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+            return _sse(dict(head, choices=[choice], **({"usage": None} if include else {})))
+
+        async def events() -> Any:
+            try:
+                while True:
+                    item = await queue.get()
+                    if item is job:
+                        if job.error is not None:
+                            status = job.error.status if isinstance(job.error, APIError) else 400 if isinstance(
+                                job.error, (ValueError, TypeError)) else 500
+                            yield _sse(APIError(status, str(job.error), "server_error").body())
+                        elif job.result is not None:
+                            reason, count = job.result
+                            server.metrics.add(generated_tokens=count, prompt_tokens=prompt_tokens)
+                            yield chunk("", _FINISH.get(reason or "stop", reason))
+                            if include:
+                                yield _sse(dict(head, choices=[], usage={
+                                    "prompt_tokens": prompt_tokens, "completion_tokens": count,
+                                    "total_tokens": prompt_tokens + count}))
+                        break
+                    yield chunk(item, None)
+                    if await request.is_disconnected():
+                        break
+                yield b"data: [DONE]\n\n"
+            finally:
+                job.cancelled.set()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def tokenize(request: Any) -> Any:
         with _bad_input(model_path, model_name):

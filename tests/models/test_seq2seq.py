@@ -289,6 +289,24 @@ def test_text_in_text_out(models, tmp_path):
     expected = tokenizer.decode(text_model.generate(ids, max_new_tokens=6)[0], skip_special_tokens=True)
     assert text_model.generate("t5 t9 t12", max_new_tokens=6) == expected
     assert text_model.generate(["t5 t9 t12"], max_new_tokens=6) == [expected]
+    # stream(): text pieces joining to generate()'s text (greedy, beams at the end, seeded sampling)
+    for options in ({}, {"num_beams": 3}, {"do_sample": True, "seed": 4, "top_k": 8}, {"stop": "t2"}):
+        text = text_model.generate("t5 t9 t12", max_new_tokens=10, **options)
+        stream = text_model.stream("t5 t9 t12", max_new_tokens=10, **options)
+        assert stream.finish_reason is None and stream.num_tokens == 0
+        assert "".join(stream) == text
+        result = text_model.generate("t5 t9 t12", max_new_tokens=10, return_scores=True, **options)[0]
+        assert stream.finish_reason == result.finish_reason
+        if "stop" not in options:
+            assert stream.num_tokens == len(result.token_ids)
+    tokens = list(text_model.stream(ids, max_new_tokens=6))
+    assert tokens == text_model.generate(ids, max_new_tokens=6)[0]
+    with pytest.raises(ValueError, match="stream\\(\\) takes one source, got 2"):
+        text_model.stream(["t5", "t9"])
+    with pytest.raises(TypeError, match="return_scores is for generate\\(\\)"):
+        text_model.stream("t5", return_scores=True)
+    with pytest.raises(TypeError, match="stream\\(\\) got unexpected keyword arguments \\['bogus'\\]"):
+        text_model.stream("t5", bogus=1)
     os.remove(os.path.join(directory, "tokenizer.json"))
 
 

@@ -66,13 +66,15 @@ class StreamState:
 
     def __init__(self) -> None:
         self.finish_reason: Optional[str] = None
+        self.num_tokens = 0
 
 
 class GenerationStream(Iterator[Union[int, str]]):
     """The iterator ``stream()`` returns: tokens (or text pieces) as they are produced.
 
     ``finish_reason`` is None while the stream runs and after close(), and "eos", "stop" or
-    "length" (as GenerationResult.finish_reason) once the iterator is exhausted."""
+    "length" (as GenerationResult.finish_reason) once the iterator is exhausted; ``num_tokens``
+    counts the tokens generated so far (text pieces can hold several, or part of one)."""
 
     def __init__(self, start: Callable[[StreamState], Iterator[Any]]) -> None:
         self._state = StreamState()
@@ -91,6 +93,10 @@ class GenerationStream(Iterator[Union[int, str]]):
     @property
     def finish_reason(self) -> Optional[str]:
         return self._state.finish_reason
+
+    @property
+    def num_tokens(self) -> int:
+        return self._state.num_tokens
 
 
 __all__ = ["FINISH_REASONS", "GenerationResult", "GenerationStream", "log_probs_needed", "results"]

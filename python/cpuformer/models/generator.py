@@ -416,10 +416,16 @@ class Generator(TextMixin, ModelBase):
     def _stream(self, model, ids, options, text: bool, state: StreamState, draft=None,
                 stops: Sequence[str] = ()) -> Iterator[Union[int, str]]:
         worker = _StreamWorker(model, ids, options, self.num_threads, draft)
+
+        def counted() -> Iterator[int]:
+            for token in worker.tokens():
+                state.num_tokens += 1
+                yield token
+
         try:
             if not text:
                 watch = StopWatch(self._decode, stops) if stops else None
-                for token in worker.tokens():
+                for token in counted():
                     yield token
                     if watch is not None and watch.add(token):
                         state.finish_reason = "stop"
@@ -427,7 +433,7 @@ class Generator(TextMixin, ModelBase):
                 state.finish_reason = worker.finish_reason
                 return
             stopped: List[bool] = []
-            yield from text_pieces(worker.tokens(), self._decode, stops, on_stop=lambda: stopped.append(True))
+            yield from text_pieces(counted(), self._decode, stops, on_stop=lambda: stopped.append(True))
             state.finish_reason = "stop" if stopped else worker.finish_reason
         finally:
             # Reached on exhaustion, on close() or garbage collection of an abandoned iterator and

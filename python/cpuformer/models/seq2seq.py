@@ -9,8 +9,9 @@ decoder's KV cache is written in place.
 
 from __future__ import annotations
 
+import inspect
 import os
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from .._model_dir import ModelDir
 from ._base import Generated, ModelBase, Prompts, TokenIds
 from ._inputs import as_2d
 from ._languages import apply_languages
-from ._result import log_probs_needed
+from ._result import GenerationStream, log_probs_needed
 from ._speculative import speculation
 from ._text import TextMixin
 from .generator import Generator, check_bad_words, kv_cache_code, penalty_options, sequence_options
@@ -43,6 +44,7 @@ class Seq2Seq(TextMixin, ModelBase):
     _check_stop = Generator._check_stop
     _stop_watch = Generator._stop_watch
     _scored = Generator._scored
+    _stream = Generator._stream
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None,
@@ -143,6 +145,36 @@ class Seq2Seq(TextMixin, ModelBase):
         target language's token first (Marian: prefixes it to the source), src_lang encodes string
         sources with the source language's code, as the transformers tokenizer with src_lang set.
         """
+        model, ids, kind, options, draft, stops = self._request(
+            sources, max_new_tokens, min_new_tokens, do_sample, temperature, top_k, top_p, repetition_penalty,
+            num_beams, length_penalty, early_stopping, eos_token_id, seed, log_probs_needed(return_log_probs,
+                                                                                         return_scores),
+            num_return_sequences, no_repeat_ngram_size, assistant_model, num_assistant_tokens,
+            prompt_lookup_num_tokens, max_matching_ngram_size, num_assistant_tokens_schedule, kv_cache_dtype,
+            bad_words_ids, stop, tgt_lang, src_lang, presence_penalty, frequency_penalty, logit_bias)
+        _, on_token = self._stop_watch(stops, len(ids) * options["num_return_sequences"])
+        tokens, log_probs, stats, reasons, beam_scores = model.generate(ids, options, on_token, self.num_threads,
+                                                                        draft)
+        if return_scores:
+            return self._scored(tokens, kind, log_probs, reasons, beam_scores, stops, stats, return_stats)
+        return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
+                            one_text=num_return_sequences == 1, stops=stops)
+
+    def _request(self, sources: Prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
+                 num_beams: int = 1, length_penalty: float = 1.0, early_stopping: Union[bool, str] = False,
+                 eos_token_id: Union[None, int, Sequence[int]] = None, seed: Optional[int] = None,
+                 return_log_probs: bool = False, num_return_sequences: int = 1, no_repeat_ngram_size: int = 0,
+                 assistant_model: Any = None, num_assistant_tokens: Optional[int] = None,
+                 prompt_lookup_num_tokens: Optional[int] = None, max_matching_ngram_size: Optional[int] = None,
+                 num_assistant_tokens_schedule: str = "heuristic", kv_cache_dtype: Optional[str] = None,
+                 bad_words_ids: Optional[Sequence[Sequence[int]]] = None,
+                 stop: Union[None, str, Sequence[str]] = None, tgt_lang: Optional[str] = None,
+                 src_lang: Optional[str] = None, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 logit_bias: Optional[Mapping[int, float]] = None) -> Tuple[Any, List[List[int]], str, Dict[str, Any],
+                                                                            Any, List[str]]:
+        """(the native model, source ids, the input kind, C++ options, the draft, the stop strings)
+        of a generate() or stream() call, checked."""
         model = self._live()
         ids, kind, forced_bos = apply_languages(self, sources, tgt_lang, src_lang)
         options = self._options(num_return_sequences, no_repeat_ngram_size, bad_words_ids, presence_penalty,
@@ -150,20 +182,31 @@ class Seq2Seq(TextMixin, ModelBase):
                                 min_new_tokens=min_new_tokens, do_sample=do_sample, temperature=temperature,
                                 top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty, num_beams=num_beams,
                                 length_penalty=length_penalty, early_stopping=early_stopping,
-                                eos_token_id=eos_token_id, seed=seed,
-                                return_log_probs=log_probs_needed(return_log_probs, return_scores))
+                                eos_token_id=eos_token_id, seed=seed, return_log_probs=return_log_probs)
         if forced_bos is not None:
             options["forced_bos_token_id"] = forced_bos
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         options["kv_cache_dtype"] = kv_cache_code(kv_cache_dtype)
-        stops, on_token = self._stop_watch(stop, len(ids) * options["num_return_sequences"])
-        tokens, log_probs, stats, reasons, beam_scores = model.generate(ids, options, on_token, self.num_threads,
-                                                                        draft)
-        if return_scores:
-            return self._scored(tokens, kind, log_probs, reasons, beam_scores, stops, stats, return_stats)
-        return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
-                            one_text=num_return_sequences == 1, stops=stops)
+        return model, ids, kind, options, draft, self._check_stop(stop)
+
+    def stream(self, source: Prompts, **kwargs: Any) -> GenerationStream:
+        """Yields the target tokens of one source as they are produced (greedy or sampling; beam
+        search yields the best sequence at the end); given a string, text pieces instead, each once
+        it is final, joining to generate()'s text. Takes generate()'s keyword arguments except
+        return_log_probs, return_scores, return_stats and num_return_sequences. Closing or
+        dropping the iterator stops the generation; its finish_reason is "eos", "stop" or "length"
+        once it is exhausted."""
+        for name in ("return_log_probs", "return_scores", "return_stats", "num_return_sequences"):
+            if name in kwargs:
+                raise TypeError(f"stream() yields one sequence's tokens; {name} is for generate()")
+        unknown = set(kwargs) - set(inspect.signature(self._request).parameters)
+        if unknown:
+            raise TypeError(f"stream() got unexpected keyword arguments {sorted(unknown)}")
+        model, ids, kind, options, draft, stops = self._request(source, **kwargs)
+        if len(ids) != 1:
+            raise ValueError(f"stream() takes one source, got {len(ids)}")
+        return GenerationStream(lambda state: self._stream(model, ids, options, kind == "str", state, draft, stops))
 
     def _shape_text(self) -> str:
         c = self.config
