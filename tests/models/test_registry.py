@@ -231,7 +231,7 @@ def test_parity_with_transformers(family, tmp_path):
 def _generation_defaults(model):
     """The options dict a plain ``generate(ids)`` passes to the C++ model (greedy, 20 new tokens,
     the model's eos / pad / start tokens, forced tokens and banned words); seed 0."""
-    from cpuformer.models.generator import Generator, sequence_options
+    from cpuformer.models.generator import Generator, penalty_options, sequence_options
     from cpuformer.models.seq2seq import Seq2Seq
 
     common = dict(max_new_tokens=20, min_new_tokens=0, do_sample=False, temperature=1.0, top_k=0, top_p=1.0,
@@ -244,6 +244,7 @@ def _generation_defaults(model):
         assert isinstance(model, Generator)
         options = model._options(*common.values())
         sequence_options(options, 1, 0)
+        penalty_options(options, model.vocab_size, 0.0, 0.0, None)
         model._add_options(options, None, None)
     options["eos_token_ids"] = [int(v) for v in model.eos_token_ids]
     return options

@@ -180,6 +180,10 @@ Json default_options(const Json& config, const Json& generation, long vocab_size
   o.emplace_back("top_k", number(0L));
   o.emplace_back("top_p", number(1.0));
   o.emplace_back("repetition_penalty", number(1.0));
+  o.emplace_back("presence_penalty", number(0.0));
+  o.emplace_back("frequency_penalty", number(0.0));
+  o.emplace_back("logit_bias_ids", Json::make_array({}));
+  o.emplace_back("logit_bias_values", Json::make_array({}));
   o.emplace_back("num_beams", number(1L));
   o.emplace_back("length_penalty", number(1.0));
   o.emplace_back("early_stopping", number(0L));
