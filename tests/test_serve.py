@@ -531,6 +531,8 @@ def test_request_errors(client):
     error_of(complete(c, prompt="a", seed=-1), 400, "seed must be >= 0, got -1", "seed")
     error_of(complete(c, prompt="a", n=0), 400, "n must be >= 1, got 0", "n")
     error_of(complete(c, prompt="a", stop=[""]), 400, "stop must be a non-empty string or a list of them", "stop")
+    long = error_of(complete(c, prompt="a", stop=[""] * 5000), 400, "stop must be a non-empty string", "stop")
+    assert len(long["message"]) < 250 and "... (20000 characters)" in long["message"]  # not the whole value back
     error_of(complete(c, prompt="a", stream="yes"), 400, "stream must be true or false", "stream")
     error_of(complete(c, prompt="a", stream=True, n=2), 400, "stream: true takes one prompt and n = 1", "n")
     error_of(complete(c, prompt=["a", "b"], stream=True), 400, "stream: true takes one prompt and n = 1", "prompt")

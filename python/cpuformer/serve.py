@@ -530,12 +530,19 @@ def _bad(message: str, param: Optional[str] = None, code: Optional[str] = None) 
     return APIError(400, message, param=param, code=code)
 
 
+def _shown(value: Any, limit: int = 100) -> str:
+    """A request value as an error message quotes it: its repr, cut to ``limit`` characters (a
+    large body must not come back in full)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
 def _integer(body: Dict[str, Any], key: str, default: Any, low: Optional[int] = None) -> Any:
     value = body.get(key, default)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _bad(f"{key} must be an integer, got {value!r}", key)
+        raise _bad(f"{key} must be an integer, got {_shown(value)}", key)
     if low is not None and value < low:
         raise _bad(f"{key} must be >= {low}, got {value}", key)
     return value
@@ -546,7 +553,7 @@ def _float(body: Dict[str, Any], key: str, default: float) -> float:
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _bad(f"{key} must be a number, got {value!r}", key)
+        raise _bad(f"{key} must be a number, got {_shown(value)}", key)
     return float(value)
 
 
@@ -606,7 +613,7 @@ class _Server:
         if name is None:
             raise _bad("you must provide a model parameter", "model")
         if name != self.model_name:
-            raise APIError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
+            raise APIError(404, f"the model {_shown(name)} does not exist; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
         other = "/v1/completions and /v1/chat/completions" if self.decoder else "/v1/completions" if self.seq2seq \
             else "/v1/embeddings and /v1/rerank" if self.reranker else "/v1/embeddings"
@@ -634,7 +641,7 @@ class _Server:
                 raise _bad(f"{key} is not supported by cpuformer serve", key, code="unsupported_parameter")
         response_format = body.get("response_format")
         if response_format is not None and response_format != {"type": "text"}:
-            raise _bad(f"response_format {response_format!r} is not supported by cpuformer serve (it needs "
+            raise _bad(f"response_format {_shown(response_format)} is not supported by cpuformer serve (it needs "
                        "constrained decoding); only {'type': 'text'}", "response_format", code="unsupported_parameter")
         logprobs, echo = self.logprob_options(body, chat)
         room = self.context - prompt_len
@@ -655,7 +662,7 @@ class _Server:
         if isinstance(stop, str):
             stop = [stop]
         if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
-            raise _bad(f"stop must be a non-empty string or a list of them, got {stop!r}", "stop")
+            raise _bad(f"stop must be a non-empty string or a list of them, got {_shown(stop)}", "stop")
         options: Dict[str, Any] = dict(max_new_tokens=max(max_tokens, 1), stop=stop or None)
         if score_only:  # one token is chosen (the batcher's unit of work) and left out of the answer
             options["score_only"] = True
@@ -683,7 +690,7 @@ class _Server:
             options["min_new_tokens"] = min_tokens
         ignore_eos = body.get("ignore_eos", False)
         if not isinstance(ignore_eos, bool):
-            raise _bad(f"ignore_eos must be true or false, got {ignore_eos!r}", "ignore_eos")
+            raise _bad(f"ignore_eos must be true or false, got {_shown(ignore_eos)}", "ignore_eos")
         if ignore_eos:
             options["eos_token_id"] = []
         if echo:
@@ -733,7 +740,7 @@ class _Server:
         for key in ("tgt_lang", "src_lang"):
             value = body.get(key)
             if value is not None and not isinstance(value, str):
-                raise _bad(f"{key} must be a language code string, got {value!r}", key)
+                raise _bad(f"{key} must be a language code string, got {_shown(value)}", key)
             if value is not None:
                 generate[key] = value
         return sources, n, generate
@@ -744,17 +751,17 @@ class _Server:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise _bad(f"logit_bias must be an object of token ids to numbers, got {value!r}", "logit_bias")
+            raise _bad(f"logit_bias must be an object of token ids to numbers, got {_shown(value)}", "logit_bias")
         bias: Dict[int, float] = {}
         vocab = self.model.vocab_size
         for key, number in value.items():
             if not (key.isascii() and key.isdigit()):
-                raise _bad(f"logit_bias keys must be token ids (digits), got {key!r}", "logit_bias")
+                raise _bad(f"logit_bias keys must be token ids (digits), got {_shown(key)}", "logit_bias")
             token = int(key)
             if token >= vocab:
                 raise _bad(f"logit_bias token id {token} is out of range [0, {vocab})", "logit_bias")
             if isinstance(number, bool) or not isinstance(number, (int, float)) or not -100 <= number <= 100:
-                raise _bad(f"logit_bias of token {token} must be a number in [-100, 100], got {number!r}",
+                raise _bad(f"logit_bias of token {token} must be a number in [-100, 100], got {_shown(number)}",
                            "logit_bias")
             bias[token] = float(number)
         return bias
@@ -765,7 +772,7 @@ class _Server:
         if chat:
             wanted = body.get("logprobs")
             if wanted is not None and not isinstance(wanted, bool):
-                raise _bad(f"logprobs must be true or false, got {wanted!r}", "logprobs")
+                raise _bad(f"logprobs must be true or false, got {_shown(wanted)}", "logprobs")
             top = _integer(body, "top_logprobs", None, 0)
             if top is not None and top > MAX_LOGPROBS:
                 raise _bad(f"top_logprobs must be <= {MAX_LOGPROBS}, got {top}", "top_logprobs")
@@ -777,7 +784,7 @@ class _Server:
             raise _bad(f"logprobs must be <= {MAX_LOGPROBS}, got {logprobs}", "logprobs")
         echo = body.get("echo")
         if echo is not None and not isinstance(echo, bool):
-            raise _bad(f"echo must be true or false, got {echo!r}", "echo")
+            raise _bad(f"echo must be true or false, got {_shown(echo)}", "echo")
         return logprobs, bool(echo)
 
     def check_context(self, ids: List[int], param: str) -> None:
@@ -816,18 +823,18 @@ class _Server:
         tools, choice = body.get("tools"), body.get("tool_choice")
         parallel = body.get("parallel_tool_calls", True)
         if not isinstance(parallel, bool):
-            raise _bad(f"parallel_tool_calls must be true or false, got {parallel!r}", "parallel_tool_calls")
+            raise _bad(f"parallel_tool_calls must be true or false, got {_shown(parallel)}", "parallel_tool_calls")
         if tools is None:
             if choice not in (None, "none", "auto"):
                 raise _bad("tool_choice needs tools", "tool_choice")
             return None, None, parallel
         if not isinstance(tools, list) or not tools:
             raise _bad(f"tools must be a non-empty list of {{type: function, function: {{name, ...}}}} objects, "
-                       f"got {tools!r}", "tools")
+                       f"got {_shown(tools)}", "tools")
         for i, tool in enumerate(tools):
             function = tool.get("function") if isinstance(tool, dict) else None
             if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(function, dict):
-                raise _bad(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}, got {tool!r}",
+                raise _bad(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}, got {_shown(tool)}",
                            "tools")
             if not isinstance(function.get("name"), str) or not function["name"]:
                 raise _bad(f"tools[{i}].function.name must be a non-empty string", "tools")
@@ -836,12 +843,12 @@ class _Server:
         if choice == "none":
             return None, None, parallel
         if choice == "required" or (isinstance(choice, dict) and choice.get("type") == "function"):
-            raise _bad(f"tool_choice {choice!r} is not supported (it needs decoding constrained to a call, which "
+            raise _bad(f"tool_choice {_shown(choice)} is not supported (it needs decoding constrained to a call, which "
                        "cpuformer serve does not do); use 'auto' or 'none'", "tool_choice",
                        code="unsupported_parameter")
         if choice not in (None, "auto"):
             raise _bad(f"tool_choice must be 'auto', 'none', 'required' or {{\"type\": \"function\", ...}}, got "
-                       f"{choice!r}", "tool_choice")
+                       f"{_shown(choice)}", "tool_choice")
         return tools, self.tool_format(tools), parallel
 
     def tool_format(self, tools: List[Dict[str, Any]]) -> str:
@@ -933,7 +940,7 @@ class _Server:
             tokens = sum(len(ids) for ids in inputs)
         encoding = body.get("encoding_format") or "float"
         if encoding not in ("float", "base64"):
-            raise _bad(f"encoding_format must be 'float' or 'base64', got {encoding!r}", "encoding_format")
+            raise _bad(f"encoding_format must be 'float' or 'base64', got {_shown(encoding)}", "encoding_format")
         dimensions = _integer(body, "dimensions", self.dimensions, 1)
         if dimensions > self.dimensions:
             raise _bad(f"dimensions must be at most {self.dimensions} (the model's), got {dimensions}", "dimensions")
@@ -952,7 +959,7 @@ class _Server:
         else:
             prompt = body.get("prompt")
             if not isinstance(prompt, str):
-                raise _bad(f"prompt must be a string (or send messages), got {prompt!r}", "prompt")
+                raise _bad(f"prompt must be a string (or send messages), got {_shown(prompt)}", "prompt")
             ids = self.tokenizer().encode(prompt)
         limit = self.context if self.decoder else (
             self.model.max_positions if self.seq2seq else self.model.max_tokens)
@@ -962,7 +969,7 @@ class _Server:
         """/detokenize: the text of token ids, special tokens left out (as completions' text)."""
         tokens = body.get("tokens")
         if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-            raise _bad(f"tokens must be a list of token ids, got {tokens!r}", "tokens")
+            raise _bad(f"tokens must be a list of token ids, got {_shown(tokens)}", "tokens")
         vocab = self.model.vocab_size if not self.encoder else self.model.config["vocab_size"]
         bad = [t for t in tokens if not 0 <= t < vocab]
         if bad:
@@ -977,7 +984,7 @@ class _Server:
         Jina's shapes)."""
         query = body.get("query")
         if not isinstance(query, str) or not query:
-            raise _bad(f"query must be a non-empty string, got {query!r}", "query")
+            raise _bad(f"query must be a non-empty string, got {_shown(query)}", "query")
         documents = body.get("documents")
         if not isinstance(documents, list) or not documents:
             raise _bad("documents must be a non-empty list of strings", "documents")
@@ -988,12 +995,12 @@ class _Server:
             text = document.get("text") if isinstance(document, dict) else document
             if not isinstance(text, str) or not text:
                 raise _bad(f"documents[{i}] must be a non-empty string or an object with a non-empty 'text', "
-                           f"got {document!r}", "documents")
+                           f"got {_shown(document)}", "documents")
             texts.append(text)
         top_n = _integer(body, "top_n", None, 1)
         returned = body.get("return_documents", True)
         if not isinstance(returned, bool):
-            raise _bad(f"return_documents must be true or false, got {returned!r}", "return_documents")
+            raise _bad(f"return_documents must be true or false, got {_shown(returned)}", "return_documents")
         pairs = [(query, text) for text in texts]
         tokens = sum(min(len(ids), self.model.max_tokens) for ids in self.tokenizer().encode_batch(pairs))
         return pairs, top_n, returned, tokens
@@ -1005,7 +1012,7 @@ def _listed_calls(calls: Any, index: int) -> List[Dict[str, Any]]:
             isinstance(c, dict) and isinstance(c.get("function"), dict) and isinstance(c["function"].get("name"), str)
             and c["function"]["name"] and isinstance(c["function"].get("arguments", "{}"), (str, dict)) for c in calls):
         raise _bad(f"messages[{index}].tool_calls must be a list of {{\"type\": \"function\", \"function\": "
-                   f"{{\"name\", \"arguments\"}}}} objects, got {calls!r}", "messages")
+                   f"{{\"name\", \"arguments\"}}}} objects, got {_shown(calls)}", "messages")
     return calls
 
 
@@ -1019,7 +1026,7 @@ def _template_call(call: Dict[str, Any], index: int) -> Dict[str, Any]:
         arguments = json.loads(function["arguments"])
     except ValueError:
         raise _bad(f"messages[{index}]: a tool call's function.arguments must be JSON text, got "
-                   f"{function['arguments']!r}", "messages") from None
+                   f"{_shown(function['arguments'])}", "messages") from None
     return dict(call, function=dict(function, arguments=arguments))
 
 
@@ -1146,7 +1153,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         options = server.generation_options(body, chat, max(len(p) for p in prompts))
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
-            raise _bad(f"stream must be true or false, got {stream!r}", "stream")
+            raise _bad(f"stream must be true or false, got {_shown(stream)}", "stream")
         if stream and tool_format is not None and options.get("logprobs") is not None:
             raise _bad("logprobs with tools are not supported with stream: true", "logprobs")
         return body, prompts, n, options, stream, (tool_format, parallel)
@@ -1283,7 +1290,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             server.check_model(body, "/v1/completions")
             stream = body.get("stream", False)
             if not isinstance(stream, bool):
-                raise _bad(f"stream must be true or false, got {stream!r}", "stream")
+                raise _bad(f"stream must be true or false, got {_shown(stream)}", "stream")
             sources, n, options = server.translation_request(body)
             if len(sources) > max_queue * server.engine.max_batch:
                 raise _bad(f"prompt holds {len(sources)} sources; at most {max_queue * server.engine.max_batch}",
