@@ -998,26 +998,84 @@ def test_concurrent_embeddings_are_batched(enc):
         np.testing.assert_allclose(got, enc.embed(x), atol=1e-5, rtol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def ce(enc_dir, tmp_path_factory):
-    """A tiny random cross-encoder (BertForSequenceClassification, one label) on the tiny
-    encoder's vocabulary and tokenizer, its scores spread apart."""
+def _classifier(enc_dir, directory, labels):
+    """A tiny random BertForSequenceClassification with ``labels`` on the tiny encoder's
+    vocabulary and tokenizer, its scores spread apart; its directory."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     with open(os.path.join(enc_dir, "config.json")) as f:
         config = json.load(f)
     torch.manual_seed(3)
     model = transformers.BertForSequenceClassification(transformers.BertConfig(
-        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], num_labels=1,
+        vocab_size=config["vocab_size"], hidden_size=config["hidden_size"], id2label=dict(enumerate(labels)),
         num_hidden_layers=config["num_hidden_layers"], num_attention_heads=config["num_attention_heads"],
         intermediate_size=config["intermediate_size"], max_position_embeddings=config["max_position_embeddings"]))
     with torch.no_grad():
         model.classifier.weight.normal_(0.0, 8.0)
-    directory = tmp_path_factory.mktemp("serve") / "tiny-ce"
     model.save_pretrained(directory)
-    with open(os.path.join(enc_dir, "tokenizer.json"), "rb") as src, open(directory / "tokenizer.json", "wb") as dst:
-        dst.write(src.read())
-    with cf.load(directory) as loaded:
+    shutil.copyfile(os.path.join(enc_dir, "tokenizer.json"), directory / "tokenizer.json")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def sentiment(enc_dir, tmp_path_factory):
+    with cf.load(_classifier(enc_dir, tmp_path_factory.mktemp("serve") / "tiny-sentiment",
+                             ["negative", "neutral", "positive"])) as loaded:
+        yield loaded
+
+
+def test_classify(sentiment, ce, client):
+    """/classify (and /v1/classify), vLLM's shape: per input the most likely label and every
+    label's probability in id order, as Encoder.classify; concurrent requests batched."""
+    texts = ["t5 t9", "t7 t8 t9 t10", "t1"]
+    expected = sentiment.classify(texts, top_k=None)
+    app = serve.create_app(sentiment, model_name="sent")
+    try:
+        with TestClient(app) as c:
+            for path in ("/classify", "/v1/classify"):
+                body = c.post(path, json={"model": "sent", "input": texts}).json()
+                assert [d["index"] for d in body["data"]] == [0, 1, 2] and body["model"] == "sent"
+                for d, ranked in zip(body["data"], expected):
+                    assert d["label"] == ranked[0]["label"] and d["num_classes"] == 3
+                    scores = {r["label"]: r["score"] for r in ranked}
+                    np.testing.assert_allclose(d["probs"], [scores[k] for k in ("negative", "neutral", "positive")],
+                                               rtol=1e-5, atol=1e-6)
+                    assert sum(d["probs"]) == pytest.approx(1.0, abs=1e-5)  # softmax over three labels
+            one = c.post("/classify", json={"model": "sent", "input": texts[0]}).json()["data"]
+            assert len(one) == 1 and one[0]["label"] == expected[0][0]["label"]
+            error_of(c.post("/classify", json={"model": "sent", "input": []}), 400,
+                     "input must be a non-empty string or a list of them, got []", "input")
+            error_of(c.post("/classify", json={"model": "sent", "input": ["a", 3]}), 400,
+                     "input must be a non-empty string or a list of them", "input")
+            error_of(c.post("/classify", json={"model": "sent", "input": ["a"] * 2049}), 400,
+                     "input holds 2049 items; at most 2048 per request", "input")
+            error_of(c.post("/v1/rerank", json={"model": "sent", "query": "q", "documents": ["a"]}), 400,
+                     "'sent' is an Encoder without a one-label sequence-classification head (use /v1/embeddings and "
+                     "/classify)", "model", "wrong_model_kind")
+    finally:
+        app.state.close()
+    # a cross-encoder classifies too: its one label, sigmoid
+    app = serve.create_app(ce, model_name="ce")
+    try:
+        with TestClient(app) as c:
+            body = c.post("/classify", json={"model": "ce", "input": ["t5 t9"]}).json()
+            assert body["data"][0]["probs"] == [pytest.approx(ce.classify(["t5 t9"])[0][0]["score"], rel=1e-5)]
+    finally:
+        app.state.close()
+    error_of(client.post("/classify", json={"model": "tiny-gpt", "input": "a"}), 400,
+             "/classify needs a sequence classifier (a ...ForSequenceClassification checkpoint); 'tiny-gpt' is a "
+             "Generator (use /v1/completions and /v1/chat/completions)", "model", "wrong_model_kind")
+    results, text = sent_while_busy(serve.create_app(sentiment, model_name="sent", max_batch=64), "/classify",
+                                    [{"model": "sent", "input": [t] * (i + 1)} for i, t in enumerate(texts)])
+    assert metric(text, "cpuformer_batch_size_count") == 1 and metric(text, "cpuformer_batch_size_sum") == 6
+    assert [[d["label"] for d in r["data"]] for r in results] == [[e[0]["label"]] * (i + 1)
+                                                                  for i, e in enumerate(expected)]
+
+
+@pytest.fixture(scope="module")
+def ce(enc_dir, tmp_path_factory):
+    """A tiny random cross-encoder (BertForSequenceClassification, one label)."""
+    with cf.load(_classifier(enc_dir, tmp_path_factory.mktemp("serve") / "tiny-ce", ["LABEL_0"])) as loaded:
         yield loaded
 
 
@@ -1051,7 +1109,7 @@ def test_rerank_is_score_sorted(ce):
             # a cross-encoder still embeds (its base model's pooled states)
             assert c.post("/v1/embeddings", json={"model": "ce", "input": "t5"}).status_code == 200
             error_of(c.post("/v1/completions", json={"model": "ce", "prompt": "a"}), 400,
-                     "(use /v1/embeddings and /v1/rerank)", "model", "wrong_model_kind")
+                     "(use /v1/embeddings, /v1/rerank and /classify)", "model", "wrong_model_kind")
             rerank = dict(model="ce", query="q", documents=["a"])
             error_of(c.post("/v1/rerank", json=dict(rerank, query="")), 400, "query must be a non-empty string, got ''",
                      "query")

@@ -39,8 +39,9 @@ from .models._text import StopWatch, TextPieces, cut_at_stop
 #: Default request-body limit in bytes (--max-body).
 MAX_BODY = 10 * 1024 * 1024
 _RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
+_CLASSIFY_PATHS = ("/classify", "/v1/classify")
 _ENDPOINTS = ("/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings",
-              "/tokenize", "/detokenize", *_RERANK_PATHS)
+              "/tokenize", "/detokenize", *_RERANK_PATHS, *_CLASSIFY_PATHS)
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _FINISH = {"eos": "stop", "stop": "stop", "length": "length"}
@@ -185,7 +186,7 @@ class _Job:
         return self.kind, isinstance(self.inputs[0], str), options
 
 
-_BATCHED = ("embed", "score", "translate")  # job kinds whose waiting jobs run in one call
+_BATCHED = ("embed", "score", "classify", "translate")  # job kinds whose waiting jobs run in one call
 
 
 class _Piece:
@@ -450,6 +451,8 @@ class Engine:
                 return self.model.embed(inputs, batch_size=batch)
             if kind == "score":
                 return self.model.score(inputs, batch_size=batch)
+            if kind == "classify":
+                return self.model.classify(inputs, top_k=None, batch_size=batch)
             out: List[Any] = []  # translate: at most max_batch sources per generate call (bounded memory)
             for start in range(0, len(inputs), batch):
                 out += self.model.generate(inputs[start:start + batch], return_scores=True, **options)
@@ -594,8 +597,9 @@ class _Server:
         self.dimensions = int(probe.shape[1])  # the output width
         # Unit-length outputs (a Normalize module): a shortened vector (dimensions) is normalized again.
         self.normalized = bool(self.encoder and abs(float(np.linalg.norm(probe[0])) - 1.0) < 1e-3)
-        # A cross-encoder (one score per pair) also answers /v1/rerank.
-        self.reranker = self.encoder and model.task == "sequence_classification" and len(model.labels) == 1
+        # A sequence classifier answers /classify; a cross-encoder (one score per pair) /v1/rerank too.
+        self.classifier = self.encoder and model.task == "sequence_classification"
+        self.reranker = self.classifier and len(model.labels) == 1
         self.metrics = Metrics()
         try:
             self.engine = Engine(model, max_batch, max_queue, self.metrics, **engine)
@@ -616,7 +620,15 @@ class _Server:
             raise APIError(404, f"the model {_shown(name)} does not exist; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
         other = "/v1/completions and /v1/chat/completions" if self.decoder else "/v1/completions" if self.seq2seq \
-            else "/v1/embeddings and /v1/rerank" if self.reranker else "/v1/embeddings"
+            else "/v1/embeddings, /v1/rerank and /classify" if self.reranker \
+            else "/v1/embeddings and /classify" if self.classifier else "/v1/embeddings"
+        if endpoint in _CLASSIFY_PATHS:
+            if not self.classifier:
+                what = f"a {type(self.model).__name__}" if not self.encoder else \
+                    "an Encoder without a sequence-classification head"
+                raise _bad(f"{endpoint} needs a sequence classifier (a ...ForSequenceClassification checkpoint); "
+                           f"{self.model_name!r} is {what} (use {other})", "model", code="wrong_model_kind")
+            return
         if endpoint in _RERANK_PATHS:
             if not self.reranker:
                 what = f"a {type(self.model).__name__}" if not self.encoder else \
@@ -975,6 +987,19 @@ class _Server:
         if bad:
             raise _bad(f"token id {bad[0]} in tokens is out of range [0, {vocab})", "tokens")
         return {"prompt": self.tokenizer().decode(tokens, skip_special_tokens=True)}
+
+    # -- classify --------------------------------------------------------------------------------
+
+    def classify_inputs(self, body: Dict[str, Any]) -> Tuple[List[str], int]:
+        """(the texts, their tokens) of a /classify request: ``input`` a string or a list of them."""
+        value = body.get("input")
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            raise _bad(f"input must be a non-empty string or a list of them, got {_shown(value)}", "input")
+        if len(texts) > 2048:
+            raise _bad(f"input holds {len(texts)} items; at most 2048 per request", "input")
+        tokens = sum(min(len(ids), self.model.max_tokens) for ids in self.tokenizer().encode_batch(texts))
+        return texts, tokens
 
     # -- rerank ----------------------------------------------------------------------------------
 
@@ -1448,6 +1473,26 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             server.check_model(body, "/tokenize")
         return body
 
+    async def classify(request: Any) -> Any:
+        with _bad_input(model_path, model_name):
+            def prepare(raw: bytes) -> Tuple[List[str], int]:
+                body = _parse_json(raw)
+                server.check_model(body, "/classify")
+                return server.classify_inputs(body)
+
+            texts, tokens = await run_in_threadpool(prepare, await _read_body(request, max_body))
+            results = await _wait(server.engine.submit(_Job("classify", inputs=texts)))
+            server.metrics.add(prompt_tokens=tokens)
+            labels = list(server.model.labels)
+            data = []
+            for i, ranked in enumerate(results):
+                scores = {r["label"]: r["score"] for r in ranked}
+                data.append({"index": i, "label": ranked[0]["label"], "probs": [scores[label] for label in labels],
+                             "num_classes": len(labels)})
+            return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
+                    "model": model_name, "data": data,
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
     def reranker(path: str) -> Callable[[Any], Any]:
         async def rerank(request: Any) -> Any:
             with _bad_input(model_path, model_name):
@@ -1472,7 +1517,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
     # The annotation FastAPI reads to pass the Request (this module's annotations are strings).
     for path, handler in (("/v1/completions", completions), ("/v1/chat/completions", chat_completions),
                           ("/v1/embeddings", embeddings), ("/tokenize", tokenize), ("/detokenize", detokenize),
-                          *((p, reranker(p)) for p in _RERANK_PATHS)):
+                          *((p, reranker(p)) for p in _RERANK_PATHS), *((p, classify) for p in _CLASSIFY_PATHS)):
         handler.__annotations__["request"] = fastapi.Request
         app.post(path)(handler)
     return _Timed(app, server.metrics)
