@@ -622,20 +622,17 @@ class _Server:
         other = "/v1/completions and /v1/chat/completions" if self.decoder else "/v1/completions" if self.seq2seq \
             else "/v1/embeddings, /v1/rerank and /classify" if self.reranker \
             else "/v1/embeddings and /classify" if self.classifier else "/v1/embeddings"
-        if endpoint in _CLASSIFY_PATHS:
-            if not self.classifier:
-                what = f"a {type(self.model).__name__}" if not self.encoder else \
-                    "an Encoder without a sequence-classification head"
-                raise _bad(f"{endpoint} needs a sequence classifier (a ...ForSequenceClassification checkpoint); "
-                           f"{self.model_name!r} is {what} (use {other})", "model", code="wrong_model_kind")
-            return
-        if endpoint in _RERANK_PATHS:
-            if not self.reranker:
-                what = f"a {type(self.model).__name__}" if not self.encoder else \
-                    "an Encoder without a one-label sequence-classification head"
-                raise _bad(f"{endpoint} needs a cross-encoder (a ...ForSequenceClassification checkpoint with one "
-                           f"label); {self.model_name!r} is {what} (use {other})", "model", code="wrong_model_kind")
-            return
+        heads = ((_CLASSIFY_PATHS, self.classifier, "a sequence classifier (a ...ForSequenceClassification "
+                  "checkpoint)", "a sequence-classification head"),
+                 (_RERANK_PATHS, self.reranker, "a cross-encoder (a ...ForSequenceClassification checkpoint with "
+                  "one label)", "a one-label sequence-classification head"))
+        for paths, fits, wants, head in heads:  # the endpoints of an encoder's task head
+            if endpoint in paths:
+                if not fits:
+                    what = f"an Encoder without {head}" if self.encoder else f"a {type(self.model).__name__}"
+                    raise _bad(f"{endpoint} needs {wants}; {self.model_name!r} is {what} (use {other})", "model",
+                               code="wrong_model_kind")
+                return
         wants = "an encoder (embedding) model" if endpoint == "/v1/embeddings" else "a decoder (text generation) model"
         fits = self.encoder if endpoint == "/v1/embeddings" else self.decoder or (
             self.seq2seq and endpoint == "/v1/completions")

@@ -9,18 +9,10 @@ import numpy as np
 import pytest
 
 import cpuformer as cf
-from models.test_decoder import SMALL, _build
+from models.test_decoder import SMALL, _build, one_torch_thread  # noqa: F401 (an autouse fixture)
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="module")

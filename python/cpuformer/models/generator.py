@@ -292,13 +292,18 @@ class Generator(TextMixin, ModelBase):
         draft = speculation(self, ids, options, assistant_model, num_assistant_tokens, prompt_lookup_num_tokens,
                             max_matching_ngram_size, num_assistant_tokens_schedule)
         self._add_options(options, kv_cache_dtype, bad_words_ids)
+        return self._generated(model, ids, kind, options, draft, stop, return_log_probs, return_stats, return_scores)
+
+    def _generated(self, model, ids, kind, options, draft, stop, return_log_probs, return_stats,
+                   return_scores) -> Generated:
+        """Runs a checked generate() request (its stop strings watched) and shapes its return value."""
         stops, on_token = self._stop_watch(stop, len(ids) * options["num_return_sequences"])
         tokens, log_probs, stats, reasons, beam_scores = model.generate(ids, options, on_token, self.num_threads,
                                                                         draft)
         if return_scores:
             return self._scored(tokens, kind, log_probs, reasons, beam_scores, stops, stats, return_stats)
         return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
-                            one_text=num_return_sequences == 1, stops=stops)
+                            one_text=options["num_return_sequences"] == 1, stops=stops)
 
     def batcher(self, capacity: int = 8, max_length: Optional[int] = None, prefill_chunk: int = 256,
                 kv_cache_dtype: Optional[str] = None, prefix_reuse: bool = True,

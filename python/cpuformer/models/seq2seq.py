@@ -45,6 +45,7 @@ class Seq2Seq(TextMixin, ModelBase):
     _stop_watch = Generator._stop_watch
     _scored = Generator._scored
     _stream = Generator._stream
+    _generated = Generator._generated
 
     def __init__(self, path: Union[PathLike, ModelDir], dtype: Optional[str] = None,
                  num_threads: Optional[int] = None, quantization: Optional[Mapping[str, Any]] = None,
@@ -152,13 +153,7 @@ class Seq2Seq(TextMixin, ModelBase):
             num_return_sequences, no_repeat_ngram_size, assistant_model, num_assistant_tokens,
             prompt_lookup_num_tokens, max_matching_ngram_size, num_assistant_tokens_schedule, kv_cache_dtype,
             bad_words_ids, stop, tgt_lang, src_lang, presence_penalty, frequency_penalty, logit_bias)
-        _, on_token = self._stop_watch(stops, len(ids) * options["num_return_sequences"])
-        tokens, log_probs, stats, reasons, beam_scores = model.generate(ids, options, on_token, self.num_threads,
-                                                                        draft)
-        if return_scores:
-            return self._scored(tokens, kind, log_probs, reasons, beam_scores, stops, stats, return_stats)
-        return self._result(tokens, kind, log_probs if return_log_probs else None, stats, return_stats,
-                            one_text=num_return_sequences == 1, stops=stops)
+        return self._generated(model, ids, kind, options, draft, stops, return_log_probs, return_stats, return_scores)
 
     def _request(self, sources: Prompts, max_new_tokens: int = 20, min_new_tokens: int = 0, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
