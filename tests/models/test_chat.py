@@ -295,6 +295,26 @@ def test_chat_is_generate_on_the_template_ids(gen, model_dir):
         gen.tokenizer.decode(gen.generate(ids, max_new_tokens=NEW, **RP)[0])
 
 
+def test_chat_with_tools_renders_them(model_dir, tmp_path):
+    """chat(tools=...) and stream_chat(tools=...) generate from the template rendered with the tools,
+    as transformers' apply_chat_template(tools=...)."""
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (tmp_path / name).write_bytes((model_dir / name).read_bytes())
+    write_config(tmp_path, "{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{% endif %}"
+                 + CHATML)
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "The weather",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    hf = hf_tokenizer(tmp_path)
+    with cf.Generator(tmp_path) as model:
+        prompt = model.apply_chat_template([TURNS[0]], add_generation_prompt=True, tools=tools)
+        assert prompt == hf.apply_chat_template([TURNS[0]], tokenize=False, add_generation_prompt=True, tools=tools)
+        assert "get_weather" in prompt and "get_weather" not in model.apply_chat_template([TURNS[0]], True)
+        ids = model.tokenizer.encode(prompt, add_special_tokens=False)
+        expected = model.tokenizer.decode(model.generate(ids, max_new_tokens=NEW, **RP)[0], skip_special_tokens=True)
+        assert model.chat([TURNS[0]], tools=tools, max_new_tokens=NEW, **RP) == expected
+        assert "".join(model.stream_chat([TURNS[0]], tools=tools, max_new_tokens=NEW, **RP)) == expected
+
+
 def test_chat_stop_strings(gen):
     messages = [SYSTEM, TURNS[0]]
     plain = gen.chat(messages, max_new_tokens=40, min_new_tokens=40, eos_token_id=[], **RP)

@@ -485,35 +485,38 @@ class Generator(TextMixin, ModelBase):
         return self._chat_template.render(messages, add_generation_prompt, tools=tools, documents=documents,
                                           **template_kwargs)
 
-    def _chat_ids(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> List[int]:
+    def _chat_ids(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool,
+                  tools: Optional[Sequence[Mapping[str, Any]]] = None) -> List[int]:
         # The template writes BOS and the turn markers itself (apply_chat_template(tokenize=True)
         # encodes without adding special tokens).
-        text = self.apply_chat_template(messages, add_generation_prompt)
+        text = self.apply_chat_template(messages, add_generation_prompt, tools=tools)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         if not ids:
             raise ValueError("the chat template rendered the messages as empty text")
         return ids
 
     def chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-             **generate_kwargs: Any) -> str:
+             tools: Optional[Sequence[Mapping[str, Any]]] = None, **generate_kwargs: Any) -> str:
         """The model's reply to a conversation (its text, without special tokens): the messages are
-        rendered with the checkpoint's chat template (apply_chat_template), encoded and passed to
-        generate() as token ids with ``generate_kwargs`` (max_new_tokens, do_sample, stop, ...)."""
+        rendered with the checkpoint's chat template (apply_chat_template, with ``tools``: JSON
+        schemas of functions the template describes to the model), encoded and passed to
+        generate() as token ids with ``generate_kwargs`` (max_new_tokens, do_sample, stop, ...).
+        A reply that calls a tool is text in the template's format (docs/decoders.md, "Chat")."""
         for key in ("return_log_probs", "return_stats"):
             if generate_kwargs.get(key):
                 raise TypeError(f"chat() returns the reply text; for {key}=True call generate() on "
                                 "tokenizer.encode(apply_chat_template(...), add_special_tokens=False)")
         stops = self._check_stop(generate_kwargs.get("stop"))
-        ids = self._chat_ids(messages, add_generation_prompt)
+        ids = self._chat_ids(messages, add_generation_prompt, tools)
         text = self._decode(self.generate(ids, **generate_kwargs)[0])
         return cut_at_stop(text, stops)[0] if stops else text
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
-                    **kwargs: Any) -> Iterator[str]:
+                    tools: Optional[Sequence[Mapping[str, Any]]] = None, **kwargs: Any) -> Iterator[str]:
         """chat() streamed: yields the reply's text pieces as they are produced (joining to chat()'s
         text). Takes stream()'s keyword arguments; closing the iterator stops the generation."""
         stops = self._check_stop(kwargs.get("stop"))
-        ids = self._chat_ids(messages, add_generation_prompt)
+        ids = self._chat_ids(messages, add_generation_prompt, tools)
         return text_pieces(self.stream(ids, **kwargs), self._decode, stops)
 
 
