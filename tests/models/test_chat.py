@@ -313,6 +313,14 @@ def test_chat_with_tools_renders_them(model_dir, tmp_path):
         expected = model.tokenizer.decode(model.generate(ids, max_new_tokens=NEW, **RP)[0], skip_special_tokens=True)
         assert model.chat([TURNS[0]], tools=tools, max_new_tokens=NEW, **RP) == expected
         assert "".join(model.stream_chat([TURNS[0]], tools=tools, max_new_tokens=NEW, **RP)) == expected
+    # an assistant turn that made calls may have no content (dropped, as transformers drops None values)
+    calls = [TURNS[0], {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {}}}]}]
+    template = _chat.ChatTemplate("{% for m in messages %}{{ m.role }}:{{ m.content if 'content' in m else "
+                                  "m.tool_calls[0].function.name }};{% endfor %}", {}, "test")
+    assert template.render(calls) == "user:Hello! How are you?;assistant:get_weather;"
+    with pytest.raises(TypeError, match=r"message 1 \(assistant\) needs a 'content' string, got None"):
+        template.render([TURNS[0], {"role": "assistant", "content": None}])
 
 
 def test_chat_stop_strings(gen):
