@@ -771,6 +771,9 @@ def test_seq2seq_completions(s2s):
                      "n (3) must be at most num_beams (2)", "n")
             error_of(c.post("/v1/completions", json=dict(base, num_beams=0)), 400, "num_beams must be >= 1, got 0",
                      "num_beams")
+            for extra in ({}, {"stream": True}):  # a bad language code: a 400 before anything is streamed
+                error_of(c.post("/v1/completions", json=dict(base, tgt_lang="fr", **extra)), 400,
+                         "tgt_lang='fr': this model's vocabulary has no language codes")
             error_of(c.post("/v1/completions", json=dict(base, tgt_lang=5)), 400,
                      "tgt_lang must be a language code string, got 5", "tgt_lang")
             error_of(c.post("/v1/completions", json=dict(base, prompt=[])), 400, "prompt must be a non-empty string",
@@ -1367,6 +1370,13 @@ def test_tool_errors(tool_gen, client):
             assert c.post("/v1/chat/completions", json=dict(chat, response_format={"type": "text"})).status_code == 200
             error_of(c.post("/v1/completions", json=dict(model="tiny-gpt", prompt="a", tools=TOOLS)), 400,
                      "tools is not supported by cpuformer serve", "tools", "unsupported_parameter")
+    finally:
+        app.state.close()
+    app = serve.create_app(tool_gen, model_name="tiny-gpt", tool_call_parser="none")
+    try:
+        with TestClient(app) as c:
+            error_of(c.post("/v1/chat/completions", json=chat), 400,
+                     "tools are turned off on this server (--tool-call-parser none)", "tools", "unsupported_parameter")
     finally:
         app.state.close()
     # a template without a call format (ChatML): refused, unless the server is told the format

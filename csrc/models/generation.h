@@ -1,8 +1,8 @@
 // The token-generation loop, independent of the model: greedy search, sampling (temperature,
 // top-k, top-p), repetition penalty, presence / frequency penalties and logit bias, min/max new
 // tokens, several EOS ids, beam search, per-token log-probabilities and a per-token callback
-// (streaming). Semantics follow Hugging Face's
-// generate() (logits processors in its order; beam search as transformers' _beam_search).
+// (streaming). Semantics follow Hugging Face's generate() (logits processors in its order; beam
+// search as transformers' _beam_search).
 //
 // The loop drives a StepModel: anything that turns "the current tokens" into next-token logits
 // while keeping its own state (a decoder's KV cache; later an encoder-decoder's self- and
@@ -60,7 +60,7 @@ struct GenerationOptions {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   // OpenAI's logit_bias: scores[logit_bias_ids[i]] += logit_bias_values[i] (same lengths, ids in
-  // [0, V), values finite: check_sampling_penalties).
+  // [0, V), values in [-100, 100]: check_penalties_and_bias in models/request_checks.h).
   std::vector<int64_t> logit_bias_ids;
   std::vector<float> logit_bias_values;
   long no_repeat_ngram_size = 0;  // 0: off

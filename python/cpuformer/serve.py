@@ -580,6 +580,7 @@ class _Server:
         self.model = model
         self.model_name = model_name
         self.tool_call_parser = tool_call_parser
+        self._detected_format: Optional[str] = None  # tool_format()'s reading of the template, once
         self.decoder = isinstance(model, Generator)
         self.encoder = isinstance(model, Encoder)
         self.seq2seq = isinstance(model, Seq2Seq)
@@ -711,11 +712,11 @@ class _Server:
                 options["prompt_logprobs"] = logprobs
         return options
 
-    def translation_request(self, body: Dict[str, Any]) -> Tuple[List[Any], int, Dict[str, Any]]:
-        """(sources, n, Seq2Seq.generate options) of a completions request to an encoder-decoder
-        model (docs/serving.md, "Encoder-decoder models"): the prompt is the source; max_tokens
-        defaults to 256 (at most the model's positions); num_beams, tgt_lang and src_lang are
-        extensions."""
+    def translation_request(self, body: Dict[str, Any]) -> Tuple[List[Any], int, Dict[str, Any], int]:
+        """(sources, n, Seq2Seq.generate options, source tokens) of a completions request to an
+        encoder-decoder model (docs/serving.md, "Encoder-decoder models"): the prompt is the
+        source; max_tokens defaults to 256 (at most the model's positions); num_beams, tgt_lang and
+        src_lang are extensions."""
         for key in ("logprobs", "echo"):
             if body.get(key) not in (None, False):
                 raise _bad(f"{key} is not supported for encoder-decoder models", key, code="unsupported_parameter")
@@ -733,8 +734,8 @@ class _Server:
         if limit and options["max_new_tokens"] > limit - 1:
             raise _bad(f"max_tokens {options['max_new_tokens']} exceeds this model's maximum of {limit - 1} target "
                        "tokens (after the decoder start token)", "max_tokens", code="context_length_exceeded")
-        for x in sources:
-            length = len(self.tokenizer().encode(x)) if isinstance(x, str) else len(x)
+        lengths = [len(self.tokenizer().encode(x)) if isinstance(x, str) else len(x) for x in sources]
+        for length in lengths:
             if limit and length > limit:
                 raise _bad(f"this model's maximum source length is {limit} tokens; a prompt has {length}",
                            "prompt", code="context_length_exceeded")
@@ -752,7 +753,7 @@ class _Server:
                 raise _bad(f"{key} must be a language code string, got {_shown(value)}", key)
             if value is not None:
                 generate[key] = value
-        return sources, n, generate
+        return sources, n, generate, sum(lengths)
 
     def logit_bias(self, value: Any) -> Dict[int, float]:
         """OpenAI's ``logit_bias``: an object of token ids (as strings: JSON's keys) to biases in
@@ -865,20 +866,23 @@ class _Server:
         template's tool instructions."""
         if self.tool_call_parser in FORMATS:
             return self.tool_call_parser
-        fmt = None
-        if self.tool_call_parser == "auto":
+        if self.tool_call_parser == "none":
+            raise _bad("tools are turned off on this server (--tool-call-parser none)", "tools",
+                       code="unsupported_parameter")
+        if self._detected_format is None:
             from .models._chat import ChatTemplate
 
-            try:
-                fmt = detect_format(ChatTemplate.from_directory(self.model._model_dir.path).template(tools))
+            try:  # (the template chosen with tools does not depend on which tools)
+                self._detected_format = detect_format(
+                    ChatTemplate.from_directory(self.model._model_dir.path).template(tools)) or ""
             except ValueError:
-                fmt = None
-        if fmt is None:
+                self._detected_format = ""
+        fmt = self._detected_format
+        if not fmt:
             raise _bad("tools need a chat template that asks for tool calls in a format cpuformer serve reads "
-                       f"({', '.join(FORMATS)}); this model's does not name one"
-                       + (" (--tool-call-parser none)" if self.tool_call_parser == "none" else
-                          "; start the server with --tool-call-parser FORMAT if its model writes one of them"),
-                       "tools", code="unsupported_parameter")
+                       f"({', '.join(FORMATS)}); this model's does not name one; start the server with "
+                       "--tool-call-parser FORMAT if its model writes one of them", "tools",
+                       code="unsupported_parameter")
         return fmt
 
     def chat_prompt(self, body: Dict[str, Any], tools: Optional[List[Dict[str, Any]]] = None,
@@ -1307,23 +1311,27 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
     async def translation(request: Any) -> Any:
         """/v1/completions on an encoder-decoder model: each prompt a source, its completion the
         model's output (requests with the same options that wait together share one generate call)."""
-        def prepare_sources(raw: bytes) -> Tuple[Dict[str, Any], List[Any], int, Dict[str, Any], bool]:
+        def prepare_sources(raw: bytes) -> Tuple[Dict[str, Any], List[Any], int, Dict[str, Any], bool, int]:
             body = _parse_json(raw)
             server.check_model(body, "/v1/completions")
             stream = body.get("stream", False)
             if not isinstance(stream, bool):
                 raise _bad(f"stream must be true or false, got {_shown(stream)}", "stream")
-            sources, n, options = server.translation_request(body)
+            sources, n, options, tokens = server.translation_request(body)
             if len(sources) > max_queue * server.engine.max_batch:
                 raise _bad(f"prompt holds {len(sources)} sources; at most {max_queue * server.engine.max_batch}",
                            "prompt")
-            return body, sources, n, options, stream
+            return body, sources, n, options, stream, tokens
 
-        body, sources, n, options, stream = await run_in_threadpool(prepare_sources,
-                                                                    await _read_body(request, max_body))
+        body, sources, n, options, stream, tokens = await run_in_threadpool(prepare_sources,
+                                                                            await _read_body(request, max_body))
         ident, created = "cmpl-" + uuid.uuid4().hex, int(time.time())
         if stream and n == 1 and len(sources) == 1 and isinstance(sources[0], str):
-            return streamed_translation(request, body, sources[0], options, ident, created)
+            # The stream's request is checked here (a bad tgt_lang is a 400, not an error event);
+            # its generation starts when the worker takes the first piece.
+            pieces = await run_in_threadpool(lambda: server.model.stream(
+                sources[0], **{k: v for k, v in options.items() if k != "num_return_sequences"}))
+            return streamed_translation(request, body, pieces, ident, created, tokens)
         job = server.engine.submit(_Job("translate", inputs=sources, options=options))
         watcher = asyncio.ensure_future(_cancel_on_disconnect(request, [job]))
         try:
@@ -1335,8 +1343,7 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         per_source = options["num_return_sequences"]
         outputs = [results[i * per_source + (j if per_source > 1 else 0)] for i in range(len(sources))
                    for j in range(n)]
-        prompt_tokens = sum(len(server.model.tokenizer.encode(x)) if isinstance(x, str) else len(x)
-                            for x in sources) * n
+        prompt_tokens = tokens * n
         completion = sum(len(r.token_ids) for r in outputs)
         server.metrics.add(generated_tokens=completion, prompt_tokens=prompt_tokens)
         choices = [{"index": i, "text": r.text if r.text is not None else server.decode(r.token_ids), "logprobs": None,
@@ -1392,9 +1399,9 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
                                     "usage": {"prompt_tokens": tokens, "total_tokens": tokens}},
                                    separators=(",", ":")), media_type="application/json")
 
-    def streamed_translation(request: Any, body: Dict[str, Any], source: str, options: Dict[str, Any], ident: str,
-                             created: int) -> Any:
-        """One source's completion as Seq2Seq.stream's text pieces (the worker runs the stream,
+    def streamed_translation(request: Any, body: Dict[str, Any], pieces: Any, ident: str, created: int,
+                             prompt_tokens: int) -> Any:
+        """One source's completion as its Seq2Seq.stream's text pieces (the worker runs the stream,
         alone, while the client reads it)."""
         loop = asyncio.get_running_loop()
         queue: "asyncio.Queue[Any]" = asyncio.Queue()
@@ -1403,7 +1410,6 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
             loop.call_soon_threadsafe(queue.put_nowait, item)
 
         def run() -> Tuple[Optional[str], int]:
-            pieces = server.model.stream(source, **{k: v for k, v in options.items() if k != "num_return_sequences"})
             try:
                 for piece in pieces:
                     if job.cancelled.is_set():
@@ -1419,7 +1425,6 @@ def create_app(model: Any, model_name: Optional[str] = None, max_batch: int = 32
         stream_options = body.get("stream_options") or {}
         include = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
         head = {"id": ident, "object": "text_completion", "created": created, "model": model_name}
-        prompt_tokens = len(server.model.tokenizer.encode(source))
 
         def chunk(text: str, reason: Optional[str]) -> bytes:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}

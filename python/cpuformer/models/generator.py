@@ -122,11 +122,14 @@ def penalty_options(options: Dict[str, Any], vocab_size: int, presence_penalty: 
             if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or \
                     not -INT64_MAX - 1 <= token <= INT64_MAX:
                 raise ValueError(f"logit_bias keys must be token ids (integers), got {token!r}")
-            if isinstance(bias, bool) or not isinstance(bias, (int, float, np.floating, np.integer)) or \
-                    (isinstance(bias, (int, np.integer)) and abs(bias) > 100):  # (beyond float: OverflowError)
-                raise ValueError(f"logit_bias of token {token} must be a number in [-100, 100], got {bias!r}")
+            try:
+                if isinstance(bias, bool) or not isinstance(bias, (int, float, np.floating, np.integer)):
+                    raise TypeError
+                values.append(float(bias))  # (its range: the C++ check below)
+            except (TypeError, OverflowError):
+                raise ValueError(f"logit_bias of token {token} must be a number in [-100, 100], got {bias!r}") \
+                    from None
             ids.append(int(token))
-            values.append(float(bias))
     presence = option_number("presence_penalty", presence_penalty)
     frequency = option_number("frequency_penalty", frequency_penalty)
     _core.check_penalties_and_bias(presence, frequency, ids, values, vocab_size)
